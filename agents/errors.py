@@ -1,0 +1,73 @@
+"""Errors raised by the agents layer: planning, approvals, runs and the store.
+
+Extends the tree in ``tools.errors``:
+
+    DeckhandError
+    ├── ConfigError, ToolError ...     (tools.errors)
+    ├── PlanError                      a plan cannot be made or is not acceptable
+    │   ├── PlanInvalid                validation failed; carries every problem
+    │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
+    │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
+    └── StoreError                     durable state refused or failed a change
+        ├── NotFound                   no such plan / run / schedule
+        ├── IllegalTransition          a run cannot move from its state to the one asked
+        ├── ApprovalRefused            not allowed, stale version, self-approval, expired
+        ├── LockHeld                   the environment is locked by another run
+        └── StoreUnavailable           Redis cannot be reached; nothing was written
+
+Control signals are not errors: ``WorkerShutdown`` derives from BaseException so a
+broad ``except Exception`` around a step never swallows it.
+"""
+
+from __future__ import annotations
+
+from tools.errors import DeckhandError
+
+
+class PlanError(DeckhandError):
+    """A plan could not be produced or accepted."""
+
+
+class PlanInvalid(PlanError):
+    """The plan broke one or more rules. ``problems`` lists them all, each naming its step."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        listed = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"the plan is invalid ({len(problems)} problem(s)):\n{listed}")
+
+
+class NoPlanFound(PlanError):
+    """Nothing can plan this request; the message lists what can be asked instead."""
+
+
+class PlannerError(PlanError):
+    """The LLM planner failed (endpoint errors, or no valid plan after repairs)."""
+
+
+class StoreError(DeckhandError):
+    """Durable state refused or failed a change."""
+
+
+class NotFound(StoreError):
+    """No plan, run or schedule with that id."""
+
+
+class IllegalTransition(StoreError):
+    """A run cannot move from its current state to the requested one."""
+
+
+class ApprovalRefused(StoreError):
+    """This approval is not accepted (who, which version, or when)."""
+
+
+class LockHeld(StoreError):
+    """The environment is locked by another run."""
+
+
+class StoreUnavailable(StoreError):
+    """The store (Redis) cannot be reached. Nothing was written."""
+
+
+class WorkerShutdown(BaseException):  # noqa: N818 - a signal, not an error
+    """Raised inside a worker to stop it; BaseException so ``except Exception`` passes it on."""

@@ -1,0 +1,347 @@
+"""The DAG engine: runs a plan's steps as soon as their dependencies succeed, then rollback.
+
+Steps run on a bounded thread pool (paramiko and subprocesses block; threads keep one
+interface for both). A step that targets an environment fans out over its hosts in
+rollout batches. Every state change is an Event: ``Run.apply`` folds it into the record,
+then every listener sees it (terminal table, Slack thread, store, audit).
+
+On failure no new step starts; running steps finish (or are cancelled, per policy);
+steps that did not run are marked skipped; then the rollback steps run in order, each
+only on the hosts this run changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agents.plan import Plan, RollbackStep, Step, Success
+from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
+from tools.errors import DeckhandError
+from tools.inventory import LOCAL_HOST, Host, Inventory
+from tools.redact import redact as default_redact
+from tools.runner import CancelToken, CommandResult, Runner
+
+log = logging.getLogger("deckhand.executor")
+
+Listener = Callable[[Event, Run], None]
+RunnerFor = Callable[[Host], Runner]
+
+
+@dataclass
+class ExecutorDeps:
+    """What the executor needs from the outside world."""
+
+    catalog: Catalog
+    inventory: Inventory
+    runner_for: RunnerFor
+    config_vars: dict[str, Any] = field(default_factory=dict)
+    redact: Callable[[str], str] = default_redact
+
+
+class Executor:
+    """Runs plans. One Executor can run many plans, one ``execute`` call per run."""
+
+    def __init__(self, deps: ExecutorDeps, *, max_parallel: int = 8,
+                 on_failure: Literal["finish", "cancel"] = "finish",
+                 listeners: Iterable[Listener] = ()):
+        self.deps = deps
+        self.max_parallel = max_parallel
+        self.on_failure = on_failure
+        self.listeners = list(listeners)
+
+    def execute(self, plan: Plan, run: Run | None = None, *,
+                cancel: CancelToken | None = None,
+                listeners: Iterable[Listener] = ()) -> Run:
+        """Run ``plan`` to its end and return the final record.
+
+        ``run`` may be a record from an earlier, interrupted execution: finished steps are
+        not repeated. ``cancel`` stops the run the same way a failure does.
+        """
+        run = run or Run.for_plan(plan, status=RunStatus.APPROVED)  # caller approved it
+        execution = _Execution(self, plan, run, cancel or CancelToken(),
+                               [*self.listeners, *listeners])
+        return execution.go()
+
+
+@dataclass
+class _HostOutcome:
+    ok: bool
+    error: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+class _Execution:
+    """State of one ``execute`` call."""
+
+    def __init__(self, executor: Executor, plan: Plan, run: Run, cancel: CancelToken,
+                 listeners: list[Listener]):
+        self.ex, self.deps, self.plan, self.run = executor, executor.deps, plan, run
+        self.cancel = cancel
+        self.steps_token = cancel.child()  # failure with on_failure=cancel kills running steps
+        self.listeners = listeners
+        self.lock = threading.RLock()
+        self.stop_reason: str | None = None
+
+    # -- top level ---------------------------------------------------------------------
+
+    def go(self) -> Run:
+        self.emit(EventKind.RUN_STARTED)
+        if self.run.status is not RunStatus.ROLLING_BACK:
+            self._prepare_resume()
+            self._run_steps()
+            if self.cancel.cancelled and not self.stop_reason:
+                self.stop_reason = f"cancelled: {self.cancel.reason}"
+            self._skip_pending()
+        else:
+            self.stop_reason = self.run.reason or "resumed during rollback"
+        final = self._rollback() if self.stop_reason else RunStatus.SUCCEEDED
+        self.emit(EventKind.RUN_FINISHED, status=final.value, error=self.stop_reason)
+        return self.run
+
+    def emit(self, kind: EventKind, **fields: Any) -> None:
+        event = Event(kind=kind, run_id=self.run.id, **fields)
+        with self.lock:
+            self.run.apply(event)
+            for listener in self.listeners:
+                try:
+                    listener(event, self.run)
+                except Exception:  # a broken listener must not break the deploy
+                    log.exception("listener %r failed on %s", listener, event.kind.value)
+
+    # -- plan phase ----------------------------------------------------------------------
+
+    def _prepare_resume(self) -> None:
+        """Steps that were running when a worker died: re-run if idempotent, else fail."""
+        for step in self.plan.steps:
+            state = self.run.steps.get(step.id)
+            if state is None or state.status is not StepStatus.RUNNING:
+                continue
+            tool = self.deps.catalog.tools.get(step.tool)
+            if tool is not None and tool.idempotent:
+                state.status = StepStatus.PENDING
+            else:
+                self.emit(EventKind.STEP_FINISHED, step_id=step.id, status="failed",
+                          error="was running when its worker died, and its tool is not "
+                                "idempotent, so it is not re-run")
+                self.stop_reason = f"step {step.id} was interrupted"
+
+    def _run_steps(self) -> None:
+        running: dict[Future[bool], str] = {}
+        with ThreadPoolExecutor(self.ex.max_parallel, thread_name_prefix="step") as pool:
+            while True:
+                if not self.stop_reason and not self.cancel.cancelled:
+                    for step in self._ready(running.values()):
+                        self.emit(EventKind.STEP_STARTED, step_id=step.id)
+                        future = pool.submit(self._run_step, step, Phase.PLAN, self.steps_token)
+                        running[future] = step.id
+                if not running:
+                    return
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for future in done:
+                    step_id = running.pop(future)
+                    if not future.result() and not self.stop_reason:
+                        self._on_step_failed(step_id)
+
+    def _ready(self, running: Iterable[str]) -> list[Step]:
+        busy = set(running)
+        states = self.run.steps
+        free = self.ex.max_parallel - len(busy)
+        ready = [s for s in self.plan.steps
+                 if s.id not in busy and states[s.id].status is StepStatus.PENDING
+                 and all(states[d].status is StepStatus.SUCCEEDED for d in s.depends_on)]
+        return ready[:max(free, 0)]
+
+    def _on_step_failed(self, step_id: str) -> None:
+        if self.cancel.cancelled:
+            self.stop_reason = f"cancelled: {self.cancel.reason}"
+            return
+        self.stop_reason = f"step {step_id} failed: {self.run.steps[step_id].error}"
+        if self.ex.on_failure == "cancel":
+            self.steps_token.cancel(f"step {step_id} failed")
+
+    def _skip_pending(self) -> None:
+        for step in self.plan.steps:
+            if self.run.steps[step.id].status is StepStatus.PENDING:
+                self.emit(EventKind.STEP_FINISHED, step_id=step.id, status="skipped",
+                          error=f"not run: {self.stop_reason}")
+
+    # -- rollback phase --------------------------------------------------------------------
+
+    def _rollback(self) -> RunStatus:
+        cancelled = self.cancel.cancelled
+        if not self.plan.rollback:
+            return RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+        if self.run.status is not RunStatus.ROLLING_BACK:
+            self.emit(EventKind.ROLLBACK_STARTED, phase=Phase.ROLLBACK, error=self.stop_reason)
+        all_ok = True
+        for step in self.plan.rollback:
+            if self.run.rollback[step.id].status.done:
+                continue
+            self.emit(EventKind.STEP_STARTED, step_id=step.id, phase=Phase.ROLLBACK)
+            # Rollback gets a fresh token: the cancel that stopped the run must not stop it.
+            all_ok &= self._run_step(step, Phase.ROLLBACK, CancelToken())
+        self.emit(EventKind.ROLLBACK_FINISHED, phase=Phase.ROLLBACK,
+                  status="succeeded" if all_ok else "failed")
+        if not all_ok:
+            return RunStatus.ROLLBACK_FAILED
+        return RunStatus.CANCELLED if cancelled else RunStatus.ROLLED_BACK
+
+    # -- one step ------------------------------------------------------------------------
+
+    def _run_step(self, step: Step | RollbackStep, phase: Phase, token: CancelToken) -> bool:
+        """Run one step on all its hosts; emits its STEP_FINISHED and returns success."""
+        try:
+            status, error, outputs = self._attempt_step(step, phase, token)
+        except DeckhandError as exc:
+            status, error, outputs = StepStatus.FAILED, str(exc), {}
+        except Exception as exc:  # a bug must fail the step, never leave the run "running"
+            log.exception("step %s crashed", step.id)
+            status, error, outputs = StepStatus.FAILED, f"internal error: {exc!r}", {}
+        self.emit(EventKind.STEP_FINISHED, step_id=step.id, phase=phase, status=status.value,
+                  error=error, outputs=outputs)
+        return status is not StepStatus.FAILED
+
+    def _attempt_step(self, step: Step | RollbackStep, phase: Phase,
+                      token: CancelToken) -> tuple[StepStatus, str | None, dict[str, str]]:
+        tool = self.deps.catalog.get(step.tool)
+        params = self._resolve_refs(step.params)
+        env = params.get("environment")
+        hosts = self.deps.inventory.hosts_of(tool.target, env if isinstance(env, str) else None)
+        if phase is Phase.ROLLBACK and hosts:
+            hosts = [h for h in hosts if h.name in self.run.changed_hosts]
+            if not hosts:
+                return StepStatus.SKIPPED, "no host was changed by this run", {}
+        batches = self.deps.inventory.rollout_of(env if isinstance(env, str) else None)
+        outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, batches)
+        failed = [o.error for o in outcomes if not o.ok]
+        if token.cancelled and failed:
+            return StepStatus.CANCELLED if phase is Phase.PLAN else StepStatus.FAILED, \
+                f"cancelled: {token.reason}", {}
+        outputs = {k: v for o in outcomes for k, v in o.outputs.items()}
+        if failed:
+            more = f" (and {len(failed) - 1} more host(s))" if len(failed) > 1 else ""
+            return StepStatus.FAILED, f"{failed[0]}{more}", outputs
+        return StepStatus.SUCCEEDED, None, outputs
+
+    def _fan_out(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
+                 params: dict[str, ParamValue], hosts: list[Host], token: CancelToken,
+                 rollout: Any) -> list[_HostOutcome]:
+        outcomes: list[_HostOutcome] = []
+        for batch in rollout.batches(hosts):
+            if len(batch) == 1:
+                outcomes.append(self._run_on_host(step, phase, tool, params, batch[0], token))
+            else:
+                workers = min(len(batch), rollout.max_parallel)
+                with ThreadPoolExecutor(workers, thread_name_prefix="host") as pool:
+                    outcomes += pool.map(
+                        lambda h: self._run_on_host(step, phase, tool, params, h, token), batch)
+            if rollout.stop_on_failure and not all(o.ok for o in outcomes):
+                break
+        return outcomes
+
+    def _run_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
+                     params: dict[str, ParamValue], host: Host,
+                     token: CancelToken) -> _HostOutcome:
+        host_vars = {"name": host.name, "address": host.address, **host.vars}
+        command = self.deps.catalog.render(tool, params, host_vars=host_vars,
+                                           config_vars=self.deps.config_vars)
+        success = getattr(step, "success", None) or Success()
+        ids = {"step_id": step.id, "phase": phase, "host": host.name}
+        outcome = _HostOutcome(ok=False)
+        for attempt in range(1, tool.retries + 2):
+            self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
+            watch = _OutputWatch(tool.outputs, success.output_pattern,
+                                 lambda line: self._output(line, ids))
+            result, error = self._invoke(host, command, tool.timeout, watch, token)
+            outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
+            if error is None:
+                outcome.error = _judge(result, success, watch, tool.timeout)
+                outcome.ok = outcome.error is None
+            self.emit(EventKind.HOST_FINISHED, status="succeeded" if outcome.ok else "failed",
+                      exit_code=result.exit_code if result else None,
+                      tail=self.deps.redact(result.tail) if result else "",
+                      error=outcome.error, attempt=attempt, **ids)
+            if outcome.ok or token.cancelled or attempt > tool.retries:
+                break
+            self.emit(EventKind.STEP_RETRY, attempt=attempt, error=outcome.error, **ids)
+            if token.wait(tool.retry_backoff * 2 ** (attempt - 1)):
+                break
+        return outcome
+
+    def _invoke(self, host: Host, command: str, timeout: float, watch: _OutputWatch,
+                token: CancelToken) -> tuple[CommandResult | None, str | None]:
+        try:
+            runner = self.deps.runner_for(host)
+            result = runner.run(command, timeout=timeout, on_output=watch.feed, cancel=token)
+        except DeckhandError as exc:
+            return None, f"{host.name}: {exc}"
+        return result, None
+
+    def _output(self, line: str, ids: dict[str, Any]) -> None:
+        self.emit(EventKind.STEP_OUTPUT, line=self.deps.redact(line), **ids)
+
+    def _resolve_refs(self, params: dict[str, ParamValue]) -> dict[str, ParamValue]:
+        resolved: dict[str, ParamValue] = {}
+        for key, value in params.items():
+            ref = OUTPUT_REF.match(value) if isinstance(value, str) else None
+            if ref is None:
+                resolved[key] = value
+                continue
+            source, name = ref.groups()
+            outputs = self.run.steps[source].outputs if source in self.run.steps else {}
+            if name not in outputs:
+                raise DeckhandError(f"parameter {key!r} needs output {name!r} of step "
+                                    f"{source}, which did not produce it")
+            resolved[key] = outputs[name]
+        return resolved
+
+
+class _OutputWatch:
+    """Watches output lines for declared outputs and the success pattern."""
+
+    def __init__(self, outputs: dict[str, str], success_pattern: str | None,
+                 sink: Callable[[str], None]):
+        self._outputs = {k: re.compile(p) for k, p in outputs.items()}
+        self._success = re.compile(success_pattern) if success_pattern else None
+        self._sink = sink
+        self.outputs: dict[str, str] = {}
+        self.matched_success = self._success is None
+
+    def feed(self, line: str) -> None:
+        for key, pattern in self._outputs.items():
+            found = pattern.search(line)
+            if found:
+                self.outputs[key] = found.group(1)
+        if self._success is not None and not self.matched_success:
+            self.matched_success = bool(self._success.search(line))
+        self._sink(line)
+
+
+def _judge(result: CommandResult | None, success: Success, watch: _OutputWatch,
+           timeout: float) -> str | None:
+    """Why this result is a failure, or None if it succeeded."""
+    if result is None:
+        return "did not run"
+    if result.timed_out:
+        return f"timed out after {timeout:g}s; the process was killed"
+    if result.cancelled:
+        return "cancelled; the process was killed"
+    if result.exit_code != success.exit_code:
+        last = _last_line(result.tail)
+        return f"exit code {result.exit_code} (expected {success.exit_code})" + (
+            f": {last}" if last else "")
+    if not watch.matched_success:
+        return f"output never matched {success.output_pattern!r}"
+    return None
+
+
+def _last_line(text: str, limit: int = 200) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""

@@ -1,0 +1,105 @@
+"""The deterministic planner: playbooks in the config match a request and fill a plan template.
+
+No LLM is needed. A playbook has regular expressions with named groups (``version``,
+``environment``...) and a plan template whose strings use ``{group}`` placeholders.
+The filled plan still goes through the same validation as any other plan.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agents.errors import NoPlanFound
+from agents.plan import Plan, PlannerInfo, RollbackStep, Step
+
+_PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
+
+
+class Playbook(BaseModel):
+    """A named request pattern and the plan it produces."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")
+    description: str = ""
+    match: list[str] = Field(min_length=1)
+    examples: list[str] = Field(default_factory=list)
+    defaults: dict[str, str] = Field(default_factory=dict)
+    goal: str
+    steps: list[Step] = Field(min_length=1)
+    rollback: list[RollbackStep] = Field(default_factory=list)
+
+    @field_validator("match")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regex: {exc}") from exc
+        return patterns
+
+    def groups_for(self, request: str) -> dict[str, str] | None:
+        """The named groups of the first pattern that matches ``request`` in full."""
+        for pattern in self.match:
+            found = re.fullmatch(pattern, request.strip(), flags=re.IGNORECASE)
+            if found:
+                values = dict(self.defaults)
+                values.update({k: v for k, v in found.groupdict().items() if v is not None})
+                return values
+        return None
+
+    def instantiate(self, values: dict[str, str], *, requested_by: str) -> Plan:
+        started = time.perf_counter()
+        body = {
+            "goal": _fill(self.goal, values),
+            "steps": [_fill(s.model_dump(exclude_none=True), values) for s in self.steps],
+            "rollback": [_fill(r.model_dump(), values) for r in self.rollback],
+        }
+        latency = (time.perf_counter() - started) * 1000
+        info = PlannerInfo(name=f"playbook {self.name}", latency_ms=latency)
+        return Plan.model_validate({**body, "requested_by": requested_by, "planner": info})
+
+
+class PlaybookPlanner:
+    """Plans a request with the first playbook that matches it."""
+
+    def __init__(self, playbooks: list[Playbook]):
+        self.playbooks = playbooks
+
+    def match(self, request: str) -> tuple[Playbook, dict[str, str]] | None:
+        for playbook in self.playbooks:
+            values = playbook.groups_for(request)
+            if values is not None:
+                return playbook, values
+        return None
+
+    def plan(self, request: str, *, requested_by: str) -> Plan:
+        """The plan for ``request``; NoPlanFound (listing what can be asked) if none matches."""
+        found = self.match(request)
+        if found is None:
+            raise NoPlanFound(self.help_text(request))
+        playbook, values = found
+        return playbook.instantiate(values, requested_by=requested_by)
+
+    def help_text(self, request: str) -> str:
+        lines = [f"I don't know how to plan {request.strip()!r}. I can do:"]
+        for playbook in self.playbooks:
+            example = playbook.examples[0] if playbook.examples else playbook.match[0]
+            lines.append(f"  • {example} — {playbook.description or playbook.name}")
+        return "\n".join(lines)
+
+
+def _fill(value: Any, values: dict[str, str]) -> Any:
+    """Replace ``{name}`` in every string of ``value`` (``${steps...}`` refs are left alone)."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+    if isinstance(value, dict):
+        return {k: _fill(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, values) for v in value]
+    return value

@@ -1,0 +1,90 @@
+"""Who may do what, in one place: approvers, approval rules, promotion order, locks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Approvers(BaseModel):
+    """People allowed to approve: Slack user ids and user-group ids (or terminal user names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    users: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+
+    def allows(self, user: str, user_groups: Iterable[str] = ()) -> bool:
+        if not self.users and not self.groups:
+            return True  # nobody listed: anyone may approve
+        return user in self.users or bool(set(user_groups) & set(self.groups))
+
+    def describe(self) -> str:
+        names = [f"<@{u}>" if u.startswith(("U", "W")) else u for u in self.users]
+        names += [f"<!subteam^{g}>" if g.startswith("S") else g for g in self.groups]
+        return ", ".join(names) or "anyone"
+
+
+class EnvPolicy(BaseModel):
+    """Rules for one environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approvers: Approvers = Field(default_factory=Approvers)
+    min_approvals: int = Field(default=1, ge=1, le=10)
+    self_approval: bool = True
+    confirm: bool = False
+    unattended: bool = False
+    approval_ttl: float = Field(default=3600.0, gt=0, description="seconds an approval stays valid")
+    lock: Literal["wait", "refuse"] = "refuse"
+
+
+class Policy(BaseModel):
+    """The team's deployment rules, loaded from the ``policy`` section of the config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    promotion: list[str] = Field(default_factory=list,
+                                 description="environments in the order changes must pass them")
+    require_rollback: bool = True
+    max_replans: int = Field(default=1, ge=0, le=5)
+    on_failure: Literal["finish", "cancel"] = "finish"
+    default: EnvPolicy = Field(default_factory=EnvPolicy)
+    environments: dict[str, EnvPolicy] = Field(default_factory=dict)
+
+    def for_env(self, environment: str) -> EnvPolicy:
+        return self.environments.get(environment, self.default)
+
+    def strictest(self, environments: Iterable[str]) -> EnvPolicy:
+        """The combined rule for a plan touching several environments."""
+        rules = [self.for_env(e) for e in environments] or [self.default]
+        return EnvPolicy(
+            min_approvals=max(r.min_approvals for r in rules),
+            self_approval=all(r.self_approval for r in rules),
+            confirm=any(r.confirm for r in rules),
+            unattended=all(r.unattended for r in rules),
+            approval_ttl=min(r.approval_ttl for r in rules),
+            lock="refuse" if any(r.lock == "refuse" for r in rules) else "wait",
+        )
+
+    def may_approve(self, user: str, user_groups: Iterable[str],
+                    environments: Iterable[str]) -> bool:
+        """Whether ``user`` is an allowed approver for every one of ``environments``."""
+        groups = list(user_groups)
+        envs = list(environments) or [""]
+        return all(self.for_env(e).approvers.allows(user, groups) for e in envs)
+
+    def approvers_text(self, environments: Iterable[str]) -> str:
+        """Who can approve, for a refusal message."""
+        parts = {f"{e}: {self.for_env(e).approvers.describe()}" for e in environments}
+        return "; ".join(sorted(parts)) or self.default.approvers.describe()
+
+    def previous_stage(self, environment: str) -> str | None:
+        """The environment a change must pass before ``environment``, if any."""
+        if environment in self.promotion:
+            index = self.promotion.index(environment)
+            return self.promotion[index - 1] if index > 0 else None
+        return None
+

@@ -1,0 +1,269 @@
+"""The run record: its state machine, per-step and per-host results, and the events that build it.
+
+The executor never edits a Run directly: it emits Events, and ``Run.apply`` folds each one
+into the record. The same events feed the terminal, Slack threads, the store and the audit log.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agents.errors import IllegalTransition
+
+
+class RunStatus(str, Enum):
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ROLLING_BACK = "rolling_back"
+    ROLLED_BACK = "rolled_back"
+    ROLLBACK_FAILED = "rollback_failed"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.ROLLED_BACK,
+                      RunStatus.ROLLBACK_FAILED, RunStatus.REJECTED, RunStatus.CANCELLED,
+                      RunStatus.EXPIRED, RunStatus.INTERRUPTED})
+
+_S = RunStatus
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    _S.AWAITING_APPROVAL: frozenset({_S.APPROVED, _S.REJECTED, _S.CANCELLED, _S.EXPIRED,
+                                     _S.AWAITING_APPROVAL}),
+    _S.APPROVED: frozenset({_S.QUEUED, _S.RUNNING, _S.CANCELLED}),
+    _S.QUEUED: frozenset({_S.RUNNING, _S.CANCELLED, _S.INTERRUPTED}),
+    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.ROLLING_BACK, _S.CANCELLED,
+                           _S.INTERRUPTED, _S.AWAITING_APPROVAL}),
+    _S.ROLLING_BACK: frozenset({_S.ROLLED_BACK, _S.ROLLBACK_FAILED, _S.CANCELLED,
+                                _S.INTERRUPTED}),
+}
+"""Allowed moves. RUNNING -> AWAITING_APPROVAL is a replan that needs a new approval."""
+
+
+def check_transition(current: RunStatus, new: RunStatus) -> None:
+    """Raise IllegalTransition unless ``current`` may move to ``new``."""
+    if new not in TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(f"a run that is {current.value} cannot become {new.value}")
+
+
+class StepStatus(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def done(self) -> bool:
+        return self not in (StepStatus.PENDING, StepStatus.RUNNING)
+
+
+class Phase(str, Enum):
+    PLAN = "plan"
+    ROLLBACK = "rollback"
+
+
+class EventKind(str, Enum):
+    RUN_STARTED = "run_started"
+    STEP_STARTED = "step_started"
+    HOST_STARTED = "host_started"
+    STEP_OUTPUT = "step_output"
+    STEP_RETRY = "step_retry"
+    HOST_FINISHED = "host_finished"
+    STEP_FINISHED = "step_finished"
+    ROLLBACK_STARTED = "rollback_started"
+    ROLLBACK_FINISHED = "rollback_finished"
+    RUN_FINISHED = "run_finished"
+
+
+class Event(BaseModel):
+    """Something that happened during a run. Events are facts: they are never edited."""
+
+    kind: EventKind
+    run_id: str
+    at: float = Field(default_factory=time.time)
+    phase: Phase = Phase.PLAN
+    step_id: str | None = None
+    host: str | None = None
+    status: str | None = None
+    exit_code: int | None = None
+    attempt: int = 0
+    line: str | None = None
+    tail: str | None = None
+    error: str | None = None
+    mutating: bool = False
+    outputs: dict[str, str] = Field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One human line for logs and audit."""
+        parts = [self.kind.value, self.step_id or "", self.host or "", self.status or ""]
+        text = " ".join(p for p in parts if p)
+        return f"{text}: {self.error}" if self.error else text
+
+
+class HostResult(BaseModel):
+    host: str
+    status: StepStatus = StepStatus.RUNNING
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    attempts: int = 0
+    tail: str = ""
+    error: str | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+
+class StepState(BaseModel):
+    id: str
+    status: StepStatus = StepStatus.PENDING
+    started_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 0
+    hosts: dict[str, HostResult] = Field(default_factory=dict)
+    outputs: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at or time.time()) - self.started_at
+
+
+class Approval(BaseModel):
+    user: str
+    at: float = Field(default_factory=time.time)
+    plan_version: int
+    plan_hash: str
+
+
+class Run(BaseModel):
+    """Everything known about one execution of one plan version."""
+
+    id: str = Field(default_factory=lambda: "run-" + secrets.token_hex(4))
+    plan_id: str
+    plan_version: int
+    plan_hash: str
+    goal: str = ""
+    environments: list[str] = Field(default_factory=list)
+    status: RunStatus = RunStatus.AWAITING_APPROVAL
+    requested_by: str = "unknown"
+    approvals: list[Approval] = Field(default_factory=list)
+    steps: dict[str, StepState] = Field(default_factory=dict)
+    rollback: dict[str, StepState] = Field(default_factory=dict)
+    changed_hosts: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    created_at: float = Field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    worker: str | None = None
+    plan_versions: list[int] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def for_plan(cls, plan: Any, **fields: Any) -> Run:
+        """A new run record for ``plan`` (an agents.plan.Plan) with every step pending."""
+        return cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
+                   goal=plan.goal, environments=plan.environments(),
+                   requested_by=plan.requested_by, plan_versions=[plan.version],
+                   steps={s.id: StepState(id=s.id) for s in plan.steps},
+                   rollback={r.id: StepState(id=r.id) for r in plan.rollback}, **fields)
+
+    def move(self, new: RunStatus) -> None:
+        """Change status, raising IllegalTransition if the state machine forbids it."""
+        check_transition(self.status, new)
+        self.status = new
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at or time.time()) - self.started_at
+
+    def states(self, phase: Phase) -> dict[str, StepState]:
+        return self.rollback if phase is Phase.ROLLBACK else self.steps
+
+    def apply(self, event: Event) -> None:
+        """Fold one executor event into this record."""
+        handler = _APPLY.get(event.kind)
+        if handler is not None:
+            handler(self, event)
+
+
+def _run_started(run: Run, ev: Event) -> None:
+    if run.status is not RunStatus.RUNNING:
+        run.move(RunStatus.RUNNING)
+    run.started_at = run.started_at or ev.at
+
+
+def _step_started(run: Run, ev: Event) -> None:
+    state = run.states(ev.phase).setdefault(ev.step_id or "", StepState(id=ev.step_id or ""))
+    state.status, state.started_at, state.error = StepStatus.RUNNING, ev.at, None
+    state.finished_at = None
+
+
+def _host_started(run: Run, ev: Event) -> None:
+    state = run.states(ev.phase)[ev.step_id or ""]
+    host = state.hosts.setdefault(ev.host or "", HostResult(host=ev.host or ""))
+    host.status, host.started_at, host.attempts = StepStatus.RUNNING, ev.at, ev.attempt
+    state.attempts = max(state.attempts, ev.attempt)
+    if ev.mutating and ev.host and ev.host not in run.changed_hosts:
+        run.changed_hosts.append(ev.host)
+
+
+def _host_finished(run: Run, ev: Event) -> None:
+    host = run.states(ev.phase)[ev.step_id or ""].hosts[ev.host or ""]
+    host.status = StepStatus(ev.status or "failed")
+    host.finished_at, host.exit_code = ev.at, ev.exit_code
+    host.tail, host.error = ev.tail or "", ev.error
+
+
+def _step_finished(run: Run, ev: Event) -> None:
+    state = run.states(ev.phase).setdefault(ev.step_id or "", StepState(id=ev.step_id or ""))
+    state.status = StepStatus(ev.status or "failed")
+    state.finished_at, state.error = ev.at, ev.error
+    state.outputs.update(ev.outputs)
+
+
+def _rollback_started(run: Run, ev: Event) -> None:
+    run.move(RunStatus.ROLLING_BACK)
+    run.reason = run.reason or ev.error
+
+
+def _run_finished(run: Run, ev: Event) -> None:
+    final = RunStatus(ev.status or "failed")
+    if run.status is not final:
+        run.move(final)
+    run.finished_at = ev.at
+    run.reason = run.reason or ev.error
+
+
+_APPLY = {
+    EventKind.RUN_STARTED: _run_started,
+    EventKind.STEP_STARTED: _step_started,
+    EventKind.HOST_STARTED: _host_started,
+    EventKind.HOST_FINISHED: _host_finished,
+    EventKind.STEP_FINISHED: _step_finished,
+    EventKind.ROLLBACK_STARTED: _rollback_started,
+    EventKind.RUN_FINISHED: _run_finished,
+}

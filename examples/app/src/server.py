@@ -1,0 +1,41 @@
+"""The sample app: a tiny HTTP server that reports the version it was released as.
+
+GET /version -> the release's VERSION file.  GET /health -> 200 "ok", or 500 for a
+release built as broken (versions ending in "-broken"), which is how the demo shows
+a bad release failing its smoke test.
+"""
+
+import argparse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+VERSION = (Path(__file__).parent / "VERSION").read_text().strip()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        if self.path == "/version":
+            self._reply(200, VERSION)
+        elif self.path == "/health":
+            healthy = not VERSION.endswith("-broken")
+            self._reply(200 if healthy else 500, "ok" if healthy else "database migration failed")
+        else:
+            self._reply(404, "not found")
+
+    def _reply(self, code, text):
+        body = (text + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()

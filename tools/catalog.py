@@ -1,0 +1,228 @@
+"""The tool catalog: what deckhand may run, loaded from tools.yml.
+
+A tool is a command template plus a parameter schema. What a tool may do (whether it
+mutates, how it is rolled back, where it runs) is decided here by the operator, never
+by a planner. Parameter values only reach a shell through :meth:`Catalog.render`, after
+schema validation, each one shell-quoted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+import string
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tools.errors import ParamError, UnknownTool
+
+ParamValue = str | int | bool
+
+# Control characters (newlines included) and Unicode line/paragraph separators are never
+# valid in a parameter, whatever the tool's own pattern says.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# A parameter may instead refer to an output of an earlier step: ${steps.build.artifact}
+OUTPUT_REF = re.compile(r"^\$\{steps\.([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\}$")
+NAME = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+class ParamType(str, Enum):
+    STRING = "string"
+    INTEGER = "integer"
+    BOOLEAN = "boolean"
+
+
+class ParamSpec(BaseModel):
+    """The schema of one tool parameter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: ParamType = ParamType.STRING
+    description: str = ""
+    required: bool = True
+    default: ParamValue | None = None
+    enum: list[str | int] | None = None
+    pattern: str | None = None
+    max_length: int = Field(default=200, ge=1, le=4000)
+    minimum: int | None = None
+    maximum: int | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"pattern is not a valid regular expression: {exc}") from exc
+        return value
+
+    def check(self, value: Any) -> str | None:
+        """Return why ``value`` breaks this schema, or None when it is valid."""
+        if self.type is ParamType.BOOLEAN:
+            return None if isinstance(value, bool) else "must be true or false"
+        if self.type is ParamType.INTEGER:
+            return self._check_integer(value)
+        return self._check_string(value)
+
+    def _check_integer(self, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {self.minimum}"
+        if self.maximum is not None and value > self.maximum:
+            return f"must be <= {self.maximum}"
+        if self.enum is not None and value not in self.enum:
+            return f"must be one of {self.enum}"
+        return None
+
+    def _check_string(self, value: Any) -> str | None:
+        if not isinstance(value, str):
+            return "must be a string"
+        if _CONTROL.search(value):
+            return "must not contain control characters or line breaks"
+        if len(value) > self.max_length:
+            return f"is longer than {self.max_length} characters"
+        if self.enum is not None and value not in self.enum:
+            return f"must be one of {', '.join(map(str, self.enum))}"
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            return f"{value!r} does not match the pattern {self.pattern}"
+        return None
+
+
+class Tool(BaseModel):
+    """One operation deckhand can run: a command template and what it is allowed to do."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME)
+    description: str = Field(min_length=1, max_length=500)
+    command: str = Field(min_length=1)
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    target: str = "local"
+    timeout: float = Field(default=300.0, gt=0, le=86400)
+    retries: int = Field(default=0, ge=0, le=10)
+    retry_backoff: float = Field(default=1.0, ge=0, le=600)
+    mutates: bool = False
+    idempotent: bool = False
+    rollback: str | None = None
+    outputs: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("target")
+    @classmethod
+    def _target_form(cls, value: str) -> str:
+        if value in ("local", "environment") or re.fullmatch(r"group:[\w.-]+", value):
+            return value
+        raise ValueError("target must be 'local', 'environment' or 'group:NAME'")
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_compile(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, pattern in value.items():
+            if not re.fullmatch(NAME, key):
+                raise ValueError(f"output name {key!r} must match {NAME}")
+            if re.compile(pattern).groups != 1:
+                raise ValueError(f"output {key!r}: pattern needs exactly one capture group")
+        return value
+
+    @model_validator(mode="after")
+    def _environment_param(self) -> Tool:
+        # A tool that runs on an environment's hosts is told which one by `environment`.
+        if self.target == "environment" and "environment" not in self.params:
+            self.params["environment"] = ParamSpec(description="environment to run on")
+        return self
+
+    @property
+    def placeholders(self) -> list[str]:
+        """Names used in the command template, e.g. ``version`` or ``host.dir``."""
+        return [f for _, f, _, _ in string.Formatter().parse(self.command) if f is not None]
+
+
+class Catalog:
+    """All tools by name, with parameter validation and safe command rendering."""
+
+    def __init__(self, tools: dict[str, Tool]):
+        self.tools = tools
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tools
+
+    def get(self, name: str) -> Tool:
+        """The tool called ``name``; UnknownTool (with a suggestion) if there is none."""
+        try:
+            return self.tools[name]
+        except KeyError:
+            raise UnknownTool(unknown_tool_message(name, list(self.tools))) from None
+
+    def param_problems(self, tool: Tool, params: dict[str, Any]) -> list[str]:
+        """Every way ``params`` breaks ``tool``'s schema (empty when valid).
+
+        Values of the form ``${steps.ID.OUTPUT}`` are accepted here; they are resolved
+        and checked against the schema when the step runs.
+        """
+        problems = [f"unknown parameter {k!r} for tool {tool.name}" for k in params
+                    if k not in tool.params]
+        for key, spec in tool.params.items():
+            if key not in params:
+                if spec.required and spec.default is None:
+                    problems.append(f"missing required parameter {key!r}")
+                continue
+            value = params[key]
+            if isinstance(value, str) and OUTPUT_REF.match(value):
+                continue
+            reason = spec.check(value)
+            if reason:
+                problems.append(f"parameter {key!r} {reason}")
+        return problems
+
+    def with_defaults(self, tool: Tool, params: dict[str, Any]) -> dict[str, ParamValue]:
+        """``params`` plus the tool's defaults for anything left out."""
+        full = {k: s.default for k, s in tool.params.items() if s.default is not None}
+        full.update(params)
+        return full
+
+    def render(self, tool: Tool, params: dict[str, Any], *, host_vars: dict[str, Any],
+               config_vars: dict[str, Any]) -> str:
+        """The shell command for one invocation, every substituted value shell-quoted.
+
+        Raises ParamError if a parameter is invalid or a placeholder has no value.
+        """
+        full = self.with_defaults(tool, params)
+        problems = self.param_problems(tool, full)
+        if problems:
+            raise ParamError(f"tool {tool.name}: " + "; ".join(problems))
+        scopes = {"host": host_vars, "vars": config_vars}
+        out: list[str] = []
+        for literal, field, _, _ in string.Formatter().parse(tool.command):
+            out.append(literal)
+            if field is not None:
+                out.append(quote(_lookup(field, full, scopes, tool.name)))
+        return "".join(out)
+
+
+def quote(value: Any) -> str:
+    """Shell-quote one value; booleans become ``true``/``false``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return shlex.quote(str(value))
+
+
+def unknown_tool_message(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown tool {name!r}.{hint} Known tools: {', '.join(sorted(known))}"
+
+
+def _lookup(field: str, params: dict[str, Any], scopes: dict[str, dict[str, Any]],
+            tool: str) -> Any:
+    scope, _, key = field.partition(".")
+    if key and scope in scopes:
+        if key in scopes[scope]:
+            return scopes[scope][key]
+        raise ParamError(f"tool {tool}: template needs {{{field}}} but it is not set")
+    if field in params:
+        return params[field]
+    raise ParamError(f"tool {tool}: template needs {{{field}}} but it has no value")

@@ -1,0 +1,84 @@
+"""Errors raised by the tools layer (catalog, inventory, runners).
+
+Every error a user can see carries a message that says what went wrong and what to do.
+Library exceptions (paramiko, socket, subprocess, yaml) are translated into these at the
+border, always with ``raise ... from exc``.
+
+    DeckhandError
+    ├── ConfigError            a config file is unreadable or invalid (carries every problem)
+    └── ToolError
+        ├── UnknownTool        a plan names a tool the catalog does not have
+        ├── ParamError         a parameter breaks its tool's schema
+        └── RunnerError        a command could not be run to completion
+            ├── CommandTimeout its deadline passed; the process was killed
+            └── SSHError
+                ├── SSHConnectError   refused, timed out, unreachable, dropped
+                ├── SSHAuthError      the server refused our key
+                └── HostKeyError      unknown or changed host key: refused
+
+``agents.errors`` extends this tree with plan, planner and store errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DeckhandError(Exception):
+    """Base of every error deckhand raises on purpose. ``str(err)`` is fit for a user."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a config or plan, and where it is."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class ConfigError(DeckhandError):
+    """A config file could not be loaded. Lists every problem found, not just the first."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid config ({len(problems)} problem(s)):\n{lines}")
+
+
+class ToolError(DeckhandError):
+    """Something about a tool or running it went wrong."""
+
+
+class UnknownTool(ToolError):
+    """A plan names a tool that tools.yml does not define."""
+
+
+class ParamError(ToolError):
+    """A parameter value breaks the tool's parameter schema."""
+
+
+class RunnerError(ToolError):
+    """A command could not be run to completion on its host."""
+
+
+class CommandTimeout(RunnerError):
+    """The command ran past its deadline and was killed."""
+
+
+class SSHError(RunnerError):
+    """Base of SSH failures; the message names the host."""
+
+
+class SSHConnectError(SSHError):
+    """The host could not be reached, refused us, or dropped the connection."""
+
+
+class SSHAuthError(SSHError):
+    """The host refused our credentials."""
+
+
+class HostKeyError(SSHError):
+    """The host's key is unknown or differs from known_hosts; we refuse to talk to it."""

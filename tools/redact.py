@@ -1,0 +1,52 @@
+"""The one redaction function every output passes through before it is stored, logged or posted."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+MASK = "[REDACTED]"
+
+# (pattern, replacement): labels such as "password=" are kept, only the value is masked.
+_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+                re.S), MASK),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), MASK),        # Slack tokens
+    (re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"), MASK),                # Slack app-level tokens
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), MASK),                # OpenAI-style keys
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), MASK),           # GitHub tokens
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),                   # AWS access key ids
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
+    (re.compile(r"(?i)([\w.-]*(?:password|passwd|secret|token|api[_-]?key)[\w.-]*\s*[=:]\s*)"
+                r"(?:\"[^\"]*\"|'[^']*'|\S+)"), r"\1" + MASK),
+    (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), r"\1" + MASK + "@"),  # user:password@ in URLs
+]
+
+# Environment variables whose values are secrets wherever they show up.
+SECRET_ENV = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "OPENAI_API_KEY",
+              "REDIS_URL", "DECKHAND_SECRETS")
+
+
+class Redactor:
+    """Masks known secret values and anything shaped like a credential."""
+
+    def __init__(self, secrets: Iterable[str] = ()):
+        self._values = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+
+    @classmethod
+    def from_env(cls, extra: Iterable[str] = ()) -> Redactor:
+        values = [os.environ.get(name, "") for name in SECRET_ENV]
+        values += os.environ.get("DECKHAND_SECRETS", "").split(",")
+        return cls([*values, *extra])
+
+    def __call__(self, text: str) -> str:
+        for value in self._values:
+            text = text.replace(value, MASK)
+        for pattern, replacement in _RULES:
+            text = pattern.sub(replacement, text)
+        return text
+
+
+redact = Redactor.from_env()
+"""Default redactor built from the process environment."""

@@ -1,0 +1,138 @@
+"""The one interface every runner (local subprocess, SSH) implements, and its helpers."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+OutputSink = Callable[[str], None]
+"""Receives each complete line of output (without its newline) as it arrives."""
+
+TAIL_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How one command ended. ``exit_code`` is None when it was killed."""
+
+    exit_code: int | None
+    tail: str
+    duration: float
+    timed_out: bool = False
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.cancelled
+
+
+class CancelToken:
+    """A cancellation flag that also runs callbacks, so a waiting runner can kill its process.
+
+    Callbacks added after cancellation run at once. Tokens can be chained: cancelling a
+    parent cancels its children.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self.reason = ""
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.reason = reason
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` on cancellation; returns a function that unregisters it."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._remove(callback)
+        callback()
+        return lambda: None
+
+    def child(self) -> CancelToken:
+        token = CancelToken()
+        self.on_cancel(lambda: token.cancel(self.reason))
+        return token
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if cancelled meanwhile (used for retry backoff)."""
+        return self._event.wait(seconds)
+
+    def _remove(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
+class OutputCollector:
+    """Turns raw output chunks into lines for a sink and keeps a bounded tail.
+
+    Thread-safe: stdout and stderr readers may feed it at the same time.
+    """
+
+    def __init__(self, sink: OutputSink | None, tail_bytes: int = TAIL_BYTES):
+        self._sink = sink
+        self._tail: deque[str] = deque()
+        self._tail_len = 0
+        self._tail_bytes = tail_bytes
+        self._partial: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def feed(self, chunk: bytes, stream: str = "stdout") -> None:
+        text = chunk.decode("utf-8", errors="replace")
+        with self._lock:
+            self._remember(text)
+            lines = (self._partial.pop(stream, "") + text).split("\n")
+            self._partial[stream] = lines.pop()
+        self._emit(lines)
+
+    def close(self) -> None:
+        with self._lock:
+            rest = [p for p in self._partial.values() if p]
+            self._partial.clear()
+        self._emit(rest)
+
+    def tail(self) -> str:
+        with self._lock:
+            text = "".join(self._tail)
+        return text[-self._tail_bytes:]
+
+    def _remember(self, text: str) -> None:
+        self._tail.append(text)
+        self._tail_len += len(text)
+        while self._tail_len - len(self._tail[0]) >= self._tail_bytes:
+            self._tail_len -= len(self._tail.popleft())
+
+    def _emit(self, lines: list[str]) -> None:
+        if self._sink is not None:
+            for line in lines:
+                self._sink(line.rstrip("\r"))
+
+
+class Runner(Protocol):
+    """Runs one shell command on one host."""
+
+    def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
+            cancel: CancelToken | None = None) -> CommandResult:
+        """Run ``command`` to completion, its deadline, or cancellation.
+
+        Never raises for a command that ran and failed; raises RunnerError when the
+        command could not be run at all (host unreachable, auth refused...).
+        """
+        ...

@@ -1,0 +1,70 @@
+"""YAML loading that remembers the line of every node, so problems can name a location."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.errors import ConfigError, Problem
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass
+class Located:
+    """Parsed YAML data plus the line number of every mapping key and list item."""
+
+    data: Any
+    source: str
+    lines: dict[PathKey, int] = field(default_factory=dict)
+
+    def where(self, path: Iterable[str | int]) -> str:
+        """``file:line path.to.node`` for the deepest known prefix of ``path``."""
+        parts = tuple(path)
+        for cut in range(len(parts), -1, -1):
+            line = self.lines.get(parts[:cut])
+            if line is not None:
+                dotted = ".".join(str(p) for p in parts)
+                return f"{self.source}:{line} {dotted}".rstrip()
+        return self.source
+
+
+def load_yaml(text: str, source: str) -> Located:
+    """Parse ``text``; a syntax error becomes a ConfigError naming the line."""
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([Problem(where, f"invalid YAML: {problem}")]) from exc
+    located = Located(data=data, source=source)
+    if node is not None:
+        _record_lines(node, (), located.lines)
+    return located
+
+
+def load_yaml_file(path: Path) -> Located:
+    """Read and parse a YAML file; a missing or unreadable file is a ConfigError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([Problem(str(path), f"cannot read file: {exc.strerror}")]) from exc
+    return load_yaml(text, str(path))
+
+
+def _record_lines(node: yaml.Node, path: PathKey, out: dict[PathKey, int]) -> None:
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            child = (*path, str(key_node.value))
+            out[child] = key_node.start_mark.line + 1
+            _record_lines(value_node, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, (*path, index), out)
