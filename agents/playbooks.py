@@ -86,6 +86,11 @@ class PlaybookPlanner:
         playbook, values = found
         return playbook.instantiate(values, requested_by=requested_by)
 
+    def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
+        """Playbooks cannot follow free-text instructions; say what works instead."""
+        raise NoPlanFound("changing a plan with an instruction needs the LLM planner "
+                          "(set OPENAI_API_KEY); edit the plan as YAML instead")
+
     def help_text(self, request: str) -> str:
         lines = [f"I don't know how to plan {request.strip()!r}. I can do:"]
         for playbook in self.playbooks:

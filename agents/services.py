@@ -1,0 +1,61 @@
+"""The typed bundle of services every front end (terminal, Slack, worker) is handed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agents.config import Config
+from agents.executor import Executor, ExecutorDeps
+from agents.plan import Plan, validate_plan
+from agents.playbooks import PlaybookPlanner
+from agents.settings import Settings
+from tools.redact import Redactor
+from tools.runners import RunnerPool
+
+
+class Planner(Protocol):
+    """Turns a request into a plan, or a plan plus an instruction into a new version."""
+
+    def plan(self, request: str, *, requested_by: str) -> Plan: ...
+
+    def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan: ...
+
+
+@dataclass
+class Services:
+    """Everything the front ends need, passed explicitly (no module globals)."""
+
+    config: Config
+    settings: Settings
+    planner: Planner
+    executor: Executor
+    runners: RunnerPool
+    redact: Redactor
+    clock: Callable[[], float] = field(default=time.time)
+
+    def make_plan(self, request: str, *, requested_by: str) -> Plan:
+        """Plan ``request`` and validate the result; raises PlanError subclasses."""
+        plan = self.planner.plan(request, requested_by=requested_by)
+        self.check(plan)
+        return plan
+
+    def check(self, plan: Plan) -> None:
+        """Raise PlanInvalid unless ``plan`` passes every rule."""
+        validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
+
+    def close(self) -> None:
+        self.runners.close()
+
+
+def build_services(config: Config, settings: Settings | None = None) -> Services:
+    """Wire the default services for ``config``."""
+    settings = settings or Settings()
+    redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
+    runners = RunnerPool(known_hosts=config.inventory.known_hosts)
+    deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact)
+    executor = Executor(deps, on_failure=config.policy.on_failure)
+    planner = PlaybookPlanner(config.playbooks)
+    return Services(config, settings, planner, executor, runners, redact)

@@ -1,0 +1,37 @@
+"""Process settings from the environment, validated once at the edge.
+
+Only what differs between deployments lives here (endpoints, credentials, the config path).
+What the team decides (tools, hosts, policy, playbooks) lives in the config file.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Environment settings. Secrets are SecretStr so they never print by accident."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    config_path: str = Field(default="examples/deckhand.yml", alias="DECKHAND_CONFIG")
+    redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
+    worker_name: str | None = Field(default=None, alias="DECKHAND_WORKER")
+
+    openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
+    openai_model: str = Field(default="gpt-4o-mini", alias="OPENAI_MODEL")
+    openai_timeout: float = Field(default=60.0, alias="OPENAI_TIMEOUT")
+
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    http_port: int = Field(default=3000, alias="PORT")
+
+    def secret_values(self) -> list[str]:
+        """Every secret value, for the redactor."""
+        fields = (self.redis_url, self.openai_api_key, self.slack_bot_token,
+                  self.slack_app_token, self.slack_signing_secret)
+        return [f.get_secret_value() for f in fields if f is not None]
