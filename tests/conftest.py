@@ -1,0 +1,5 @@
+"""Shared fixtures. Each fixture module under tests/fixtures/ is registered here."""
+
+pytest_plugins = [
+    "tests.fixtures.sample",
+]
