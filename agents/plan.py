@@ -163,7 +163,8 @@ class PlanChecker:
         out = []
         for step in [*self.plan.steps, *self.plan.rollback]:
             if step.tool not in self.catalog:
-                out.append(f"step {step.id}: {unknown_tool_message(step.tool, list(self.catalog.tools))}")
+                known = list(self.catalog.tools)
+                out.append(f"step {step.id}: {unknown_tool_message(step.tool, known)}")
                 continue
             tool = self.catalog.get(step.tool)
             out += [f"step {step.id}: {p}" for p in self.catalog.param_problems(tool, step.params)]
@@ -252,3 +253,15 @@ class PlanChecker:
                 out.append(f"step {step.id}: changes {env} without first passing {previous} in "
                            f"this plan (promotion order: {' -> '.join(self.policy.promotion)})")
         return out
+
+
+def is_read_only(plan: Plan, catalog: Catalog) -> bool:
+    """Whether ``plan`` is one read-only tool call (e.g. status): no approval needed.
+
+    The over-planning guard: front ends may run such a plan at once. A plan of several
+    steps, or with any step whose tool changes hosts (or is unknown), is not.
+    """
+    if len(plan.steps) != 1 or plan.rollback:
+        return False
+    tool = catalog.tools.get(plan.steps[0].tool)
+    return tool is not None and not tool.mutates

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from agents.errors import IllegalTransition
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     APPROVED = "approved"
     QUEUED = "queued"
@@ -60,7 +60,7 @@ def check_transition(current: RunStatus, new: RunStatus) -> None:
         raise IllegalTransition(f"a run that is {current.value} cannot become {new.value}")
 
 
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -73,12 +73,12 @@ class StepStatus(str, Enum):
         return self not in (StepStatus.PENDING, StepStatus.RUNNING)
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     PLAN = "plan"
     ROLLBACK = "rollback"
 
 
-class EventKind(str, Enum):
+class EventKind(StrEnum):
     RUN_STARTED = "run_started"
     STEP_STARTED = "step_started"
     HOST_STARTED = "host_started"

@@ -12,7 +12,7 @@ import difflib
 import re
 import shlex
 import string
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -29,7 +29,7 @@ OUTPUT_REF = re.compile(r"^\$\{steps\.([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\}$")
 NAME = r"^[a-z][a-z0-9_]{0,62}$"
 
 
-class ParamType(str, Enum):
+class ParamType(StrEnum):
     STRING = "string"
     INTEGER = "integer"
     BOOLEAN = "boolean"
@@ -88,7 +88,8 @@ class ParamSpec(BaseModel):
             return f"is longer than {self.max_length} characters"
         if self.enum is not None and value not in self.enum:
             return f"must be one of {', '.join(map(str, self.enum))}"
-        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+        # re.ASCII: \d and \w must not accept look-alike digits and letters from other scripts
+        if self.pattern is not None and not re.fullmatch(self.pattern, value, re.ASCII):
             return f"{value!r} does not match the pattern {self.pattern}"
         return None
 

@@ -14,12 +14,17 @@ except OSError as e:
 PY
 }
 
+alive() {  # alive PID — running, and not a zombie waiting to be reaped
+  state=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != "Z" ]
+}
+
 stop_server() {  # stop_server HOST_DIR
   pidfile="$1/server.pid"
   if [ -f "$pidfile" ]; then
     pid=$(cat "$pidfile")
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.05; done
     rm -f "$pidfile"
   fi
 }

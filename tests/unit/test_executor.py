@@ -1,0 +1,176 @@
+import threading
+from pathlib import Path
+
+from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from tests.fixtures.builders import make_config, make_executor, make_plan
+from tools.runner import CancelToken
+
+# Two steps that can only both succeed if they run at the same time: each announces it
+# started, then waits (bounded) for the other's announcement.
+RENDEZVOUS = ("touch {me}; for i in $(seq 1 200); do [ -e {other} ] && exit 0; "
+              "sleep 0.02; done; exit 1")
+
+
+def sh(step_id: str, script: str, **extra) -> dict:
+    return {"id": step_id, "tool": "sh", "params": {"script": script}, **extra}
+
+
+def test_independent_steps_overlap(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    plan = make_plan([sh("a", RENDEZVOUS.format(me=a, other=b)),
+                      sh("b", RENDEZVOUS.format(me=b, other=a)),
+                      sh("after", "true", depends_on=["a", "b"])])
+    run = make_executor(make_config(tmp_path)).execute(plan)
+    assert run.status is RunStatus.SUCCEEDED
+    sa, sb, after = run.steps["a"], run.steps["b"], run.steps["after"]
+    assert sa.started_at < sb.finished_at and sb.started_at < sa.finished_at  # overlapped
+    assert after.started_at >= max(sa.finished_at, sb.finished_at)
+
+
+def test_max_parallel_one_serialises(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    plan = make_plan([sh("a", RENDEZVOUS.format(me=a, other=b)),
+                      sh("b", RENDEZVOUS.format(me=b, other=a))])
+    config = make_config(tmp_path, tools=SHORT_RENDEZVOUS_TOOLS)
+    run = make_executor(config, max_parallel=1).execute(plan)
+    assert run.status is RunStatus.FAILED  # the first waits for a partner that never starts
+
+
+SHORT_RENDEZVOUS_TOOLS = """
+tools:
+  sh:
+    description: shell snippet, short deadline
+    command: "sh -c {script}"
+    params: {script: {type: string, max_length: 4000}}
+    timeout: 1
+"""
+
+
+def test_failure_skips_dependents_and_rolls_back_in_order(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan(
+        [{"id": "stage", "tool": "change", "params": {"environment": "staging", "label": "s"}},
+         {"id": "prod", "tool": "change", "depends_on": ["stage"],
+          "params": {"environment": "production", "label": "p", "script": "exit 7"}},
+         {"id": "notify", "tool": "log", "params": {"line": "done"}, "depends_on": ["prod"]}],
+        rollback=[{"id": "undo_prod", "tool": "undo", "params": {"environment": "production"}},
+                  {"id": "undo_stage", "tool": "undo", "params": {"environment": "staging"}},
+                  {"id": "tell", "tool": "log", "params": {"line": "rolled back"}}])
+    events: list[Event] = []
+    run = make_executor(config).execute(plan, listeners=[lambda e, r: events.append(e)])
+    assert run.status is RunStatus.ROLLED_BACK
+    assert run.steps["prod"].status is StepStatus.FAILED
+    assert "exit code 7" in (run.steps["prod"].error or "")
+    assert run.steps["notify"].status is StepStatus.SKIPPED
+    # production rolls out one host per batch: web-2 failed, so web-3 was never changed
+    assert run.changed_hosts == ["web-1", "web-2"]
+    log = (tmp_path / "log.txt").read_text().splitlines()
+    assert log == ["undo web-2", "undo web-1", "rolled back"]
+    assert not (tmp_path / "web-3").exists()
+    kinds = [e.kind for e in events if e.kind is not EventKind.STEP_OUTPUT]
+    assert kinds.index(EventKind.ROLLBACK_STARTED) < kinds.index(EventKind.RUN_FINISHED)
+
+
+def test_retries_until_success(tmp_path: Path) -> None:
+    counter = tmp_path / "n"
+    plan = make_plan([{"id": "f", "tool": "flaky",
+                       "params": {"counter": str(counter), "succeed_on": 3}}])
+    run = make_executor(make_config(tmp_path)).execute(plan)
+    assert run.status is RunStatus.SUCCEEDED
+    assert counter.read_text().strip() == "3"
+    assert run.steps["f"].hosts["local"].attempts == 3
+
+
+def test_retries_exhausted_fails(tmp_path: Path) -> None:
+    plan = make_plan([{"id": "f", "tool": "flaky",
+                       "params": {"counter": str(tmp_path / "n"), "succeed_on": 99}}])
+    run = make_executor(make_config(tmp_path)).execute(plan)
+    assert run.status is RunStatus.FAILED and run.steps["f"].hosts["local"].attempts == 4
+
+
+def test_hanging_step_times_out_and_is_recorded(tmp_path: Path) -> None:
+    plan = make_plan([{"id": "hang", "tool": "sh_fast_timeout", "params": {"script": "sleep 600"}}])
+    run = make_executor(make_config(tmp_path)).execute(plan)
+    assert run.status is RunStatus.FAILED
+    assert "timed out after 0.5s" in (run.steps["hang"].error or "")
+
+
+def test_injection_attempts_stay_inert(tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    attempts = [f"x; touch {target}", f"$(touch {target})", f"`touch {target}`",
+                f"x' ; touch '{target}", f"x\" && touch \"{target}"]
+    plan = make_plan([{"id": f"l{i}", "tool": "log", "params": {"line": a}}
+                      for i, a in enumerate(attempts)])
+    run = make_executor(make_config(tmp_path)).execute(plan)
+    assert run.status is RunStatus.SUCCEEDED
+    assert not target.exists()
+    assert sorted((tmp_path / "log.txt").read_text().splitlines()) == sorted(attempts)
+
+
+def test_outputs_flow_into_later_steps(tmp_path: Path) -> None:
+    tools = """
+    tools:
+      build:
+        description: prints an artifact
+        command: "echo artifact=/srv/app-1.tgz"
+        outputs: {artifact: '^artifact=(\\S+)$'}
+      use:
+        description: writes the artifact path
+        command: "echo {artifact} > {vars.out}"
+        params: {artifact: {type: string, pattern: '^/[\\w./-]+$'}}
+    vars: {out: "{config_dir}/out.txt"}
+    """
+    config = make_config(tmp_path, tools=tools)
+    plan = make_plan([{"id": "b", "tool": "build"},
+                      {"id": "u", "tool": "use", "params": {"artifact": "${steps.b.artifact}"},
+                       "depends_on": ["b"]}])
+    run = make_executor(config).execute(plan)
+    assert run.status is RunStatus.SUCCEEDED
+    assert (tmp_path / "out.txt").read_text().strip() == "/srv/app-1.tgz"
+
+
+def test_cancel_stops_running_steps_then_rolls_back(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    marker = tmp_path / "started"
+    plan = make_plan(
+        [{"id": "stage", "tool": "change", "params": {
+            "environment": "staging", "label": "s", "script": f"touch {marker}; sleep 300"}},
+         {"id": "next", "tool": "log", "params": {"line": "never"}, "depends_on": ["stage"]}],
+        rollback=[{"id": "undo_stage", "tool": "undo", "params": {"environment": "staging"}}])
+    token = CancelToken()
+
+    def cancel_when_started(event: Event, run: Run) -> None:
+        if event.kind is EventKind.HOST_STARTED and event.phase is Phase.PLAN:
+            threading.Thread(target=_cancel_after_marker, args=(marker, token)).start()
+
+    run = make_executor(config).execute(plan, cancel=token, listeners=[cancel_when_started])
+    assert run.status is RunStatus.CANCELLED
+    assert run.steps["stage"].status is StepStatus.CANCELLED
+    assert run.steps["next"].status is StepStatus.SKIPPED
+    assert run.rollback["undo_stage"].status is StepStatus.SUCCEEDED
+
+
+def _cancel_after_marker(marker: Path, token: CancelToken) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    token.cancel("user pressed cancel")
+
+
+def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan([{"id": "a", "tool": "log", "params": {"line": "a"}},
+                      {"id": "b", "tool": "log", "params": {"line": "b"}, "depends_on": ["a"]}])
+    run = Run.for_plan(plan, status=RunStatus.RUNNING)
+    run.steps["a"].status = StepStatus.SUCCEEDED
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.SUCCEEDED
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["b"]
+
+    run = Run.for_plan(plan, status=RunStatus.RUNNING)
+    run.steps["a"].status = StepStatus.RUNNING  # its worker died mid-step; log is not idempotent
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.FAILED
+    assert "not idempotent" in (resumed.steps["a"].error or "")
