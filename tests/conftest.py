@@ -2,4 +2,5 @@
 
 pytest_plugins = [
     "tests.fixtures.sample",
+    "tests.fixtures.openai_standin",
 ]
