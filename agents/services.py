@@ -10,7 +10,7 @@ from typing import Protocol
 from agents.config import Config
 from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan, validate_plan
-from agents.playbooks import PlaybookPlanner
+from agents.planner import build_planner
 from agents.settings import Settings
 from tools.redact import Redactor
 from tools.runners import RunnerPool
@@ -57,5 +57,5 @@ def build_services(config: Config, settings: Settings | None = None) -> Services
     runners = RunnerPool(known_hosts=config.inventory.known_hosts)
     deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact)
     executor = Executor(deps, on_failure=config.policy.on_failure)
-    planner = PlaybookPlanner(config.playbooks)
+    planner = build_planner(config, settings)
     return Services(config, settings, planner, executor, runners, redact)
