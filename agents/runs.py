@@ -45,7 +45,7 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     _S.AWAITING_APPROVAL: frozenset({_S.APPROVED, _S.REJECTED, _S.CANCELLED, _S.EXPIRED,
                                      _S.AWAITING_APPROVAL}),
     _S.APPROVED: frozenset({_S.QUEUED, _S.RUNNING, _S.CANCELLED}),
-    _S.QUEUED: frozenset({_S.RUNNING, _S.CANCELLED, _S.INTERRUPTED}),
+    _S.QUEUED: frozenset({_S.RUNNING, _S.CANCELLED, _S.INTERRUPTED, _S.FAILED}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.ROLLING_BACK, _S.CANCELLED,
                            _S.INTERRUPTED, _S.AWAITING_APPROVAL}),
     _S.ROLLING_BACK: frozenset({_S.ROLLED_BACK, _S.ROLLBACK_FAILED, _S.CANCELLED,

@@ -12,6 +12,7 @@ from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan, validate_plan
 from agents.planner import build_planner
 from agents.settings import Settings
+from agents.store import Store
 from tools.redact import Redactor
 from tools.runners import RunnerPool
 
@@ -34,6 +35,7 @@ class Services:
     executor: Executor
     runners: RunnerPool
     redact: Redactor
+    store: Store
     clock: Callable[[], float] = field(default=time.time)
 
     def make_plan(self, request: str, *, requested_by: str) -> Plan:
@@ -50,12 +52,16 @@ class Services:
         self.runners.close()
 
 
-def build_services(config: Config, settings: Settings | None = None) -> Services:
-    """Wire the default services for ``config``."""
+def build_services(config: Config, settings: Settings | None = None, *,
+                   store: Store | None = None) -> Services:
+    """Wire the default services for ``config`` (the store: REDIS_URL, else in-process)."""
     settings = settings or Settings()
+    if store is None:
+        url = settings.redis_url.get_secret_value() if settings.redis_url else None
+        store = Store.connect(url)
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     runners = RunnerPool(known_hosts=config.inventory.known_hosts)
     deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact)
     executor = Executor(deps, on_failure=config.policy.on_failure)
     planner = build_planner(config, settings)
-    return Services(config, settings, planner, executor, runners, redact)
+    return Services(config, settings, planner, executor, runners, redact, store)

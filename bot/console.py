@@ -20,12 +20,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.prompt import Prompt
 
-from agents.errors import PlanInvalid
+from agents.errors import ApprovalRefused, PlanInvalid
 from agents.plan import Plan
-from agents.runs import Approval, Event, Run, RunStatus
+from agents.policy import approvals_needed
+from agents.runs import Event, Run, RunStatus
 from agents.services import Services
+from agents.worker import Worker
 from bot.render import plan_table, status_table, summary
-from tools.runner import CancelToken
 
 Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
@@ -49,15 +50,21 @@ class ConsoleFlow:
         self.ask = ask or self._prompt_decision
 
     def handle(self, request: str, *, yes: bool = False) -> Run | None:
-        """Plan ``request``, get it approved, run it. None if the user rejected it."""
+        """Plan ``request``, get it approved, run it. None if it was rejected or refused."""
         plan = self.services.make_plan(request, requested_by=self.user)
-        plan = self.approve(plan, yes=yes)
-        if plan is None:
+        store = self.services.store
+        store.save_plan(plan)
+        run = store.create_run(Run.for_plan(plan))
+        store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request)
+        approved = self.approve(plan, yes=yes, run_id=run.id)
+        if approved is None:
+            store.transition(run.id, RunStatus.REJECTED, reason=f"rejected by {self.user}")
+            store.audit("rejected", actor=self.user, run_id=run.id, plan_id=plan.id)
             self.console.print("[yellow]Rejected — nothing was run.[/]")
             return None
-        return self.execute(plan)
+        return self._approve_and_execute(approved, run.id)
 
-    def approve(self, plan: Plan, *, yes: bool) -> Plan | None:
+    def approve(self, plan: Plan, *, yes: bool, run_id: str | None = None) -> Plan | None:
         """Show the plan and loop on Modify until it is approved (or rejected)."""
         while True:
             self.console.print(plan_table(plan))
@@ -68,7 +75,13 @@ class ConsoleFlow:
                 return plan
             if decision is Decision.REJECT:
                 return None
-            plan = self.modify(plan)
+            revised = self.modify(plan)
+            if revised is not plan and run_id is not None:
+                self.services.store.save_plan(revised)
+                self.services.store.revise(run_id, revised)
+                self.services.store.audit("modified", actor=self.user, run_id=run_id,
+                                          plan_id=plan.id, version=revised.version)
+            plan = revised
 
     def modify(self, plan: Plan) -> Plan:
         """Let the user edit the plan as YAML; invalid edits are shown and the old plan kept."""
@@ -85,35 +98,54 @@ class ConsoleFlow:
         self.console.print(f"[green]Plan updated to version {revised.version}.[/]")
         return revised
 
-    def execute(self, plan: Plan) -> Run:
-        """Run an approved plan with a live status table; Ctrl-C cancels (and rolls back)."""
-        run = Run.for_plan(plan, status=RunStatus.APPROVED)
-        run.approvals.append(Approval(user=self.user, plan_version=plan.version,
-                                      plan_hash=plan.hash))
-        cancel = CancelToken()
-        with Live(status_table(plan, run), console=self.console, refresh_per_second=8) as live:
+    def _approve_and_execute(self, plan: Plan, run_id: str) -> Run | None:
+        store = self.services.store
+        try:
+            run = store.approve(run_id, user=self.user, plan_version=plan.version,
+                                plan_hash=plan.hash, policy=self.services.config.policy)
+        except ApprovalRefused as exc:
+            self.console.print(f"[red]Approval refused:[/] {exc}")
+            return None
+        store.audit("approved", actor=self.user, run_id=run_id, plan_id=plan.id,
+                    version=plan.version)
+        if run.status is RunStatus.AWAITING_APPROVAL:
+            needed = approvals_needed(run, self.services.config.policy)
+            self.console.print(f"[yellow]Approved by you; {needed} more approval(s) needed "
+                               f"before run {run_id} starts.[/]")
+            return run
+        return self.execute(plan, run_id)
+
+    def execute(self, plan: Plan, run_id: str) -> Run:
+        """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls back)."""
+        worker = Worker(self.services, self.services.store, name=f"console-{os.getpid()}")
+        initial = self.services.store.run(run_id)
+        with Live(status_table(plan, initial), console=self.console,
+                  refresh_per_second=8) as live:
             def on_event(event: Event, current: Run) -> None:
                 live.update(status_table(plan, current))
 
-            result = self._run_interruptibly(plan, run, cancel, on_event)
-        self.console.print(summary(plan, result))
-        return result
+            result = self._run_interruptibly(worker, run_id, on_event)
+        final = result or self.services.store.run(run_id)
+        if result is None:
+            self.console.print(f"Run {run_id} was picked up by worker {final.worker}; follow it "
+                               f"with `deckhand runs show {run_id}`.")
+        self.console.print(summary(plan, final))
+        return final
 
-    def _run_interruptibly(self, plan: Plan, run: Run, cancel: CancelToken,
-                           listener: Callable[[Event, Run], None]) -> Run:
-        box: dict[str, Run] = {}
-        worker = threading.Thread(target=lambda: box.setdefault(
-            "run", self.services.executor.execute(plan, run, cancel=cancel,
-                                                  listeners=[listener])), daemon=True)
-        worker.start()
-        while worker.is_alive():
+    def _run_interruptibly(self, worker: Worker, run_id: str,
+                           listener: Callable[[Event, Run], None]) -> Run | None:
+        box: dict[str, Run | None] = {}
+        thread = threading.Thread(target=lambda: box.setdefault(
+            "run", worker.process(run_id, listeners=[listener])), daemon=True)
+        thread.start()
+        while thread.is_alive():
             try:
-                worker.join(0.2)
+                thread.join(0.2)
             except KeyboardInterrupt:
-                cancel.cancel(f"interrupted by {self.user} from the terminal")
+                self.services.store.request_cancel(run_id, user=self.user)
                 self.console.print("[magenta]Cancelling: running steps are stopped, then "
                                    "rollback runs. Wait for it to finish.[/]")
-        return box["run"]
+        return box.get("run")
 
     def _prompt_decision(self) -> Decision:
         choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],

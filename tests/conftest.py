@@ -1,7 +1,8 @@
 """Shared fixtures. Each fixture module under tests/fixtures/ is registered here."""
 
 pytest_plugins = [
-    "tests.fixtures.sshd",
     "tests.fixtures.sample",
+    "tests.fixtures.sshd",
+    "tests.fixtures.redis_server",
     "tests.fixtures.openai_standin",
 ]

@@ -1,0 +1,205 @@
+"""Executor workers fed by the Redis Streams queue.
+
+A worker reads run ids with XREADGROUP, takes the environments' locks, claims the run
+(one compare-and-set), and executes it while a heartbeat thread extends its lease, keeps
+its stream entry fresh, and watches for a cancel request. Entries left pending by a dead
+worker are taken over with XAUTOCLAIM once idle for ``claim_after`` seconds; the run then
+resumes (finished steps are not repeated; see ``agents.executor``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agents.errors import LockHeld, NotFound, StoreError
+from agents.executor import Listener
+from agents.runs import Event, EventKind, Run, RunStatus
+from agents.services import Services
+from agents.store import LostOwnership, Store
+from tools.runner import CancelToken
+
+log = logging.getLogger("deckhand.worker")
+
+AUDITED = {EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED, EventKind.ROLLBACK_FINISHED,
+           EventKind.RUN_FINISHED}
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class WorkerOptions:
+    lease: float = 30.0
+    """Seconds a worker's claim on a run lasts without a heartbeat."""
+    claim_after: float = 60.0
+    """Seconds a queue entry must sit unacknowledged before another worker takes it."""
+    block: float = 2.0
+    """Seconds to block waiting for new work."""
+
+
+class Worker:
+    """Executes queued runs. Start as many as you like against one Redis."""
+
+    def __init__(self, services: Services, store: Store, *, name: str | None = None,
+                 options: WorkerOptions | None = None):
+        self.services = services
+        self.store = store
+        self.name = name or default_worker_name()
+        self.options = options or WorkerOptions()
+        store.ensure_group()
+
+    def serve(self, stop: threading.Event) -> None:
+        """Process runs until ``stop`` is set."""
+        log.info("worker %s ready", self.name)
+        while not stop.is_set():
+            try:
+                self.step()
+            except StoreError as exc:  # Redis down: say so, wait, try again
+                log.error("worker %s: %s", self.name, exc)
+                stop.wait(self.options.block)
+
+    def step(self, *, block: float | None = None) -> bool:
+        """Handle at most one queue entry (reclaimed ones first). False if there was none."""
+        entry = self._reclaim() or self._read(self.options.block if block is None else block)
+        if entry is None:
+            return False
+        entry_id, run_id = entry
+        try:
+            self.process(run_id, entry_id=entry_id)
+        finally:
+            self.store.ack(entry_id)
+        return True
+
+    def process(self, run_id: str, *, entry_id: str | None = None,
+                listeners: Iterable[Listener] = ()) -> Run | None:
+        """Lock, claim and execute one run. None if it cannot or need not run now."""
+        try:
+            run = self.store.run(run_id)
+        except NotFound:
+            log.warning("queue names unknown run %s; dropping it", run_id)
+            return None
+        if run.status.terminal:
+            return None
+        if not self._lock(run):
+            return None
+        claimed = self.store.claim(run_id, worker=self.name, lease=self.options.lease)
+        if claimed is None:
+            return None
+        return self._execute(claimed, entry_id, list(listeners))
+
+    # -- queue -----------------------------------------------------------------------------
+
+    def _read(self, block: float) -> tuple[str, str] | None:
+        return self.store.read_queue(self.name, block=block)
+
+    def _reclaim(self) -> tuple[str, str] | None:
+        entry = self.store.reclaim(self.name, idle=self.options.claim_after)
+        if entry:
+            log.warning("worker %s took over queue entry %s", self.name, entry[0])
+        return entry
+
+    # -- locks -----------------------------------------------------------------------------
+
+    def _lock(self, run: Run) -> bool:
+        rule = self.services.config.policy.strictest(run.environments)
+        try:
+            self.store.acquire_locks(run.environments, run_id=run.id, worker=self.name,
+                                     ttl=self.options.lease)
+            return True
+        except LockHeld as exc:
+            if rule.lock == "wait":
+                for env in run.environments:
+                    self.store.wait_for_lock(env, run.id)
+                self.store.audit("waiting_for_lock", actor=self.name, run_id=run.id,
+                                 reason=str(exc))
+                return False
+            reason = f"{exc}; policy does not queue behind it — try again when it finishes"
+            self.store.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
+                                  reason=reason)
+            self.store.audit("refused", actor=self.name, run_id=run.id, reason=reason)
+            return False
+
+    def _unlock(self, run: Run) -> None:
+        self.store.release_locks(run.environments, run_id=run.id)
+        for env in run.environments:
+            waiting = self.store.next_waiting(env)
+            if waiting:
+                self.store.enqueue(waiting)
+
+    # -- execution -------------------------------------------------------------------------
+
+    def _execute(self, run: Run, entry_id: str | None, listeners: list[Listener]) -> Run:
+        plan = self.store.plan(run.plan_id, run.plan_version)
+        previous = run.meta.get("previous_worker")
+        action = "resumed" if previous else "started"
+        self.store.audit(action, actor=self.name, run_id=run.id, plan_id=run.plan_id,
+                         previous_worker=previous)
+        token = CancelToken()
+        beat = _Heartbeat(self, run, entry_id, token)
+        beat.start()
+        try:
+            return self.services.executor.execute(
+                plan, run, cancel=token, listeners=[self._persist(token), *listeners])
+        finally:
+            beat.stop()
+            self._unlock(run)
+            self.store.release(run.id, worker=self.name)
+
+    def _persist(self, token: CancelToken) -> Listener:
+        def persist(event: Event, run: Run) -> None:
+            if event.kind is EventKind.STEP_OUTPUT:
+                return
+            try:
+                self.store.save_as_owner(run, worker=self.name)
+            except LostOwnership:
+                token.cancel("this worker lost the run to another worker")
+                raise
+            if event.kind in AUDITED:
+                self.store.audit(event.kind.value, actor=self.name, run_id=run.id,
+                                 step=event.step_id, phase=event.phase.value,
+                                 status=event.status, error=event.error)
+        return persist
+
+
+class _Heartbeat:
+    """Keeps a worker's claim alive and relays cancel requests while a run executes."""
+
+    def __init__(self, worker: Worker, run: Run, entry_id: str | None, token: CancelToken):
+        self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"heartbeat-{run.id}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        interval = min(self.worker.options.lease / 3, 1.0)
+        while not self._stop.wait(interval):
+            try:
+                self._beat()
+            except StoreError as exc:
+                log.error("heartbeat for %s failed: %s", self.run.id, exc)
+
+    def _beat(self) -> None:
+        store, name, lease = self.worker.store, self.worker.name, self.worker.options.lease
+        if not store.heartbeat(self.run.id, worker=name, lease=lease):
+            self.token.cancel("this worker lost the run to another worker")
+            return
+        store.refresh_locks(self.run.environments, run_id=self.run.id, ttl=lease)
+        if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
+            store.touch(name, self.entry_id)
+        who = store.cancel_requested(self.run.id)
+        if who and not self.token.cancelled:
+            store.audit("cancel_requested", actor=who, run_id=self.run.id)
+            self.token.cancel(f"cancelled by {who}")
