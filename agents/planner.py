@@ -25,16 +25,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import BaseModel, ValidationError
 
 from agents import prompt
 from agents.config import Config
 from agents.errors import NoPlanFound, PlanInvalid, PlannerError
-from agents.plan import Plan, PlannerInfo, validate_plan
+from agents.plan import Plan, PlannerInfo, RollbackStep, Step, validate_plan
 from agents.playbooks import PlaybookPlanner
 from agents.prompt import WirePlan, WireReplan
 from agents.runs import Run, StepStatus
@@ -276,9 +277,9 @@ class LLMPlanner:
         while True:
             try:
                 return self.client.chat.completions.create(
-                    model=self.model, messages=messages,  # type: ignore[arg-type]
+                    model=self.model, messages=cast(list[ChatCompletionMessageParam], messages),
                     temperature=0, max_tokens=self.max_tokens,
-                    response_format=fmt)  # type: ignore[arg-type]
+                    response_format=cast(ResponseFormat, fmt))
             except (openai.APIConnectionError, openai.RateLimitError,
                     openai.InternalServerError) as exc:
                 wait = self._retry_wait(exc, attempt)
@@ -426,7 +427,8 @@ def changes_mutating_steps(old: Plan, new: Plan, catalog: Catalog) -> bool:
 
 def _mutating(plan: Plan, catalog: Catalog) -> set[str]:
     out = set()
-    for step in [*plan.steps, *plan.rollback]:
+    steps: list[Step | RollbackStep] = [*plan.steps, *plan.rollback]
+    for step in steps:
         if step.tool not in catalog or catalog.get(step.tool).mutates:
             body = step.model_dump(include={"id", "tool", "params", "depends_on"})
             out.add(json.dumps(body, sort_keys=True))
