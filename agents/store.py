@@ -85,7 +85,7 @@ class Store:
             import fakeredis
 
             return cls(fakeredis.FakeRedis(), where="in-process fakeredis", **options)
-        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=8)
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=6)  # rides out a restart
         client = redis.Redis.from_url(url, retry=retry, socket_timeout=5,
                                       retry_on_error=[redis.ConnectionError, redis.TimeoutError])
         return cls(client, where=_safe_url(url), **options)

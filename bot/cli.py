@@ -16,13 +16,10 @@ from pathlib import Path
 from rich.console import Console
 
 from agents.config import load_config
-from agents.services import Services, build_services
-from agents.settings import Settings
+from bot.cli_common import Handler, add_config_arg, services_for
 from bot.console import ConsoleFlow, plan_to_yaml
 from bot.render import plan_table
 from tools.errors import ConfigError, DeckhandError
-
-Handler = Callable[[argparse.Namespace, Console], int]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,17 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    return []
+    from bot import cli_store
 
-
-def add_config_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", default=None,
-                        help="config file (default: $DECKHAND_CONFIG or examples/deckhand.yml)")
-
-
-def services_for(args: argparse.Namespace) -> Services:
-    settings = Settings()
-    return build_services(load_config(args.config or settings.config_path), settings)
+    return [cli_store.register]
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:

@@ -1,0 +1,117 @@
+"""``deckhand worker | runs | audit | cancel``: the store and its workers from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import signal
+import sys
+import threading
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from agents.runs import Run
+from agents.worker import Worker, WorkerOptions
+from bot.cli_common import add_config_arg, services_for
+from bot.render import status_table, summary
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    worker = commands.add_parser("worker", help="execute approved runs from the Redis queue")
+    worker.add_argument("--name", help="consumer name (default host-pid)")
+    worker.add_argument("--lease", type=float, default=30.0, help="seconds a claim lasts")
+    worker.add_argument("--claim-after", type=float, default=60.0,
+                        help="seconds before a dead worker's run is taken over")
+    worker.add_argument("--once", action="store_true", help="handle one queue entry and exit")
+    add_config_arg(worker)
+    worker.set_defaults(handler=_worker)
+
+    runs = commands.add_parser("runs", help="recent runs, or one run in detail")
+    runs.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    runs.add_argument("run_id", nargs="?")
+    runs.add_argument("--limit", type=int, default=20)
+    add_config_arg(runs)
+    runs.set_defaults(handler=_runs)
+
+    audit = commands.add_parser("audit", help="who did what when (append-only)")
+    audit.add_argument("--run", dest="run_id")
+    audit.add_argument("--json", action="store_true", help="JSON lines, for export")
+    audit.add_argument("--limit", type=int, default=200)
+    add_config_arg(audit)
+    audit.set_defaults(handler=_audit)
+
+    cancel = commands.add_parser("cancel", help="cancel a run (a running one rolls back)")
+    cancel.add_argument("run_id")
+    add_config_arg(cancel)
+    cancel.set_defaults(handler=_cancel)
+
+
+def _worker(args: argparse.Namespace, console: Console) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    services = services_for(args)
+    options = WorkerOptions(lease=args.lease, claim_after=args.claim_after)
+    worker = Worker(services, services.store, name=args.name, options=options)
+    if args.once:
+        return 0 if worker.step() else 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C to stop")
+    try:
+        worker.serve(stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        services.close()
+    return 0
+
+
+def _runs(args: argparse.Namespace, console: Console) -> int:
+    store = services_for(args).store
+    if args.action == "show":
+        if not args.run_id:
+            console.print("usage: deckhand runs show RUN_ID")
+            return 2
+        run = store.run(args.run_id)
+        plan = store.plan(run.plan_id, run.plan_version)
+        console.print(status_table(plan, run))
+        console.print(summary(plan, run))
+        return 0
+    console.print(runs_table(store.runs(limit=args.limit)))
+    return 0
+
+
+def runs_table(runs: list[Run]) -> Table:
+    table = Table("run", "status", "goal", "requested by", "started", "took")
+    for run in runs:
+        started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at or run.created_at))
+        took = f"{run.duration:.0f}s" if run.duration is not None else ""
+        table.add_row(run.id, run.status.value, run.goal, run.requested_by, started, took)
+    return table
+
+
+def _audit(args: argparse.Namespace, console: Console) -> int:
+    entries = services_for(args).store.audit_log(run_id=args.run_id, limit=args.limit)
+    if args.json:
+        for entry in entries:
+            sys.stdout.write(entry.as_json() + "\n")
+        return 0
+    table = Table("when", "who", "action", "run", "details")
+    for entry in entries:
+        details = ", ".join(f"{k}={v}" for k, v in entry.details.items() if v is not None)
+        table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)), entry.actor,
+                      entry.action, entry.run_id or "", details)
+    console.print(table)
+    return 0
+
+
+def _cancel(args: argparse.Namespace, console: Console) -> int:
+    store = services_for(args).store
+    user = getpass.getuser()
+    run = store.request_cancel(args.run_id, user=user)
+    store.audit("cancel_requested", actor=user, run_id=run.id)
+    console.print(f"run {run.id}: {run.status.value}"
+                  + (" — its worker will stop it and roll back" if not run.status.terminal else ""))
+    return 0
