@@ -45,7 +45,13 @@ from typing import TypeVar
 import paramiko
 from paramiko.hostkeys import InvalidHostKey
 
-from tools.errors import HostKeyError, RunnerError, SSHAuthError, SSHConnectError
+from tools.errors import (
+    HostKeyError,
+    RunnerError,
+    SSHAuthError,
+    SSHConnectError,
+    SSHError,
+)
 from tools.inventory import Host
 from tools.runner import CancelToken, CommandResult, OutputCollector, OutputSink
 
@@ -280,7 +286,11 @@ class SSHRunner:
 
     def _dial(self) -> socket.socket | paramiko.Channel:
         if self.via is not None:
-            return self.via.open_tunnel(self.host.address, self.host.port)
+            try:
+                return self.via.open_tunnel(self.host.address, self.host.port)
+            except SSHError as exc:
+                raise SSHConnectError(f"cannot reach {self.target}: jump host "
+                                      f"{self.via.host.name}: {exc}") from exc
         sock = socket.create_connection((self.host.address, self.host.port),
                                         timeout=self.options.connect_timeout)
         # Commands are small request/response exchanges: without this, Nagle's algorithm
@@ -313,16 +323,16 @@ class SSHRunner:
                 timeout: float, cancel: CancelToken | None) -> CommandResult:
         output = OutputCollector(on_output)
         pid = _PidLine(output)
-        readers = [_reader(channel.recv, pid.feed),
-                   _reader(channel.recv_stderr, lambda chunk: output.feed(chunk, "stderr"))]
-        killer = _Killer(self, pid)
+        wake = threading.Event()  # both streams ended, or the killer fired (cancel)
+        streams = _Streams(channel, pid.feed, lambda b: output.feed(b, "stderr"), wake)
+        killer = _Killer(self, pid, wake)
         unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
         try:
-            finished = _join(readers, started + timeout)
-            timed_out = not finished and not killer.fired
-            if not finished:
+            wake.wait(max(0.0, started + timeout - time.monotonic()))
+            timed_out = not streams.done.is_set() and not killer.fired
+            if not streams.done.is_set():
                 killer.fire()
-                self._drain_after_kill(channel, readers)
+                self._drain_after_kill(channel, streams)
         finally:
             unregister()
         pid.flush()
@@ -331,12 +341,12 @@ class SSHRunner:
         return CommandResult(code, output.tail(), time.monotonic() - started,
                              timed_out=timed_out, cancelled=killer.fired and not timed_out)
 
-    def _drain_after_kill(self, channel: paramiko.Channel, readers: list[threading.Thread]) -> None:
+    def _drain_after_kill(self, channel: paramiko.Channel, streams: _Streams) -> None:
         # The killed process closes its output; if it cannot be killed (kill channel
-        # refused, host gone) stop reading anyway: closing unblocks the readers.
-        if not _join(readers, time.monotonic() + self.options.kill_grace + 2.0):
+        # refused, host gone) stop reading anyway: closing the channel ends the readers.
+        if not streams.done.wait(self.options.kill_grace + 2.0):
             channel.close()
-            _join(readers, None)
+            streams.done.wait(self.options.connect_timeout)
 
     def _exit_code(self, channel: paramiko.Channel, *, killed: bool) -> int | None:
         if killed:
@@ -423,8 +433,8 @@ class _PidLine:
 class _Killer:
     """Kills a running command's remote process group, once, without blocking the caller."""
 
-    def __init__(self, runner: SSHRunner, pid: _PidLine):
-        self.runner, self.pid = runner, pid
+    def __init__(self, runner: SSHRunner, pid: _PidLine, wake: threading.Event):
+        self.runner, self.pid, self.wake = runner, pid, wake
         self.fired = False
         self._lock = threading.Lock()
 
@@ -433,6 +443,7 @@ class _Killer:
             if self.fired:
                 return
             self.fired = True
+        self.wake.set()
         threading.Thread(target=self._kill, name="ssh-kill", daemon=True).start()
 
     def _kill(self) -> None:
@@ -447,24 +458,31 @@ class _Killer:
                         self.runner.host.name, self.pid.pid, exc)
 
 
-def _reader(recv: Callable[[int], bytes], feed: Callable[[bytes], None]) -> threading.Thread:
-    thread = threading.Thread(target=_drain, args=(recv, feed), name="ssh-read", daemon=True)
-    thread.start()
-    return thread
+class _Streams:
+    """Drains a channel's stdout and stderr side by side; ``done`` is set when both end."""
 
+    def __init__(self, channel: paramiko.Channel, on_stdout: Callable[[bytes], None],
+                 on_stderr: Callable[[bytes], None], wake: threading.Event):
+        self.done = threading.Event()
+        self._wake = wake
+        self._left = 2
+        self._lock = threading.Lock()
+        for recv, feed in ((channel.recv, on_stdout), (channel.recv_stderr, on_stderr)):
+            threading.Thread(target=self._drain, args=(recv, feed), name="ssh-read",
+                             daemon=True).start()
 
-def _drain(recv: Callable[[int], bytes], feed: Callable[[bytes], None]) -> None:
-    # recv returns b"" at EOF and when the channel or its connection is closed.
-    with suppress(OSError, EOFError, paramiko.SSHException):
-        while chunk := recv(65536):
-            feed(chunk)
-
-
-def _join(threads: list[threading.Thread], deadline: float | None) -> bool:
-    """Wait for ``threads`` until ``deadline`` (monotonic; None: forever); True if all ended."""
-    for thread in threads:
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-    return not any(t.is_alive() for t in threads)
+    def _drain(self, recv: Callable[[int], bytes], feed: Callable[[bytes], None]) -> None:
+        try:
+            # recv returns b"" at EOF and when the channel or its connection is closed.
+            with suppress(OSError, EOFError, paramiko.SSHException):
+                while chunk := recv(65536):
+                    feed(chunk)
+        finally:
+            with self._lock:
+                self._left -= 1
+                if self._left == 0:
+                    self.done.set()
+                    self._wake.set()
 
 
 def _authenticate(transport: paramiko.Transport, host: Host, user: str, target: str) -> None:
