@@ -29,7 +29,9 @@ class HostCheck:
     host_key: str
     auth: str
     detail: str = ""
+    connect_ms: float | None = None
     latency_ms: float | None = None
+    """Round trip of ``true`` on the open connection."""
 
     @property
     def ok(self) -> bool:
@@ -67,10 +69,13 @@ def check_host(host: Host, pool: RunnerPool, known: KnownHosts, timeout: float) 
         return HostCheck(host.name, "local", True, "-", "-", "runs on this machine")
     try:
         runner = pool.ssh_runner(host)
+    except SSHError as exc:  # e.g. a jump host loop
+        return HostCheck(host.name, host.label, False, "-", "-", str(exc))
+    try:
         key = fetch_host_key(host, known_hosts=known, via=runner.via, timeout=timeout)
         status = known.status(host, key)
     except SSHError as exc:
-        return HostCheck(host.name, host.label, False, "-", "-", str(exc))
+        return HostCheck(host.name, runner.target, False, "-", "-", str(exc))
     if status is not KeyStatus.TRUSTED:
         return HostCheck(host.name, runner.target, True, status.value, NOT_TRIED,
                          _untrusted_detail(host, key, status, known.path))
@@ -80,14 +85,17 @@ def check_host(host: Host, pool: RunnerPool, known: KnownHosts, timeout: float) 
 def _login(name: str, runner: SSHRunner, timeout: float) -> HostCheck:
     started = time.monotonic()
     try:
+        runner.connect()
+        connected = time.monotonic()
         result = runner.run("true", timeout=timeout)
     except SSHAuthError as exc:
         return HostCheck(name, runner.target, True, "trusted", "refused", str(exc))
     except SSHError as exc:
         return HostCheck(name, runner.target, True, "trusted", "-", str(exc))
-    latency = (time.monotonic() - started) * 1000
+    done = time.monotonic()
     detail = "" if result.ok else f"`true` ended with exit code {result.exit_code}"
-    return HostCheck(name, runner.target, True, "trusted", "ok", detail, latency)
+    return HostCheck(name, runner.target, True, "trusted", "ok", detail,
+                     (connected - started) * 1000, (done - connected) * 1000)
 
 
 def _untrusted_detail(host: Host, key: HostKeyInfo, status: KeyStatus, path: Path) -> str:
