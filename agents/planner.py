@@ -155,8 +155,7 @@ class LLMPlanner:
 
         def build(wire: WirePlan) -> Plan:
             _declined(wire)
-            body = _wire_body(wire)
-            return self._checked(lambda: Plan.model_validate({**body,
+            return self._checked(lambda: Plan.model_validate({**_wire_body(wire),
                                                               "requested_by": requested_by}))
 
         plan, usage = self._converse(WirePlan, user, build)
@@ -173,8 +172,8 @@ class LLMPlanner:
 
         def build(wire: WirePlan) -> Plan:
             _declined(wire)
-            body = _wire_body(wire)
-            return self._checked(lambda: plan.revised(**body, requested_by=requested_by))
+            return self._checked(lambda: plan.revised(**_wire_body(wire),
+                                                      requested_by=requested_by))
 
         revised, usage = self._converse(WirePlan, user, build)
         note = f"modified: {prompt.clean_text(instruction, 200)}"
@@ -202,11 +201,7 @@ class LLMPlanner:
             if wire.action == "rollback":
                 log.info("run %s: the planner chose rollback: %s", run.id, wire.reason)
                 return None
-            done_ids = {s.id for s in done}
-            todo = [s for s in wire.steps if s.id not in done_ids]
-            steps = [s.model_dump() for s in done] + prompt.wire_steps(todo)
-            rollback = prompt.wire_rollback(wire.rollback)
-            return self._checked(lambda: plan.revised(steps=steps, rollback=rollback,
+            return self._checked(lambda: plan.revised(**_replan_body(wire, done),
                                                       requested_by=requested_by))
 
         revised, usage = self._converse(WireReplan, user, build)
@@ -370,16 +365,27 @@ def _answer(completion: ChatCompletion, content: str, answer: type[W]) -> W:
 
 
 def _declined(wire: WirePlan) -> None:
-    if wire.cannot_plan:
-        raise NoPlanFound(f"the planner will not plan this: {wire.cannot_plan}")
+    """NoPlanFound if the model declined; a contradictory answer goes back for repair."""
+    if not wire.cannot_plan:
+        return
+    if wire.steps:
+        raise _Refused(["cannot_plan must be null when you return steps; to decline, "
+                        "return no steps"])
+    raise NoPlanFound(f"the planner will not plan this: {wire.cannot_plan}")
 
 
 def _wire_body(wire: WirePlan) -> dict[str, Any]:
-    try:
-        return {"goal": wire.goal, "steps": prompt.wire_steps(wire.steps),
-                "rollback": prompt.wire_rollback(wire.rollback)}
-    except PlanInvalid as exc:
-        raise _Refused(exc.problems) from exc
+    """Plan fields from the answer; PlanInvalid if a parameter is given twice."""
+    return {"goal": wire.goal, "steps": prompt.wire_steps(wire.steps),
+            "rollback": prompt.wire_rollback(wire.rollback)}
+
+
+def _replan_body(wire: WireReplan, done: list[Step]) -> dict[str, Any]:
+    """Succeeded steps as they ran, then the model's steps still to run (repeats dropped)."""
+    done_ids = {s.id for s in done}
+    todo = [s for s in wire.steps if s.id not in done_ids]
+    return {"steps": [s.model_dump() for s in done] + prompt.wire_steps(todo),
+            "rollback": prompt.wire_rollback(wire.rollback)}
 
 
 def _pydantic_problems(exc: ValidationError) -> list[str]:

