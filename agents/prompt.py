@@ -39,6 +39,7 @@ _DECLINE = json.dumps({"cannot_plan": "no tool runs arbitrary shell commands or 
                        "goal": "", "steps": [], "rollback": []}, separators=(",", ":"))
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_THINK = re.compile(r"^\s*<think>.*?</think>", re.S)  # reasoning models served by vLLM, Ollama
 
 
 class WireParam(BaseModel):
@@ -163,13 +164,13 @@ def _restrict_tools(node: Any, tools: list[str]) -> None:
 
 
 def parse_wire(content: str, model: type[BaseModel]) -> Any:
-    """Parse the model's answer (tolerating a Markdown code fence) into ``model``.
+    """Parse the model's answer (tolerating a code fence or a <think> block) into ``model``.
 
     Raises:
         ValueError: the text is not JSON (json.JSONDecodeError) or breaks the model
             (pydantic.ValidationError).
     """
-    text = _FENCE.sub("", content.strip())
+    text = _FENCE.sub("", _THINK.sub("", content).strip())
     return model.model_validate(json.loads(text))
 
 

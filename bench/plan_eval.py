@@ -239,7 +239,8 @@ def _mean(values: list[Any]) -> float:
 # -- planners ---------------------------------------------------------------------------------
 
 
-def planners(config: Config, names: list[str]) -> dict[str, PlanFn]:
+def planners(config: Config, names: list[str], **llm_options: Any) -> dict[str, PlanFn]:
+    """Plan functions by label; ``llm_options`` go to LLMPlanner (max_tokens, max_repairs)."""
     settings = Settings()
     out: dict[str, PlanFn] = {}
     books = PlaybookPlanner(config.playbooks)
@@ -251,7 +252,7 @@ def planners(config: Config, names: list[str]) -> dict[str, PlanFn]:
             print(f"skipping {name}: set OPENAI_API_KEY (and OPENAI_BASE_URL, OPENAI_MODEL)",
                   file=sys.stderr)
             continue
-        llm = LLMPlanner.from_settings(config, settings)
+        llm = LLMPlanner.from_settings(config, settings, **llm_options)
         planner = llm if name == "llm" else CompositePlanner(books, llm)
         out[f"{name} ({settings.openai_model})"] = (
             lambda r, p=planner: p.plan(r, requested_by="bench"))
@@ -281,6 +282,17 @@ def print_cases(name: str, outcomes: list[Outcome]) -> None:
         print(f"  {mark} [{o.kind:<6}] {o.request[:60]:<60} {detail}{unsafe}")
 
 
+def _spread(cases: list[Case], limit: int) -> list[Case]:
+    """``limit`` cases taken from each kind in turn, so every kind is represented."""
+    by_kind: dict[str, list[Case]] = {}
+    for case in cases:
+        by_kind.setdefault(case.kind, []).append(case)
+    picked: list[Case] = []
+    for row in range(max(len(v) for v in by_kind.values())):
+        picked += [group[row] for group in by_kind.values() if row < len(group)]
+    return picked[:limit]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--planner", default="playbook,llm,composite",
@@ -289,10 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=str(CASES))
     parser.add_argument("--verbose", action="store_true", help="one line per case")
     parser.add_argument("--json", action="store_true", help="print summaries as JSON")
+    parser.add_argument("--limit", type=int, help="only every case up to this many (slow models)")
+    parser.add_argument("--max-tokens", type=int, default=2048, help="LLM completion budget")
+    parser.add_argument("--max-repairs", type=int, default=2, help="LLM repairs per request")
     args = parser.parse_args(argv)
     config, cases = load_config(args.config), load_cases(Path(args.cases))
+    cases = _spread(cases, args.limit) if args.limit else cases
     summaries = []
-    for name, plan_fn in planners(config, args.planner.split(",")).items():
+    options = {"max_tokens": args.max_tokens, "max_repairs": args.max_repairs}
+    for name, plan_fn in planners(config, args.planner.split(","), **options).items():
         outcomes = [evaluate(case, plan_fn, config) for case in cases]
         summaries.append(summarise(name, outcomes))
         if args.verbose:

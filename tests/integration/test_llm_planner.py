@@ -182,6 +182,16 @@ def test_invalid_json_is_repaired(planner: LLMPlanner, openai_standin: OpenAISta
     assert "not valid JSON" in last_user_message(openai_standin)
 
 
+def test_fenced_answer_after_a_think_block_is_accepted(
+        planner: LLMPlanner, openai_standin: OpenAIStandin) -> None:
+    body = json.dumps(staging_wire(planner.config))
+    openai_standin.reply_content(f"<think>staging only</think>\n```json\n{body}\n```")
+
+    plan = planner.plan("put v2.3.1 on staging", requested_by="U1")
+
+    assert plan.planner.repairs == 0 and len(plan.steps) == 4
+
+
 def test_schema_breaking_answer_is_repaired(planner: LLMPlanner,
                                             openai_standin: OpenAIStandin) -> None:
     openai_standin.reply_json({"goal": "deploy", "steps": "all of them"})
