@@ -31,6 +31,7 @@ import getpass
 import logging
 import os
 import re
+import selectors
 import shlex
 import socket
 import threading
@@ -62,10 +63,11 @@ T = TypeVar("T")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 
-# The login shell may be anything (bash, zsh, fish): it only runs `exec`, and a POSIX sh
-# prints its pid (= the session's process group, see the module docstring) and runs the
-# command. Everything the user wrote reaches the shell as one quoted argument.
-_WRAPPER = "exec /bin/sh -c 'echo DECKHAND_PID=$$; exec /bin/sh -c \"$1\"' deckhand {command}"
+# The login shell may be anything (bash, zsh, fish): it only runs `exec`. A POSIX sh then
+# prints its pid (= the session's process group, see the module docstring) and evals the
+# command, which reaches it as one quoted argument, like `sh -c COMMAND` would run it.
+_WRAPPER = ("exec /bin/sh -c 'echo DECKHAND_PID=$$; __deckhand_cmd=$1; shift; "
+            "eval \"$__deckhand_cmd\"' deckhand {command}")
 _PID_LINE = re.compile(rb"DECKHAND_PID=(\d+)\r?")
 _PID_SEARCH_LIMIT = 65536
 _KILL_SCRIPT = (
@@ -323,30 +325,28 @@ class SSHRunner:
                 timeout: float, cancel: CancelToken | None) -> CommandResult:
         output = OutputCollector(on_output)
         pid = _PidLine(output)
-        wake = threading.Event()  # both streams ended, or the killer fired (cancel)
-        streams = _Streams(channel, pid.feed, lambda b: output.feed(b, "stderr"), wake)
-        killer = _Killer(self, pid, wake)
+        killer = _Killer(self, pid)
         unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
         try:
-            wake.wait(max(0.0, started + timeout - time.monotonic()))
-            timed_out = not streams.done.is_set() and not killer.fired
-            if not streams.done.is_set():
+            ended = _pump(channel, pid, output, started + timeout, killer)
+            timed_out = not ended and not killer.fired
+            if not ended:
                 killer.fire()
-                self._drain_after_kill(channel, streams)
+                # The killed process closes its output. If it cannot be killed (kill
+                # channel refused, host gone), stop reading after the grace period anyway.
+                grace = time.monotonic() + self.options.kill_grace + 2.0
+                _pump(channel, pid, output, grace, None)
+        except BaseException:
+            killer.fire()  # e.g. the output sink raised: do not leave the command running
+            raise
         finally:
             unregister()
+            killer.close()
         pid.flush()
         output.close()
         code = self._exit_code(channel, killed=killer.fired)
         return CommandResult(code, output.tail(), time.monotonic() - started,
                              timed_out=timed_out, cancelled=killer.fired and not timed_out)
-
-    def _drain_after_kill(self, channel: paramiko.Channel, streams: _Streams) -> None:
-        # The killed process closes its output; if it cannot be killed (kill channel
-        # refused, host gone) stop reading anyway: closing the channel ends the readers.
-        if not streams.done.wait(self.options.kill_grace + 2.0):
-            channel.close()
-            streams.done.wait(self.options.connect_timeout)
 
     def _exit_code(self, channel: paramiko.Channel, *, killed: bool) -> int | None:
         if killed:
@@ -431,20 +431,30 @@ class _PidLine:
 
 
 class _Killer:
-    """Kills a running command's remote process group, once, without blocking the caller."""
+    """Kills a running command's remote process group, once, without blocking the caller.
 
-    def __init__(self, runner: SSHRunner, pid: _PidLine, wake: threading.Event):
-        self.runner, self.pid, self.wake = runner, pid, wake
+    Firing also wakes the reader (``wake_fd``), which may be waiting in select().
+    """
+
+    def __init__(self, runner: SSHRunner, pid: _PidLine):
+        self.runner, self.pid = runner, pid
         self.fired = False
+        self.wake_fd, self._wake_w = os.pipe()
         self._lock = threading.Lock()
 
     def fire(self) -> None:
         with self._lock:
-            if self.fired:
+            if self.fired or self._wake_w < 0:
                 return
             self.fired = True
-        self.wake.set()
+            os.write(self._wake_w, b"!")
         threading.Thread(target=self._kill, name="ssh-kill", daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:  # a cancel racing with the end of the command must not write here
+            os.close(self.wake_fd)
+            os.close(self._wake_w)
+            self._wake_w = -1
 
     def _kill(self) -> None:
         # Without the pid (the wrapper never got to print it) closing the channel is all
@@ -458,31 +468,37 @@ class _Killer:
                         self.runner.host.name, self.pid.pid, exc)
 
 
-class _Streams:
-    """Drains a channel's stdout and stderr side by side; ``done`` is set when both end."""
+def _pump(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector, deadline: float,
+          killer: _Killer | None) -> bool:
+    """Feed stdout and stderr to ``output`` until both end (True), or until ``deadline``
+    or ``killer`` fires (False). One select() loop, in the caller's thread."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(channel.fileno(), selectors.EVENT_READ)
+        if killer is not None:
+            selector.register(killer.wake_fd, selectors.EVENT_READ)
+        while True:
+            _read_ready(channel, pid, output)
+            if channel.eof_received or channel.closed:
+                while _read_ready(channel, pid, output):  # what came with the EOF
+                    pass
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (killer is not None and killer.fired):
+                return False
+            selector.select(remaining)
 
-    def __init__(self, channel: paramiko.Channel, on_stdout: Callable[[bytes], None],
-                 on_stderr: Callable[[bytes], None], wake: threading.Event):
-        self.done = threading.Event()
-        self._wake = wake
-        self._left = 2
-        self._lock = threading.Lock()
-        for recv, feed in ((channel.recv, on_stdout), (channel.recv_stderr, on_stderr)):
-            threading.Thread(target=self._drain, args=(recv, feed), name="ssh-read",
-                             daemon=True).start()
 
-    def _drain(self, recv: Callable[[int], bytes], feed: Callable[[bytes], None]) -> None:
-        try:
-            # recv returns b"" at EOF and when the channel or its connection is closed.
-            with suppress(OSError, EOFError, paramiko.SSHException):
-                while chunk := recv(65536):
-                    feed(chunk)
-        finally:
-            with self._lock:
-                self._left -= 1
-                if self._left == 0:
-                    self.done.set()
-                    self._wake.set()
+def _read_ready(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector) -> bool:
+    """Read one chunk of each stream that has data (at most), so neither starves the other
+    and the deadline is checked between chunks; True if anything was read."""
+    read = False
+    if channel.recv_ready():
+        pid.feed(channel.recv(65536))
+        read = True
+    if channel.recv_stderr_ready():
+        output.feed(channel.recv_stderr(65536), "stderr")
+        read = True
+    return read
 
 
 def _authenticate(transport: paramiko.Transport, host: Host, user: str, target: str) -> None:
