@@ -4,8 +4,9 @@ How a command runs
     One paramiko Transport per host is opened on first use and reused by every later
     command, with keepalive; a connection found dropped is reopened once. Each command
     gets its own session channel, always closed afterwards (sshd allows 10 per connection).
-    stdout and stderr are drained by two threads into one OutputCollector, so a command
-    that fills one stream never stalls on the other.
+    stdout and stderr are read in turn, a chunk of each, by one select() loop in the
+    caller's thread, so a command that fills one stream never stalls on the other, and
+    the deadline is checked between chunks.
 
 How a command is stopped
     Closing a channel does not stop the remote process: sshd leaves it running until it
@@ -336,15 +337,17 @@ class SSHRunner:
                 # channel refused, host gone), stop reading after the grace period anyway.
                 grace = time.monotonic() + self.options.kill_grace + 2.0
                 _pump(channel, pid, output, grace, None)
+            pid.flush()
+            output.close()
+            code = self._exit_code(channel, killed=killer.fired)
         except BaseException:
-            killer.fire()  # e.g. the output sink raised: do not leave the command running
+            # The output sink raised, or the connection dropped: the command may still
+            # be running on the host, unobserved. Kill it (reconnecting if need be).
+            killer.fire()
             raise
         finally:
             unregister()
             killer.close()
-        pid.flush()
-        output.close()
-        code = self._exit_code(channel, killed=killer.fired)
         return CommandResult(code, output.tail(), time.monotonic() - started,
                              timed_out=timed_out, cancelled=killer.fired and not timed_out)
 
@@ -358,7 +361,8 @@ class SSHRunner:
         transport = channel.get_transport()
         if transport is None or not transport.is_active():
             raise SSHConnectError(f"the connection to {self.target} dropped while the "
-                                  f"command was running; it may have partly run")
+                                  f"command was running; it may have partly run (deckhand "
+                                  f"tries to kill what is left of it)")
         return None  # killed by a signal on the host: sshd sends no exit status then
 
     def kill_group(self, pid: int) -> None:
