@@ -229,3 +229,15 @@ def test_jump_host_carries_the_connection(sshd_hosts: SSHFleet) -> None:
             behind.run("true", timeout=10)
     finally:
         pool.close()
+
+
+def test_connection_dropped_mid_command_is_a_clear_error(
+        sshd_hosts: SSHFleet, pool: RunnerPool, inventory: Inventory) -> None:
+    runner = runner_for(pool, inventory, "prod-3")
+
+    def sink(line: str) -> None:
+        if line == "ready":
+            sshd_hosts["prod-3"].stop()  # the host goes down while the command runs
+
+    with pytest.raises(SSHConnectError, match="dropped while the command was running"):
+        runner.run("echo ready; sleep 30", timeout=60, on_output=sink)
