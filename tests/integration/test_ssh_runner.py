@@ -6,6 +6,7 @@ behind on a host (files, processes) is checked directly.
 
 from __future__ import annotations
 
+import pwd
 import threading
 import time
 import uuid
@@ -85,6 +86,26 @@ def test_one_connection_serves_many_commands_and_channels_are_closed(
         thread.join(30)
     assert threads_results == [0] * 12
     assert runner.connects == 1
+
+
+def test_output_of_login_scripts_is_kept_and_the_command_can_still_be_killed(
+        sshd_hosts: SSHFleet, pool: RunnerPool, inventory: Inventory, tmp_path: Path) -> None:
+    if not pwd.getpwnam(sshd_hosts.user).pw_shell.endswith("/bash"):
+        pytest.skip("needs bash as the login shell (it reads ~/.bashrc for ssh commands)")
+    bashrc = sshd_hosts["prod-1"].dir / ".bashrc"  # the fixture hosts' HOME
+    bashrc.write_text("echo welcome to prod-1\n")
+    try:
+        lines: list[str] = []
+        runner = runner_for(pool, inventory, "prod-1")
+        assert runner.run("echo hi", timeout=10, on_output=lines.append).ok
+        assert lines == ["welcome to prod-1", "hi"]
+        child = tmp_path / "child.pid"
+        result = runner.run(f"sleep 300 & echo $! > {child}; wait", timeout=0.5)
+        assert result.timed_out
+        pid = read_pids(child)[0]
+        wait_until(lambda: process_gone(pid), f"process {pid} to be killed")
+    finally:
+        bashrc.unlink()
 
 
 def test_five_megabytes_of_output_on_both_streams_does_not_hang(
