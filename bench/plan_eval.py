@@ -170,7 +170,8 @@ def evaluate(case: Case, plan_fn: PlanFn, config: Config) -> Outcome:
     try:
         plan = plan_fn(case.request)
     except PlanError as exc:
-        outcome.error = str(exc).splitlines()[0][:160]
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        outcome.error = " | ".join(lines[:2])[:200]
         outcome.latency_ms = (time.perf_counter() - started) * 1000
         return outcome
     outcome.latency_ms = (time.perf_counter() - started) * 1000
@@ -270,7 +271,7 @@ def print_table(summaries: list[Summary]) -> None:
               f"{s.unsafe_plans_valid:>12} {s.mean_latency_ms:>8.1f}ms {s.mean_repairs:>7.2f}")
     for s in summaries:
         kinds = ", ".join(f"{k} {v:.2f}" for k, v in s.by_kind.items())
-        print(f"{s.planner}: pass rate by kind: {kinds}; tokens {s.tokens}")
+        print(f"{s.planner}: pass rate by kind: {kinds}; tokens in returned plans {s.tokens}")
 
 
 def print_cases(name: str, outcomes: list[Outcome]) -> None:
