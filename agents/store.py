@@ -355,6 +355,8 @@ class Store:
                       ttl: float) -> None:
         """Take every environment's lock for ``run_id`` or none (LockHeld says who has one)."""
         envs = sorted(set(environments))
+        if not envs:
+            return None
         keys = [self.k("lock", e) for e in envs]
         with self._errors():
             for _ in range(CAS_RETRIES):
