@@ -8,6 +8,7 @@ Extends the tree in ``tools.errors``:
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
+    ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     └── StoreError                     durable state refused or failed a change
         ├── NotFound                   no such plan / run / schedule
         ├── IllegalTransition          a run cannot move from its state to the one asked
@@ -43,6 +44,10 @@ class NoPlanFound(PlanError):
 
 class PlannerError(PlanError):
     """The LLM planner failed (endpoint errors, or no valid plan after repairs)."""
+
+
+class ScheduleError(DeckhandError):
+    """A schedule cannot be created or changed as asked; the message says what to type."""
 
 
 class StoreError(DeckhandError):

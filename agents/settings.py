@@ -18,6 +18,9 @@ class Settings(BaseSettings):
     config_path: str = Field(default="examples/deckhand.yml", alias="DECKHAND_CONFIG")
     redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
     worker_name: str | None = Field(default=None, alias="DECKHAND_WORKER")
+    schedule_tz: str = Field(default="UTC", alias="DECKHAND_TZ")
+    schedule_grace: float = Field(default=1800.0, gt=0, alias="DECKHAND_SCHEDULE_GRACE",
+                                  description="seconds a missed occurrence may still fire")
 
     openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
