@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents.errors import LockHeld, NotFound, StoreError
@@ -24,6 +24,9 @@ from agents.store import LostOwnership, Store
 from tools.runner import CancelToken
 
 log = logging.getLogger("deckhand.worker")
+
+ListenerFactory = Callable[[Run], Listener | None]
+"""Gives a front end's listener for a run (e.g. its Slack thread), or None."""
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED, EventKind.ROLLBACK_FINISHED,
            EventKind.RUN_FINISHED}
@@ -47,8 +50,10 @@ class Worker:
     """Executes queued runs. Start as many as you like against one Redis."""
 
     def __init__(self, services: Services, store: Store, *, name: str | None = None,
-                 options: WorkerOptions | None = None):
+                 options: WorkerOptions | None = None,
+                 listener_factories: Iterable[ListenerFactory] = ()):
         self.services = services
+        self.listener_factories = list(listener_factories)
         self.store = store
         self.name = name or default_worker_name()
         self.options = options or WorkerOptions()
@@ -141,15 +146,22 @@ class Worker:
         self.store.audit(action, actor=self.name, run_id=run.id, plan_id=run.plan_id,
                          previous_worker=previous)
         token = CancelToken()
+        extra = [f(run) for f in self.listener_factories]
+        front_ends = [x for x in extra if x is not None]
         beat = _Heartbeat(self, run, entry_id, token)
         beat.start()
         try:
             return self.services.executor.execute(
-                plan, run, cancel=token, listeners=[self._persist(token), *listeners])
+                plan, run, cancel=token,
+                listeners=[self._persist(token), *front_ends, *listeners])
         finally:
             beat.stop()
             self._unlock(run)
             self.store.release(run.id, worker=self.name)
+            for front_end in front_ends:
+                close = getattr(front_end, "close", None)
+                if close is not None:
+                    close()
 
     def _persist(self, token: CancelToken) -> Listener:
         def persist(event: Event, run: Run) -> None:

@@ -4,5 +4,6 @@ pytest_plugins = [
     "tests.fixtures.sample",
     "tests.fixtures.sshd",
     "tests.fixtures.redis_server",
+    "tests.fixtures.slack_standin",
     "tests.fixtures.openai_standin",
 ]

@@ -1,0 +1,166 @@
+"""What the Slack listeners hand off to: propose, approve, revise, reject, cancel.
+
+Listeners parse, authorize (through the store's atomic checks) and ack; these functions do
+the slow part after the ack. Every user-facing failure is a DeckhandError whose message
+says what to do; the app's error handler shows anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from agents.plan import Plan
+from agents.policy import approvals_needed
+from agents.runs import Run, RunStatus
+from agents.services import Services
+from bot import blocks as bk
+
+log = logging.getLogger("deckhand.slack")
+
+
+@dataclass
+class Directory:
+    """Which Slack user groups a user is in (cached; needs ``usergroups:read``)."""
+
+    client: WebClient
+    ttl: float = 300.0
+    _groups: dict[str, list[str]] = field(default_factory=dict)
+    _loaded: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def groups_of(self, user: str) -> list[str]:
+        with self._lock:
+            if time.monotonic() - self._loaded > self.ttl:
+                self._groups = self._load()
+                self._loaded = time.monotonic()
+            return self._groups.get(user, [])
+
+    def _load(self) -> dict[str, list[str]]:
+        try:
+            reply = self.client.usergroups_list(include_users=True)
+        except SlackApiError as exc:
+            log.warning("cannot list user groups (%s); group approvers will not match",
+                        exc.response.get("error"))
+            return {}
+        members: dict[str, list[str]] = {}
+        for group in reply.get("usergroups", []):
+            for user in group.get("users", []):
+                members.setdefault(user, []).append(group["id"])
+        return members
+
+
+@dataclass
+class Bot:
+    """Everything the listeners need: services, the Web API client, the user directory."""
+
+    services: Services
+    client: WebClient
+    directory: Directory
+
+    @property
+    def store(self) -> Any:
+        return self.services.store
+
+    # -- /deploy ----------------------------------------------------------------------------
+
+    def propose(self, request: str, *, user: str, channel: str) -> Run:
+        """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
+        plan = self.services.make_plan(request, requested_by=user)
+        self.store.save_plan(plan)
+        run = self.store.create_run(Run.for_plan(plan))
+        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
+        policy = self.services.config.policy
+        reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
+                                             blocks=bk.plan_blocks(plan, run, policy))
+        slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
+        return self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
+
+    # -- buttons ----------------------------------------------------------------------------
+
+    def approve(self, run_id: str, version: int, plan_hash: str, *, user: str) -> Run:
+        """Record an approval (ApprovalRefused if not allowed) and tell the thread."""
+        run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
+                                 plan_version=version, plan_hash=plan_hash,
+                                 policy=self.services.config.policy)
+        self.store.audit("approved", actor=user, run_id=run_id, plan_id=run.plan_id,
+                         version=version)
+        needed = approvals_needed(run, self.services.config.policy)
+        if run.status is RunStatus.AWAITING_APPROVAL:
+            self.thread_reply(run, f"👍 {bk.mention(user)} approved — {needed} more "
+                                   f"approval(s) needed.")
+        else:
+            approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
+            self.refresh_plan_message(run, actions=False,
+                                      note=f"✅ Approved by {approvers} — queued as `{run.id}`")
+            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{run.id}` is queued.")
+        return run
+
+    def revise(self, run_id: str, plan: Plan, *, user: str) -> Run:
+        """Post a new plan version in the thread; the old message loses its buttons."""
+        self.services.check(plan)
+        self.store.save_plan(plan)
+        old = self.store.run(run_id)
+        run = self.store.revise(run_id, plan)
+        self.store.audit("modified", actor=user, run_id=run_id, plan_id=plan.id,
+                         version=plan.version)
+        self.refresh_plan_message(old, actions=False,
+                                  note=f"✏️ Superseded by version {plan.version} "
+                                       f"({bk.mention(user)}) — see the thread")
+        slack = run.meta["slack"]
+        reply = self.client.chat_postMessage(
+            channel=slack["channel"], thread_ts=slack["thread_ts"],
+            text=f"Plan v{plan.version}: {plan.goal}",
+            blocks=bk.plan_blocks(plan, run, self.services.config.policy,
+                                  note=f"Version {plan.version}, modified by {bk.mention(user)}"))
+        return self.store.update_run(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
+
+    def reject(self, run_id: str, reason: str, *, user: str) -> Run:
+        run = self.store.transition(run_id, RunStatus.REJECTED,
+                                    expect={RunStatus.AWAITING_APPROVAL},
+                                    reason=f"rejected by {user}: {reason}")
+        self.store.audit("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
+                         reason=reason)
+        self.refresh_plan_message(run, actions=False,
+                                  note=f"🚫 Rejected by {bk.mention(user)}: {reason}")
+        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {reason}")
+        return run
+
+    def cancel(self, run_id: str, *, user: str) -> Run:
+        run = self.store.request_cancel(run_id, user=user)
+        self.store.audit("cancel_requested", actor=user, run_id=run_id)
+        if run.meta.get("slack"):
+            if run.status.terminal:
+                self.refresh_plan_message(run, actions=False,
+                                          note=f"⏹️ Cancelled by {bk.mention(user)}")
+            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{run.id}`"
+                                   + ("" if run.status.terminal else
+                                      " — stopping running steps, then rolling back."))
+        return run
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def thread_reply(self, run: Run, text: str) -> None:
+        slack = run.meta.get("slack")
+        if slack:
+            self.client.chat_postMessage(channel=slack["channel"], thread_ts=slack["thread_ts"],
+                                         text=text)
+
+    def refresh_plan_message(self, run: Run, *, actions: bool, note: str | None = None) -> None:
+        slack = run.meta.get("slack")
+        if not slack:
+            return
+        plan = self.store.plan(run.plan_id, run.plan_version)
+        self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
+                                text=f"Plan: {plan.goal}",
+                                blocks=bk.plan_blocks(plan, run, self.services.config.policy,
+                                                      actions=actions, note=note))
+
+    def ephemeral(self, *, channel: str, user: str, text: str) -> None:
+        self.client.chat_postEphemeral(channel=channel, user=user, text=bk.trim(text, 3000))

@@ -1,0 +1,70 @@
+"""The running bot: the Bolt app, embedded workers and the HTTP server, started together."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from slack_sdk import WebClient
+
+from agents.services import Services
+from agents.settings import Settings
+from agents.worker import Worker, WorkerOptions
+from bot.app import build_app
+from bot.http import Router, serve_http
+from bot.thread import thread_listener_factory
+
+log = logging.getLogger("deckhand.runtime")
+
+
+class BotRuntime:
+    """What ``deckhand serve`` runs; tests start the same thing on loopback."""
+
+    def __init__(self, services: Services, settings: Settings, *,
+                 client: WebClient | None = None, workers: int = 1,
+                 worker_options: WorkerOptions | None = None, update_interval: float = 1.0):
+        self.services, self.settings = services, settings
+        self.app, self.bot = build_app(services, settings, client=client)
+        factory = thread_listener_factory(self.bot.client, services.store,
+                                          interval=update_interval)
+        self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
+                               options=worker_options, listener_factories=[factory])
+                        for i in range(workers)]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._server: Any = None
+
+    def start_workers(self) -> None:
+        for worker in self.workers:
+            thread = threading.Thread(target=worker.serve, args=(self._stop,), daemon=True,
+                                      name=worker.name)
+            thread.start()
+            self._threads.append(thread)
+
+    def workers_alive(self) -> bool:
+        return not self.workers or any(t.is_alive() for t in self._threads)
+
+    def router(self, extra: dict[str, Any] | None = None) -> Router:
+        return Router(self.app, self.services.store, ready=self.workers_alive, extra=extra)
+
+    def start_http(self, *, host: str, port: int) -> Any:
+        """Serve HTTP in a background thread; returns the server (``.effective_port``)."""
+        self._server = serve_http(self.router(), host=host, port=port)
+        thread = threading.Thread(target=self._server.run, daemon=True, name="http")
+        thread.start()
+        return self._server
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.close()
+        for thread in self._threads:
+            thread.join(30)
+        self.services.close()
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()

@@ -1,0 +1,240 @@
+"""Runs schedules with APScheduler 3, exactly once per occurrence across replicas.
+
+Every replica runs a Scheduler. Each keeps its own BackgroundScheduler with an in-memory
+job store (APScheduler's docs: a job store must not be shared between schedulers), rebuilt
+from Redis on start and whenever ``schedules:version`` moves (checked every ``sync_every``
+seconds, or at once through ``reload()``). APScheduler only wakes the process up at the
+right moment; what fires is decided by ``fire_due(now)`` from Redis state, and a Redis
+claim per (schedule, fire time) lets exactly one replica handle each occurrence. Fire times,
+DST rules and the missed-occurrence policy are those of ``agents.schedules``.
+
+Tests drive ``tick(now)`` / ``fire_due(now)`` with a controlled clock; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from apscheduler.jobstores.memory import MemoryJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+
+from agents.errors import NotFound, StoreError
+from agents.schedule_runs import Occurrence, run_occurrence
+from agents.schedules import (
+    DEFAULT_GRACE,
+    UTC,
+    Due,
+    Schedule,
+    ScheduleBook,
+    claim_ttl,
+    utc_now,
+)
+from agents.services import Services
+from agents.store import Store
+
+log = logging.getLogger("deckhand.scheduler")
+
+OnOccurrence = Callable[[Schedule, datetime], None]
+"""Called once per occurrence, on exactly one replica: (the schedule, its fire time)."""
+OnMissed = Callable[[Schedule, datetime], None]
+"""Called when occurrences older than the grace time were dropped: (schedule, first one)."""
+JOBS = "schedules"  # the job store alias holding one job per active schedule
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One occurrence this replica claimed and handed to ``on_occurrence``."""
+
+    schedule: Schedule
+    fire_time: datetime
+    coalesced: int = 0
+
+
+class Scheduler:
+    """Fires due schedules; start one per bot replica (or ``deckhand schedules serve``)."""
+
+    def __init__(self, store: Store, *, on_occurrence: OnOccurrence,
+                 on_missed: OnMissed | None = None, grace: timedelta = DEFAULT_GRACE,
+                 clock: Callable[[], datetime] = utc_now, name: str | None = None,
+                 sync_every: float = 10.0):
+        self.book = ScheduleBook(store)
+        self.store = store
+        self.on_occurrence = on_occurrence
+        self.on_missed = on_missed
+        self.grace = grace
+        self.clock = clock
+        self.name = name or f"scheduler-{socket.gethostname()}-{os.getpid()}"
+        self.sync_every = sync_every
+        self._aps: BackgroundScheduler | None = None
+        self._version: int | None = None
+        self._reload_lock = threading.Lock()
+
+    # -- the core, driven by a clock ---------------------------------------------------------
+
+    def tick(self, now: datetime) -> list[Fired]:
+        """Pick up schedule changes, then fire whatever is due at ``now``."""
+        self.sync()
+        return self.fire_due(now)
+
+    def fire_due(self, now: datetime) -> list[Fired]:
+        """Fire every schedule due at ``now`` that this replica wins the claim for."""
+        fired = [self._fire(schedule, now) for schedule in self.book.all()]
+        return [f for f in fired if f is not None]
+
+    def fire_schedule(self, schedule_id: str, now: datetime) -> Fired | None:
+        """Fire one schedule if it is due at ``now`` (and this replica wins the claim)."""
+        try:
+            return self._fire(self.book.get(schedule_id), now)
+        except NotFound:
+            return None
+
+    def _fire(self, schedule: Schedule, now: datetime) -> Fired | None:
+        due = schedule.due(now, grace=self.grace)
+        if due is None:
+            return None
+        if due.missed_since is not None:
+            self._missed(schedule, due, now)
+        if due.fire_time is None:
+            return None
+        if not self.book.claim(schedule.id, due.fire_time, owner=self.name,
+                               ttl=claim_ttl(self.grace)):
+            return None  # another replica has this occurrence
+        current = self.book.mark_fired(schedule.id, due.fire_time, due.coalesced)
+        if current is None:
+            return None  # removed in the meantime
+        self.store.audit("schedule_fired", actor=self.name, schedule=schedule.id,
+                         fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
+        self._hand_over(current, due.fire_time)
+        return Fired(current, due.fire_time, due.coalesced)
+
+    def _missed(self, schedule: Schedule, due: Due, now: datetime) -> None:
+        first = due.missed_since
+        assert first is not None  # noqa: S101 - checked by the caller
+        if due.fire_time is None:
+            self.book.rearm(schedule.id, now)
+        if not self.book.claim(schedule.id, first, owner=self.name,
+                               ttl=claim_ttl(self.grace), kind="missed"):
+            return
+        log.warning("schedule %s missed occurrences from %s (older than the grace time)",
+                    schedule.id, schedule.local(first))
+        self.store.audit("schedule_missed", actor=self.name, schedule=schedule.id,
+                         since=first.isoformat(), grace=self.grace.total_seconds())
+        if self.on_missed is not None:
+            self._guarded(self.on_missed, schedule, first)
+
+    def _hand_over(self, schedule: Schedule, fire_time: datetime) -> None:
+        self._guarded(self.on_occurrence, schedule, fire_time)
+
+    def _guarded(self, callback: Callable[[Schedule, datetime], None], schedule: Schedule,
+                 when: datetime) -> None:
+        # One schedule's failing callback must not stop the others from firing: log it
+        # with its traceback and carry on (the occurrence stays claimed: at most once).
+        try:
+            callback(schedule, when)
+        except Exception:
+            log.exception("schedule %s: handling the occurrence at %s failed",
+                          schedule.id, when.isoformat())
+
+    # -- APScheduler -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Build the jobs from Redis, catch up on what was missed, and start waking up."""
+        self._aps = BackgroundScheduler(timezone=UTC, jobstores={"default": MemoryJobStore(),
+                                                                 JOBS: MemoryJobStore()})
+        self._aps.add_job(self._sync_job, "interval", seconds=self.sync_every, id="sync",
+                          max_instances=1, coalesce=True)
+        self._aps.start()
+        self.reload()
+        self.fire_due(self.clock())
+        log.info("scheduler %s started with %d schedule(s)", self.name, len(self.jobs()))
+
+    def shutdown(self) -> None:
+        if self._aps is not None:
+            self._aps.shutdown(wait=True)
+            self._aps = None
+
+    def sync(self) -> bool:
+        """Rebuild the jobs if any replica changed a schedule; True if it did."""
+        version = self.book.version()
+        if version == self._version:
+            return False
+        self.reload()
+        return True
+
+    def reload(self) -> None:
+        """Rebuild the jobs from Redis (call after a schedule command in this process)."""
+        with self._reload_lock:
+            self._version = self.book.version()
+            schedules = [s for s in self.book.all() if not s.paused]
+            if self._aps is None:
+                return
+            self._aps.remove_all_jobs(jobstore=JOBS)
+            for schedule in schedules:
+                self._aps.add_job(self._wake, ScheduleTrigger(schedule), args=[schedule.id],
+                                  id=schedule.id, jobstore=JOBS, max_instances=1,
+                                  coalesce=True, misfire_grace_time=None)
+
+    def jobs(self) -> dict[str, datetime | None]:
+        """APScheduler's view: schedule id → next wake-up (UTC)."""
+        if self._aps is None:
+            return {}
+        return {job.id: job.next_run_time for job in self._aps.get_jobs(jobstore=JOBS)}
+
+    def wake_now(self, schedule_id: str) -> None:
+        """Make APScheduler run a schedule's job at once (tests, and ``run`` diagnostics)."""
+        if self._aps is not None:
+            self._aps.modify_job(schedule_id, jobstore=JOBS, next_run_time=utc_now())
+
+    def _wake(self, schedule_id: str) -> None:
+        try:
+            self.fire_schedule(schedule_id, self.clock())
+        except StoreError as exc:  # Redis down: the sync job catches up within the grace
+            log.error("scheduler %s: %s", self.name, exc)
+
+    def _sync_job(self) -> None:
+        try:
+            self.tick(self.clock())
+        except StoreError as exc:
+            log.error("scheduler %s: %s", self.name, exc)
+
+
+class ScheduleTrigger(BaseTrigger):
+    """An APScheduler trigger that wakes at a schedule's DST-correct fire times."""
+
+    def __init__(self, schedule: Schedule):
+        self.schedule = schedule
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None,
+                           now: datetime) -> datetime | None:
+        after = previous_fire_time or now - timedelta(microseconds=1)
+        return self.schedule.rule.next_after(after, self.schedule.zone)
+
+    def __str__(self) -> str:
+        return f"schedule[{self.schedule.cron} {self.schedule.timezone}]"
+
+
+def occurrence_handler(services: Services,
+                       report: Callable[[Occurrence], None] | None = None) -> OnOccurrence:
+    """The default ``on_occurrence``: plan, store and maybe queue, then ``report`` the result.
+
+    Args:
+        services: the shared services.
+        report: receives each Occurrence (the Slack bot posts it to ``occurrence.channel``);
+            by default the message is logged.
+    """
+    def handle(schedule: Schedule, fire_time: datetime) -> None:
+        occurrence = run_occurrence(services, schedule, fire_time)
+        (report or _log_occurrence)(occurrence)
+
+    return handle
+
+
+def _log_occurrence(occurrence: Occurrence) -> None:
+    log.info("%s", occurrence.message)

@@ -1,0 +1,318 @@
+"""The Slack bot end to end: signed HTTP requests in, the real WebClient out to a stand-in."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from agents.config import Config
+from agents.policy import Policy
+from agents.runs import RunStatus
+from agents.services import build_services
+from agents.settings import Settings
+from agents.store import Store
+from agents.worker import WorkerOptions
+from bot import blocks as bk
+from bot.demo import probe
+from bot.runtime import BotRuntime
+from tests.fixtures.sample import free_port
+from tests.fixtures.slack_standin import Signer, SlackStandin
+
+SECRET = "test-signing-secret-0123456789"
+POLICY = {
+    "promotion": ["staging", "production"],
+    "environments": {
+        "staging": {"approvers": {"users": ["UALICE", "UBOB", "UCAROL"]}},
+        "production": {"approvers": {"users": ["UBOB", "UALICE"], "groups": ["SOPS"]},
+                       "min_approvals": 2, "self_approval": False, "confirm": True},
+    },
+}
+
+
+@dataclass
+class SlackWorld:
+    standin: SlackStandin
+    signer: Signer
+    runtime: BotRuntime
+    store: Store
+    config: Config
+
+    def deploy(self, text: str, *, user: str = "UALICE", trigger: str | None = None) -> Any:
+        return self.signer.command("/deploy", text, user=user, trigger_id=trigger,
+                                   response_url=f"{self.standin.url}/response/1")
+
+    def plan_message(self, index: int = 0) -> Any:
+        posts = self.standin.wait_for(
+            lambda: [c for c in self.standin.of("chat.postMessage") if _actions(c)]
+            [index:] or None, what="a plan message with buttons")
+        return posts[0]
+
+    def click(self, action_id: str, value: str, *, user: str) -> Any:
+        return self.signer.interaction({
+            "type": "block_actions", "user": {"id": user, "username": user},
+            "team": {"id": "T1"}, "api_app_id": "A1", "trigger_id": f"trig-{time.time_ns()}",
+            "channel": {"id": "CDEPLOY"}, "container": {"type": "message"},
+            "response_url": f"{self.standin.url}/response/2",
+            "actions": [{"type": "button", "action_id": action_id, "block_id": "b",
+                         "value": value, "action_ts": str(time.time())}]})
+
+    def submit(self, callback_id: str, metadata: str, values: dict[str, str], *,
+               user: str) -> Any:
+        state = {k: {"value": {"type": "plain_text_input", "value": v}}
+                 for k, v in values.items()}
+        return self.signer.interaction({
+            "type": "view_submission", "user": {"id": user}, "team": {"id": "T1"},
+            "api_app_id": "A1", "trigger_id": "t",
+            "view": {"id": "V1", "type": "modal", "callback_id": callback_id,
+                     "private_metadata": metadata, "state": {"values": state}}})
+
+    def wait_run(self, run_id: str, timeout: float = 60.0) -> Any:
+        return self.standin.wait_for(
+            lambda: (r := self.store.run(run_id)).status.terminal and r, timeout=timeout,
+            what=f"run {run_id} to finish")
+
+
+def _actions(call: Any) -> list[dict[str, Any]]:
+    return [b for b in call.blocks if b.get("type") == "actions"]
+
+
+def button(call: Any, action_id: str) -> str:
+    for block in _actions(call):
+        for element in block["elements"]:
+            if element["action_id"] == action_id:
+                return str(element["value"])
+    raise AssertionError(f"no {action_id} button")
+
+
+@pytest.fixture
+def world(sample_config: Config, store: Store, slack_standin: SlackStandin
+          ) -> Iterator[SlackWorld]:
+    sample_config.policy = Policy.model_validate(POLICY)
+    slack_standin.user_groups = {"SOPS": ["UCAROL", "UDAVE"]}
+    settings = Settings(SLACK_BOT_TOKEN=SecretStr("xoxb-test-token"),
+                        SLACK_SIGNING_SECRET=SecretStr(SECRET),
+                        SLACK_API_URL=f"{slack_standin.url}/api/")
+    services = build_services(sample_config, settings, store=store)
+    runtime = BotRuntime(services, settings, workers=1,
+                         worker_options=WorkerOptions(block=0.1))
+    runtime.start_workers()
+    port = free_port()
+    runtime.start_http(host="127.0.0.1", port=port)
+    signer = Signer(SECRET, f"http://127.0.0.1:{port}/slack/events")
+    yield SlackWorld(slack_standin, signer, runtime, store, sample_config)
+    runtime.stop()
+
+
+def test_signatures_are_verified(world: SlackWorld) -> None:
+    body = urllib.parse.urlencode({"command": "/deckhand", "text": "help", "user_id": "UBOB",
+                                   "channel_id": "C1", "trigger_id": "t"})
+    assert world.signer.post(body)[0] == 200
+    assert world.signer.post(body, secret="wrong-secret")[0] == 401
+    assert world.signer.post(body, timestamp=int(time.time()) - 3600)[0] == 401
+
+
+def test_deploy_posts_plan_then_two_approvals_run_it(world: SlackWorld) -> None:
+    status, text, took = world.deploy("v2.3.1")
+    assert status == 200 and "Planning" in text and took < 3.0
+    plan_msg = world.plan_message()
+    assert {"approve", "modify", "reject"} <= {e["action_id"] for b in _actions(plan_msg)
+                                               for e in b["elements"]}
+    approve = button(plan_msg, "approve")
+    assert "confirm" in json.dumps(_actions(plan_msg))  # production asks for confirmation
+    run_id, _, _ = bk.parse_button_value(approve)
+    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+
+    world.click("approve", approve, user="UMALLORY")
+    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"),
+                                     what="the refusal")
+    assert refusal[0].payload["user"] == "UMALLORY"
+    assert "not allowed" in refusal[0].payload["text"] and "SOPS" in refusal[0].payload["text"]
+
+    world.click("approve", approve, user="UALICE")  # requester: no self-approval in production
+    world.standin.wait_for(lambda: len(world.standin.of("chat.postEphemeral")) >= 2)
+    assert "your own request" in world.standin.of("chat.postEphemeral")[1].payload["text"]
+
+    world.click("approve", approve, user="UBOB")
+    world.standin.wait_for(lambda: any("1 more approval" in str(c.payload.get("text"))
+                                       for c in world.standin.of("chat.postMessage")))
+    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+    world.click("approve", approve, user="UCAROL")  # in the SOPS group
+    run = world.wait_run(run_id)
+    assert run.status is RunStatus.SUCCEEDED
+    assert [a.user for a in run.approvals] == ["UBOB", "UCAROL"]
+    assert {p.body for p in probe(world.config)} == {"v2.3.1"}
+    summary = world.standin.wait_for(lambda: [c for c in world.standin.of("chat.postMessage")
+                                              if "SUCCEEDED" in c.text_of_blocks()],
+                                     what="the summary")
+    assert "critical path" in summary[0].text_of_blocks()
+    updates = world.standin.of("chat.update")
+    status_updates = [u for u in updates if "Run `" in u.text_of_blocks()]
+    assert status_updates and "succeeded" in status_updates[-1].text_of_blocks()
+    span = max(run.duration or 0, 1.0)
+    assert len(status_updates) <= span / 1.0 + 2  # coalesced to about one edit per second
+    assert world.standin.violations == []
+
+
+def _approve_fully(world: SlackWorld, value: str) -> None:
+    world.click("approve", value, user="UBOB")
+    world.standin.wait_for(lambda: any("1 more approval" in str(c.payload.get("text"))
+                                       for c in world.standin.of("chat.postMessage")))
+    world.click("approve", value, user="UCAROL")
+
+
+def test_failing_step_rolls_back_and_announces_it(world: SlackWorld) -> None:
+    world.deploy("v2.4.0-broken")
+    value = button(world.plan_message(), "approve")
+    run_id = bk.parse_button_value(value)[0]
+    _approve_fully(world, value)
+    run = world.wait_run(run_id)
+    assert run.status is RunStatus.ROLLED_BACK
+    posts = world.standin.wait_for(
+        lambda: (p := world.standin.of("chat.postMessage")) and any(
+            "ROLLED BACK" in c.text_of_blocks() for c in p) and p, what="the summary")
+    failure = [c for c in posts if "`smoke_staging` failed" in c.text_of_blocks()]
+    assert failure and "health check failed" in failure[0].text_of_blocks()
+    announce = [c for c in posts if "Rolling back run" in c.text_of_blocks()]
+    assert announce and announce[0].payload.get("reply_broadcast") in (True, "true", "1", 1)
+    text = announce[0].text_of_blocks()
+    assert "<@UALICE>" in text and "<@UBOB>" in text and "<@UCAROL>" in text
+    assert {p.body for p in probe(world.config) if p.status} <= {"v2.3.1"}
+
+
+def test_double_click_and_slack_retry_create_one_run(world: SlackWorld) -> None:
+    world.deploy("v2.3.1", trigger="same-trigger")
+    world.deploy("v2.3.1", trigger="same-trigger")  # Slack retried the delivery
+    value = button(world.plan_message(), "approve")
+    world.standin.wait_for(lambda: world.store.runs(limit=5))
+    time_limit = time.monotonic() + 1.0
+    while time.monotonic() < time_limit:  # give a duplicate a chance to appear
+        if len([c for c in world.standin.of("chat.postMessage") if _actions(c)]) > 1:
+            break
+        time.sleep(0.05)
+    assert len([c for c in world.standin.of("chat.postMessage") if _actions(c)]) == 1
+    threads = [threading.Thread(target=world.click, args=("approve", value),
+                                kwargs={"user": "UBOB"}) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"),
+                           what="the second click's refusal")
+    run = world.store.run(bk.parse_button_value(value)[0])
+    assert [a.user for a in run.approvals] == ["UBOB"]
+
+
+def test_modify_yaml_new_version_and_stale_button(world: SlackWorld) -> None:
+    world.deploy("v2.3.1 to staging")
+    first = world.plan_message()
+    old_value = button(first, "approve")
+    run_id = bk.parse_button_value(old_value)[0]
+    meta = json.dumps({"run": run_id, "v": 1, "channel": "CDEPLOY"})
+    status, body, _ = world.submit("modify_submit", meta, {"yaml": "goal: [unclosed"},
+                                   user="UBOB")
+    assert status == 200 and json.loads(body)["response_action"] == "errors"
+    assert "invalid YAML" in json.loads(body)["errors"]["yaml"]
+    status, body, _ = world.submit("modify_submit", meta, {
+        "yaml": "goal: g\nsteps: [{id: a, tool: rm_rf, params: {}}]"}, user="UBOB")
+    assert "unknown tool 'rm_rf'" in json.loads(body)["errors"]["yaml"]
+    edited = ("goal: Check staging\nsteps:\n- id: status\n  tool: status\n"
+              "  params: {environment: staging}\n")
+    assert world.submit("modify_submit", meta, {"yaml": edited}, user="UBOB")[0] == 200
+    second = world.plan_message(1)
+    assert "version 2" in second.text_of_blocks().lower()
+    superseded = world.standin.wait_for(lambda: [c for c in world.standin.of("chat.update")
+                                                 if "Superseded" in c.text_of_blocks()])
+    assert not _actions(superseded[0])  # old buttons are gone
+    world.click("approve", old_value, user="UBOB")
+    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
+    assert "version 1, but the plan is now version 2" in refusal[0].payload["text"]
+    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+
+
+def test_reject_records_reason(world: SlackWorld) -> None:
+    world.deploy("v2.3.1")
+    run_id = bk.parse_button_value(button(world.plan_message(), "reject"))[0]
+    meta = json.dumps({"run": run_id, "v": 1, "channel": "CDEPLOY"})
+    world.submit("reject_submit", meta, {"reason": "change freeze"}, user="UBOB")
+    world.standin.wait_for(lambda: world.store.run(run_id).status is RunStatus.REJECTED)
+    assert "change freeze" in (world.store.run(run_id).reason or "")
+    audit = [e.action for e in world.store.audit_log(run_id=run_id)]
+    assert audit == ["planned", "rejected"]
+
+
+def test_unknown_request_and_invalid_params_get_clear_answers(world: SlackWorld) -> None:
+    world.deploy("make me a sandwich")
+    world.deploy("v2.3.1;reboot")
+    found = world.standin.wait_for(lambda: len(world.standin.of("chat.postEphemeral")) >= 2
+                                   and world.standin.of("chat.postEphemeral"))
+    texts = " ".join(c.payload["text"] for c in found)
+    assert "don't know how to plan" in texts and "does not match the pattern" in texts
+    assert world.store.runs() == []
+
+
+def test_rate_limited_updates_still_deliver_the_final_status(world: SlackWorld) -> None:
+    world.standin.rate_limit("chat.update", times=2, retry_after=0)
+    world.deploy("v2.3.1 to staging")
+    value = button(world.plan_message(), "approve")
+    world.click("approve", value, user="UBOB")
+    run = world.wait_run(bk.parse_button_value(value)[0])
+    assert run.status is RunStatus.SUCCEEDED
+    world.standin.wait_for(lambda: any("succeeded" in c.text_of_blocks() and "Run `" in
+                                       c.text_of_blocks()
+                                       for c in world.standin.of("chat.update")),
+                           what="the final status edit")
+
+
+def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
+    world.signer.command("/deckhand", "help", user="UMALLORY",
+                         response_url=f"{world.standin.url}/response/h")
+    world.standin.wait_for(lambda: world.standin.responses)
+    help_text = world.standin.responses[-1]["text"]
+    assert "/deploy" in help_text and "cannot approve plans in any environment" in help_text
+    world.deploy("v2.3.1")
+    run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
+    world.signer.command("/deckhand", f"cancel {run_id}", user="UMALLORY",
+                         response_url=f"{world.standin.url}/response/c")
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
+    assert "Only the requester or an approver" in world.standin.responses[-1]["text"]
+    world.signer.command("/deckhand", f"cancel {run_id}", user="UALICE",
+                         response_url=f"{world.standin.url}/response/c")
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
+    assert world.store.run(run_id).status is RunStatus.CANCELLED
+    world.signer.command("/deckhand", "runs", user="UBOB",
+                         response_url=f"{world.standin.url}/response/r")
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 4)
+    assert run_id in world.standin.responses[-1]["text"]
+
+
+def test_mention_plans_like_deploy_once_per_event(world: SlackWorld) -> None:
+    event = {"type": "app_mention", "user": "UALICE", "channel": "CDEPLOY",
+             "text": "<@UBOT> deploy v2.3.1 to staging", "ts": "1.1"}
+    assert world.signer.event(event, event_id="Ev1")[0] == 200
+    assert world.signer.event(event, event_id="Ev1", retry=1)[0] == 200
+    world.plan_message()
+    assert len(world.store.runs()) == 1
+
+
+def test_forty_step_plan_fits_block_kit(world: SlackWorld) -> None:
+    from agents.plan import Plan
+    from agents.runs import Run
+
+    steps = [{"id": f"step_{i:02d}", "tool": "status", "params": {"environment": "staging"},
+              "description": "x" * 200, "depends_on": [f"step_{i - 1:02d}"] if i % 3 else []}
+             for i in range(40)]
+    plan = Plan.model_validate({"goal": "g" * 400, "steps": steps})
+    run = Run.for_plan(plan)
+    client = world.runtime.bot.client
+    client.chat_postMessage(channel="C1", text="plan",
+                            blocks=bk.plan_blocks(plan, run, world.config.policy))
+    client.chat_postMessage(channel="C1", text="status", blocks=bk.status_blocks(plan, run))
+    assert world.standin.violations == []
