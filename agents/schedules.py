@@ -310,15 +310,55 @@ def _clock(m: re.Match[str]) -> str:
 def spec_to_cron(spec: str) -> str:
     """The standard cron expression a spec (cron or readable) means; ScheduleError if none."""
     text = " ".join(spec.strip().lower().split())
+    readable = _match_readable(text)
+    if readable is not None:
+        build, found = readable
+        return build(found)
+    if text.startswith(_READABLE_STARTS):
+        raise ScheduleError(f"cannot read schedule {spec.strip()!r}. {SPEC_HELP}")
+    return cron_rule(text).expr
+
+
+SPEC_HELP = ('Try "every weekday at 02:00", "every day at 9:30", "every monday at 08:00", '
+             '"every 6h", "every 30m", or cron like "0 2 * * mon-fri".')
+_READABLE_STARTS = ("every", "daily", "hourly")
+
+
+def _match_readable(text: str) -> tuple[Callable[[re.Match[str]], str], re.Match[str]] | None:
     for pattern, build in _READABLE:
         found = pattern.fullmatch(text)
         if found:
-            return build(found)
-    if text.startswith(("every", "daily", "hourly")):
-        raise ScheduleError(f"cannot read schedule {spec.strip()!r}. Try \"every weekday at "
-                            f"02:00\", \"every day at 9:30\", \"every monday at 08:00\", "
-                            f"\"every 6h\", \"every 30m\", or cron like \"0 2 * * mon-fri\"")
-    return cron_rule(text).expr
+            return build, found
+    return None
+
+
+def split_spec(words: list[str]) -> tuple[str, str, str]:
+    """Split ``add`` words into (spec as typed, its cron, the request).
+
+    The spec may be one quoted word, or unquoted: five cron fields, an ``@macro``, or the
+    longest readable phrase (``every weekday at 02:00 deploy main`` works).
+    """
+    if len(words) < 2:
+        raise ScheduleError('say when and what, e.g. add "0 2 * * mon-fri" deploy main to '
+                            'staging')
+    first = words[0]
+    if len(first.split()) > 1 or first.startswith("@"):
+        return _spec_and_rest(words, 1)
+    if first.lower() in _READABLE_STARTS:
+        for n in range(min(len(words) - 1, 8), 0, -1):
+            if _match_readable(" ".join(words[:n]).lower()):
+                return _spec_and_rest(words, n)
+        raise ScheduleError(f"cannot read the schedule at the start of {' '.join(words)!r}. "
+                            f"{SPEC_HELP}")
+    if len(words) < 6:
+        raise ScheduleError(f"{' '.join(words)!r} is not a schedule and a request: a cron "
+                            f"expression has 5 fields. {SPEC_HELP}")
+    return _spec_and_rest(words, 5)
+
+
+def _spec_and_rest(words: list[str], n: int) -> tuple[str, str, str]:
+    spec = " ".join(words[:n])
+    return spec, spec_to_cron(spec), " ".join(words[n:])
 
 
 def zone_named(name: str) -> ZoneInfo:

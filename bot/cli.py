@@ -58,9 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot import cli_serve, cli_store, hosts_cmd
+    from bot import cli_schedules, cli_serve, cli_store, hosts_cmd
 
-    return [cli_store.register, hosts_cmd.register, cli_serve.register]
+    return [cli_store.register, hosts_cmd.register, cli_serve.register, cli_schedules.register]
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:

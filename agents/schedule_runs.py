@@ -1,0 +1,259 @@
+"""What happens at a schedule's occurrence: plan afresh, store, and post or run unattended.
+
+Every occurrence plans the schedule's request again (requested by ``schedule:ID``), stores
+the plan and a Run awaiting approval, exactly like a typed request. An ``--auto`` schedule's
+run is approved and queued without a click only when the policy of every environment it
+touches allows unattended runs, its creator may still approve there, and the new plan hashes
+the same as the plan approved at creation; otherwise it waits for approval and the result
+carries the difference.
+
+Locked environments follow the environment's ``lock`` policy, as the worker does:
+``refuse`` skips the occurrence (no plan is stored, no run created) and says who holds the
+lock; ``wait`` delays it: the run is created as usual and, once queued, waits behind the
+lock in the worker's queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from redis.client import Pipeline
+
+from agents.errors import ApprovalRefused, NotFound, PlanError
+from agents.plan import Plan
+from agents.policy import Policy
+from agents.runs import Approval, Run, RunStatus
+from agents.schedules import Schedule
+from agents.services import Services
+from agents.store import LockInfo, Store
+
+
+class Outcome(StrEnum):
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Posted for approval (a plain schedule, or an --auto one that may not run alone)."""
+    QUEUED = "queued"
+    """--auto: unchanged plan, approved by the schedule and queued for a worker."""
+    SKIPPED_LOCKED = "skipped_locked"
+    """An environment was locked and its policy refuses to wait: nothing was created."""
+    PLAN_FAILED = "plan_failed"
+    """The request could not be planned this time: nothing was created."""
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    """How a new plan differs from the approved one, by step id (steps and rollback)."""
+
+    changed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    goal: tuple[str, str] | None = None
+    """(approved goal, new goal) when the goal changed."""
+
+    @classmethod
+    def between(cls, old: Plan, new: Plan) -> PlanDiff:
+        before, after = _steps_by_id(old), _steps_by_id(new)
+        return cls(changed=[i for i in after if i in before and after[i] != before[i]],
+                   added=[i for i in after if i not in before],
+                   removed=[i for i in before if i not in after],
+                   goal=(old.goal, new.goal) if old.goal != new.goal else None)
+
+    def describe(self) -> str:
+        parts = [f"{name}: {', '.join(ids)}" for name, ids in
+                 (("changed", self.changed), ("added", self.added), ("removed", self.removed))
+                 if ids]
+        if self.goal:
+            parts.insert(0, f"goal: {self.goal[0]!r} → {self.goal[1]!r}")
+        return "; ".join(parts) or "same steps, different order"
+
+
+def _steps_by_id(plan: Plan) -> dict[str, str]:
+    steps = [*plan.steps, *plan.rollback]
+    return {s.id: json.dumps(s.model_dump(mode="json"), sort_keys=True) for s in steps}
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """The result of one occurrence, for the front end to render and post.
+
+    Attributes:
+        schedule: the schedule as it was when it fired.
+        fire_time: the occurrence (UTC); for ``run ID``, the moment it was asked.
+        outcome: what happened.
+        message: one line for the schedule's channel.
+        plan: the new plan (None only when planning failed; a skipped occurrence keeps the
+            plan it would have run, unstored).
+        run: the run created (None when skipped or planning failed).
+        diff: for --auto, how the plan differs from the one approved at creation.
+        lock: the lock that skipped or delays this occurrence.
+        manual: fired by ``run ID`` rather than by the clock.
+    """
+
+    schedule: Schedule
+    fire_time: datetime
+    outcome: Outcome
+    message: str
+    plan: Plan | None = None
+    run: Run | None = None
+    diff: PlanDiff | None = None
+    lock: LockInfo | None = None
+    manual: bool = False
+
+    @property
+    def channel(self) -> str | None:
+        return self.schedule.channel
+
+    @property
+    def delayed(self) -> bool:
+        """A run was created but will wait for another run's lock."""
+        return self.lock is not None and self.run is not None
+
+
+def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, *,
+                   manual: bool = False) -> Occurrence:
+    """Plan and store one occurrence of ``schedule``; for --auto, queue it if allowed.
+
+    Args:
+        services: the shared services (planner, config, store).
+        schedule: the schedule that fired.
+        fire_time: the occurrence being handled.
+        manual: True for ``run ID`` (fire now).
+
+    Returns:
+        What happened, with the plan, run and message to post.
+    """
+    done = _Done(services.store, schedule, fire_time, manual)
+    try:
+        plan = services.make_plan(schedule.request, requested_by=schedule.requester)
+    except PlanError as exc:
+        return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}")
+    envs = plan.environments()
+    lock = _held_lock(services.store, envs)
+    if lock is not None and services.config.policy.strictest(envs).lock == "refuse":
+        return done(Outcome.SKIPPED_LOCKED, f"skipped: {lock.describe()}, and policy does not "
+                    f"queue behind it", plan=plan, lock=lock)
+    run = _store_run(services.store, schedule, plan, fire_time, manual)
+    if schedule.auto:
+        return _unattended(services, done, plan, run, lock)
+    return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: plan ready for approval"
+                f"{_lock_note(lock)}", plan=plan, run=run, lock=lock)
+
+
+class _Done:
+    """Builds the Occurrence and audits it, so every outcome is recorded the same way."""
+
+    def __init__(self, store: Store, schedule: Schedule, fire_time: datetime, manual: bool):
+        self.store, self.schedule, self.fire_time, self.manual = store, schedule, fire_time, manual
+
+    def __call__(self, outcome: Outcome, text: str, **parts: Any) -> Occurrence:
+        when = "run now" if self.manual else self.schedule.local(self.fire_time)
+        message = f"Schedule {self.schedule.id} ({self.schedule.spec}, {when}): {text}"
+        occurrence = Occurrence(self.schedule, self.fire_time, outcome, message,
+                                manual=self.manual, **parts)
+        run, plan = occurrence.run, occurrence.plan
+        self.store.audit(f"schedule_{outcome.value}", actor=self.schedule.requester,
+                         run_id=run.id if run else None, plan_id=plan.id if plan else None,
+                         schedule=self.schedule.id, fire_time=self.fire_time.isoformat(),
+                         manual=self.manual, message=message)
+        return occurrence
+
+
+def _held_lock(store: Store, environments: Iterable[str]) -> LockInfo | None:
+    wanted = set(environments)
+    return next((lock for lock in store.locks() if lock.environment in wanted), None)
+
+
+def _lock_note(lock: LockInfo | None) -> str:
+    if lock is None:
+        return ""
+    return f" — {lock.describe()}; once approved it waits for that run to finish"
+
+
+def _store_run(store: Store, schedule: Schedule, plan: Plan, fire_time: datetime,
+               manual: bool) -> Run:
+    store.save_plan(plan)
+    meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual}
+    run = store.create_run(Run.for_plan(plan, meta=meta))
+    store.audit("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
+                request=schedule.request, schedule=schedule.id)
+    return run
+
+
+# -- unattended (--auto) -----------------------------------------------------------------
+
+
+def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
+                lock: LockInfo | None) -> Occurrence:
+    schedule, policy = done.schedule, services.config.policy
+    if plan.hash != schedule.approved_plan_hash:
+        diff = _diff_from_approved(services.store, schedule, plan)
+        what = diff.describe() if diff else "the approved plan is no longer stored"
+        return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: the plan changed since "
+                    f"{schedule.created_by} approved it at creation ({what}); approve it to run",
+                    plan=plan, run=run, diff=diff, lock=lock)
+    problem = auto_problem(policy, plan.environments(), user=schedule.created_by,
+                           user_groups=schedule.created_by_groups)
+    if problem:
+        return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: not run unattended ({problem}); "
+                    f"approve it to run", plan=plan, run=run, lock=lock)
+    queued = approve_unattended(services.store, run.id, schedule=schedule, plan=plan)
+    services.store.audit("approved", actor=schedule.approver_label, run_id=run.id,
+                         plan_id=plan.id, version=plan.version, hash=plan.hash)
+    wait = f" — {lock.describe()}; it starts when that run finishes" if lock else ""
+    return done(Outcome.QUEUED, f"{plan.goal}: unchanged since approved by "
+                f"{schedule.created_by} at creation; queued without a click{wait}",
+                plan=plan, run=queued, lock=lock)
+
+
+def _diff_from_approved(store: Store, schedule: Schedule, plan: Plan) -> PlanDiff | None:
+    if schedule.approved_plan_id is None:
+        return None
+    try:
+        return PlanDiff.between(store.plan(schedule.approved_plan_id), plan)
+    except NotFound:
+        return None
+
+
+def auto_problem(policy: Policy, environments: Iterable[str], *, user: str,
+                 user_groups: Iterable[str]) -> str | None:
+    """Why ``user`` may not have plans for ``environments`` run unattended (None if they may).
+
+    The same rights as approving there, plus: the policy allows unattended runs, needs a
+    single approval, and allows approving one's own request (the creator approves it).
+    """
+    envs, groups = list(environments), list(user_groups)
+    rule = policy.strictest(envs)
+    where = ", ".join(envs) or "the default environment"
+    if not rule.unattended:
+        return f"policy does not allow unattended runs in {where}"
+    if not policy.may_approve(user, groups, envs):
+        return (f"{user} is not allowed to approve plans for {where}. Who can: "
+                f"{policy.approvers_text(envs)}")
+    if rule.min_approvals > 1:
+        return f"{where} needs {rule.min_approvals} approvals; a schedule carries only one"
+    if not rule.self_approval:
+        return f"policy forbids approving your own request in {where}"
+    return None
+
+
+def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: Plan) -> Run:
+    """Approve and queue ``run_id`` as the schedule, in one compare-and-set (with the XADD).
+
+    The approval is recorded as ``schedule:ID (approved by U123 at creation)``.
+    """
+    def change(run: Run) -> list[Callable[[Pipeline], Any]]:
+        if run.status is not RunStatus.AWAITING_APPROVAL:
+            raise ApprovalRefused(f"run {run_id} is {run.status.value}; nothing to approve")
+        if (run.plan_version, run.plan_hash) != (plan.version, plan.hash):
+            raise ApprovalRefused(f"run {run_id} is no longer bound to the approved plan")
+        run.approvals.append(Approval(user=schedule.approver_label, at=store.clock(),
+                                      plan_version=plan.version, plan_hash=plan.hash))
+        run.move(RunStatus.APPROVED)
+        run.move(RunStatus.QUEUED)
+        return [lambda pipe: pipe.xadd(store.k("queue"), {"run": run_id})]
+
+    return store.update_run(run_id, change)
