@@ -32,7 +32,6 @@ import getpass
 import logging
 import os
 import re
-import selectors
 import shlex
 import socket
 import threading
@@ -67,8 +66,10 @@ DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 # The login shell may be anything (bash, zsh, fish): it only runs `exec`. A POSIX sh then
 # prints its pid (= the session's process group, see the module docstring) and evals the
 # command, which reaches it as one quoted argument, like `sh -c COMMAND` would run it.
+# stdin is /dev/null, as with the local runner. (Not an EOF over SSH: a fast command's
+# channel can be closed by the time it is sent, and sshd drops the connection for that.)
 _WRAPPER = ("exec /bin/sh -c 'echo DECKHAND_PID=$$; __deckhand_cmd=$1; shift; "
-            "eval \"$__deckhand_cmd\"' deckhand {command}")
+            "eval \"$__deckhand_cmd\"' deckhand {command} </dev/null")
 _PID_LINE = re.compile(rb"DECKHAND_PID=(\d+)\r?")
 _PID_SEARCH_LIMIT = 65536
 _KILL_SCRIPT = (
@@ -314,7 +315,6 @@ class SSHRunner:
                 timeout=self.options.connect_timeout))
             try:
                 channel.exec_command(command)
-                channel.shutdown_write()  # stdin is empty, as with the local runner
             except BaseException:
                 channel.close()
                 raise
@@ -326,17 +326,18 @@ class SSHRunner:
                 timeout: float, cancel: CancelToken | None) -> CommandResult:
         output = OutputCollector(on_output)
         pid = _PidLine(output)
-        killer = _Killer(self, pid)
+        ready = _Ready(channel)
+        killer = _Killer(self, pid, ready)
         unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
         try:
-            ended = _pump(channel, pid, output, started + timeout, killer)
+            ended = _pump(channel, pid, output, ready, started + timeout, stop_on_kill=True)
             timed_out = not ended and not killer.fired
             if not ended:
                 killer.fire()
                 # The killed process closes its output. If it cannot be killed (kill
                 # channel refused, host gone), stop reading after the grace period anyway.
                 grace = time.monotonic() + self.options.kill_grace + 2.0
-                _pump(channel, pid, output, grace, None)
+                _pump(channel, pid, output, ready, grace, stop_on_kill=False)
             pid.flush()
             output.close()
             code = self._exit_code(channel, killed=killer.fired)
@@ -347,7 +348,6 @@ class SSHRunner:
             raise
         finally:
             unregister()
-            killer.close()
         return CommandResult(code, output.tail(), time.monotonic() - started,
                              timed_out=timed_out, cancelled=killer.fired and not timed_out)
 
@@ -434,31 +434,66 @@ class _PidLine:
             self.output.feed(buffer)
 
 
-class _Killer:
-    """Kills a running command's remote process group, once, without blocking the caller.
+class _Ready:
+    """Wakes the reader when stdout or stderr has data (or ended), or a kill was ordered.
 
-    Firing also wakes the reader (``wake_fd``), which may be waiting in select().
+    paramiko's channel buffers call ``set()``/``clear()`` on the object given to their
+    ``set_event``; one flag per stream is handed to them. (``Channel.fileno()`` would do
+    the same with an OS pipe, but that pipe can be written by the transport thread after
+    the channel closed it: its fd may by then belong to another file.)
     """
 
-    def __init__(self, runner: SSHRunner, pid: _PidLine):
-        self.runner, self.pid = runner, pid
+    def __init__(self, channel: paramiko.Channel):
+        self._cond = threading.Condition()
+        self._flags = {"stdout": False, "stderr": False, "kill": False}
+        channel.in_buffer.set_event(_Flag(self, "stdout"))
+        channel.in_stderr_buffer.set_event(_Flag(self, "stderr"))
+
+    def change(self, name: str, value: bool) -> None:
+        with self._cond:
+            self._flags[name] = value
+            if value:
+                self._cond.notify_all()
+
+    @property
+    def killing(self) -> bool:
+        return self._flags["kill"]
+
+    def wait(self, timeout: float, *, kill: bool) -> None:
+        """Until a stream is readable, ``timeout`` passes, or (with ``kill``) a kill."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._flags["stdout"] or self._flags["stderr"]
+                                or (kill and self._flags["kill"]), timeout)
+
+
+class _Flag:
+    """The Event-like view of one ``_Ready`` flag that a paramiko buffer sets and clears."""
+
+    def __init__(self, ready: _Ready, name: str):
+        self._ready, self._name = ready, name
+
+    def set(self) -> None:
+        self._ready.change(self._name, True)
+
+    def clear(self) -> None:
+        self._ready.change(self._name, False)
+
+
+class _Killer:
+    """Kills a running command's remote process group, once, without blocking the caller."""
+
+    def __init__(self, runner: SSHRunner, pid: _PidLine, ready: _Ready):
+        self.runner, self.pid, self.ready = runner, pid, ready
         self.fired = False
-        self.wake_fd, self._wake_w = os.pipe()
         self._lock = threading.Lock()
 
     def fire(self) -> None:
         with self._lock:
-            if self.fired or self._wake_w < 0:
+            if self.fired:
                 return
             self.fired = True
-            os.write(self._wake_w, b"!")
+        self.ready.change("kill", True)
         threading.Thread(target=self._kill, name="ssh-kill", daemon=True).start()
-
-    def close(self) -> None:
-        with self._lock:  # a cancel racing with the end of the command must not write here
-            os.close(self.wake_fd)
-            os.close(self._wake_w)
-            self._wake_w = -1
 
     def _kill(self) -> None:
         # Without the pid (the wrapper never got to print it) closing the channel is all
@@ -472,24 +507,20 @@ class _Killer:
                         self.runner.host.name, self.pid.pid, exc)
 
 
-def _pump(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector, deadline: float,
-          killer: _Killer | None) -> bool:
+def _pump(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector, ready: _Ready,
+          deadline: float, *, stop_on_kill: bool) -> bool:
     """Feed stdout and stderr to ``output`` until both end (True), or until ``deadline``
-    or ``killer`` fires (False). One select() loop, in the caller's thread."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(channel.fileno(), selectors.EVENT_READ)
-        if killer is not None:
-            selector.register(killer.wake_fd, selectors.EVENT_READ)
-        while True:
-            _read_ready(channel, pid, output)
-            if channel.eof_received or channel.closed:
-                while _read_ready(channel, pid, output):  # what came with the EOF
-                    pass
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (killer is not None and killer.fired):
-                return False
-            selector.select(remaining)
+    or, with ``stop_on_kill``, a kill order (False). Runs in the caller's thread."""
+    while True:
+        _read_ready(channel, pid, output)
+        if channel.eof_received or channel.closed:
+            while _read_ready(channel, pid, output):  # what came with the EOF
+                pass
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or (stop_on_kill and ready.killing):
+            return False
+        ready.wait(remaining, kill=stop_on_kill)
 
 
 def _read_ready(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector) -> bool:
