@@ -466,16 +466,19 @@ class _Ready:
                                 or (kill and self._flags["kill"]), timeout)
 
 
-class _Flag:
-    """The Event-like view of one ``_Ready`` flag that a paramiko buffer sets and clears."""
+class _Flag(threading.Event):
+    """One ``_Ready`` flag, as the Event a paramiko buffer sets and clears."""
 
     def __init__(self, ready: _Ready, name: str):
+        super().__init__()
         self._ready, self._name = ready, name
 
     def set(self) -> None:
+        super().set()
         self._ready.change(self._name, True)
 
     def clear(self) -> None:
+        super().clear()
         self._ready.change(self._name, False)
 
 
