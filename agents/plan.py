@@ -151,6 +151,12 @@ class PlanChecker:
             out += self._promotion_order()
         return out
 
+    @property
+    def _undo_tools(self) -> set[str]:
+        """Tools that are another tool's rollback: running one is itself the remedy, so it
+        needs no rollback of its own and may go straight to production."""
+        return {t.rollback for t in self.catalog.tools.values() if t.rollback}
+
     def _ids(self) -> list[str]:
         out, seen = [], set()
         for step in [*self.plan.steps, *self.plan.rollback]:
@@ -228,7 +234,7 @@ class PlanChecker:
         covered = {(r.tool, r.params.get("environment")) for r in self.plan.rollback}
         for step in self.plan.steps:
             tool = self.catalog.get(step.tool)
-            if not tool.mutates:
+            if not tool.mutates or tool.name in self._undo_tools:
                 continue
             if tool.rollback is None:
                 out.append(f"step {step.id}: tool {tool.name} changes hosts but declares no "
@@ -246,7 +252,8 @@ class PlanChecker:
         env_of = {s.id: s.params.get("environment") for s in self.plan.steps}
         for step in self.plan.steps:
             env = env_of[step.id]
-            if not self.catalog.get(step.tool).mutates or not isinstance(env, str):
+            tool = self.catalog.get(step.tool)
+            if not tool.mutates or tool.name in self._undo_tools or not isinstance(env, str):
                 continue
             previous = self.policy.previous_stage(env)
             if previous and previous not in {env_of[a] for a in graph.ancestors(deps, step.id)}:

@@ -98,3 +98,9 @@ def test_layers_and_critical_path() -> None:
     assert plan.layers() == [["tests", "backup"], ["build"], ["deploy"]]
     path, total = plan.critical_path({"tests": 2, "backup": 5, "build": 2, "deploy": 1})
     assert path == ["backup", "deploy"] and total == 6
+
+
+def test_an_undo_tool_can_be_planned_on_its_own(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan([{"id": "undo_prod", "tool": "undo", "params": {"environment": "production"}}])
+    validate_plan(plan, config.catalog, config.inventory, config.policy)
