@@ -25,7 +25,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.errors import ApprovalRefused, NotFound, PlanError
-from agents.plan import Plan
+from agents.plan import Plan, RollbackStep, Step
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus
 from agents.schedules import Schedule
@@ -72,7 +72,7 @@ class PlanDiff:
 
 
 def _steps_by_id(plan: Plan) -> dict[str, str]:
-    steps = [*plan.steps, *plan.rollback]
+    steps: list[Step | RollbackStep] = [*plan.steps, *plan.rollback]
     return {s.id: json.dumps(s.model_dump(mode="json"), sort_keys=True) for s in steps}
 
 

@@ -59,6 +59,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import redis
@@ -521,7 +522,7 @@ class ScheduleBook:
     def all(self) -> list[Schedule]:
         """Every schedule, oldest first."""
         with self.store._errors():
-            ids = self.r.zrange(self.store.k("schedules"), 0, -1)
+            ids = cast(list[bytes], self.r.zrange(self.store.k("schedules"), 0, -1))
             raws = self.r.mget([self._key(i.decode()) for i in ids]) if ids else []
         return [Schedule.model_validate_json(raw) for raw in raws if raw]
 

@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.plan import Plan
@@ -341,7 +342,7 @@ def _check_rights(ctx: _Ctx, schedule: Schedule, action: str) -> None:
                             f"{policy.approvers_text(envs)}")
 
 
-def _audit(ctx: _Ctx, action: str, schedule: Schedule, **details: object) -> None:
+def _audit(ctx: _Ctx, action: str, schedule: Schedule, **details: Any) -> None:
     ctx.services.store.audit(action, actor=ctx.user, schedule=schedule.id, spec=schedule.spec,
                              cron=schedule.cron, timezone=schedule.timezone,
                              request=schedule.request, auto=schedule.auto, **details)

@@ -19,17 +19,16 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from agents.errors import NotFound, StoreError
+from agents.errors import NotFound, ScheduleError, StoreError
 from agents.schedule_runs import Occurrence, run_occurrence
 from agents.schedules import (
     DEFAULT_GRACE,
-    UTC,
     Due,
     Schedule,
     ScheduleBook,
@@ -85,8 +84,15 @@ class Scheduler:
 
     def fire_due(self, now: datetime) -> list[Fired]:
         """Fire every schedule due at ``now`` that this replica wins the claim for."""
-        fired = [self._fire(schedule, now) for schedule in self.book.all()]
+        fired = [self._fire_checked(schedule, now) for schedule in self.book.all()]
         return [f for f in fired if f is not None]
+
+    def _fire_checked(self, schedule: Schedule, now: datetime) -> Fired | None:
+        try:
+            return self._fire(schedule, now)
+        except ScheduleError as exc:  # e.g. its time zone left tzdata: the others still fire
+            log.error("schedule %s cannot fire: %s", schedule.id, exc)
+            return None
 
     def fire_schedule(self, schedule_id: str, now: datetime) -> Fired | None:
         """Fire one schedule if it is due at ``now`` (and this replica wins the claim)."""
