@@ -107,6 +107,7 @@ def _show(console: Console, reply: ScheduleReply) -> None:
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per wake-up is noise
     services = services_for(args)
     grace = args.grace if args.grace is not None else services.settings.schedule_grace
     report = lambda occurrence: _report(console, occurrence)  # noqa: E731 - a tiny adapter

@@ -265,7 +265,8 @@ def _created(ctx: _Ctx, schedule: Schedule) -> str:
 
 def _plan_line(plan: Plan) -> str:
     envs = ", ".join(plan.environments()) or "no environment"
-    return f"{plan.goal} ({len(plan.steps)} steps; {envs})"
+    steps = f"{len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"
+    return f"{plan.goal} ({steps}; {envs})"
 
 
 # -- list, pause, resume, remove, run ----------------------------------------------------
