@@ -8,8 +8,10 @@
    leaves out fixed costs such as ansible-playbook starting up. Target: deckhand >= 10x less.
 2. deckhand's per-command overhead on a warm connection: median of ``run("true")``.
    Target: < 15 ms.
-3. One step fanned out to 20 hosts: wall time / slowest host running the same step alone.
-   Target: < 1.2.
+3. One step (``sleep 1`` by default: a short real step) fanned out to 20 hosts: wall time /
+   the slowest host running the same step alone. Target: < 1.2. The absolute time the
+   fan-out adds is printed too. Note the 20 sshd "hosts" share this machine's cores, so
+   their own work (fork, shell) is serialised here as it would not be on 20 machines.
 
 Ansible is not a project dependency. Install it for the bench only, e.g.
 ``python -m venv /opt/bench-ansible && /opt/bench-ansible/bin/pip install ansible-core``,
@@ -42,7 +44,6 @@ from tests.fixtures.sshd import SSHFleet, start_fleet
 from tools.runners import RunnerPool
 
 FANOUT_HOSTS = 20
-FANOUT_STEP = "sleep 0.3"
 
 
 def commands(workdir: Path) -> list[str]:
@@ -56,13 +57,13 @@ def commands(workdir: Path) -> list[str]:
 # -- deckhand -----------------------------------------------------------------------------
 
 
-def write_config(root: Path, fleet: SSHFleet, cmds: list[str]) -> Config:
+def write_config(root: Path, fleet: SSHFleet, cmds: list[str], fan_step: str) -> Config:
     """A deckhand config: tools step1..8 (the commands) and ``fan`` on environments."""
     tools: dict[str, Any] = {
         f"step{i + 1}": {"description": f"bench step {i + 1}", "command": cmd,
                          "target": "group:bench", "timeout": 60}
         for i, cmd in enumerate(cmds)}
-    tools["fan"] = {"description": "the fanned-out step", "command": FANOUT_STEP,
+    tools["fan"] = {"description": "the fanned-out step", "command": fan_step,
                     "target": "environment", "timeout": 60}
     names = list(fleet.hosts)
     fan = names[1:]
@@ -202,6 +203,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--ansible-reps", type=int, default=5)
     parser.add_argument("--ansible-playbook", default=None, help="path of ansible-playbook")
+    parser.add_argument("--fanout-seconds", type=float, default=1.0,
+                        help="how long the fanned-out step runs on each host")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="deckhand-bench-ssh-"))
     names = ["bench-0", *[f"fan-{i:02d}" for i in range(1, FANOUT_HOSTS + 1)]]
@@ -217,7 +220,8 @@ def main() -> int:
 def report(args: argparse.Namespace, root: Path, fleet: SSHFleet) -> int:
     workdir = fleet.hosts["bench-0"].dir
     cmds = commands(workdir)
-    config = write_config(root, fleet, cmds)
+    fan_step = f"sleep {args.fanout_seconds:g}"
+    config = write_config(root, fleet, cmds, fan_step)
     pool = RunnerPool(inventory=config.inventory)
     executor = Executor(ExecutorDeps(config.catalog, config.inventory, pool.for_host),
                         max_parallel=FANOUT_HOSTS)
@@ -246,12 +250,11 @@ def report(args: argparse.Namespace, root: Path, fleet: SSHFleet) -> int:
               f"(target >= 10x)")
     print(f"\ndeckhand per-command time on a warm connection (run('true'), median): "
           f"{warm * 1000:.2f} ms (target < 15 ms)")
-    print(f"\nfan-out of `{FANOUT_STEP}` to {FANOUT_HOSTS} hosts:")
-    print(f"  slowest host alone: {solo * 1000:.0f} ms; inside the fan-out the slowest "
-          f"host took {inside * 1000:.0f} ms")
-    print(f"  warm wall {wall * 1000:.0f} ms -> wall / slowest single host = "
-          f"{wall / solo:.2f} (target < 1.2)")
-    print(f"  cold wall {cold * 1000:.0f} ms (opens {FANOUT_HOSTS} connections) -> "
+    print(f"\nfan-out of `{fan_step}` to {FANOUT_HOSTS} hosts (connections warm):")
+    print(f"  slowest host alone {solo * 1000:.0f} ms; fanned out: wall {wall * 1000:.0f} ms "
+          f"(+{(wall - solo) * 1000:.0f} ms), slowest host inside it {inside * 1000:.0f} ms")
+    print(f"  wall / slowest single host = {wall / solo:.2f} (target < 1.2)")
+    print(f"  cold (opening {FANOUT_HOSTS} connections first): wall {cold * 1000:.0f} ms -> "
           f"{cold / solo:.2f}")
     return 0
 
