@@ -36,14 +36,19 @@ def examples_dir() -> Path:
     return Path(override) if override else Path(__file__).resolve().parents[1] / "examples"
 
 
-def prepare_workspace(dest: Path) -> Config:
-    """Copy the sample to ``dest``, load its config and give every host a free port."""
+def copy_examples(dest: Path) -> Path:
+    """Copy the sample config and app to ``dest``; returns the config file's path."""
     source = examples_dir()
     if not (source / "deckhand.yml").exists():
         raise FileNotFoundError(f"sample config not found in {source}; run from a checkout "
                                 f"or set DECKHAND_EXAMPLES")
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".deckhand", "__pycache__"))
-    config = load_config(dest / "deckhand.yml")
+    return dest / "deckhand.yml"
+
+
+def prepare_workspace(dest: Path) -> Config:
+    """Copy the sample to ``dest``, load its config and give every host a free port."""
+    config = load_config(copy_examples(dest))
     for host in config.inventory.hosts.values():
         if "port" in host.vars:
             host.vars["port"] = free_port()
@@ -57,10 +62,10 @@ def free_port() -> int:
 
 
 def stop_servers(config: Config) -> None:
-    """Stop the sample app on every host (local hosts only)."""
+    """Stop the sample app on every host whose directory is on this machine."""
     stop = Path(str(config.vars["app"])) / "bin" / "stop.sh"
     for host in config.inventory.hosts.values():
-        if host.connection == "local" and "dir" in host.vars:
+        if "dir" in host.vars and Path(str(host.vars["dir"])).exists():
             subprocess.run([str(stop), str(host.vars["dir"])], check=False, timeout=30,
                            capture_output=True)
 
