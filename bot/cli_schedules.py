@@ -22,7 +22,7 @@ from agents.services import Services
 from bot.cli_common import add_config_arg, services_for
 from bot.render import plan_table
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
-from bot.scheduler import Scheduler, occurrence_handler
+from bot.scheduler import Scheduler
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -109,10 +109,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per wake-up is noise
     services = services_for(args)
-    grace = args.grace if args.grace is not None else services.settings.schedule_grace
-    report = lambda occurrence: _report(console, occurrence)  # noqa: E731 - a tiny adapter
-    scheduler = Scheduler(services.store, on_occurrence=occurrence_handler(services, report),
-                          grace=timedelta(seconds=grace))
+    options = {"grace": timedelta(seconds=args.grace)} if args.grace is not None else {}
+    scheduler = Scheduler.for_services(services, report=lambda o: _report(console, o),
+                                       **options)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     scheduler.start()

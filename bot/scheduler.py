@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -74,6 +75,16 @@ class Scheduler:
         self._aps: BackgroundScheduler | None = None
         self._version: int | None = None
         self._reload_lock = threading.Lock()
+
+    @classmethod
+    def for_services(cls, services: Services, *,
+                     report: Callable[[Occurrence], None] | None = None,
+                     on_missed: OnMissed | None = None, **options: Any) -> Scheduler:
+        """The scheduler a bot replica runs: the default occurrence handler feeding ``report``,
+        the grace time from ``DECKHAND_SCHEDULE_GRACE``."""
+        options.setdefault("grace", timedelta(seconds=services.settings.schedule_grace))
+        return cls(services.store, on_occurrence=occurrence_handler(services, report),
+                   on_missed=on_missed, **options)
 
     # -- the core, driven by a clock ---------------------------------------------------------
 

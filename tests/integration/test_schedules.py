@@ -14,13 +14,13 @@ import pytest
 from agents.config import Config
 from agents.plan import Step
 from agents.runs import RunStatus
-from agents.schedule_runs import Outcome, run_occurrence
+from agents.schedule_runs import Occurrence, Outcome, run_occurrence
 from agents.schedules import Schedule, ScheduleBook
 from agents.services import Services, build_services
 from agents.settings import Settings
 from agents.store import Store
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
-from bot.scheduler import Fired, Scheduler, occurrence_handler
+from bot.scheduler import Fired, Scheduler
 
 BERLIN = ZoneInfo("Europe/Berlin")
 T0 = datetime(2026, 3, 28, 12, 0, tzinfo=BERLIN)  # a Saturday, the day before spring-forward
@@ -295,11 +295,12 @@ def test_paused_occurrences_never_fire_and_resume_rearms(services: Services,
 # -- occurrences: plans, runs, --auto, locks ---------------------------------------------------
 
 
-def test_occurrence_posts_a_new_plan_for_approval(services: Services, redis_url: str) -> None:
+def test_occurrence_posts_a_new_plan_for_approval(services: Services) -> None:
     schedule = add(services, '"every day at 13:00" deploy v1.2.3 to staging')
-    seen = []
-    handler = occurrence_handler(services, seen.append)
-    Scheduler(services.store, on_occurrence=handler, name="bot").tick(at(2026, 3, 28, 13))
+    seen: list[Occurrence] = []
+    replica = Scheduler.for_services(services, report=seen.append, name="bot")
+    assert replica.grace == timedelta(seconds=1800)  # DECKHAND_SCHEDULE_GRACE's default
+    replica.tick(at(2026, 3, 28, 13))
     [occurrence] = seen
     assert occurrence.outcome is Outcome.AWAITING_APPROVAL and occurrence.channel == "C1"
     assert occurrence.run is not None and occurrence.plan is not None
