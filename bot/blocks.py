@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from agents.plan import Plan
+from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepState, StepStatus
 from bot.render import format_params
@@ -70,14 +71,16 @@ def parse_button_value(value: str) -> tuple[str, int, str]:
 
 
 def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
-                note: str | None = None) -> list[Block]:
-    """The plan as posted for approval: goal, steps by layer, rollback, footer, buttons."""
+                note: str | None = None, diff: PlanDiff | None = None) -> list[Block]:
+    """The plan as posted for approval: goal, [changes], steps by layer, rollback, buttons."""
     envs = plan.environments()
     blocks: list[Block] = [
         header(f"Plan: {plan.goal}"),
         section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
                 f"{', '.join(envs) or 'none'} · *version* {plan.version}"),
     ]
+    if diff is not None:
+        blocks += diff_blocks(diff)
     blocks += _step_sections(plan, budget=MAX_BLOCKS - 10)
     if plan.rollback:
         lines = [f"{i}. `{r.id}` {r.tool} {format_params(r.params)}"
@@ -90,6 +93,28 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
     if actions:
         blocks.append(approval_actions(run, policy))
     return _fit(blocks)
+
+
+DIFF_EMOJI = {Mark.ADDED: "➕", Mark.REMOVED: "➖", Mark.CHANGED: "✏️"}
+MAX_DIFF_LINES = 25
+
+
+def diff_blocks(diff: PlanDiff) -> list[Block]:
+    """What changed since the previous version, one line per change, in one section."""
+    lines = [f"*Changes since v{diff.old_version}* ({diff.summary()})"]
+    for line in diff.lines()[:MAX_DIFF_LINES]:
+        where = "rollback " if line.rollback else ""
+        step = f"{where}`{line.step}` " if line.step else where
+        lines.append(f"{DIFF_EMOJI[line.mark]} {step}{_escape(line.text)}")
+    hidden = len(diff.lines()) - MAX_DIFF_LINES
+    if hidden > 0:
+        lines.append(f"…and {hidden} more changes: the full plan is below")
+    return [section(trim("\n".join(lines), MAX_SECTION - 100)), {"type": "divider"}]
+
+
+def _escape(text: str) -> str:
+    """Slack mrkdwn control characters, so parameter values show as typed."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _step_sections(plan: Plan, *, budget: int) -> list[Block]:

@@ -22,11 +22,12 @@ from rich.prompt import Prompt
 
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.plan import Plan
+from agents.plan_diff import diff_plans
 from agents.policy import approvals_needed
 from agents.runs import Event, Run, RunStatus
 from agents.services import Services
 from agents.worker import Worker
-from bot.render import plan_table, status_table, summary
+from bot.render import diff_text, plan_table, status_table, summary
 
 Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
@@ -96,6 +97,7 @@ class ConsoleFlow:
             self.console.print("[dim]No change.[/]")
             return plan
         self.console.print(f"[green]Plan updated to version {revised.version}.[/]")
+        self.console.print(diff_text(diff_plans(plan, revised)))
         return revised
 
     def _approve_and_execute(self, plan: Plan, run_id: str) -> Run | None:

@@ -17,6 +17,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from agents.plan import Plan
+from agents.plan_diff import PlanDiff, diff_plans
 from agents.policy import approvals_needed
 from agents.runs import Run, RunStatus
 from agents.services import Services
@@ -118,7 +119,8 @@ class Bot:
             channel=slack["channel"], thread_ts=slack["thread_ts"],
             text=f"Plan v{plan.version}: {plan.goal}",
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
-                                  note=f"Version {plan.version}, modified by {bk.mention(user)}"))
+                                  note=f"Version {plan.version}, modified by {bk.mention(user)}",
+                                  diff=self.diff_from_previous(run)))
         return self.store.update_run(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
 
     def reject(self, run_id: str, reason: str, *, user: str) -> Run:
@@ -160,7 +162,17 @@ class Bot:
         self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
                                 text=f"Plan: {plan.goal}",
                                 blocks=bk.plan_blocks(plan, run, self.services.config.policy,
-                                                      actions=actions, note=note))
+                                                      actions=actions, note=note,
+                                                      diff=self.diff_from_previous(run)))
+
+    def diff_from_previous(self, run: Run) -> PlanDiff | None:
+        """How the run's plan differs from the version before it (None for the first)."""
+        versions = run.plan_versions
+        if run.plan_version not in versions or versions.index(run.plan_version) == 0:
+            return None
+        previous = versions[versions.index(run.plan_version) - 1]
+        return diff_plans(self.store.plan(run.plan_id, previous),
+                          self.store.plan(run.plan_id, run.plan_version))
 
     def ephemeral(self, *, channel: str, user: str, text: str) -> None:
         self.client.chat_postEphemeral(channel=channel, user=user, text=bk.trim(text, 3000))

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.plan import Plan
+from agents.plan_diff import Mark, PlanDiff
 from agents.runs import Run, RunStatus, StepState, StepStatus
 
 STATUS_STYLE = {
@@ -102,4 +103,21 @@ def summary(plan: Plan, run: Run) -> Text:
     text = Text()
     for content, style in lines:
         text.append(content + "\n", style)
+    return text
+
+
+DIFF_STYLE = {Mark.ADDED: "green", Mark.REMOVED: "red", Mark.CHANGED: "yellow"}
+
+
+def diff_text(diff: PlanDiff) -> Text:
+    """What changed since the previous version: one coloured, marked line per change."""
+    text = Text(f"changes since v{diff.old_version} ({diff.summary()})\n", "bold")
+    for line in diff.lines():
+        where = "rollback " if line.rollback else ""
+        text.append(f"  {line.mark.value} ", DIFF_STYLE[line.mark])
+        if line.step:
+            text.append(f"{where}{line.step}", "bold")
+            text.append(f"  {line.text}\n")
+        else:
+            text.append(f"{where}{line.text}\n")
     return text
