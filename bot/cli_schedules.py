@@ -12,6 +12,7 @@ import logging
 import signal
 import threading
 from datetime import timedelta
+from typing import Any
 
 from rich.console import Console
 from rich.prompt import Confirm
@@ -109,7 +110,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per wake-up is noise
     services = services_for(args)
-    options = {"grace": timedelta(seconds=args.grace)} if args.grace is not None else {}
+    options: dict[str, Any] = {}
+    if args.grace is not None:
+        options["grace"] = timedelta(seconds=args.grace)
     scheduler = Scheduler.for_services(services, report=lambda o: _report(console, o),
                                        **options)
     stop = threading.Event()
