@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +34,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     runs.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     runs.add_argument("run_id", nargs="?")
     runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--timeline", type=Path, metavar="PNG",
+                      help="with show: save the run's timeline chart to this PNG file")
     add_config_arg(runs)
     runs.set_defaults(handler=_runs)
 
@@ -78,6 +81,12 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
         plan = store.plan(run.plan_id, run.plan_version)
         console.print(status_table(plan, run))
         console.print(summary(plan, run))
+        if args.timeline:
+            from bot.timeline import save_timeline  # matplotlib loads only when asked
+
+            drawn = save_timeline(plan, run, args.timeline)
+            console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
+                          f"{len(drawn.bars)} bars)")
         return 0
     console.print(runs_table(store.runs(limit=args.limit)))
     return 0
