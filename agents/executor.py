@@ -124,6 +124,10 @@ class _Execution:
             if state is None or state.status is not StepStatus.RUNNING:
                 continue
             tool = self.deps.catalog.tools.get(step.tool)
+            if tool is not None and tool.mutates:  # it may have changed its hosts: undo them
+                for host, result in state.hosts.items():
+                    if result.status is StepStatus.RUNNING:
+                        self.run.mark_changed(host)
             if tool is not None and tool.idempotent:
                 state.status = StepStatus.PENDING
             else:
@@ -256,7 +260,7 @@ class _Execution:
         ids = {"step_id": step.id, "phase": phase, "host": host.name}
         outcome = _HostOutcome(ok=False)
         for attempt in range(1, tool.retries + 2):
-            self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
+            self.emit(EventKind.HOST_STARTED, attempt=attempt, **ids)
             watch = _OutputWatch(tool.outputs, success.output_pattern,
                                  lambda line: self._output(line, ids))
             result, error = self._invoke(host, command, tool.timeout, watch, token)
@@ -267,7 +271,9 @@ class _Execution:
             self.emit(EventKind.HOST_FINISHED, status="succeeded" if outcome.ok else "failed",
                       exit_code=result.exit_code if result else None,
                       tail=self.deps.redact(result.tail) if result else "",
-                      error=outcome.error, attempt=attempt, **ids)
+                      error=outcome.error, attempt=attempt,
+                      # a host we never reached was not changed; one that ran the command was
+                      mutating=tool.mutates and result is not None, **ids)
             if outcome.ok or token.cancelled or attempt > tool.retries:
                 break
             self.emit(EventKind.STEP_RETRY, attempt=attempt, error=outcome.error, **ids)

@@ -200,6 +200,11 @@ class Run(BaseModel):
             return None
         return (self.finished_at or time.time()) - self.started_at
 
+    def mark_changed(self, host: str) -> None:
+        """Remember that a mutating command ran on ``host`` (rollback will visit it)."""
+        if host and host not in self.changed_hosts:
+            self.changed_hosts.append(host)
+
     def states(self, phase: Phase) -> dict[str, StepState]:
         return self.rollback if phase is Phase.ROLLBACK else self.steps
 
@@ -227,8 +232,6 @@ def _host_started(run: Run, ev: Event) -> None:
     host = state.hosts.setdefault(ev.host or "", HostResult(host=ev.host or ""))
     host.status, host.started_at, host.attempts = StepStatus.RUNNING, ev.at, ev.attempt
     state.attempts = max(state.attempts, ev.attempt)
-    if ev.mutating and ev.host and ev.host not in run.changed_hosts:
-        run.changed_hosts.append(ev.host)
 
 
 def _host_finished(run: Run, ev: Event) -> None:
@@ -236,6 +239,8 @@ def _host_finished(run: Run, ev: Event) -> None:
     host.status = StepStatus(ev.status or "failed")
     host.finished_at, host.exit_code = ev.at, ev.exit_code
     host.tail, host.error = ev.tail or "", ev.error
+    if ev.mutating:
+        run.mark_changed(ev.host or "")
 
 
 def _step_finished(run: Run, ev: Event) -> None:

@@ -60,7 +60,7 @@ def build_services(config: Config, settings: Settings | None = None, *,
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
         store = Store.connect(url)
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
-    runners = RunnerPool(known_hosts=config.inventory.known_hosts)
+    runners = RunnerPool(inventory=config.inventory)
     deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact)
     executor = Executor(deps, on_failure=config.policy.on_failure)
     planner = build_planner(config, settings)

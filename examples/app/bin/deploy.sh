@@ -3,14 +3,13 @@
 . "$(dirname "$0")/_lib.sh"
 artifact="$1"; version="$2"; dir="$3"; port="$4"
 mkdir -p "$dir/releases"
+# What rollback.sh returns to if this deploy must be undone: recorded before anything
+# changes, so a deploy that fails half-way is rolled back to what was live, not older.
+previous=$(basename "$(readlink "$dir/current" 2>/dev/null || echo none)")
+printf '%s\n' "$previous" > "$dir/rollback_to"
 rm -rf "$dir/releases/$version.tmp"
 cp -R "$artifact" "$dir/releases/$version.tmp"
 rm -rf "$dir/releases/$version" && mv "$dir/releases/$version.tmp" "$dir/releases/$version"
-previous=$(basename "$(readlink "$dir/current" 2>/dev/null || echo none)")
-if [ "$previous" != "$version" ]; then
-  # what rollback.sh returns to if this deploy must be undone
-  printf '%s\n' "$previous" > "$dir/rollback_to"
-fi
 switch_to "$dir" "$version"
 stop_server "$dir"
 start_server "$dir" "$port"
