@@ -19,6 +19,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 
 from agents.services import Services
 from agents.settings import Settings
+from bot import slack_schedules
 from bot.flows import Bot, Directory
 from bot.listeners import actions, commands, events, views
 from tools.errors import ConfigError, DeckhandError, Problem
@@ -43,7 +44,7 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     app = App(client=client, signing_secret=secret, process_before_response=False,
               logger=logging.getLogger("deckhand.bolt"))
     bot = Bot(services, client, Directory(client))
-    for module in (commands, actions, views, events):
+    for module in (commands, actions, views, events, slack_schedules):
         module.register(app, bot)
     app.error(_error_handler(bot))
     return app, bot

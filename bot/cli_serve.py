@@ -36,6 +36,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     services = build_services(load_config(args.config or settings.config_path), settings)
     runtime = BotRuntime(services, settings, workers=args.workers)
     runtime.start_workers()
+    runtime.start_scheduler()
     try:
         if args.http:
             _serve_http(runtime, args, settings, console)

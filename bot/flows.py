@@ -64,6 +64,8 @@ class Bot:
     services: Services
     client: WebClient
     directory: Directory
+    scheduler: Any = None
+    """The replica's bot.scheduler.Scheduler, reloaded after schedule commands."""
 
     @property
     def store(self) -> Any:
@@ -77,9 +79,15 @@ class Bot:
         self.store.save_plan(plan)
         run = self.store.create_run(Run.for_plan(plan))
         self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
-        policy = self.services.config.policy
+        return self.post_plan(plan, run, channel=channel)
+
+    def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
+                  note: str | None = None) -> Run:
+        """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
+        blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
+                                note=note)
         reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
-                                             blocks=bk.plan_blocks(plan, run, policy))
+                                             blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
         return self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
 

@@ -42,6 +42,15 @@ class BotRuntime:
             thread.start()
             self._threads.append(thread)
 
+    def start_scheduler(self) -> None:
+        """Fire recurring plans from this replica (each occurrence once across replicas)."""
+        from bot.scheduler import Scheduler
+        from bot.slack_schedules import post_occurrence
+
+        self.bot.scheduler = Scheduler.for_services(
+            self.services, report=lambda occurrence: post_occurrence(self.bot, occurrence))
+        self.bot.scheduler.start()
+
     def workers_alive(self) -> bool:
         return not self.workers or any(t.is_alive() for t in self._threads)
 
@@ -57,6 +66,8 @@ class BotRuntime:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.bot.scheduler is not None:
+            self.bot.scheduler.shutdown()
         if self._server is not None:
             self._server.close()
         for thread in self._threads:

@@ -19,6 +19,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agents import logcontext
 from agents.executor import Listener
 from agents.plan import Plan
 from agents.runs import Event, EventKind, Phase, Run
@@ -45,6 +46,7 @@ class ThreadUpdater:
         self._outbox: deque[Post] = deque()
         self._wake = threading.Condition()
         self._last_update = 0.0
+        self._inherit = logcontext.inherit()  # the sender's log lines name the run too
         self._sender = threading.Thread(target=self._send_loop, daemon=True,
                                         name=f"slack-thread-{thread_ts}")
         self._sender.start()
@@ -84,6 +86,7 @@ class ThreadUpdater:
     # -- sender side (its own thread) -----------------------------------------------------------
 
     def _send_loop(self) -> None:
+        self._inherit()
         while True:
             with self._wake:
                 while not (self._outbox or self._dirty or self._finished):
@@ -150,10 +153,24 @@ def thread_listener_factory(client: WebClient, store: Store, *,
                             interval: float = 1.0) -> Callable[[Run], Listener | None]:
     """For workers: a ThreadUpdater for each run that was requested from Slack."""
     def factory(run: Run) -> Listener | None:
-        slack = run.meta.get("slack")
+        slack = run.meta.get("slack") or _posted_soon(store, run)
         if not slack:
             return None
         plan = store.plan(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
                              thread_ts=slack["thread_ts"], interval=interval)
     return factory
+
+
+def _posted_soon(store: Store, run: Run, timeout: float = 5.0) -> dict[str, str] | None:
+    """An unattended scheduled run can reach a worker before its plan message is posted:
+    wait (bounded) for the poster to record where the thread is."""
+    if not run.requested_by.startswith("schedule:"):
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        slack = store.run(run.id).meta.get("slack")
+        if slack:
+            return dict(slack)
+        time.sleep(0.05)
+    return None

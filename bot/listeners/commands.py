@@ -10,6 +10,7 @@ from slack_bolt import Ack, App, Respond
 from bot import blocks as bk
 from bot.flows import Bot
 from bot.listeners.common import first_delivery
+from bot.slack_schedules import schedule_reply
 
 DEPLOY_USAGE = ("Usage: `/deploy v2.3.1` — or any request the planner knows, e.g. "
                 "`/deploy v2.3.1 to staging`. `/deckhand help` lists everything.")
@@ -29,13 +30,14 @@ def register(app: App, bot: Bot) -> None:
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
         ack()
-        words = _split(command.get("text", ""))
+        text = command.get("text", "")
         user = command["user_id"]
-        respond(bk.trim(answer(bot, words, user=user, channel=command["channel_id"]), 3900))
+        respond(bk.trim(answer(bot, text, user=user, channel=command["channel_id"]), 3900))
 
 
-def answer(bot: Bot, words: list[str], *, user: str, channel: str) -> str:
-    """The reply to ``/deckhand WORDS`` (ephemeral)."""
+def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
+    """The reply to ``/deckhand TEXT`` (ephemeral)."""
+    words = _split(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
     if verb == "runs":
         return _runs_text(bot)
@@ -46,7 +48,8 @@ def answer(bot: Bot, words: list[str], *, user: str, channel: str) -> str:
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
-        return schedule_text(bot, args, user=user, channel=channel)
+        rest = text.strip()[len(words[0]):].strip()  # raw: the schedule parser quotes itself
+        return schedule_reply(bot, rest, user=user, channel=channel)
     return help_text(bot, user)
 
 
@@ -89,15 +92,6 @@ def help_text(bot: Bot, user: str) -> str:
     if examples:
         lines.append("Requests I know: " + ", ".join(f"`{e}`" for e in examples))
     return "\n".join(lines)
-
-
-def schedule_text(bot: Bot, args: list[str], *, user: str, channel: str) -> str:
-    """``/deckhand schedule ...`` — recurring plans (see bot.scheduler)."""
-    try:
-        from bot.slack_schedules import schedule_reply
-    except ImportError:
-        return "Schedules are not available in this build."
-    return schedule_reply(bot, args, user=user, channel=channel)
 
 
 def _split(text: str) -> list[str]:

@@ -316,3 +316,30 @@ def test_forty_step_plan_fits_block_kit(world: SlackWorld) -> None:
                             blocks=bk.plan_blocks(plan, run, world.config.policy))
     client.chat_postMessage(channel="C1", text="status", blocks=bk.status_blocks(plan, run))
     assert world.standin.violations == []
+
+
+def test_schedules_from_slack_post_occurrences_for_approval(world: SlackWorld) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bot.scheduler import Scheduler
+    from bot.slack_schedules import post_occurrence
+
+    world.signer.command("/deckhand", 'schedule add "every day at 02:00" deploy v2.3.1 to '
+                         'staging --tz Europe/Berlin', user="UBOB",
+                         response_url=f"{world.standin.url}/response/s")
+    reply = world.standin.wait_for(lambda: world.standin.responses)[-1]["text"]
+    assert "Scheduled" in reply and "Europe/Berlin" in reply
+    world.signer.command("/deckhand", 'schedule add "61 * * * *" deploy v2.3.1', user="UBOB",
+                         response_url=f"{world.standin.url}/response/s")
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
+    assert "61" in world.standin.responses[-1]["text"]  # a clear error naming the bad field
+    bot = world.runtime.bot
+    scheduler = Scheduler.for_services(bot.services,
+                                       report=lambda o: post_occurrence(bot, o))
+    fired = scheduler.tick(datetime(2030, 1, 2, 1, 0, tzinfo=UTC) + timedelta(minutes=1))
+    assert len(fired) == 1
+    plan_msg = world.plan_message()
+    assert "⏰" in plan_msg.text_of_blocks() and "approve" in plan_msg.text_of_blocks()
+    run_id = bk.parse_button_value(button(plan_msg, "approve"))[0]
+    assert world.store.run(run_id).requested_by.startswith("schedule:")
+    assert world.standin.violations == []
