@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -29,7 +31,7 @@ RUN_STYLE = {
 }
 
 
-def format_params(params: dict[str, object], limit: int = 60) -> str:
+def format_params(params: Mapping[str, object], limit: int = 60) -> str:
     text = " ".join(f"{k}={v}" for k, v in params.items())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -70,10 +72,10 @@ def status_table(plan: Plan, run: Run) -> Table:
         table.add_column(column, overflow="fold")
     for step in plan.steps:
         table.add_row(*_status_row(step.id, run.steps[step.id]))
-    for step in plan.rollback:
-        state = run.rollback[step.id]
+    for undo in plan.rollback:
+        state = run.rollback[undo.id]
         if state.status is not StepStatus.PENDING or run.status is RunStatus.ROLLING_BACK:
-            table.add_row(*_status_row(f"↩ {step.id}", state))
+            table.add_row(*_status_row(f"↩ {undo.id}", state))
     return table
 
 
