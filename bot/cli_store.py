@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from agents.policy import approvals_needed
 from agents.runs import Run
 from agents.worker import Worker, WorkerOptions
 from bot.cli_common import add_config_arg, services_for
@@ -45,6 +46,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     audit.add_argument("--limit", type=int, default=200)
     add_config_arg(audit)
     audit.set_defaults(handler=_audit)
+
+    approve = commands.add_parser("approve", help="approve a waiting run (as --user)")
+    approve.add_argument("run_id")
+    approve.add_argument("--user", default=getpass.getuser(), help="who approves")
+    add_config_arg(approve)
+    approve.set_defaults(handler=_approve)
 
     cancel = commands.add_parser("cancel", help="cancel a run (a running one rolls back)")
     cancel.add_argument("run_id")
@@ -113,6 +120,21 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
         table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)), entry.actor,
                       entry.action, entry.run_id or "", details)
     console.print(table)
+    return 0
+
+
+def _approve(args: argparse.Namespace, console: Console) -> int:
+    services = services_for(args)
+    store = services.store
+    run = store.run(args.run_id)
+    run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
+                        plan_hash=run.plan_hash, policy=services.config.policy)
+    store.audit("approved", actor=args.user, run_id=run.id, plan_id=run.plan_id,
+                version=run.plan_version)
+    needed = approvals_needed(run, services.config.policy)
+    console.print(f"run {run.id}: {run.status.value}"
+                  + (f" — {needed} more approval(s) needed" if needed else
+                     " — a `deckhand worker` will run it"))
     return 0
 
 

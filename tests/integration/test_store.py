@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -48,13 +49,6 @@ tools:
 vars:
   log: "{config_dir}/log.txt"
 """
-
-POLICY = """
-  environments:
-    production: {min_approvals: 2, self_approval: false, approval_ttl: 60}
-    staging: {lock: LOCKMODE}
-"""
-
 
 def config_for(tmp_path: Path, *, idempotent: bool = True, lock: str = "refuse") -> Config:
     tools = GATE_TOOLS.replace("IDEMPOTENT", str(idempotent).lower())
@@ -322,3 +316,30 @@ def test_same_flow_on_fakeredis(tmp_path: Path) -> None:
     run = submit(services, gated_plan(tmp_path))
     assert Worker(services, store, name="embedded").step(block=0.1)
     assert store.run(run.id).status is RunStatus.SUCCEEDED
+
+
+def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_url: str,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    import yaml
+
+    config = config_for(tmp_path)
+    data = yaml.safe_load(config.path.read_text())
+    data["policy"] = config.policy.model_dump(mode="json")  # the CLI reads the file
+    config.path.write_text(yaml.safe_dump(data))
+    services = build_services(config, store=store)
+    run = submit(services, gated_plan(tmp_path, env="production"), approvers=())
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    args = ["--config", str(config.path)]
+    assert main(["approve", run.id, "--user", "alice", *args]) == 2  # asked for it herself
+    assert "your own request" in capsys.readouterr().out
+    assert main(["approve", run.id, "--user", "bob", *args]) == 0
+    assert "1 more approval" in capsys.readouterr().out
+    assert main(["approve", run.id, "--user", "carol", *args]) == 0
+    assert store.run(run.id).status is RunStatus.QUEUED
+    assert main(["runs", *args]) == 0 and run.id in capsys.readouterr().out
+    assert main(["audit", "--json", "--run", run.id, *args]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [entry["action"] for entry in lines] == ["approved", "approved"]
