@@ -321,9 +321,9 @@ def test_same_flow_on_fakeredis(tmp_path: Path) -> None:
 def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_url: str,
                                            monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from bot.cli import main
-
     import yaml
+
+    from bot.cli import main
 
     config = config_for(tmp_path)
     data = yaml.safe_load(config.path.read_text())
