@@ -20,6 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agents import logcontext
 from agents.plan import Plan, RollbackStep, Step, Success
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
@@ -138,7 +139,8 @@ class _Execution:
 
     def _run_steps(self) -> None:
         running: dict[Future[bool], str] = {}
-        with ThreadPoolExecutor(self.ex.max_parallel, thread_name_prefix="step") as pool:
+        with ThreadPoolExecutor(self.ex.max_parallel, thread_name_prefix="step",
+                                initializer=logcontext.inherit()) as pool:
             while True:
                 if not self.stop_reason and not self.cancel.cancelled:
                     for step in self._ready(running.values()):
@@ -243,7 +245,8 @@ class _Execution:
                 outcomes.append(self._run_on_host(step, phase, tool, params, batch[0], token))
             else:
                 workers = min(len(batch), rollout.max_parallel)
-                with ThreadPoolExecutor(workers, thread_name_prefix="host") as pool:
+                with ThreadPoolExecutor(workers, thread_name_prefix="host",
+                                        initializer=logcontext.inherit()) as pool:
                     outcomes += pool.map(
                         lambda h: self._run_on_host(step, phase, tool, params, h, token), batch)
             if rollout.stop_on_failure and not all(o.ok for o in outcomes):

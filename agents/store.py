@@ -468,6 +468,25 @@ class Store:
         with self._errors():
             return int(self.r.xlen(self.k("queue")))
 
+    def queue_backlog(self) -> tuple[int, int]:
+        """(entries no worker has read yet, entries read but not yet acknowledged).
+
+        ``queue_depth`` counts every entry the stream keeps, finished ones included.
+        """
+        key = self.k("queue")
+        with self._errors():
+            if not self.r.exists(key):
+                return 0, 0
+            groups = self.r.xinfo_groups(key)
+            group = next((g for g in groups if _text(g["name"]) == GROUP), None)
+            if group is None:
+                return int(self.r.xlen(key)), 0
+            lag = group.get("lag")
+            if lag is None:  # Redis < 7, or not computable: count what is past the cursor
+                last = _text(group["last-delivered-id"])
+                lag = len(self.r.xrange(key, min=f"({last}", max="+"))
+        return int(lag), int(group["pending"])
+
 
 class LostOwnership(StoreError):
     """This worker's lease on a run expired and another worker took it over."""
@@ -475,6 +494,10 @@ class LostOwnership(StoreError):
 
 class _NotClaimed(Exception):
     """Internal: abort a claim transaction without writing."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _lock_info(env: str, raw: bytes | None) -> LockInfo | None:

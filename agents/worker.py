@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from agents import logcontext
 from agents.errors import LockHeld, NotFound, StoreError
 from agents.executor import Listener
 from agents.runs import Event, EventKind, Run, RunStatus
@@ -91,12 +92,13 @@ class Worker:
             return None
         if run.status.terminal:
             return None
-        if not self._lock(run):
-            return None
-        claimed = self.store.claim(run_id, worker=self.name, lease=self.options.lease)
-        if claimed is None:
-            return None
-        return self._execute(claimed, entry_id, list(listeners))
+        with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
+            if not self._lock(run):
+                return None
+            claimed = self.store.claim(run_id, worker=self.name, lease=self.options.lease)
+            if claimed is None:
+                return None
+            return self._execute(claimed, entry_id, list(listeners))
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class _Heartbeat:
     def __init__(self, worker: Worker, run: Run, entry_id: str | None, token: CancelToken):
         self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
         self._stop = threading.Event()
+        self._inherit = logcontext.inherit()
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"heartbeat-{run.id}")
 
@@ -196,6 +199,7 @@ class _Heartbeat:
         self._thread.join()
 
     def _loop(self) -> None:
+        self._inherit()
         interval = min(self.worker.options.lease / 3, 1.0)
         while not self._stop.wait(interval):
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +67,17 @@ class Bot:
     directory: Directory
     scheduler: Any = None
     """The replica's bot.scheduler.Scheduler, reloaded after schedule commands."""
+    watchers: list[Callable[[Run], None]] = field(default_factory=list)
+    """Told about every run change (e.g. the App Home); must return quickly."""
 
     @property
     def store(self) -> Any:
         return self.services.store
+
+    def changed(self, run: Run) -> None:
+        """Tell the watchers that ``run`` changed (approved, rejected, progressed, …)."""
+        for watcher in self.watchers:
+            watcher(run)
 
     # -- /deploy ----------------------------------------------------------------------------
 
@@ -89,7 +97,9 @@ class Bot:
         reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
                                              blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
-        return self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
+        run = self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
+        self.changed(run)
+        return run
 
     # -- buttons ----------------------------------------------------------------------------
 
@@ -109,6 +119,7 @@ class Bot:
             self.refresh_plan_message(run, actions=False,
                                       note=f"✅ Approved by {approvers} — queued as `{run.id}`")
             self.thread_reply(run, f"✅ Approved by {approvers}. Run `{run.id}` is queued.")
+        self.changed(run)
         return run
 
     def revise(self, run_id: str, plan: Plan, *, user: str) -> Run:
@@ -129,7 +140,9 @@ class Bot:
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                   note=f"Version {plan.version}, modified by {bk.mention(user)}",
                                   diff=self.diff_from_previous(run)))
-        return self.store.update_run(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
+        run = self.store.update_run(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
+        self.changed(run)
+        return run
 
     def reject(self, run_id: str, reason: str, *, user: str) -> Run:
         run = self.store.transition(run_id, RunStatus.REJECTED,
@@ -140,6 +153,7 @@ class Bot:
         self.refresh_plan_message(run, actions=False,
                                   note=f"🚫 Rejected by {bk.mention(user)}: {reason}")
         self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {reason}")
+        self.changed(run)
         return run
 
     def cancel(self, run_id: str, *, user: str) -> Run:
@@ -152,6 +166,7 @@ class Bot:
             self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{run.id}`"
                                    + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
+        self.changed(run)
         return run
 
     # -- helpers ----------------------------------------------------------------------------

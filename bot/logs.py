@@ -1,0 +1,70 @@
+"""Process logging for ``deckhand serve`` and ``deckhand worker``: text, or JSON lines.
+
+JSON lines (``--log-format json`` or ``DECKHAND_LOG_FORMAT=json``) carry ``run_id`` and
+``plan_id`` on every line (null outside a run), from ``agents.logcontext``, so a log store
+can show everything one run did across the bot, its worker and its threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, Literal
+
+from agents import logcontext
+
+LogFormat = Literal["text", "json"]
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class RunContextFilter(logging.Filter):
+    """Adds ``run_id`` and ``plan_id`` to every record (a handler filter: sees all loggers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in logcontext.current().items():
+            if getattr(record, key, None) is None:  # an explicit ``extra`` wins
+                setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, run and plan ids, traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": _iso(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "run_id": getattr(record, "run_id", None),
+            "plan_id": getattr(record, "plan_id", None),
+            "thread": record.threadName,
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def _iso(created: float) -> str:
+    millis = int(created * 1000) % 1000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{millis:03d}Z"
+
+
+def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
+                      stream: Any = None) -> logging.Handler:
+    """Send the root logger's records to ``stream`` (stderr) as text or JSON lines.
+
+    Returns:
+        The handler installed (replacing any earlier root handlers).
+    """
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(RunContextFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler

@@ -1,0 +1,224 @@
+"""Prometheus metrics for the bot and its workers. Every metric deckhand exports is defined here.
+
+Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`` by
+``deckhand serve --http`` and, with ``--metrics-port``, by ``deckhand worker``:
+
+=====================================  ==========================================================
+``deckhand_runs_total{outcome}``       runs that ended (succeeded, rolled_back, failed, …)
+``deckhand_step_duration_seconds``     step (and rollback step) durations, by ``tool``, ``phase``
+                                       and ``status``
+``deckhand_run_start_delay_seconds``   last approval → run start: queueing, plus any wait behind
+                                       another run's environment lock (``lock: wait`` policy)
+``deckhand_queue_depth{state}``        queue entries ``waiting`` for a worker / ``in_progress``
+``deckhand_redis_up``                  1 if Redis answered the scrape
+``deckhand_slack_api_errors_total``    Slack Web API failures by ``method`` and ``error``
+``deckhand_slack_rate_limited_total``  429 answers by ``method`` (each one, retries included)
+``deckhand_plans_total{planner}``      plans made
+``deckhand_plan_latency_seconds``      planner latency by ``planner``
+``deckhand_llm_tokens_total``          LLM tokens by ``model`` and ``kind`` (prompt/completion)
+``deckhand_timeline_uploads_total``    run timeline uploads by ``result`` (ok/failed)
+=====================================  ==========================================================
+
+Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
+planner wrapper, and an observing retry handler on the Slack client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from slack_sdk import WebClient
+from slack_sdk.http_retry import RetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+
+from agents.errors import StoreError
+from agents.executor import Listener
+from agents.plan import Plan
+from agents.runs import Event, EventKind, Run, StepStatus
+from agents.store import Store
+
+STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+DELAY_BUCKETS = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600)
+PLAN_BUCKETS = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    """The metrics of one process, and the hooks that feed them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.runs = Counter("deckhand_runs", "Runs that ended, by outcome", ["outcome"],
+                            registry=r)
+        self.step_seconds = Histogram(
+            "deckhand_step_duration_seconds", "Step durations by tool",
+            ["tool", "phase", "status"], buckets=STEP_BUCKETS, registry=r)
+        self.start_delay = Histogram(
+            "deckhand_run_start_delay_seconds",
+            "From the last approval to the run starting, lock waits included",
+            buckets=DELAY_BUCKETS, registry=r)
+        self.slack_errors = Counter("deckhand_slack_api_errors", "Failed Slack Web API calls",
+                                    ["method", "error"], registry=r)
+        self.slack_rate_limited = Counter("deckhand_slack_rate_limited",
+                                          "Slack 429 answers", ["method"], registry=r)
+        self.plans = Counter("deckhand_plans", "Plans made", ["planner"], registry=r)
+        self.plan_seconds = Histogram("deckhand_plan_latency_seconds", "Planner latency",
+                                      ["planner"], buckets=PLAN_BUCKETS, registry=r)
+        self.llm_tokens = Counter("deckhand_llm_tokens", "LLM tokens used for plans",
+                                  ["model", "kind"], registry=r)
+        self.timeline_uploads = Counter("deckhand_timeline_uploads",
+                                        "Run timeline uploads to Slack", ["result"], registry=r)
+
+    # -- exposition ---------------------------------------------------------------------------
+
+    def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        """A WSGI app answering with the text exposition format (for ``/metrics``)."""
+        return make_wsgi_app(self.registry)  # type: ignore[no-any-return]
+
+    def serve(self, *, host: str, port: int) -> Any:
+        """Serve ``/metrics`` on its own port (for ``deckhand worker``); returns the server."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def watch_queue(self, store: Store) -> None:
+        """Export the queue's depth (and whether Redis answers), read at scrape time."""
+        self.registry.register(_QueueCollector(store))
+
+    def observe_slack(self, client: WebClient) -> None:
+        """Count the client's API errors and 429s (it sees every answer, retries included)."""
+        client.retry_handlers.insert(0, _SlackObserver(self))
+
+    def observe_planner(self, planner: Any) -> Any:
+        """Wrap a planner so every plan it makes is counted (tokens, latency)."""
+        return _ObservedPlanner(planner, self)
+
+    def record_plan(self, plan: Plan) -> None:
+        info = plan.planner
+        self.plans.labels(info.name).inc()
+        self.plan_seconds.labels(info.name).observe(info.latency_ms / 1000)
+        if info.model:
+            self.llm_tokens.labels(info.model, "prompt").inc(info.prompt_tokens)
+            self.llm_tokens.labels(info.model, "completion").inc(info.completion_tokens)
+
+    def run_listener_factory(self, store: Store) -> Callable[[Run], Listener]:
+        """For workers: an executor listener per run that records its steps and outcome."""
+        def factory(run: Run) -> Listener:
+            plan = store.plan(run.plan_id, run.plan_version)
+            return _RunRecorder(self, {s.id: s.tool for s in [*plan.steps, *plan.rollback]})
+        return factory
+
+
+class _RunRecorder:
+    """An executor listener: cheap counter updates only (it runs under the executor's lock)."""
+
+    def __init__(self, metrics: Metrics, tools: dict[str, str]):
+        self.metrics, self.tools = metrics, tools
+
+    def __call__(self, event: Event, run: Run) -> None:
+        if event.kind is EventKind.RUN_STARTED:
+            self._started(run)
+        elif event.kind is EventKind.STEP_FINISHED and event.step_id:
+            self._step(event, run)
+        elif event.kind is EventKind.RUN_FINISHED:
+            self.metrics.runs.labels(event.status or "unknown").inc()
+
+    def _started(self, run: Run) -> None:
+        if run.meta.get("previous_worker") or not run.approvals or run.started_at is None:
+            return  # a resumed run was measured when it first started
+        delay = run.started_at - max(a.at for a in run.approvals)
+        self.metrics.start_delay.observe(max(delay, 0.0))
+
+    def _step(self, event: Event, run: Run) -> None:
+        state = run.states(event.phase)[event.step_id or ""]
+        if state.started_at is None or state.status is StepStatus.SKIPPED:
+            return
+        took = (state.finished_at or event.at) - state.started_at
+        tool = self.tools.get(state.id, "unknown")
+        self.metrics.step_seconds.labels(tool, event.phase.value,
+                                         state.status.value).observe(took)
+
+
+class _QueueCollector(Collector):
+    """Reads the queue at scrape time; a Redis outage shows as ``deckhand_redis_up 0``."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._up(), self._depth()]  # no samples: registering must not call Redis
+
+    def collect(self) -> Iterator[Metric]:
+        up, depth = self._up(), self._depth()
+        try:
+            waiting, in_progress = self.store.queue_backlog()
+        except StoreError:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        depth.add_metric(["waiting"], waiting)
+        depth.add_metric(["in_progress"], in_progress)
+        yield up
+        yield depth
+
+    @staticmethod
+    def _up() -> GaugeMetricFamily:
+        return GaugeMetricFamily("deckhand_redis_up", "1 if Redis answered this scrape")
+
+    @staticmethod
+    def _depth() -> GaugeMetricFamily:
+        return GaugeMetricFamily("deckhand_queue_depth", "Run queue entries by state",
+                                 labels=["state"])
+
+
+class _SlackObserver(RetryHandler):
+    """Counts failures on every Slack answer; never asks for a retry (the others decide)."""
+
+    def __init__(self, metrics: Metrics):
+        super().__init__(max_retry_count=0)
+        self.metrics = metrics
+
+    def can_retry(self, *, state: RetryState, request: HttpRequest,
+                  response: HttpResponse | None = None, error: Exception | None = None) -> bool:
+        method = request.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
+        if response is not None and response.status_code == 429:
+            self.metrics.slack_rate_limited.labels(method).inc()
+        elif response is not None and response.status_code >= 400:
+            self.metrics.slack_errors.labels(method, f"http_{response.status_code}").inc()
+        elif response is not None and isinstance(response.body, dict) \
+                and response.body.get("ok") is False:
+            error_name = str(response.body.get("error") or "unknown")
+            self.metrics.slack_errors.labels(method, error_name).inc()
+        elif response is None and error is not None:
+            self.metrics.slack_errors.labels(method, type(error).__name__).inc()
+        return False
+
+
+class _ObservedPlanner:
+    """A planner that records each plan it returns; anything else passes through."""
+
+    def __init__(self, inner: Any, metrics: Metrics):
+        self._inner, self._metrics = inner, metrics
+
+    def plan(self, request: str, *, requested_by: str) -> Plan:
+        plan: Plan = self._inner.plan(request, requested_by=requested_by)
+        self._metrics.record_plan(plan)
+        return plan
+
+    def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
+        revised: Plan = self._inner.modify(plan, instruction, requested_by=requested_by)
+        self._metrics.record_plan(revised)
+        return revised
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
