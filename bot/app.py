@@ -21,7 +21,7 @@ from agents.services import Services
 from agents.settings import Settings
 from bot import slack_schedules
 from bot.flows import Bot, Directory
-from bot.listeners import actions, commands, events, views
+from bot.listeners import actions, commands, events, home, views
 from tools.errors import ConfigError, DeckhandError, Problem
 
 log = logging.getLogger("deckhand.slack")
@@ -44,7 +44,7 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     app = App(client=client, signing_secret=secret, process_before_response=False,
               logger=logging.getLogger("deckhand.bolt"))
     bot = Bot(services, client, Directory(client))
-    for module in (commands, actions, views, events, slack_schedules):
+    for module in (commands, actions, views, events, home, slack_schedules):
         module.register(app, bot)
     app.error(_error_handler(bot))
     return app, bot

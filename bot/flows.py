@@ -67,6 +67,8 @@ class Bot:
     directory: Directory
     scheduler: Any = None
     """The replica's bot.scheduler.Scheduler, reloaded after schedule commands."""
+    home: Any = None
+    """The App Home tab (bot.home.HomeTab), set by bot.listeners.home."""
     watchers: list[Callable[[Run], None]] = field(default_factory=list)
     """Told about every run change (e.g. the App Home); must return quickly."""
 

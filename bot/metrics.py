@@ -110,6 +110,9 @@ class Metrics:
             self.llm_tokens.labels(info.model, "prompt").inc(info.prompt_tokens)
             self.llm_tokens.labels(info.model, "completion").inc(info.completion_tokens)
 
+    def timeline_uploaded(self, ok: bool) -> None:
+        self.timeline_uploads.labels("ok" if ok else "failed").inc()
+
     def run_listener_factory(self, store: Store) -> Callable[[Run], Listener]:
         """For workers: an executor listener per run that records its steps and outcome."""
         def factory(run: Run) -> Listener:

@@ -10,10 +10,13 @@ from slack_sdk import WebClient
 
 from agents.services import Services
 from agents.settings import Settings
-from agents.worker import Worker, WorkerOptions
+from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.app import build_app
+from bot.home import change_listener_factory
 from bot.http import Router, serve_http
+from bot.metrics import Metrics
 from bot.thread import thread_listener_factory
+from bot.timeline_upload import timeline_listener_factory
 
 log = logging.getLogger("deckhand.runtime")
 
@@ -23,17 +26,29 @@ class BotRuntime:
 
     def __init__(self, services: Services, settings: Settings, *,
                  client: WebClient | None = None, workers: int = 1,
-                 worker_options: WorkerOptions | None = None, update_interval: float = 1.0):
+                 worker_options: WorkerOptions | None = None, update_interval: float = 1.0,
+                 metrics: Metrics | None = None):
         self.services, self.settings = services, settings
+        self.metrics = metrics or Metrics()
+        services.planner = self.metrics.observe_planner(services.planner)
         self.app, self.bot = build_app(services, settings, client=client)
-        factory = thread_listener_factory(self.bot.client, services.store,
-                                          interval=update_interval)
+        self.metrics.observe_slack(self.bot.client)
+        self.metrics.watch_queue(services.store)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
-                               options=worker_options, listener_factories=[factory])
+                               options=worker_options,
+                               listener_factories=self._listener_factories(update_interval))
                         for i in range(workers)]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: Any = None
+
+    def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
+        """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
+        client, store = self.bot.client, self.services.store
+        return [thread_listener_factory(client, store, interval=update_interval),
+                timeline_listener_factory(client, store, outcome=self.metrics.timeline_uploaded),
+                change_listener_factory(self.bot.changed),
+                self.metrics.run_listener_factory(store)]
 
     def start_workers(self) -> None:
         for worker in self.workers:
@@ -55,7 +70,8 @@ class BotRuntime:
         return not self.workers or any(t.is_alive() for t in self._threads)
 
     def router(self, extra: dict[str, Any] | None = None) -> Router:
-        return Router(self.app, self.services.store, ready=self.workers_alive, extra=extra)
+        routes = {"/metrics": self.metrics.wsgi_app(), **(extra or {})}
+        return Router(self.app, self.services.store, ready=self.workers_alive, extra=routes)
 
     def start_http(self, *, host: str, port: int) -> Any:
         """Serve HTTP in a background thread; returns the server (``.effective_port``)."""

@@ -5,5 +5,6 @@ pytest_plugins = [
     "tests.fixtures.sshd",
     "tests.fixtures.redis_server",
     "tests.fixtures.slack_standin",
+    "tests.fixtures.slack_world",
     "tests.fixtures.openai_standin",
 ]

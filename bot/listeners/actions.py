@@ -19,11 +19,16 @@ def register(app: App, bot: Bot) -> None:
     def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         ack()
         run_id, version, plan_hash = bk.parse_button_value(action["value"])
-        user, channel = body["user"]["id"], body["channel"]["id"]
+        user = body["user"]["id"]
+        channel = (body.get("channel") or {}).get("id")  # none when clicked in the App Home
         try:
             bot.approve(run_id, version, plan_hash, user=user)
         except ApprovalRefused as exc:
-            bot.ephemeral(channel=channel, user=user, text=f"🚫 Not approved: {exc}")
+            if channel:
+                bot.ephemeral(channel=channel, user=user, text=f"🚫 Not approved: {exc}")
+            else:  # from the App Home: say it in the app's DM, and show the Home as it is now
+                bot.client.chat_postMessage(channel=user, text=f"🚫 Not approved: {exc}")
+                bot.changed(bot.store.run(run_id))
 
     @app.action("modify")
     def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any],

@@ -6,109 +6,12 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
-import pytest
-from pydantic import SecretStr
-
-from agents.config import Config
-from agents.policy import Policy
 from agents.runs import RunStatus
-from agents.services import build_services
-from agents.settings import Settings
-from agents.store import Store
-from agents.worker import WorkerOptions
 from bot import blocks as bk
 from bot.demo import probe
-from bot.runtime import BotRuntime
-from tests.fixtures.sample import free_port
-from tests.fixtures.slack_standin import Signer, SlackStandin
-
-SECRET = "test-signing-secret-0123456789"
-POLICY = {
-    "promotion": ["staging", "production"],
-    "environments": {
-        "staging": {"approvers": {"users": ["UALICE", "UBOB", "UCAROL"]}},
-        "production": {"approvers": {"users": ["UBOB", "UALICE"], "groups": ["SOPS"]},
-                       "min_approvals": 2, "self_approval": False, "confirm": True},
-    },
-}
-
-
-@dataclass
-class SlackWorld:
-    standin: SlackStandin
-    signer: Signer
-    runtime: BotRuntime
-    store: Store
-    config: Config
-
-    def deploy(self, text: str, *, user: str = "UALICE", trigger: str | None = None) -> Any:
-        return self.signer.command("/deploy", text, user=user, trigger_id=trigger,
-                                   response_url=f"{self.standin.url}/response/1")
-
-    def plan_message(self, index: int = 0) -> Any:
-        posts = self.standin.wait_for(
-            lambda: [c for c in self.standin.of("chat.postMessage") if _actions(c)]
-            [index:] or None, what="a plan message with buttons")
-        return posts[0]
-
-    def click(self, action_id: str, value: str, *, user: str) -> Any:
-        return self.signer.interaction({
-            "type": "block_actions", "user": {"id": user, "username": user},
-            "team": {"id": "T1"}, "api_app_id": "A1", "trigger_id": f"trig-{time.time_ns()}",
-            "channel": {"id": "CDEPLOY"}, "container": {"type": "message"},
-            "response_url": f"{self.standin.url}/response/2",
-            "actions": [{"type": "button", "action_id": action_id, "block_id": "b",
-                         "value": value, "action_ts": str(time.time())}]})
-
-    def submit(self, callback_id: str, metadata: str, values: dict[str, str], *,
-               user: str) -> Any:
-        state = {k: {"value": {"type": "plain_text_input", "value": v}}
-                 for k, v in values.items()}
-        return self.signer.interaction({
-            "type": "view_submission", "user": {"id": user}, "team": {"id": "T1"},
-            "api_app_id": "A1", "trigger_id": "t",
-            "view": {"id": "V1", "type": "modal", "callback_id": callback_id,
-                     "private_metadata": metadata, "state": {"values": state}}})
-
-    def wait_run(self, run_id: str, timeout: float = 60.0) -> Any:
-        return self.standin.wait_for(
-            lambda: (r := self.store.run(run_id)).status.terminal and r, timeout=timeout,
-            what=f"run {run_id} to finish")
-
-
-def _actions(call: Any) -> list[dict[str, Any]]:
-    return [b for b in call.blocks if b.get("type") == "actions"]
-
-
-def button(call: Any, action_id: str) -> str:
-    for block in _actions(call):
-        for element in block["elements"]:
-            if element["action_id"] == action_id:
-                return str(element["value"])
-    raise AssertionError(f"no {action_id} button")
-
-
-@pytest.fixture
-def world(sample_config: Config, store: Store, slack_standin: SlackStandin
-          ) -> Iterator[SlackWorld]:
-    sample_config.policy = Policy.model_validate(POLICY)
-    slack_standin.user_groups = {"SOPS": ["UCAROL", "UDAVE"]}
-    settings = Settings(SLACK_BOT_TOKEN=SecretStr("xoxb-test-token"),
-                        SLACK_SIGNING_SECRET=SecretStr(SECRET),
-                        SLACK_API_URL=f"{slack_standin.url}/api/")
-    services = build_services(sample_config, settings, store=store)
-    runtime = BotRuntime(services, settings, workers=1,
-                         worker_options=WorkerOptions(block=0.1))
-    runtime.start_workers()
-    port = free_port()
-    runtime.start_http(host="127.0.0.1", port=port)
-    signer = Signer(SECRET, f"http://127.0.0.1:{port}/slack/events")
-    yield SlackWorld(slack_standin, signer, runtime, store, sample_config)
-    runtime.stop()
+from tests.fixtures.slack_world import SlackWorld, button
+from tests.fixtures.slack_world import actions_of as _actions
 
 
 def test_signatures_are_verified(world: SlackWorld) -> None:
