@@ -6,6 +6,8 @@ What the team decides (tools, hosts, policy, playbooks) lives in the config file
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -32,6 +34,7 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_port: int = Field(default=3000, alias="PORT")
+    log_format: Literal["text", "json"] = Field(default="text", alias="DECKHAND_LOG_FORMAT")
 
     def secret_values(self) -> list[str]:
         """Every secret value, for the redactor."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import signal
 import threading
 
@@ -14,6 +13,7 @@ from agents.config import load_config
 from agents.services import build_services
 from agents.settings import Settings
 from bot.cli_common import Commands, add_config_arg
+from bot.logs import add_log_format_arg, configure_logging
 from bot.runtime import BotRuntime
 
 
@@ -26,13 +26,13 @@ def register(commands: Commands) -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="executor workers in this process (0: use `deckhand worker`)")
     add_config_arg(parser)
+    add_log_format_arg(parser)
     parser.set_defaults(handler=_serve)
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
+    configure_logging(args.log_format or settings.log_format)
     services = build_services(load_config(args.config or settings.config_path), settings)
     runtime = BotRuntime(services, settings, workers=args.workers)
     runtime.start_workers()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import logging
 import signal
 import sys
 import threading
@@ -16,8 +15,11 @@ from rich.table import Table
 
 from agents.policy import approvals_needed
 from agents.runs import Run
-from agents.worker import Worker, WorkerOptions
+from agents.services import Services
+from agents.settings import Settings
+from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.cli_common import add_config_arg, services_for
+from bot.logs import add_log_format_arg, configure_logging
 from bot.render import status_table, summary
 
 
@@ -28,7 +30,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     worker.add_argument("--claim-after", type=float, default=60.0,
                         help="seconds before a dead worker's run is taken over")
     worker.add_argument("--once", action="store_true", help="handle one queue entry and exit")
+    worker.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    worker.add_argument("--metrics-host", default="0.0.0.0")
     add_config_arg(worker)
+    add_log_format_arg(worker)
     worker.set_defaults(handler=_worker)
 
     runs = commands.add_parser("runs", help="recent runs, or one run in detail")
@@ -60,10 +66,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_format or Settings().log_format)
     services = services_for(args)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after)
-    worker = Worker(services, services.store, name=args.name, options=options)
+    worker = Worker(services, services.store, name=args.name, options=options,
+                    listener_factories=_worker_metrics(args, services))
     if args.once:
         return 0 if worker.step() else 1
     stop = threading.Event()
@@ -76,6 +83,18 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     finally:
         services.close()
     return 0
+
+
+def _worker_metrics(args: argparse.Namespace, services: Services) -> list[ListenerFactory]:
+    """With --metrics-port: serve this worker's metrics, and record its runs."""
+    if args.metrics_port is None:
+        return []
+    from bot.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.watch_queue(services.store)
+    metrics.serve(host=args.metrics_host, port=args.metrics_port)
+    return [metrics.run_listener_factory(services.store)]
 
 
 def _runs(args: argparse.Namespace, console: Console) -> int:

@@ -7,6 +7,7 @@ can show everything one run did across the bot, its worker and its threads.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -17,6 +18,7 @@ from agents import logcontext
 
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+HANDLER_NAME = "deckhand"
 
 
 class RunContextFilter(logging.Filter):
@@ -52,18 +54,25 @@ def _iso(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{millis:03d}Z"
 
 
+def add_log_format_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-format", choices=["text", "json"], default=None,
+                        help="log lines as text or JSON (default $DECKHAND_LOG_FORMAT or text)")
+
+
 def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
                       stream: Any = None) -> logging.Handler:
     """Send the root logger's records to ``stream`` (stderr) as text or JSON lines.
 
     Returns:
-        The handler installed (replacing any earlier root handlers).
+        The handler installed. One installed earlier by this function is replaced; other
+        handlers (a test runner's, say) are left alone.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(RunContextFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.set_name(HANDLER_NAME)
     root = logging.getLogger()
-    for old in list(root.handlers):
+    for old in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)

@@ -1,0 +1,78 @@
+"""Structured logs: JSON lines with the run id and plan id, from every thread of a run."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents.policy import Policy
+from agents.runs import Event, EventKind, Run, RunStatus
+from agents.services import build_services
+from agents.settings import Settings
+from agents.store import Store
+from agents.worker import Worker
+from bot.logs import configure_logging
+from tests.fixtures.builders import make_config, make_plan
+
+log = logging.getLogger("deckhand.test")
+
+
+@pytest.fixture
+def json_lines() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    level = logging.getLogger().level
+    handler = configure_logging("json", stream=stream)
+    yield stream
+    logging.getLogger().removeHandler(handler)
+    logging.getLogger().setLevel(level)
+
+
+def _records(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_every_line_during_a_run_names_the_run_and_plan(tmp_path: Path,
+                                                        json_lines: io.StringIO) -> None:
+    config = make_config(tmp_path)
+    services = build_services(config, Settings(), store=Store.connect(None))
+    plan = make_plan([{"id": "a", "tool": "sh", "params": {"script": "true"}},
+                      {"id": "b", "tool": "sh", "params": {"script": "true"}},
+                      {"id": "c", "tool": "log", "params": {"line": "x"}, "depends_on": ["a"]}])
+    services.store.save_plan(plan)
+    run = services.store.create_run(Run.for_plan(plan))
+    services.store.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash,
+                           policy=Policy())
+
+    def chatty(event: Event, current: Run) -> None:  # runs in the executor's step threads
+        if event.kind is EventKind.STEP_FINISHED:
+            log.info("finished %s", event.step_id)
+
+    log.info("before the run")
+    final = Worker(services, services.store, name="w1").process(run.id, listeners=[chatty])
+    log.warning("after the run")
+    assert final is not None and final.status is RunStatus.SUCCEEDED
+
+    records = _records(json_lines)
+    during = [r for r in records if str(r["message"]).startswith("finished")]
+    assert sorted(str(r["message"]) for r in during) == ["finished a", "finished b",
+                                                         "finished c"]
+    assert {(r["run_id"], r["plan_id"]) for r in during} == {(run.id, plan.id)}
+    assert any(str(r["thread"]).startswith("step") for r in during)  # the executor's pool
+    outside = [r for r in records if r["message"] in ("before the run", "after the run")]
+    assert [(r["run_id"], r["plan_id"], r["level"]) for r in outside] == [
+        (None, None, "info"), (None, None, "warning")]
+    assert all(r["logger"] and str(r["ts"]).endswith("Z") for r in records)
+
+
+def test_tracebacks_are_kept_in_one_json_line(json_lines: io.StringIO) -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("it failed")
+    (record,) = _records(json_lines)
+    assert record["message"] == "it failed" and "ValueError: boom" in str(record["exception"])
