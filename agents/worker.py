@@ -147,15 +147,19 @@ class Worker:
         action = "resumed" if previous else "started"
         self.store.audit(action, actor=self.name, run_id=run.id, plan_id=run.plan_id,
                          previous_worker=previous)
+        log.info("run %s %s on worker %s (plan v%d)", run.id, action, self.name,
+                 run.plan_version)
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
         beat = _Heartbeat(self, run, entry_id, token)
         beat.start()
         try:
-            return self.services.executor.execute(
+            final = self.services.executor.execute(
                 plan, run, cancel=token,
                 listeners=[self._persist(token), *front_ends, *listeners])
+            log.info("run %s ended %s", run.id, final.status.value)
+            return final
         finally:
             beat.stop()
             self._unlock(run)
