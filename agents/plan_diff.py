@@ -8,6 +8,7 @@ version review these lines, not the whole plan again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -163,7 +164,8 @@ def _step_change(old: Step | RollbackStep, new: Step | RollbackStep) -> StepChan
     return None if change == same else change
 
 
-def _param_changes(old: dict[str, object], new: dict[str, object]) -> tuple[ParamChange, ...]:
+def _param_changes(old: Mapping[str, object], new: Mapping[str, object]
+                   ) -> tuple[ParamChange, ...]:
     keys = [*old, *(k for k in new if k not in old)]
     return tuple(ParamChange(k, old.get(k), new.get(k)) for k in keys
                  if old.get(k) != new.get(k))

@@ -484,7 +484,7 @@ class Store:
             lag = group.get("lag")
             if lag is None:  # Redis < 7, or not computable: count what is past the cursor
                 last = _text(group["last-delivered-id"])
-                lag = len(self.r.xrange(key, min=f"({last}", max="+"))
+                lag = len(self.r.xrange(key, min=f"({last}", max="+") or [])
         return int(lag), int(group["pending"])
 
 

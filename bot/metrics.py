@@ -117,7 +117,8 @@ class Metrics:
         """For workers: an executor listener per run that records its steps and outcome."""
         def factory(run: Run) -> Listener:
             plan = store.plan(run.plan_id, run.plan_version)
-            return _RunRecorder(self, {s.id: s.tool for s in [*plan.steps, *plan.rollback]})
+            tools = {s.id: s.tool for s in plan.steps} | {r.id: r.tool for r in plan.rollback}
+            return _RunRecorder(self, tools)
         return factory
 
 
