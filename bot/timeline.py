@@ -87,14 +87,13 @@ def timeline_rows(plan: Plan, run: Run) -> list[Row]:
     end = run.finished_at or max((_end(s) or origin for s in run.steps.values()), default=origin)
     durations = {s: st.duration or 0.0 for s, st in run.steps.items()}
     critical = set(plan.critical_path(durations)[0])
-    order = {s.id: i for i, s in enumerate(plan.steps)}
-    steps = sorted(plan.steps, key=lambda s: (run.steps[s.id].started_at or float("inf"),
-                                             order[s.id]))
-    rows = [r for s in steps for r in _rows(s.id, run.steps[s.id], Phase.PLAN,
-                                            origin, end, s.id in critical)]
+    order = {s.id: i for i, s in enumerate(plan.steps) if s.id in run.steps}
+    steps = sorted(order, key=lambda s: (run.steps[s].started_at or float("inf"), order[s]))
+    rows = [r for s in steps for r in _rows(s, run.steps[s], Phase.PLAN,
+                                            origin, end, s in critical)]
     for step in plan.rollback:
-        state = run.rollback[step.id]
-        if state.started_at is not None:
+        state = run.rollback.get(step.id)
+        if state is not None and state.started_at is not None:
             rows += _rows(step.id, state, Phase.ROLLBACK, origin, end, False)
     return rows
 

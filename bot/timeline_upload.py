@@ -17,7 +17,6 @@ from slack_sdk.errors import SlackApiError, SlackRequestError
 
 from agents import logcontext
 from agents.executor import Listener
-from agents.plan import Plan
 from agents.runs import Event, EventKind, Run
 from agents.store import Store
 
@@ -30,9 +29,9 @@ Outcome = Callable[[bool], None]
 class TimelineUploader:
     """An executor listener that uploads the run's timeline PNG once the run has ended."""
 
-    def __init__(self, client: WebClient, plan: Plan, *, channel: str, thread_ts: str,
+    def __init__(self, client: WebClient, store: Store, *, channel: str, thread_ts: str,
                  outcome: Outcome | None = None):
-        self.client, self.plan = client, plan
+        self.client, self.store = client, store
         self.channel, self.thread_ts = channel, thread_ts
         self.outcome = outcome or (lambda ok: None)
         self.thread: threading.Thread | None = None
@@ -65,7 +64,8 @@ class TimelineUploader:
         """Draw and upload now; False (logged) if Slack did not take it."""
         from bot.timeline import render_timeline  # matplotlib loads on the first upload
 
-        picture = render_timeline(self.plan, run)
+        plan = self.store.plan(run.plan_id, run.plan_version)  # the final version, if replanned
+        picture = render_timeline(plan, run)
         try:
             self.client.files_upload_v2(
                 channel=self.channel, thread_ts=self.thread_ts, content=picture.png,
@@ -96,7 +96,6 @@ def timeline_listener_factory(client: WebClient, store: Store, *,
         slack = run.meta.get("slack") or store.run(run.id).meta.get("slack")
         if not slack:
             return None
-        plan = store.plan(run.plan_id, run.plan_version)
-        return TimelineUploader(client, plan, channel=slack["channel"],
+        return TimelineUploader(client, store, channel=slack["channel"],
                                 thread_ts=slack["thread_ts"], outcome=outcome)
     return factory

@@ -88,3 +88,10 @@ def test_long_runs_are_capped(tmp_path: Path) -> None:
     timeline = render_timeline(plan, run)
     assert len(timeline.rows) == MAX_ROWS and timeline.hidden_rows == 15
     assert len(timeline.bars) == MAX_ROWS
+
+
+def test_steps_the_record_does_not_know_are_left_out(tmp_path: Path) -> None:
+    plan, run = _run(tmp_path)
+    body = plan.model_dump(include={"steps"})["steps"]
+    extra = plan.revised(steps=[*body, {"id": "later", "tool": "sh", "params": {"script": "x"}}])
+    assert len(render_timeline(extra, run).bars) == len(render_timeline(plan, run).bars)
