@@ -32,6 +32,7 @@ class ParamChange:
     new: object | None
 
     def describe(self) -> str:
+        """E.g. ``version: v2.3.1 → v2.3.2``, ``force=true (new)``."""
         if self.old is None:
             return f"{self.key}={_value(self.new)} (new)"
         if self.new is None:
@@ -52,6 +53,7 @@ class StepChange:
     """Names of other fields that changed (description, success)."""
 
     def describe(self) -> str:
+        """Every change of the step, ``; ``-separated."""
         parts = [f"tool: {self.tool[0]} → {self.tool[1]}"] if self.tool else []
         parts += [p.describe() for p in self.params]
         if self.deps_added or self.deps_removed:
@@ -90,6 +92,7 @@ class PlanDiff:
 
     @property
     def empty(self) -> bool:
+        """True when the versions run the same steps the same way."""
         return not self.lines() and not self.reordered
 
     def summary(self) -> str:

@@ -55,6 +55,7 @@ def _iso(created: float) -> str:
 
 
 def add_log_format_arg(parser: argparse.ArgumentParser) -> None:
+    """The ``--log-format text|json`` option of serve and worker."""
     parser.add_argument("--log-format", choices=["text", "json"], default=None,
                         help="log lines as text or JSON (default $DECKHAND_LOG_FORMAT or text)")
 

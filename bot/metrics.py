@@ -103,6 +103,7 @@ class Metrics:
         return _ObservedPlanner(planner, self)
 
     def record_plan(self, plan: Plan) -> None:
+        """Count a plan, its planner's latency and, for an LLM plan, its tokens."""
         info = plan.planner
         self.plans.labels(info.name).inc()
         self.plan_seconds.labels(info.name).observe(info.latency_ms / 1000)
@@ -111,6 +112,7 @@ class Metrics:
             self.llm_tokens.labels(info.model, "completion").inc(info.completion_tokens)
 
     def timeline_uploaded(self, ok: bool) -> None:
+        """Count a timeline upload that worked (``ok``) or failed."""
         self.timeline_uploads.labels("ok" if ok else "failed").inc()
 
     def run_listener_factory(self, store: Store) -> Callable[[Run], Listener]:

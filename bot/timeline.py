@@ -45,6 +45,7 @@ class Bar:
 
     @property
     def kind(self) -> str:
+        """How the bar is styled: critical, step, failed, cancelled or rollback."""
         if self.phase is Phase.ROLLBACK:
             return "rollback"
         if self.status is StepStatus.FAILED:
@@ -75,9 +76,11 @@ class Timeline:
 
     @property
     def bars(self) -> list[Bar]:
+        """Every bar drawn, top to bottom."""
         return [b for r in self.rows for b in r.bars]
 
     def save(self, path: Path) -> None:
+        """Write the PNG to ``path``."""
         path.write_bytes(self.png)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.console import Console
 
@@ -10,9 +11,13 @@ from agents.plan import Plan
 from agents.plan_diff import Mark, diff_plans
 from agents.policy import Policy
 from agents.runs import Run
+from agents.services import build_services
+from agents.settings import Settings
+from agents.store import Store
 from bot import blocks as bk
+from bot.console import ConsoleFlow
 from bot.render import diff_text
-from tests.fixtures.builders import make_plan
+from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.slack_standin import check_limits
 
 V1 = make_plan(
@@ -109,3 +114,18 @@ def test_terminal_diff() -> None:
     assert "  - notify  log line=done after smoke" in out
     assert "  ~ smoke  after: +build" in out
     assert "  + rollback page  log line=rolled" in out
+
+
+def test_terminal_edit_shows_the_diff_before_approval(tmp_path: Path) -> None:
+    services = build_services(make_config(tmp_path), Settings(), store=Store.connect(None))
+    plan = make_plan([{"id": "a", "tool": "sh", "params": {"script": "echo a"}},
+                      {"id": "b", "tool": "sh", "params": {"script": "echo b"},
+                       "depends_on": ["a"]}])
+    console = Console(record=True, width=120, color_system=None)
+    flow = ConsoleFlow(services, console, user="ann",
+                       editor=lambda text: text.replace("echo a", "echo A"))
+    revised = flow.modify(plan)
+    assert revised.version == 2
+    out = console.export_text()
+    assert "Plan updated to version 2." in out
+    assert "changes since v1 (1 changed)" in out and "  ~ a  script: echo a → echo A" in out
