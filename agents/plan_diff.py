@@ -92,7 +92,7 @@ class PlanDiff:
 
     @property
     def empty(self) -> bool:
-        """True when the versions run the same steps the same way."""
+        """True when nothing differs, not even the order the steps are listed in."""
         return not self.lines() and not self.reordered
 
     def summary(self) -> str:
