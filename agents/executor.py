@@ -33,6 +33,7 @@ log = logging.getLogger("deckhand.executor")
 
 Listener = Callable[[Event, Run], None]
 RunnerFor = Callable[[Host], Runner]
+Replanner = Callable[[Plan, Run], "Plan | None"]
 
 
 @dataclass
@@ -44,6 +45,10 @@ class ExecutorDeps:
     runner_for: RunnerFor
     config_vars: dict[str, Any] = field(default_factory=dict)
     redact: Callable[[str], str] = default_redact
+    replan: Replanner | None = None
+    """The adaptive variant: after a failure, revised remaining steps, or None to roll back."""
+    needs_approval: Callable[[Plan, Plan], bool] = lambda old, new: True
+    """Whether a revised plan must be approved again (it changes a mutating step)."""
 
 
 class Executor:
@@ -96,9 +101,8 @@ class _Execution:
         self.emit(EventKind.RUN_STARTED)
         if self.run.status is not RunStatus.ROLLING_BACK:
             self._prepare_resume()
-            self._run_steps()
-            if self.cancel.cancelled and not self.stop_reason:
-                self.stop_reason = f"cancelled: {self.cancel.reason}"
+            if self._run_until_settled() == "approval":
+                return self.run  # a revised plan waits for approval; nothing is rolled back
             self._skip_pending()
         else:
             self.stop_reason = self.run.reason or "resumed during rollback"
@@ -117,6 +121,40 @@ class _Execution:
                     log.exception("listener %r failed on %s", listener, event.kind.value)
 
     # -- plan phase ----------------------------------------------------------------------
+
+    def _run_until_settled(self) -> str:
+        """Run steps; after a failure, let the replanner revise the rest. Returns how it
+        ended: "done" (succeeded, or failed into rollback) or "approval"."""
+        while True:
+            self._run_steps()
+            if self.cancel.cancelled and not self.stop_reason:
+                self.stop_reason = f"cancelled: {self.cancel.reason}"
+            if not self.stop_reason or self.cancel.cancelled:
+                return "done"
+            outcome = self._replan()
+            if outcome != "continue":
+                return outcome
+
+    def _replan(self) -> str:
+        """Ask for revised remaining steps: "continue", "approval", or "done" (roll back)."""
+        if self.deps.replan is None:
+            return "done"
+        try:
+            revised = self.deps.replan(self.plan, self.run)
+        except DeckhandError as exc:
+            log.warning("replanning %s failed, rolling back: %s", self.run.id, exc)
+            return "done"
+        if revised is None:
+            return "done"
+        approval = self.deps.needs_approval(self.plan, revised)
+        self.emit(EventKind.REPLANNED, plan=revised.model_dump(mode="json"),
+                  plan_hash=revised.hash, status="needs_approval" if approval else "continue",
+                  error=self.stop_reason)
+        self.plan = revised
+        if approval:
+            return "approval"
+        self.stop_reason = None
+        return "continue"
 
     def _prepare_resume(self) -> None:
         """Steps that were running when a worker died: re-run if idempotent, else fail."""

@@ -88,6 +88,7 @@ class EventKind(StrEnum):
     STEP_FINISHED = "step_finished"
     ROLLBACK_STARTED = "rollback_started"
     ROLLBACK_FINISHED = "rollback_finished"
+    REPLANNED = "replanned"
     RUN_FINISHED = "run_finished"
 
 
@@ -108,6 +109,9 @@ class Event(BaseModel):
     error: str | None = None
     mutating: bool = False
     outputs: dict[str, str] = Field(default_factory=dict)
+    plan: dict[str, Any] | None = None
+    """REPLANNED: the revised plan (agents.plan.Plan as JSON) and its hash."""
+    plan_hash: str | None = None
 
     def describe(self) -> str:
         """One human line for logs and audit."""
@@ -255,6 +259,22 @@ def _rollback_started(run: Run, ev: Event) -> None:
     run.reason = run.reason or ev.error
 
 
+def _replanned(run: Run, ev: Event) -> None:
+    """Adopt a revised plan: finished steps keep their results, the rest start over."""
+    plan = ev.plan or {}
+    kept = {k: v for k, v in run.steps.items() if v.status is StepStatus.SUCCEEDED}
+    run.steps = {s["id"]: kept.get(s["id"], StepState(id=s["id"])) for s in plan["steps"]}
+    run.rollback = {r["id"]: run.rollback.get(r["id"], StepState(id=r["id"]))
+                    for r in plan.get("rollback", [])}
+    run.plan_version, run.plan_hash = int(plan["version"]), ev.plan_hash or ""
+    run.plan_versions.append(run.plan_version)
+    run.goal = plan.get("goal", run.goal)
+    if ev.status == "needs_approval":
+        run.move(RunStatus.AWAITING_APPROVAL)
+        run.approvals = []
+        run.reason = f"replanned after: {ev.error}; the revision needs approval"
+
+
 def _run_finished(run: Run, ev: Event) -> None:
     final = RunStatus(ev.status or "failed")
     if run.status is not final:
@@ -270,5 +290,6 @@ _APPLY = {
     EventKind.HOST_FINISHED: _host_finished,
     EventKind.STEP_FINISHED: _step_finished,
     EventKind.ROLLBACK_STARTED: _rollback_started,
+    EventKind.REPLANNED: _replanned,
     EventKind.RUN_FINISHED: _run_finished,
 }

@@ -10,7 +10,7 @@ from typing import Protocol
 from agents.config import Config
 from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan, validate_plan
-from agents.planner import build_planner
+from agents.planner import build_planner, changes_mutating_steps
 from agents.settings import Settings
 from agents.store import Store
 from tools.redact import Redactor
@@ -61,7 +61,11 @@ def build_services(config: Config, settings: Settings | None = None, *,
         store = Store.connect(url)
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     runners = RunnerPool(inventory=config.inventory)
-    deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact)
-    executor = Executor(deps, on_failure=config.policy.on_failure)
     planner = build_planner(config, settings)
+    deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact,
+                        replan=lambda plan, run: planner.replan(
+                            plan, run, requested_by=run.requested_by),
+                        needs_approval=lambda old, new: changes_mutating_steps(
+                            old, new, config.catalog))
+    executor = Executor(deps, on_failure=config.policy.on_failure)
     return Services(config, settings, planner, executor, runners, redact, store)

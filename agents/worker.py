@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from agents import logcontext
 from agents.errors import LockHeld, NotFound, StoreError
 from agents.executor import Listener
+from agents.plan import Plan
 from agents.runs import Event, EventKind, Run, RunStatus
 from agents.services import Services
 from agents.store import LostOwnership, Store
@@ -29,8 +30,8 @@ log = logging.getLogger("deckhand.worker")
 ListenerFactory = Callable[[Run], Listener | None]
 """Gives a front end's listener for a run (e.g. its Slack thread), or None."""
 
-AUDITED = {EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED, EventKind.ROLLBACK_FINISHED,
-           EventKind.RUN_FINISHED}
+AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
+           EventKind.ROLLBACK_FINISHED, EventKind.RUN_FINISHED}
 
 
 def default_worker_name() -> str:
@@ -173,6 +174,8 @@ class Worker:
         def persist(event: Event, run: Run) -> None:
             if event.kind is EventKind.STEP_OUTPUT:
                 return
+            if event.kind is EventKind.REPLANNED and event.plan is not None:
+                self.store.save_plan(Plan.model_validate(event.plan))  # before the run names it
             try:
                 self.store.save_as_owner(run, worker=self.name)
             except LostOwnership:

@@ -22,6 +22,7 @@ from slack_sdk.errors import SlackApiError
 from agents import logcontext
 from agents.executor import Listener
 from agents.plan import Plan
+from agents.policy import Policy
 from agents.runs import Event, EventKind, Phase, Run
 from agents.store import Store
 from bot import blocks as bk
@@ -35,8 +36,9 @@ class ThreadUpdater:
     """Keeps one run's Slack thread current. An executor listener; ``close()`` at the end."""
 
     def __init__(self, client: WebClient, plan: Plan, *, channel: str, thread_ts: str,
-                 interval: float = 1.0, status_ts: str | None = None):
-        self.client, self.plan = client, plan
+                 interval: float = 1.0, status_ts: str | None = None,
+                 policy: Policy | None = None):
+        self.client, self.plan, self.policy = client, plan, policy
         self.channel, self.thread_ts = channel, thread_ts
         self.interval = interval
         self.status_ts = status_ts
@@ -72,9 +74,25 @@ class ThreadUpdater:
         elif event.kind is EventKind.ROLLBACK_STARTED and event.phase is Phase.ROLLBACK:
             text = bk.rollback_text(run, self.plan)
             self._outbox.append(lambda: self._reply([bk.section(text)], text, broadcast=True))
+        elif event.kind is EventKind.REPLANNED and event.plan is not None:
+            self._replanned(Plan.model_validate(event.plan), event, run)
         elif event.kind is EventKind.RUN_FINISHED:
             self._outbox.append(lambda: self._reply(bk.summary_blocks(self.plan, run),
                                                     f"run {run.id}: {run.status.value}"))
+
+    def _replanned(self, plan: Plan, event: Event, run: Run) -> None:
+        """Show the revised plan; with buttons when it changes hosts and needs approval."""
+        self.plan = plan
+        approval = event.status == "needs_approval"
+        note = (f"🔁 Replanned after {bk.trim(event.error or 'a failure', 300)}. "
+                + ("It changes what runs on hosts, so it needs approval again."
+                   if approval else "Only read-only steps changed: continuing."))
+        if self.policy is None:
+            self._outbox.append(lambda: self._reply([bk.section(note)], note))
+            return
+        blocks = bk.plan_blocks(plan, run, self.policy, actions=approval, note=note)
+        self._outbox.append(lambda: self._reply(blocks, f"Replanned: version {plan.version}",
+                                                broadcast=approval))
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait until everything queued (the final status and summary included) is sent."""
@@ -149,8 +167,8 @@ class ThreadUpdater:
         return None
 
 
-def thread_listener_factory(client: WebClient, store: Store, *,
-                            interval: float = 1.0) -> Callable[[Run], Listener | None]:
+def thread_listener_factory(client: WebClient, store: Store, *, interval: float = 1.0,
+                            policy: Policy | None = None) -> Callable[[Run], Listener | None]:
     """For workers: a ThreadUpdater for each run that was requested from Slack."""
     def factory(run: Run) -> Listener | None:
         slack = run.meta.get("slack") or _posted_soon(store, run)
@@ -158,7 +176,7 @@ def thread_listener_factory(client: WebClient, store: Store, *,
             return None
         plan = store.plan(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
-                             thread_ts=slack["thread_ts"], interval=interval)
+                             thread_ts=slack["thread_ts"], interval=interval, policy=policy)
     return factory
 
 
