@@ -32,7 +32,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     worker.add_argument("--once", action="store_true", help="handle one queue entry and exit")
     worker.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics")
-    worker.add_argument("--metrics-host", default="0.0.0.0")
+    worker.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
     add_config_arg(worker)
     add_log_format_arg(worker)
     worker.set_defaults(handler=_worker)
