@@ -15,9 +15,8 @@ lock in the worker's queue.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -25,7 +24,8 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.errors import ApprovalRefused, NotFound, PlanError
-from agents.plan import Plan, RollbackStep, Step
+from agents.plan import Plan
+from agents.plan_diff import PlanDiff, diff_plans
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus
 from agents.schedules import Schedule
@@ -42,38 +42,6 @@ class Outcome(StrEnum):
     """An environment was locked and its policy refuses to wait: nothing was created."""
     PLAN_FAILED = "plan_failed"
     """The request could not be planned this time: nothing was created."""
-
-
-@dataclass(frozen=True)
-class PlanDiff:
-    """How a new plan differs from the approved one, by step id (steps and rollback)."""
-
-    changed: list[str] = field(default_factory=list)
-    added: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    goal: tuple[str, str] | None = None
-    """(approved goal, new goal) when the goal changed."""
-
-    @classmethod
-    def between(cls, old: Plan, new: Plan) -> PlanDiff:
-        before, after = _steps_by_id(old), _steps_by_id(new)
-        return cls(changed=[i for i in after if i in before and after[i] != before[i]],
-                   added=[i for i in after if i not in before],
-                   removed=[i for i in before if i not in after],
-                   goal=(old.goal, new.goal) if old.goal != new.goal else None)
-
-    def describe(self) -> str:
-        parts = [f"{name}: {', '.join(ids)}" for name, ids in
-                 (("changed", self.changed), ("added", self.added), ("removed", self.removed))
-                 if ids]
-        if self.goal:
-            parts.insert(0, f"goal: {self.goal[0]!r} → {self.goal[1]!r}")
-        return "; ".join(parts) or "same steps, different order"
-
-
-def _steps_by_id(plan: Plan) -> dict[str, str]:
-    steps: list[Step | RollbackStep] = [*plan.steps, *plan.rollback]
-    return {s.id: json.dumps(s.model_dump(mode="json"), sort_keys=True) for s in steps}
 
 
 @dataclass(frozen=True)
@@ -191,7 +159,7 @@ def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
     schedule, policy = done.schedule, services.config.policy
     if plan.hash != schedule.approved_plan_hash:
         diff = _diff_from_approved(services.store, schedule, plan)
-        what = diff.describe() if diff else "the approved plan is no longer stored"
+        what = _describe(diff) if diff else "the approved plan is no longer stored"
         return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: the plan changed since "
                     f"{schedule.created_by} approved it at creation ({what}); approve it to run",
                     plan=plan, run=run, diff=diff, lock=lock)
@@ -209,11 +177,22 @@ def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
                 plan=plan, run=queued, lock=lock)
 
 
+def _describe(diff: PlanDiff) -> str:
+    """One line: what changed, by step id (``changed: a; added: b``)."""
+    groups = (("changed", [c.id for c in (*diff.changed, *diff.rollback_changed)]),
+              ("added", [x.id for x in (*diff.added, *diff.rollback_added)]),
+              ("removed", [x.id for x in (*diff.removed, *diff.rollback_removed)]))
+    parts = [f"{name}: {', '.join(ids)}" for name, ids in groups if ids]
+    if diff.goal:
+        parts.insert(0, f"goal: {diff.goal[0]!r} → {diff.goal[1]!r}")
+    return "; ".join(parts) or "same steps, different order"
+
+
 def _diff_from_approved(store: Store, schedule: Schedule, plan: Plan) -> PlanDiff | None:
     if schedule.approved_plan_id is None:
         return None
     try:
-        return PlanDiff.between(store.plan(schedule.approved_plan_id), plan)
+        return diff_plans(store.plan(schedule.approved_plan_id), plan)
     except NotFound:
         return None
 

@@ -92,10 +92,10 @@ class Bot:
         return self.post_plan(plan, run, channel=channel)
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
-                  note: str | None = None) -> Run:
+                  note: str | None = None, diff: PlanDiff | None = None) -> Run:
         """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
         blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
-                                note=note)
+                                note=note, diff=diff)
         reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
                                              blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}

@@ -55,10 +55,9 @@ def post_occurrence(bot: Bot, occurrence: Occurrence) -> None:
         bot.client.chat_postMessage(channel=channel, text=f"⏰ {occurrence.message}")
         return
     waiting = occurrence.outcome is Outcome.AWAITING_APPROVAL
-    note = f"⏰ {occurrence.message}"
-    if occurrence.diff is not None and waiting:
-        note += f"\nChanged since the approved plan: {occurrence.diff.describe()}"
-    bot.post_plan(occurrence.plan, occurrence.run, channel=channel, actions=waiting, note=note)
+    diff = occurrence.diff if waiting else None  # shown against the plan approved at creation
+    bot.post_plan(occurrence.plan, occurrence.run, channel=channel, actions=waiting,
+                  note=f"⏰ {occurrence.message}", diff=diff)
 
 
 def register(app: App, bot: Bot) -> None:

@@ -22,6 +22,7 @@ from slack_sdk.errors import SlackApiError
 from agents import logcontext
 from agents.executor import Listener
 from agents.plan import Plan
+from agents.plan_diff import diff_plans
 from agents.policy import Policy
 from agents.runs import Event, EventKind, Phase, Run
 from agents.store import Store
@@ -81,8 +82,8 @@ class ThreadUpdater:
                                                     f"run {run.id}: {run.status.value}"))
 
     def _replanned(self, plan: Plan, event: Event, run: Run) -> None:
-        """Show the revised plan; with buttons when it changes hosts and needs approval."""
-        self.plan = plan
+        """Show the revised plan and what changed; buttons when it needs approval."""
+        diff, self.plan = diff_plans(self.plan, plan), plan
         approval = event.status == "needs_approval"
         note = (f"🔁 Replanned after {bk.trim(event.error or 'a failure', 300)}. "
                 + ("It changes what runs on hosts, so it needs approval again."
@@ -90,7 +91,7 @@ class ThreadUpdater:
         if self.policy is None:
             self._outbox.append(lambda: self._reply([bk.section(note)], note))
             return
-        blocks = bk.plan_blocks(plan, run, self.policy, actions=approval, note=note)
+        blocks = bk.plan_blocks(plan, run, self.policy, actions=approval, note=note, diff=diff)
         self._outbox.append(lambda: self._reply(blocks, f"Replanned: version {plan.version}",
                                                 broadcast=approval))
 

@@ -337,7 +337,8 @@ def test_auto_with_a_changed_plan_asks_for_approval_with_the_diff(services: Serv
     occurrence = run_occurrence(services, schedule, at(2026, 3, 28, 13))
     assert occurrence.outcome is Outcome.AWAITING_APPROVAL
     assert occurrence.diff is not None
-    assert occurrence.diff.added == ["smoke_again"] and occurrence.diff.changed == ["run_tests"]
+    assert [s.id for s in occurrence.diff.added] == ["smoke_again"]
+    assert [c.id for c in occurrence.diff.changed] == ["run_tests"]
     assert "changed: run_tests; added: smoke_again" in occurrence.message
     assert services.store.run(occurrence.run.id).status is RunStatus.AWAITING_APPROVAL  # type: ignore[union-attr]
     assert services.store.queue_depth() == 0
