@@ -389,6 +389,6 @@ def _judge(result: CommandResult | None, success: Success, watch: _OutputWatch,
     return None
 
 
-def _last_line(text: str, limit: int = 200) -> str:
+def _last_line(text: str, limit: int = 300) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:limit] if lines else ""

@@ -99,6 +99,11 @@ class Plan(BaseModel):
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     @property
+    def all_steps(self) -> list[Step | RollbackStep]:
+        """Plan steps, then rollback steps."""
+        return [*self.steps, *self.rollback]
+
+    @property
     def deps(self) -> dict[str, list[str]]:
         return {s.id: list(s.depends_on) for s in self.steps}
 
@@ -115,7 +120,7 @@ class Plan(BaseModel):
     def environments(self) -> list[str]:
         """Environments the plan's steps name, in first-use order."""
         seen: dict[str, None] = {}
-        for step in [*self.steps, *self.rollback]:
+        for step in self.all_steps:
             env = step.params.get("environment")
             if isinstance(env, str):
                 seen.setdefault(env, None)
@@ -159,7 +164,7 @@ class PlanChecker:
 
     def _ids(self) -> list[str]:
         out, seen = [], set()
-        for step in [*self.plan.steps, *self.plan.rollback]:
+        for step in self.plan.all_steps:
             if step.id in seen:
                 out.append(f"step {step.id}: duplicate step id")
             seen.add(step.id)
@@ -167,7 +172,7 @@ class PlanChecker:
 
     def _tools_and_params(self) -> list[str]:
         out = []
-        for step in [*self.plan.steps, *self.plan.rollback]:
+        for step in self.plan.all_steps:
             if step.tool not in self.catalog:
                 known = list(self.catalog.tools)
                 out.append(f"step {step.id}: {unknown_tool_message(step.tool, known)}")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.config import Config
 from agents.errors import NoPlanFound, PlannerError
-from agents.plan import Plan, RollbackStep, Step
+from agents.plan import Plan
 from agents.playbooks import PlaybookPlanner
 from agents.runs import Run
 from agents.settings import Settings
@@ -50,8 +50,7 @@ def changes_mutating_steps(old: Plan, new: Plan, catalog: Catalog) -> bool:
 
 def _mutating(plan: Plan, catalog: Catalog) -> set[str]:
     out = set()
-    steps: list[Step | RollbackStep] = [*plan.steps, *plan.rollback]
-    for step in steps:
+    for step in plan.all_steps:
         if step.tool not in catalog or catalog.get(step.tool).mutates:
             body = step.model_dump(include={"id", "tool", "params", "depends_on"})
             out.add(json.dumps(body, sort_keys=True))

@@ -179,9 +179,10 @@ def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
 
 def _describe(diff: PlanDiff) -> str:
     """One line: what changed, by step id (``changed: a; added: b``)."""
-    groups = (("changed", [c.id for c in (*diff.changed, *diff.rollback_changed)]),
-              ("added", [x.id for x in (*diff.added, *diff.rollback_added)]),
-              ("removed", [x.id for x in (*diff.removed, *diff.rollback_removed)]))
+    changed = [c.id for c in (*diff.changed, *diff.rollback_changed)]
+    added = [s.id for s in diff.added] + [r.id for r in diff.rollback_added]
+    removed = [s.id for s in diff.removed] + [r.id for r in diff.rollback_removed]
+    groups = (("changed", changed), ("added", added), ("removed", removed))
     parts = [f"{name}: {', '.join(ids)}" for name, ids in groups if ids]
     if diff.goal:
         parts.insert(0, f"goal: {diff.goal[0]!r} → {diff.goal[1]!r}")

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -73,7 +73,9 @@ class Store:
 
     def __init__(self, client: redis.Redis, *, prefix: str = "dh",
                  clock: Callable[[], float] = time.time, where: str = "redis"):
-        self.r = client
+        # Any: redis-py types replies as bytes | str (it depends on decode_responses); this
+        # store always uses bytes, and decodes at the few places it reads text.
+        self.r: Any = client
         self.prefix = prefix
         self.clock = clock
         self.where = where
@@ -371,7 +373,7 @@ class Store:
                   worker: str, ttl: float) -> None:
         pipe.watch(*keys)
         for env, key in zip(envs, keys, strict=True):
-            holder = _lock_info(env, pipe.get(key))
+            holder = _lock_info(env, cast(bytes | None, pipe.get(key)))
             if holder is not None and holder.run_id != run_id:
                 raise LockHeld(holder.describe())
         pipe.multi()

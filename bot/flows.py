@@ -52,8 +52,10 @@ class Directory:
                         exc.response.get("error"))
             return {}
         members: dict[str, list[str]] = {}
-        for group in reply.get("usergroups", []):
-            for user in group.get("users", []):
+        groups: list[dict[str, Any]] = reply.get("usergroups", [])
+        for group in groups:
+            users: list[str] = group.get("users", [])
+            for user in users:
                 members.setdefault(user, []).append(group["id"])
         return members
 
