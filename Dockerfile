@@ -4,7 +4,8 @@
 #   -v ./config:/config:ro -p 3000:3000 deckhand
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PORT=3000
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PORT=3000 \
+    MPLCONFIGDIR=/tmp/matplotlib DECKHAND_LOG_FORMAT=json
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin deckhand
 WORKDIR /app
