@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +34,7 @@ from bot.cli import main as cli_main
 from bot.home_blocks import MAX_HOME_BLOCKS, HomeData, home_view
 from bot.metrics import Metrics
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
+from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sample import free_port
 from tests.fixtures.slack_standin import SlackStandin, check_limits
@@ -352,18 +352,9 @@ def _poll_worker_metrics(port: int, store: Store, run_id: str) -> str:
             return None
         return body if "deckhand_runs_total{" in body else None
 
-    return str(_poll(scrape, timeout=60, what="the worker's metrics"))
+    return str(wait_until(scrape, timeout=60, what="the worker's metrics"))
 
 
-def _poll(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """Check ``predicate`` until it is truthy, up to a deadline (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_home_view_limits_hold_for_an_empty_home() -> None:

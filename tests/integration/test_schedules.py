@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -21,6 +20,7 @@ from agents.settings import Settings
 from agents.store import Store
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.scheduler import Fired, Scheduler
+from tests.fixtures.polling import wait_until
 
 BERLIN = ZoneInfo("Europe/Berlin")
 T0 = datetime(2026, 3, 28, 12, 0, tzinfo=BERLIN)  # a Saturday, the day before spring-forward
@@ -394,15 +394,6 @@ def test_run_now_and_rights_on_auto_schedules(services: Services) -> None:
 # -- APScheduler ---------------------------------------------------------------------------------
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 def test_apscheduler_jobs_follow_redis_and_wake_the_fire_logic(services: Services,
                                                                redis_url: str) -> None:
     first = add(services, '"every day at 13:00" status staging')
@@ -420,7 +411,8 @@ def test_apscheduler_jobs_follow_redis_and_wake_the_fire_logic(services: Service
         assert not replica.sync()  # nothing changed since
         clock[0] = at(2026, 3, 28, 18, 0)
         replica.wake_now(second.id)  # APScheduler's thread runs the job at once
-        wait_until(lambda: (second.id, at(2026, 3, 28, 18)) in recorder.calls)
+        wait_until(lambda: (second.id, at(2026, 3, 28, 18)) in recorder.calls,
+                   timeout=10, what="APScheduler to fire the job")
         cmd(services, f"pause {first.id}")
         replica.reload()
         assert set(replica.jobs()) == {second.id}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pwd
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan
 from agents.runs import RunStatus
+from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet, keygen, process_gone
 from tools.catalog import Catalog, ParamSpec, Tool
 from tools.errors import HostKeyError, SSHAuthError, SSHConnectError
@@ -43,18 +43,8 @@ def runner_for(pool: RunnerPool, inventory: Inventory, name: str) -> SSHRunner:
     return pool.ssh_runner(inventory.hosts[name])
 
 
-def wait_until(condition: object, what: str, deadline: float = 10.0) -> None:
-    """Poll ``condition()`` until it is true; fail after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.02)  # poll interval inside a deadline loop
-    pytest.fail(f"timed out after {deadline}s waiting for {what}")
-
-
 def read_pids(*paths: Path) -> list[int]:
-    wait_until(lambda: all(p.exists() and p.read_text().strip() for p in paths), "pid files")
+    wait_until(lambda: all(p.exists() and p.read_text().strip() for p in paths), timeout=10, what="pid files")
     return [int(p.read_text()) for p in paths]
 
 
@@ -108,7 +98,7 @@ def test_output_of_login_scripts_is_kept_and_the_command_can_still_be_killed(
         result = runner.run(f"sleep 300 & echo $! > {child}; wait", timeout=1.5)
         assert result.timed_out
         pid = read_pids(child)[0]
-        wait_until(lambda: process_gone(pid), f"process {pid} to be killed")
+        wait_until(lambda: process_gone(pid), timeout=10, what=f"process {pid} to be killed")
     finally:
         bashrc.unlink()
 
@@ -136,7 +126,7 @@ def test_deadline_kills_the_remote_process_group(pool: RunnerPool, inventory: In
     result = runner_for(pool, inventory, "prod-2").run(command, timeout=2.0)
     assert result.timed_out and result.exit_code is None and not result.cancelled
     pids = read_pids(shell, child)
-    wait_until(lambda: all(process_gone(p) for p in pids), f"processes {pids} to be killed")
+    wait_until(lambda: all(process_gone(p) for p in pids), timeout=10, what=f"processes {pids} to be killed")
 
 
 def test_cancel_kills_the_remote_process_group(pool: RunnerPool, inventory: Inventory,
@@ -153,7 +143,7 @@ def test_cancel_kills_the_remote_process_group(pool: RunnerPool, inventory: Inve
                                                        cancel=token)
     assert result.cancelled and not result.timed_out and result.exit_code is None
     pids = read_pids(shell, child)
-    wait_until(lambda: all(process_gone(p) for p in pids), f"processes {pids} to be killed")
+    wait_until(lambda: all(process_gone(p) for p in pids), timeout=10, what=f"processes {pids} to be killed")
 
 
 def test_injection_in_a_parameter_stays_inert_on_the_remote_host(

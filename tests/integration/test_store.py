@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from agents.services import Services, build_services
 from agents.store import Store
 from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
 
 GATE_TOOLS = """
@@ -81,15 +81,6 @@ def submit(services: Services, plan: Plan, *, by: str = "alice",
         run = services.store.approve(run.id, user=user, plan_version=plan.version,
                                      plan_hash=plan.hash, policy=services.config.policy)
     return run
-
-
-def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def log_lines(tmp_path: Path) -> list[str]:
@@ -195,7 +186,7 @@ def test_killed_worker_is_taken_over(tmp_path: Path, store: Store, redis_url: st
     (tmp_path / "go").touch()
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
-    wait_until(lambda: rescuer.step(block=0.1), what="the rescuer to take the run over")
+    wait_until(lambda: rescuer.step(block=0.1), timeout=30, what="the rescuer to take the run over")
     final = store.run(run.id)
     resumed = [e for e in store.audit_log(run_id=run.id) if e.action == "resumed"]
     assert resumed and resumed[0].details["previous_worker"] == "doomed"

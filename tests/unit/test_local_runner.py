@@ -1,18 +1,9 @@
 import os
-import time
 from pathlib import Path
 
+from tests.fixtures.polling import wait_until
 from tools.local import LocalRunner
 from tools.runner import CancelToken
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def pid_alive(pid: int) -> bool:
@@ -46,7 +37,7 @@ def test_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
     result = LocalRunner().run(f"sleep 300 & echo $! > {pidfile}; wait", timeout=0.5)
     assert result.timed_out and result.exit_code is None
     child = int(pidfile.read_text())
-    assert wait_for(lambda: not pid_alive(child)), "the backgrounded child survived"
+    wait_until(lambda: not pid_alive(child), timeout=10, what="the backgrounded child to die")
 
 
 def test_cancel_stops_a_running_command() -> None:
