@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeckhandError as exc:
         _error(console, f"error: {exc}")
         return 2
+    except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
+        _error(console, "interrupted")
+        return 130
 
 
 def _error(console: Console, message: str) -> None:
