@@ -13,11 +13,12 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import logcontext
-from agents.errors import LockHeld, NotFound, StoreError
+from agents.errors import IllegalTransition, LockHeld, NotFound, StoreError
 from agents.executor import Listener
 from agents.plan import Plan
 from agents.runs import Event, EventKind, Run, RunStatus
@@ -26,6 +27,9 @@ from agents.store import LostOwnership, Store
 from tools.runner import CancelToken
 
 log = logging.getLogger("deckhand.worker")
+
+SWEEP_EVERY = 30.0
+"""Seconds between sweeps for unapproved plans to expire, when the queue is idle."""
 
 ListenerFactory = Callable[[Run], Listener | None]
 """Gives a front end's listener for a run (e.g. its Slack thread), or None."""
@@ -56,6 +60,7 @@ class Worker:
                  listener_factories: Iterable[ListenerFactory] = ()):
         self.services = services
         self.listener_factories = list(listener_factories)
+        self._swept = float("-inf")
         self.store = store
         self.name = name or default_worker_name()
         self.options = options or WorkerOptions()
@@ -75,6 +80,9 @@ class Worker:
         """Handle at most one queue entry (reclaimed ones first). False if there was none."""
         entry = self._reclaim() or self._read(self.options.block if block is None else block)
         if entry is None:
+            if time.monotonic() - self._swept >= SWEEP_EVERY:
+                self._swept = time.monotonic()
+                self.expire_stale()
             return False
         entry_id, run_id = entry
         try:
@@ -100,6 +108,28 @@ class Worker:
             if claimed is None:
                 return None
             return self._execute(claimed, entry_id, list(listeners))
+
+    def expire_stale(self) -> list[str]:
+        """Expire plans nobody approved within their environments' approval window.
+
+        Cheap enough to call whenever the queue is idle; each expiry is one compare-and-set,
+        so several workers sweeping at once expire each run once.
+        """
+        now, expired = self.store.clock(), []
+        policy = self.services.config.policy
+        for run in self.store.runs(limit=200, statuses=[RunStatus.AWAITING_APPROVAL]):
+            window = policy.strictest(run.environments).approval_ttl
+            if now - self.store.plan(run.plan_id, run.plan_version).created_at <= window:
+                continue
+            try:
+                self.store.transition(run.id, RunStatus.EXPIRED,
+                                      expect={RunStatus.AWAITING_APPROVAL},
+                                      reason=f"not approved within {window:g}s; plan again")
+            except IllegalTransition:
+                continue  # approved (or expired by another worker) meanwhile
+            self.store.audit("expired", actor=self.name, run_id=run.id, plan_id=run.plan_id)
+            expired.append(run.id)
+        return expired
 
     # -- queue -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,17 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     assert main(["audit", "--json", "--run", run.id, *args]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [entry["action"] for entry in lines] == ["approved", "approved"]
+
+
+def test_unapproved_plans_expire(tmp_path: Path, store: Store) -> None:
+    services = build_services(config_for(tmp_path), store=store)
+    waiting = submit(services, gated_plan(tmp_path), approvers=())
+    worker = Worker(services, store, name="w", options=WorkerOptions(block=0.05))
+    assert worker.expire_stale() == []
+    store.clock = lambda: time.time() + 7200  # the default approval window is an hour
+    assert not worker.step(block=0.05)  # an idle worker sweeps
+    expired = store.run(waiting.id)
+    assert expired.status is RunStatus.EXPIRED and "not approved within" in (expired.reason or "")
+    with pytest.raises(ApprovalRefused, match="expired"):
+        store.approve(waiting.id, user="bob", plan_version=1, plan_hash=waiting.plan_hash,
+                      policy=services.config.policy)
