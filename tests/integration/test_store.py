@@ -84,6 +84,15 @@ def submit(services: Services, plan: Plan, *, by: str = "alice",
     return run
 
 
+def start_gated_run(services: Services, store: Store, tmp_path: Path) -> threading.Thread:
+    """A worker thread that has taken the queued run and is waiting at its gate step."""
+    worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
+    thread = threading.Thread(target=worker.step)
+    thread.start()
+    wait_until(lambda: (tmp_path / "started").exists(), what="the gate step")
+    return thread
+
+
 def log_lines(tmp_path: Path) -> list[str]:
     path = tmp_path / "log.txt"
     return path.read_text().splitlines() if path.exists() else []
@@ -247,10 +256,7 @@ def test_redis_restart_mid_run(tmp_path: Path, own_redis: RedisServer) -> None:
     store = Store.connect(own_redis.url)
     services = build_services(config_for(tmp_path), store=store)
     run = submit(services, gated_plan(tmp_path))
-    worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
-    thread = threading.Thread(target=worker.step)
-    thread.start()
-    wait_until(lambda: (tmp_path / "started").exists(), what="the gate step")
+    thread = start_gated_run(services, store, tmp_path)
     own_redis.restart()
     (tmp_path / "go").touch()
     thread.join(60)
@@ -290,10 +296,7 @@ def test_dedupe_and_cancel(tmp_path: Path, store: Store) -> None:
 def test_cancel_a_running_run_from_another_process(tmp_path: Path, store: Store) -> None:
     services = build_services(config_for(tmp_path), store=store)
     run = submit(services, gated_plan(tmp_path))
-    worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
-    thread = threading.Thread(target=worker.step)
-    thread.start()
-    wait_until(lambda: (tmp_path / "started").exists(), what="the gate step")
+    thread = start_gated_run(services, store, tmp_path)
     Store.connect(store.where).request_cancel(run.id, user="dave")  # a second client
     thread.join(60)
     final = store.run(run.id)
