@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agents.config import Config
+from agents.errors import PlanError
 from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan, validate_plan
+from agents.plan import Plan, is_read_only, validate_plan
 from agents.planner import build_planner, changes_mutating_steps
+from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
 from tools.redact import Redactor
@@ -43,6 +45,26 @@ class Services:
         plan = self.planner.plan(request, requested_by=requested_by)
         self.check(plan)
         return plan
+
+    def is_read_only(self, plan: Plan) -> bool:
+        """The over-planning guard: one read-only tool call needs no approval."""
+        return is_read_only(plan, self.config.catalog)
+
+    def queue_read_only(self, plan: Plan, *, user: str,
+                        before_enqueue: Callable[[Run], Run] | None = None) -> Run:
+        """Store and queue a read-only plan without approval (``is_read_only`` must hold).
+
+        ``before_enqueue`` runs first, e.g. to post the message a worker will update.
+        """
+        if not self.is_read_only(plan):
+            raise PlanError("only a single read-only step may run without approval")
+        self.store.save_plan(plan)
+        run = self.store.create_run(Run.for_plan(plan, status=RunStatus.QUEUED))
+        self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
+        if before_enqueue is not None:
+            run = before_enqueue(run)
+        self.store.enqueue(run.id)
+        return run
 
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""

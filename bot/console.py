@@ -53,6 +53,11 @@ class ConsoleFlow:
     def handle(self, request: str, *, yes: bool = False) -> Run | None:
         """Plan ``request``, get it approved, run it. None if it was rejected or refused."""
         plan = self.services.make_plan(request, requested_by=self.user)
+        if self.services.is_read_only(plan):
+            self.console.print(plan_table(plan))
+            self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
+            run = self.services.queue_read_only(plan, user=self.user)
+            return self.execute(plan, run.id)
         store = self.services.store
         store.save_plan(plan)
         run = store.create_run(Run.for_plan(plan))

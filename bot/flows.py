@@ -26,6 +26,9 @@ from bot import blocks as bk
 
 log = logging.getLogger("deckhand.slack")
 
+READ_ONLY = "👀 Read-only: running now, no approval needed."
+
+
 
 @dataclass
 class Directory:
@@ -88,6 +91,10 @@ class Bot:
     def propose(self, request: str, *, user: str, channel: str) -> Run:
         """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
         plan = self.services.make_plan(request, requested_by=user)
+        if self.services.is_read_only(plan):  # nothing to approve: post it, then run it
+            return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
+                                                 self.post_plan(plan, run, channel=channel,
+                                                                actions=False, note=READ_ONLY))
         self.store.save_plan(plan)
         run = self.store.create_run(Run.for_plan(plan))
         self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)

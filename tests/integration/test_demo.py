@@ -64,3 +64,15 @@ def test_injection_in_request_is_refused_before_anything_runs(
     assert code == 2
     assert "does not match the pattern" in capsys.readouterr().out
     assert not Path("/tmp/deckhand-pwned").exists()
+
+
+def test_read_only_request_skips_the_prompt(sample_config: Config) -> None:
+    services = build_services(sample_config)
+    console = Console(record=True, width=120)
+
+    def never_asked() -> Decision:
+        raise AssertionError("a read-only request must not ask for approval")
+
+    run = ConsoleFlow(services, console, user="eve", ask=never_asked).handle("status staging")
+    assert run is not None and run.status is RunStatus.SUCCEEDED
+    assert "no approval needed" in console.export_text()

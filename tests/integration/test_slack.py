@@ -246,3 +246,16 @@ def test_schedules_from_slack_post_occurrences_for_approval(world: SlackWorld) -
     run_id = bk.parse_button_value(button(plan_msg, "approve"))[0]
     assert world.store.run(run_id).requested_by.startswith("schedule:")
     assert world.standin.violations == []
+
+
+def test_read_only_request_runs_without_approval(world: SlackWorld) -> None:
+    event = {"type": "app_mention", "user": "UMALLORY", "channel": "CDEPLOY",
+             "text": "<@UBOT> status production", "ts": "2.2"}
+    assert world.signer.event(event, event_id="EvStatus")[0] == 200
+    posted = world.standin.wait_for(lambda: [c for c in world.standin.of("chat.postMessage")
+                                             if "Read-only" in c.text_of_blocks()])
+    assert not _actions(posted[0])  # no buttons: nothing to approve
+    run = world.standin.wait_for(lambda: (r := world.store.runs(limit=1)) and
+                                 r[0].status.terminal and r[0], what="the status run")
+    assert run.status is RunStatus.SUCCEEDED and run.approvals == []
+    assert "queued_read_only" in [e.action for e in world.store.audit_log(run_id=run.id)]
