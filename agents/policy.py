@@ -120,3 +120,16 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
 def approvals_needed(run: Run, policy: Policy) -> int:
     """How many more distinct approvals ``run`` needs."""
     return max(0, policy.strictest(run.environments).min_approvals - len(run.approvals))
+
+
+def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Policy
+                  ) -> str | None:
+    """Why ``user`` may not modify, reject or cancel ``run`` (None if they may).
+
+    The requester and anyone who may approve its environments may; nobody else, so a
+    bystander cannot reset approvals with an edit or close someone else's plan.
+    """
+    if user == run.requested_by or policy.may_approve(user, user_groups, run.environments):
+        return None
+    return (f"only the requester ({run.requested_by}) or an approver can change this run. "
+            f"Who can approve: {policy.approvers_text(run.environments)}")

@@ -17,9 +17,10 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agents.errors import ApprovalRefused
 from agents.plan import Plan
 from agents.plan_diff import PlanDiff, diff_plans
-from agents.policy import approvals_needed
+from agents.policy import approvals_needed, steer_problem
 from agents.runs import Run, RunStatus
 from agents.services import Services
 from bot import blocks as bk
@@ -181,6 +182,13 @@ class Bot:
         return run
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def check_may_steer(self, run: Run, user: str) -> None:
+        """ApprovalRefused unless ``user`` may modify, reject or cancel ``run``."""
+        problem = steer_problem(run, user=user, user_groups=self.directory.groups_of(user),
+                                policy=self.services.config.policy)
+        if problem:
+            raise ApprovalRefused(problem)
 
     def thread_reply(self, run: Run, text: str) -> None:
         slack = run.meta.get("slack")

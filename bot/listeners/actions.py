@@ -36,6 +36,8 @@ def register(app: App, bot: Bot) -> None:
         ack()
         run_id, version, _ = bk.parse_button_value(action["value"])
         run = bot.store.run(run_id)
+        if not _may_steer(bot, run, body):
+            return
         if run.status.value != "awaiting_approval" or run.plan_version != version:
             bot.ephemeral(channel=body["channel"]["id"], user=body["user"]["id"],
                           text=f"This plan can no longer be modified (run is "
@@ -51,8 +53,20 @@ def register(app: App, bot: Bot) -> None:
         ack()
         run_id, _, _ = bk.parse_button_value(action["value"])
         run = bot.store.run(run_id)
-        client.views_open(trigger_id=body["trigger_id"],
-                          view=bk.reject_modal(_metadata(run, body)))
+        if _may_steer(bot, run, body):
+            client.views_open(trigger_id=body["trigger_id"],
+                              view=bk.reject_modal(_metadata(run, body)))
+
+
+def _may_steer(bot: Bot, run: Any, body: dict[str, Any]) -> bool:
+    """Refuse (ephemerally) a bystander's Modify or Reject click."""
+    user = body["user"]["id"]
+    try:
+        bot.check_may_steer(run, user)
+    except ApprovalRefused as exc:
+        bot.ephemeral(channel=body["channel"]["id"], user=user, text=f"🚫 {exc}")
+        return False
+    return True
 
 
 def _metadata(run: Any, body: dict[str, Any]) -> str:

@@ -62,12 +62,7 @@ def _runs_text(bot: Bot) -> str:
 
 
 def _cancel_text(bot: Bot, run_id: str, *, user: str) -> str:
-    run = bot.store.run(run_id)
-    policy = bot.services.config.policy
-    groups = bot.directory.groups_of(user)
-    if user != run.requested_by and not policy.may_approve(user, groups, run.environments):
-        return (f"Only the requester or an approver can cancel `{run_id}`. Who can approve: "
-                f"{policy.approvers_text(run.environments)}")
+    bot.check_may_steer(bot.store.run(run_id), user)  # refusal reaches the error handler
     after = bot.cancel(run_id, user=user)
     return f"`{run_id}` is {after.status.value}."
 

@@ -22,6 +22,7 @@ def register(app: App, bot: Bot) -> None:
         meta = json.loads(view["private_metadata"])
         user = body["user"]["id"]
         run = bot.store.run(meta["run"])
+        bot.check_may_steer(run, user)
         plan = bot.store.plan(run.plan_id, run.plan_version)
         instruction = _value(view, "instruction")
         edited = _value(view, "yaml")
@@ -47,8 +48,9 @@ def register(app: App, bot: Bot) -> None:
     def reject_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
         ack()
         meta = json.loads(view["private_metadata"])
-        bot.reject(meta["run"], _value(view, "reason") or "no reason given",
-                   user=body["user"]["id"])
+        user = body["user"]["id"]
+        bot.check_may_steer(bot.store.run(meta["run"]), user)
+        bot.reject(meta["run"], _value(view, "reason") or "no reason given", user=user)
 
 
 def _submit_yaml(ack: Ack, bot: Bot, plan: Any, run_id: str, text: str, user: str) -> None:

@@ -142,7 +142,12 @@ def test_modify_yaml_new_version_and_stale_button(world: SlackWorld) -> None:
 
 def test_reject_records_reason(world: SlackWorld) -> None:
     world.deploy("v2.3.1")
-    run_id = bk.parse_button_value(button(world.plan_message(), "reject"))[0]
+    reject_value = button(world.plan_message(), "reject")
+    run_id = bk.parse_button_value(reject_value)[0]
+    world.click("reject", reject_value, user="UMALLORY")  # a bystander cannot close it
+    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
+    assert "only the requester" in refusal[0].payload["text"]
+    assert not world.standin.of("views.open")
     meta = json.dumps({"run": run_id, "v": 1, "channel": "CDEPLOY"})
     world.submit("reject_submit", meta, {"reason": "change freeze"}, user="UBOB")
     world.standin.wait_for(lambda: world.store.run(run_id).status is RunStatus.REJECTED)
@@ -184,15 +189,16 @@ def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
     run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
     world.signer.command("/deckhand", f"cancel {run_id}", user="UMALLORY",
                          response_url=f"{world.standin.url}/response/c")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
-    assert "Only the requester or an approver" in world.standin.responses[-1]["text"]
+    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
+    assert "only the requester (UALICE) or an approver" in refusal[0].payload["text"]
+    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
     world.signer.command("/deckhand", f"cancel {run_id}", user="UALICE",
                          response_url=f"{world.standin.url}/response/c")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
     assert world.store.run(run_id).status is RunStatus.CANCELLED
     world.signer.command("/deckhand", "runs", user="UBOB",
                          response_url=f"{world.standin.url}/response/r")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 4)
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
     assert run_id in world.standin.responses[-1]["text"]
 
 
