@@ -75,6 +75,9 @@ class Worker:
             except StoreError as exc:  # Redis down: say so, wait, try again
                 log.error("worker %s: %s", self.name, exc)
                 stop.wait(self.options.block)
+            except Exception:  # a bug: keep serving; the entry stays pending, to be retried
+                log.exception("worker %s: handling a queue entry failed", self.name)
+                stop.wait(self.options.block)
 
     def step(self, *, block: float | None = None) -> bool:
         """Handle at most one queue entry (reclaimed ones first). False if there was none."""
@@ -85,29 +88,39 @@ class Worker:
                 self.expire_stale()
             return False
         entry_id, run_id = entry
-        try:
-            self.process(run_id, entry_id=entry_id)
-        finally:
+        _, done = self._process(run_id, entry_id, [])
+        if done:  # acknowledged only once handled: a crash leaves it pending for takeover
             self.store.ack(entry_id)
         return True
 
     def process(self, run_id: str, *, entry_id: str | None = None,
                 listeners: Iterable[Listener] = ()) -> Run | None:
         """Lock, claim and execute one run. None if it cannot or need not run now."""
+        return self._process(run_id, entry_id, list(listeners))[0]
+
+    def _process(self, run_id: str, entry_id: str | None,
+                 listeners: list[Listener]) -> tuple[Run | None, bool]:
+        """The run (if executed here) and whether its queue entry is done with."""
         try:
             run = self.store.run(run_id)
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
-            return None
+            return None, True
         if run.status.terminal:
-            return None
+            return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if not self._lock(run):
-                return None
+                return None, True  # refused, or queued behind the lock (re-enqueued later)
             claimed = self.store.claim(run_id, worker=self.name, lease=self.options.lease)
             if claimed is None:
-                return None
-            return self._execute(claimed, entry_id, list(listeners))
+                # Another worker's lease is still alive: keep the entry pending, so it is
+                # taken over if that worker is in fact dead (its lease will have expired).
+                return None, not self._still_running(run_id)
+            return self._execute(claimed, entry_id, listeners), True
+
+    def _still_running(self, run_id: str) -> bool:
+        status = self.store.run(run_id).status
+        return status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.ROLLING_BACK)
 
     def expire_stale(self) -> list[str]:
         """Expire plans nobody approved within their environments' approval window.

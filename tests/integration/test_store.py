@@ -196,7 +196,10 @@ def test_killed_worker_is_taken_over(tmp_path: Path, store: Store, redis_url: st
     (tmp_path / "go").touch()
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
-    wait_until(lambda: rescuer.step(block=0.1), timeout=30, what="the rescuer to take the run over")
+    # The first takeover attempt may come while the dead worker's lease is still alive: the
+    # entry then stays pending and is taken over once the lease has run out.
+    wait_until(lambda: rescuer.step(block=0.1) and store.run(run.id).status.terminal,
+               timeout=30, what="the rescuer to take the run over and finish it")
     final = store.run(run.id)
     resumed = [e for e in store.audit_log(run_id=run.id) if e.action == "resumed"]
     assert resumed and resumed[0].details["previous_worker"] == "doomed"
@@ -352,3 +355,13 @@ def test_unapproved_plans_expire(tmp_path: Path, store: Store) -> None:
     with pytest.raises(ApprovalRefused, match="expired"):
         store.approve(waiting.id, user="bob", plan_version=1, plan_hash=waiting.plan_hash,
                       policy=services.config.policy)
+
+
+def test_entry_of_a_run_another_worker_holds_stays_pending(tmp_path: Path, store: Store) -> None:
+    services = build_services(config_for(tmp_path), store=store)
+    run = submit(services, gated_plan(tmp_path))
+    assert store.claim(run.id, worker="alive-elsewhere", lease=30) is not None
+    worker = Worker(services, store, name="w2", options=WorkerOptions(block=0.1))
+    assert worker.step(block=0.1)  # it read the entry, but the run is someone else's
+    assert store.run(run.id).worker == "alive-elsewhere"
+    assert store.queue_backlog() == (0, 1)  # not acknowledged: takeover stays possible
