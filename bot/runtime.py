@@ -77,9 +77,18 @@ class BotRuntime:
     def start_http(self, *, host: str, port: int) -> Any:
         """Serve HTTP in a background thread; returns the server (``.effective_port``)."""
         self._server = serve_http(self.router(), host=host, port=port)
-        thread = threading.Thread(target=self._server.run, daemon=True, name="http")
+        thread = threading.Thread(target=self._serve_http, daemon=True, name="http")
         thread.start()
         return self._server
+
+    def _serve_http(self) -> None:
+        try:
+            self._server.run()
+        except (OSError, ValueError):
+            # stop() closes the sockets under waitress's select loop, which then fails on a
+            # closed descriptor; that is the shutdown we asked for, not an error.
+            if not self._stop.is_set():
+                raise
 
     def stop(self) -> None:
         self._stop.set()
