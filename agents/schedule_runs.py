@@ -234,6 +234,6 @@ def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: P
                                       plan_version=plan.version, plan_hash=plan.hash))
         run.move(RunStatus.APPROVED)
         run.move(RunStatus.QUEUED)
-        return [lambda pipe: pipe.xadd(store.k("queue"), {"run": run_id})]
+        return [store.queue_step(run_id)]
 
     return store.update_run(run_id, change)

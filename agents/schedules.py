@@ -245,28 +245,37 @@ _DAY = r"(?:sun|mon|tue|wed|thu|fri|sat)[a-z]*"
 _READABLE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = []
 
 
-def _readable(pattern: str) -> Callable[[Callable[[re.Match[str]], str]], None]:
-    def add(build: Callable[[re.Match[str]], str]) -> None:
+Build = Callable[[re.Match[str]], str]
+
+
+def _readable(pattern: str) -> Callable[[Build], Build]:
+    """Register a readable form: ``pattern`` matched in full, ``build`` gives its cron."""
+    def add(build: Build) -> Build:
         _READABLE.append((re.compile(pattern), build))
+        return build
     return add
 
 
 @_readable(r"every (?P<n>\d+) ?(?:h|hrs?|hours?)")
 def _every_hours(m: re.Match[str]) -> str:
     n = int(m["n"])
-    if n == 0 or 24 % n:
-        raise ScheduleError(f"every {n}h does not divide the day evenly; use a cron "
-                            f"expression (e.g. \"0 */{n} * * *\") for uneven times")
-    return "0 0 * * *" if n == 24 else f"0 {'*' if n == 1 else f'*/{n}'} * * *"
+    field = _every_n(n, per=24, unit="h", span="day", example=f"0 */{n} * * *")
+    return "0 0 * * *" if n == 24 else f"0 {field} * * *"
 
 
 @_readable(r"every (?P<n>\d+) ?(?:m|mins?|minutes?)")
 def _every_minutes(m: re.Match[str]) -> str:
     n = int(m["n"])
-    if n == 0 or 60 % n:
-        raise ScheduleError(f"every {n}m does not divide the hour evenly; use a cron "
-                            f"expression for uneven times")
-    return "0 * * * *" if n == 60 else f"{'*' if n == 1 else f'*/{n}'} * * * *"
+    return "0 * * * *" if n == 60 else f"{_every_n(n, per=60, unit='m', span='hour')} * * * *"
+
+
+def _every_n(n: int, *, per: int, unit: str, span: str, example: str = "") -> str:
+    """The cron field for "every n units": n must divide the ``per`` units of a ``span``."""
+    if n == 0 or per % n:
+        hint = f' (e.g. "{example}")' if example else ""
+        raise ScheduleError(f"every {n}{unit} does not divide the {span} evenly; use a cron "
+                            f"expression{hint} for uneven times")
+    return "*" if n == 1 else f"*/{n}"
 
 
 @_readable(r"(?:every hour|hourly)")

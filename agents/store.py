@@ -225,7 +225,7 @@ class Store:
                 return []
             run.move(RunStatus.APPROVED)
             run.move(RunStatus.QUEUED)
-            return [lambda pipe: pipe.xadd(self.k("queue"), {"run": run_id})]
+            return [self.queue_step(run_id)]
 
         return self.update_run(run_id, change)
 
@@ -427,7 +427,12 @@ class Store:
 
     def enqueue(self, run_id: str) -> None:
         with self._errors():
-            self.r.xadd(self.k("queue"), {"run": run_id})
+            self.queue_step(run_id)(self.r)
+
+    def queue_step(self, run_id: str) -> Callable[[Pipeline], Any]:
+        """The XADD that queues ``run_id``; return it from an ``update_run`` change to
+        queue the run in the same transaction as its state change."""
+        return lambda pipe: pipe.xadd(self.k("queue"), {"run": run_id})
 
     def ensure_group(self) -> None:
         with self._errors():
