@@ -59,24 +59,11 @@ def _error_handler(bot: Bot) -> Any:
             log.error("listener failed", exc_info=error)
             message = (f"⚠️ Something went wrong handling that ({type(error).__name__}). "
                        f"It was logged; try again, or ask the deckhand admins.")
-        _tell(bot, body, bot.services.redact(message))
+        try:
+            bot.tell(body, bot.services.redact(message))
+        except Exception:  # the error path itself must not raise into Bolt
+            log.exception("could not tell the user about an error")
     return handle
-
-
-def _tell(bot: Bot, body: dict[str, Any], text: str) -> None:
-    user = (body.get("user") or {}).get("id") or body.get("user_id") \
-        or (body.get("event") or {}).get("user")
-    channel = (body.get("channel") or {}).get("id") or body.get("channel_id") \
-        or (body.get("event") or {}).get("channel")
-    if not user:
-        return
-    try:
-        if channel:
-            bot.ephemeral(channel=channel, user=user, text=text)
-        else:
-            bot.client.chat_postMessage(channel=user, text=text)
-    except Exception:  # the error path itself must not raise into Bolt
-        log.exception("could not tell %s about an error", user)
 
 
 def _required(value: Any, name: str, what: str) -> str:

@@ -216,5 +216,19 @@ class Bot:
         return diff_plans(self.store.plan(run.plan_id, previous),
                           self.store.plan(run.plan_id, run.plan_version))
 
+    def tell(self, body: dict[str, Any], text: str) -> None:
+        """Tell whoever sent ``body`` (a command, click or event): ephemerally in its channel,
+        or by DM when it has none (the App Home, modals)."""
+        user = (body.get("user") or {}).get("id") or body.get("user_id") \
+            or (body.get("event") or {}).get("user")
+        channel = (body.get("channel") or {}).get("id") or body.get("channel_id") \
+            or (body.get("event") or {}).get("channel")
+        if not user:
+            return
+        if channel:
+            self.ephemeral(channel=channel, user=user, text=text)
+        else:
+            self.client.chat_postMessage(channel=user, text=text)
+
     def ephemeral(self, *, channel: str, user: str, text: str) -> None:
         self.client.chat_postEphemeral(channel=channel, user=user, text=bk.trim(text, 3000))

@@ -19,15 +19,11 @@ def register(app: App, bot: Bot) -> None:
     def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         ack()
         run_id, version, plan_hash = bk.parse_button_value(action["value"])
-        user = body["user"]["id"]
-        channel = (body.get("channel") or {}).get("id")  # none when clicked in the App Home
         try:
-            bot.approve(run_id, version, plan_hash, user=user)
+            bot.approve(run_id, version, plan_hash, user=body["user"]["id"])
         except ApprovalRefused as exc:
-            if channel:
-                bot.ephemeral(channel=channel, user=user, text=f"🚫 Not approved: {exc}")
-            else:  # from the App Home: say it in the app's DM, and show the Home as it is now
-                bot.client.chat_postMessage(channel=user, text=f"🚫 Not approved: {exc}")
+            bot.tell(body, f"🚫 Not approved: {exc}")
+            if not body.get("channel"):  # clicked in the App Home: show it as it is now
                 bot.changed(bot.store.run(run_id))
 
     @app.action("modify")
@@ -59,12 +55,11 @@ def register(app: App, bot: Bot) -> None:
 
 
 def _may_steer(bot: Bot, run: Any, body: dict[str, Any]) -> bool:
-    """Refuse (ephemerally) a bystander's Modify or Reject click."""
-    user = body["user"]["id"]
+    """Refuse a bystander's Modify or Reject click."""
     try:
-        bot.check_may_steer(run, user)
+        bot.check_may_steer(run, body["user"]["id"])
     except ApprovalRefused as exc:
-        bot.ephemeral(channel=body["channel"]["id"], user=user, text=f"🚫 {exc}")
+        bot.tell(body, f"🚫 {exc}")
         return False
     return True
 
