@@ -23,9 +23,12 @@ def register(app: App, bot: Bot) -> None:
         if not text:
             ack(DEPLOY_USAGE)
             return
+        # One Redis SET NX before the ack (fast): a retried delivery is answered, not replanned
+        if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
+            ack()
+            return
         ack(f"Planning `{bk.trim(text, 200)}`…")
-        if first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
-            bot.propose(f"deploy {text}", user=command["user_id"], channel=command["channel_id"])
+        bot.propose(f"deploy {text}", user=command["user_id"], channel=command["channel_id"])
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:

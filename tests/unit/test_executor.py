@@ -3,6 +3,7 @@ from pathlib import Path
 
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import make_config, make_executor, make_plan
+from tests.fixtures.polling import wait_until
 from tools.runner import CancelToken
 
 # Two steps that can only both succeed if they run at the same time: each announces it
@@ -151,12 +152,10 @@ def test_cancel_stops_running_steps_then_rolls_back(tmp_path: Path) -> None:
 
 
 def _cancel_after_marker(marker: Path, token: CancelToken) -> None:
-    import time
-
-    deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    token.cancel("user pressed cancel")
+    try:
+        wait_until(marker.exists, timeout=10, what="the step to start")
+    finally:
+        token.cancel("user pressed cancel")
 
 
 def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: Path) -> None:
