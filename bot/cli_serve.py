@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import signal
 import threading
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -14,7 +15,9 @@ from agents.services import build_services
 from agents.settings import Settings
 from bot.cli_common import Commands, add_config_arg
 from bot.logs import add_log_format_arg, configure_logging
-from bot.runtime import BotRuntime
+
+if TYPE_CHECKING:  # the Slack stack loads only when `serve` runs, not for every command
+    from bot.runtime import BotRuntime
 
 
 def register(commands: Commands) -> None:
@@ -34,6 +37,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     configure_logging(args.log_format or settings.log_format)
     services = build_services(load_config(args.config or settings.config_path), settings)
+    from bot.runtime import BotRuntime
+
     runtime = BotRuntime(services, settings, workers=args.workers)
     runtime.start_workers()
     runtime.start_scheduler()
