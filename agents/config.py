@@ -71,6 +71,7 @@ class _Loader:
             return None
         config = Config(self.path, Catalog(tools), inventory, policy, playbooks, config_vars,
                         secrets)
+        _bind_environments(config.catalog, inventory)
         self._cross_check(config)
         return config
 
@@ -140,10 +141,15 @@ def _tool_problems(tool: Tool, config: Config) -> list[str]:
         out.append(f"rollback tool {tool.rollback!r} is not defined")
     if tool.target.startswith("group:") and tool.target[6:] not in config.inventory.groups:
         out.append(f"target {tool.target!r}: no such host group in the inventory")
-    if "environment" in tool.params and tool.target == "environment":
-        envs = sorted(config.inventory.environments)
-        tool.params["environment"].enum = tool.params["environment"].enum or list(envs)
     return out
+
+
+def _bind_environments(catalog: Catalog, inventory: Inventory) -> None:
+    """Environment-targeted tools accept only the inventory's environments (unless the
+    tool lists its own), so plans and the LLM's schema are checked against them."""
+    for tool in catalog.tools.values():
+        if tool.target == "environment" and not tool.params["environment"].enum:
+            tool.params["environment"].enum = sorted(inventory.environments)
 
 
 def _playbook_problems(book: Playbook, config: Config) -> list[str]:
