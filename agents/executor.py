@@ -25,7 +25,7 @@ from agents.plan import Plan, RollbackStep, Step, Success
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import DeckhandError
-from tools.inventory import LOCAL_HOST, Host, Inventory
+from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
 from tools.redact import redact as default_redact
 from tools.runner import CancelToken, CommandResult, Runner
 
@@ -256,14 +256,15 @@ class _Execution:
                       token: CancelToken) -> tuple[StepStatus, str | None, dict[str, str]]:
         tool = self.deps.catalog.get(step.tool)
         params = self._resolve_refs(step.params)
-        env = params.get("environment")
-        hosts = self.deps.inventory.hosts_of(tool.target, env if isinstance(env, str) else None)
+        value = params.get("environment")
+        env = value if isinstance(value, str) else None
+        hosts = self.deps.inventory.hosts_of(tool.target, env)
         if phase is Phase.ROLLBACK and hosts:
             hosts = [h for h in hosts if h.name in self.run.changed_hosts]
             if not hosts:
                 return StepStatus.SKIPPED, "no host was changed by this run", {}
-        batches = self.deps.inventory.rollout_of(env if isinstance(env, str) else None)
-        outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, batches)
+        rollout = self.deps.inventory.rollout_of(env)
+        outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, rollout)
         failed = [o.error for o in outcomes if not o.ok]
         if token.cancelled and failed:
             return StepStatus.CANCELLED if phase is Phase.PLAN else StepStatus.FAILED, \
@@ -276,7 +277,7 @@ class _Execution:
 
     def _fan_out(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                  params: dict[str, ParamValue], hosts: list[Host], token: CancelToken,
-                 rollout: Any) -> list[_HostOutcome]:
+                 rollout: Rollout) -> list[_HostOutcome]:
         outcomes: list[_HostOutcome] = []
         for batch in rollout.batches(hosts):
             if len(batch) == 1:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import secrets
 import time
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from agents.errors import IllegalTransition
+
+if TYPE_CHECKING:  # agents.plan imports this module (through agents.policy)
+    from agents.plan import Plan
 
 
 class RunStatus(StrEnum):
@@ -185,8 +188,8 @@ class Run(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def for_plan(cls, plan: Any, **fields: Any) -> Run:
-        """A new run record for ``plan`` (an agents.plan.Plan) with every step pending."""
+    def for_plan(cls, plan: Plan, **fields: Any) -> Run:
+        """A new run record for ``plan`` with every step pending."""
         return cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
                    goal=plan.goal, environments=plan.environments(),
                    requested_by=plan.requested_by, plan_versions=[plan.version],
