@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from agents.config import Config
 from agents.errors import PlanError
@@ -54,16 +54,23 @@ class Services:
                         before_enqueue: Callable[[Run], Run] | None = None) -> Run:
         """Store and queue a read-only plan without approval (``is_read_only`` must hold).
 
-        ``before_enqueue`` runs first, e.g. to post the message a worker will update.
+        ``before_enqueue`` runs first, e.g. to post the message a worker will update. If it
+        fails, the run is left awaiting approval (and expires), never queued without an entry.
         """
         if not self.is_read_only(plan):
             raise PlanError("only a single read-only step may run without approval")
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan, status=RunStatus.QUEUED))
-        self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
+        run = self.store.create_run(Run.for_plan(plan))
         if before_enqueue is not None:
             run = before_enqueue(run)
-        self.store.enqueue(run.id)
+
+        def queue(current: Run) -> list[Callable[[Any], Any]]:
+            current.move(RunStatus.APPROVED)
+            current.move(RunStatus.QUEUED)
+            return [self.store.queue_step(current.id)]  # state and entry in one EXEC
+
+        run = self.store.update_run(run.id, queue)
+        self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
         return run
 
     def check(self, plan: Plan) -> None:
