@@ -110,6 +110,9 @@ class ThreadUpdater:
             with self._wake:
                 while not (self._outbox or self._dirty or self._finished):
                     self._wake.wait()
+                final_edit = self._finished and self._dirty
+            if final_edit:  # the status reaches its final state before the summary is posted
+                self._flush_status()
             self._drain_outbox()  # announcements go out first, in order
             with self._wake:
                 dirty, finished = self._dirty, self._finished
