@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from agents.errors import PlanError
 from agents.plan import PlanChecker
-from agents.playbooks import Playbook
+from agents.planning.playbooks import Playbook
 from agents.policy import Policy
 from tools.catalog import Catalog, Tool
 from tools.errors import ConfigError, Problem

@@ -27,7 +27,7 @@ from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
 from tools.redact import redact as default_redact
-from tools.runner import CancelToken, CommandResult, Runner
+from tools.runners.base import CancelToken, CommandResult, Runner
 
 log = logging.getLogger("deckhand.executor")
 

@@ -1,8 +1,8 @@
 """What changed between two versions of a plan: steps added, removed and changed, by step id.
 
 A pure function over two Plans. Front ends render the result: ``PlanDiff.lines()`` gives one
-marked line per change, so Slack (``bot.blocks.diff_blocks``) and the terminal
-(``bot.render.diff_text``) show the same thing, each in its own markup. Approvers of a new
+marked line per change, so Slack (``bot.slack.blocks.diff_blocks``) and the terminal
+(``bot.terminal.render.diff_text``) show the same thing, each in its own markup. Approvers of a new
 version review these lines, not the whole plan again.
 """
 

@@ -11,12 +11,12 @@ from agents.config import Config
 from agents.errors import PlanError
 from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan, is_read_only, validate_plan
-from agents.planner import build_planner, changes_mutating_steps
+from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
 from tools.redact import Redactor
-from tools.runners import RunnerPool
+from tools.runners.pool import RunnerPool
 
 
 class Planner(Protocol):

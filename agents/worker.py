@@ -24,7 +24,7 @@ from agents.plan import Plan
 from agents.runs import Event, EventKind, Run, RunStatus
 from agents.services import Services
 from agents.store import LostOwnership, Store
-from tools.runner import CancelToken
+from tools.runners.base import CancelToken
 
 log = logging.getLogger("deckhand.worker")
 

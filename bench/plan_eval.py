@@ -36,8 +36,8 @@ import yaml
 from agents.config import Config, load_config
 from agents.errors import PlanError
 from agents.plan import Plan, validate_plan
-from agents.planner import CompositePlanner, LLMPlanner
-from agents.playbooks import PlaybookPlanner
+from agents.planning.planner import CompositePlanner, LLMPlanner
+from agents.planning.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from tools.catalog import OUTPUT_REF
 

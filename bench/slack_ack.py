@@ -23,9 +23,9 @@ from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
 from agents.worker import WorkerOptions
-from bot import blocks as bk
-from bot.demo import prepare_workspace, stop_servers
-from bot.runtime import BotRuntime
+from bot.cli.demo import prepare_workspace, stop_servers
+from bot.slack import blocks as bk
+from bot.slack.runtime import BotRuntime
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sample import free_port
 from tests.fixtures.slack_standin import Signer, SlackStandin

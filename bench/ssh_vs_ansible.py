@@ -41,7 +41,7 @@ from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan
 from agents.runs import Run, RunStatus
 from tests.fixtures.sshd import SSHFleet, start_fleet
-from tools.runners import RunnerPool
+from tools.runners.pool import RunnerPool
 
 FANOUT_HOSTS = 20
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tools.errors import SSHAuthError, SSHError, ToolError
 from tools.inventory import Host, Inventory
-from tools.runners import RunnerPool
-from tools.ssh import HostKeyInfo, KeyStatus, KnownHosts, SSHRunner, fetch_host_key
+from tools.runners.pool import RunnerPool
+from tools.runners.ssh import HostKeyInfo, KeyStatus, KnownHosts, SSHRunner, fetch_host_key
 
 NOT_TRIED = "not tried"
 

@@ -9,8 +9,8 @@ from agents.config import Config
 from agents.runs import RunStatus
 from agents.services import build_services
 from bot.cli import main
-from bot.console import ConsoleFlow, Decision
-from bot.demo import probe, run_demo
+from bot.cli.demo import probe, run_demo
+from bot.terminal.console import ConsoleFlow, Decision
 
 
 def test_demo_deploys_then_rolls_back_a_broken_release(tmp_path: Path) -> None:

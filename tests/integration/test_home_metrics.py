@@ -20,19 +20,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.config import Config
 from agents.plan import Plan
-from agents.planner import LLMPlanner
-from agents.playbooks import PlaybookPlanner
+from agents.planning.planner import LLMPlanner
+from agents.planning.playbooks import PlaybookPlanner
+from agents.planning.prompt import plan_to_wire
 from agents.policy import Policy
-from agents.prompt import plan_to_wire
 from agents.runs import Event, EventKind, Run, RunStatus
 from agents.schedules import ScheduleBook
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
-from bot import blocks as bk
 from bot.cli import main as cli_main
-from bot.home_blocks import MAX_HOME_BLOCKS, HomeData, home_view
 from bot.metrics import Metrics
+from bot.slack import blocks as bk
+from bot.slack.home_blocks import MAX_HOME_BLOCKS, HomeData, home_view
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer

@@ -15,15 +15,15 @@ import pytest
 from agents.config import Config, load_config
 from agents.errors import NoPlanFound, PlannerError
 from agents.plan import Plan, is_read_only, validate_plan
-from agents.planner import (
+from agents.planning.planner import (
     CompositePlanner,
     LLMPlanner,
     RetryPolicy,
     build_planner,
     changes_mutating_steps,
 )
-from agents.playbooks import PlaybookPlanner
-from agents.prompt import WirePlan, WireReplan, plan_to_wire, strict_schema
+from agents.planning.playbooks import PlaybookPlanner
+from agents.planning.prompt import WirePlan, WireReplan, plan_to_wire, strict_schema
 from agents.runs import HostResult, Run, StepState, StepStatus
 from agents.settings import Settings
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, strict_problems

@@ -8,8 +8,8 @@ import time
 import urllib.parse
 
 from agents.runs import RunStatus
-from bot import blocks as bk
-from bot.demo import probe
+from bot.cli.demo import probe
+from bot.slack import blocks as bk
 from tests.fixtures.slack_world import SlackWorld, button
 from tests.fixtures.slack_world import actions_of as _actions
 
@@ -227,7 +227,7 @@ def test_schedules_from_slack_post_occurrences_for_approval(world: SlackWorld) -
     from datetime import UTC, datetime, timedelta
 
     from bot.scheduler import Scheduler
-    from bot.slack_schedules import post_occurrence
+    from bot.slack.listeners.schedules import post_occurrence
 
     world.signer.command("/deckhand", 'schedule add "every day at 02:00" deploy v2.3.1 to '
                          'staging --tz Europe/Berlin', user="UBOB",

@@ -11,7 +11,7 @@ from agents.config import load_config
 from bot.cli import main
 from tests.fixtures.sshd import SSHFleet, keygen, write_ssh_config
 from tools.hostcheck import check_hosts
-from tools.runners import RunnerPool
+from tools.runners.pool import RunnerPool
 
 
 def config_with(tmp_path: Path, fleet: SSHFleet, known_hosts: str,

@@ -22,9 +22,9 @@ from tests.fixtures.sshd import SSHFleet, keygen, process_gone
 from tools.catalog import Catalog, ParamSpec, Tool
 from tools.errors import HostKeyError, SSHAuthError, SSHConnectError
 from tools.inventory import Inventory
-from tools.runner import CancelToken
-from tools.runners import RunnerPool
-from tools.ssh import SSHRunner
+from tools.runners.base import CancelToken
+from tools.runners.pool import RunnerPool
+from tools.runners.ssh import SSHRunner
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from slack_sdk import WebClient
 
 from agents.policy import Policy
 from agents.runs import Event, EventKind, Run, RunStatus
-from bot.thread import ThreadUpdater
+from bot.slack.thread import ThreadUpdater
 from tests.fixtures.builders import make_plan
 from tests.fixtures.slack_standin import SlackStandin
 

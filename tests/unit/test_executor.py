@@ -4,7 +4,7 @@ from pathlib import Path
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
-from tools.runner import CancelToken
+from tools.runners.base import CancelToken
 
 # Two steps that can only both succeed if they run at the same time: each announces it
 # started, then waits (bounded) for the other's announcement.

@@ -2,8 +2,8 @@ import os
 from pathlib import Path
 
 from tests.fixtures.polling import wait_until
-from tools.local import LocalRunner
-from tools.runner import CancelToken
+from tools.runners.base import CancelToken
+from tools.runners.local import LocalRunner
 
 
 def pid_alive(pid: int) -> bool:

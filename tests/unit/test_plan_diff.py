@@ -14,9 +14,9 @@ from agents.runs import Run
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
-from bot import blocks as bk
-from bot.console import ConsoleFlow
-from bot.render import diff_text
+from bot.slack import blocks as bk
+from bot.terminal.console import ConsoleFlow
+from bot.terminal.render import diff_text
 from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.slack_standin import check_limits
 

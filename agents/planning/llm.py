@@ -1,0 +1,413 @@
+"""The LLM planner over any OpenAI-compatible endpoint (imported only when one is configured).
+
+The model writes; validation decides. One request goes:
+
+    request ─▶ prompt (stable prefix: rules, catalog, inventory, policy, examples; request last)
+            ─▶ chat.completions (strict json_schema, temperature 0; json_object if refused)
+            ─▶ parse ─▶ Plan ─▶ validate_plan ──ok──▶ plan, with model/tokens/latency/repairs
+                  └────── problems ─▶ back to the model, at most ``max_repairs`` times
+                                        └─▶ PlannerError naming the last problems
+
+HTTP failures (429 honoring Retry-After, 5xx, timeouts, refused connections) are retried a
+bounded number of times here, not inside the openai client, so the policy is ours and
+testable; what is left becomes a PlannerError at this border.
+
+``agents.planning.planner.build_planner`` wires what deckhand runs: playbooks first, then this.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat.completion_create_params import ResponseFormat
+from pydantic import BaseModel, ValidationError
+
+from agents.config import Config
+from agents.errors import NoPlanFound, PlanInvalid, PlannerError
+from agents.plan import Plan, PlannerInfo, Step, validate_plan
+from agents.planning import prompt
+from agents.planning.prompt import WirePlan, WireReplan
+from agents.runs import Run, StepStatus
+from agents.settings import Settings
+from tools.redact import Redactor
+
+log = logging.getLogger("deckhand.planner")
+
+T = TypeVar("T")
+W = TypeVar("W", bound=BaseModel)
+Message = dict[str, str]
+
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries for transient endpoint failures.
+
+    Attributes:
+        attempts: HTTP calls per completion, the first included.
+        base_delay: seconds before the first retry; doubles each time.
+        max_delay: longest wait; a longer Retry-After means giving up at once.
+        sleep: how to wait (injected by tests, which must not sleep).
+    """
+
+    attempts: int = 4
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def backoff(self, attempt: int) -> float:
+        return float(min(self.max_delay, self.base_delay * 2 ** attempt))
+
+
+@dataclass
+class _Usage:
+    """What one conversation cost, summed over its calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    repairs: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, completion: ChatCompletion) -> None:
+        if completion.usage is not None:
+            self.prompt_tokens += completion.usage.prompt_tokens or 0
+            self.completion_tokens += completion.usage.completion_tokens or 0
+
+    def info(self, model: str, note: str = "") -> PlannerInfo:
+        latency = (time.perf_counter() - self.started) * 1000
+        return PlannerInfo(name="llm", model=model, prompt_tokens=self.prompt_tokens,
+                           completion_tokens=self.completion_tokens, latency_ms=latency,
+                           repairs=self.repairs, note=note)
+
+
+class _Refused(Exception):
+    """The answer cannot be used; ``problems`` go back to the model."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class LLMPlanner:
+    """Plans, changes and re-plans with a model behind an OpenAI-compatible endpoint."""
+
+    def __init__(self, config: Config, *, client: openai.OpenAI, model: str,
+                 retry: RetryPolicy | None = None, max_repairs: int = 2,
+                 max_tokens: int = 2048, redact: Callable[[str], str] | None = None):
+        """
+        Args:
+            config: the live config (catalog, inventory, policy, playbooks).
+            client: an ``openai.OpenAI`` client, best built with ``max_retries=0``
+                (retries are done here).
+            model: model name sent with every request.
+            retry: retry policy for transient HTTP failures.
+            max_repairs: how many times a refused answer goes back to the model.
+            max_tokens: completion budget per call; a cut-off answer is repaired.
+            redact: masks secrets in anything sent to the model or put in an error.
+        """
+        self.config, self.client, self.model = config, client, model
+        self.retry = retry or RetryPolicy()
+        self.max_repairs, self.max_tokens = max_repairs, max_tokens
+        self.redact = redact or Redactor.from_env(config.secrets)
+        self.json_schema = True  # until the endpoint refuses it
+
+    @classmethod
+    def from_settings(cls, config: Config, settings: Settings, **options: Any) -> LLMPlanner:
+        """A planner for the endpoint in ``settings`` (OPENAI_API_KEY/_BASE_URL/_MODEL)."""
+        if settings.openai_api_key is None:
+            raise PlannerError("the LLM planner needs OPENAI_API_KEY")
+        client = openai.OpenAI(api_key=settings.openai_api_key.get_secret_value(),
+                               base_url=settings.openai_base_url,
+                               timeout=settings.openai_timeout, max_retries=0)
+        redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
+        return cls(config, client=client, model=settings.openai_model,
+                   redact=options.pop("redact", redact), **options)
+
+    @property
+    def endpoint(self) -> str:
+        return self.redact(str(self.client.base_url))
+
+    # -- the three operations ---------------------------------------------------------------
+
+    def plan(self, request: str, *, requested_by: str) -> Plan:
+        """A validated plan for ``request``.
+
+        Raises:
+            NoPlanFound: the model says the tools and rules cannot do this.
+            PlannerError: the endpoint failed, or no valid plan came back after repairs.
+        """
+        user = prompt.plan_request(self.redact(request))
+
+        def build(wire: WirePlan) -> Plan:
+            _declined(wire)
+            return self._checked(lambda: Plan.model_validate({**_wire_body(wire),
+                                                              "requested_by": requested_by}))
+
+        plan, usage = self._converse(WirePlan, user, build)
+        return plan.model_copy(update={"planner": usage.info(self.model)})
+
+    def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
+        """A new version of ``plan`` (same id, version + 1) following ``instruction``.
+
+        Raises:
+            NoPlanFound: the model says the change cannot be made with these tools and rules.
+            PlannerError: the endpoint failed, or no valid plan came back after repairs.
+        """
+        user = prompt.modify_request(plan, self.redact(instruction))
+
+        def build(wire: WirePlan) -> Plan:
+            _declined(wire)
+            return self._checked(lambda: plan.revised(**_wire_body(wire),
+                                                      requested_by=requested_by))
+
+        revised, usage = self._converse(WirePlan, user, build)
+        note = f"modified: {prompt.clean_text(instruction, 200)}"
+        return revised.model_copy(update={"planner": usage.info(self.model, note)})
+
+    def replan(self, plan: Plan, run: Run, *, requested_by: str) -> Plan | None:
+        """After a failed step: a new version with revised remaining steps, or None to roll back.
+
+        Steps that succeeded are kept exactly as they ran. Returns None without asking the
+        model once the run has used up ``policy.max_replans``. Whether the new version must
+        be approved again: see :func:`changes_mutating_steps`.
+
+        Raises:
+            PlannerError: the endpoint failed or no valid revision came back; roll back.
+        """
+        if len(run.plan_versions) > self.config.policy.max_replans:
+            log.info("run %s: no replan left (max_replans=%d), rolling back", run.id,
+                     self.config.policy.max_replans)
+            return None
+        done = [s for s in plan.steps
+                if (state := run.steps.get(s.id)) and state.status is StepStatus.SUCCEEDED]
+        user = prompt.replan_request(plan, run, self.redact)
+
+        def build(wire: WireReplan) -> Plan | None:
+            if wire.action == "rollback":
+                log.info("run %s: the planner chose rollback: %s", run.id, wire.reason)
+                return None
+            return self._checked(lambda: plan.revised(**_replan_body(wire, done),
+                                                      requested_by=requested_by))
+
+        revised, usage = self._converse(WireReplan, user, build)
+        if revised is None:
+            return None
+        note = f"replanned after run {run.id}"
+        return revised.model_copy(update={"planner": usage.info(self.model, note)})
+
+    # -- the conversation -------------------------------------------------------------------
+
+    def _converse(self, answer: type[W], user: str,
+                  build: Callable[[W], T]) -> tuple[T, _Usage]:
+        """Ask, check, and send problems back until an answer builds or repairs run out."""
+        messages: list[Message] = [
+            {"role": "system", "content": prompt.system_prompt(self.config, answer)},
+            {"role": "user", "content": user}]
+        usage, problems = _Usage(), []
+        for attempt in range(self.max_repairs + 1):
+            completion = self._complete(messages, answer)
+            usage.add(completion)
+            content = _content(completion)
+            try:
+                return build(_answer(completion, content, answer)), usage
+            except _Refused as refused:
+                problems = refused.problems
+            log.info("planner answer refused (attempt %d): %s", attempt + 1, problems)
+            if attempt < self.max_repairs:
+                usage.repairs += 1
+                messages += [{"role": "assistant", "content": content or "(no answer)"},
+                             {"role": "user", "content": prompt.repair_message(problems)}]
+        listed = "\n".join(f"  - {p}" for p in problems[:10])
+        raise PlannerError(f"the model {self.model} gave no valid plan after "
+                           f"{self.max_repairs} repair(s); the last answer had:\n{listed}")
+
+    def _checked(self, make: Callable[[], Plan]) -> Plan:
+        """Build the plan and validate it; every problem becomes a repair request."""
+        try:
+            plan = make()
+            validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
+        except PlanInvalid as exc:
+            raise _Refused(exc.problems) from exc
+        except ValidationError as exc:
+            raise _Refused(_pydantic_problems(exc)) from exc
+        return plan
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    def _complete(self, messages: list[Message], answer: type[BaseModel]) -> ChatCompletion:
+        """One completion; strict json_schema unless the endpoint refused it before."""
+        with self._openai_errors():
+            if self.json_schema:
+                schema = prompt.strict_schema(answer, tools=list(self.config.catalog.tools))
+                fmt = {"type": "json_schema",
+                       "json_schema": {"name": answer.__name__.lower(), "strict": True,
+                                       "schema": schema}}
+                try:
+                    return self._create(messages, fmt)
+                except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+                    log.warning("%s refused response_format json_schema (%s); trying "
+                                "json_object", self.endpoint, self.redact(exc.message)[:200])
+            completion = self._create(messages, {"type": "json_object"})
+            self.json_schema = False  # it works without: stop sending what is refused
+            return completion
+
+    def _create(self, messages: list[Message], fmt: dict[str, Any]) -> ChatCompletion:
+        """POST /chat/completions with bounded retries on transient failures."""
+        attempt = 0
+        while True:
+            try:
+                return self.client.chat.completions.create(
+                    model=self.model, messages=cast(list[ChatCompletionMessageParam], messages),
+                    temperature=0, max_tokens=self.max_tokens,
+                    response_format=cast(ResponseFormat, fmt))
+            except (openai.APIConnectionError, openai.RateLimitError,
+                    openai.InternalServerError) as exc:
+                wait = self._retry_wait(exc, attempt)
+                attempt += 1
+                if wait is None:
+                    raise PlannerError(self._gave_up(exc, attempt)) from exc
+                log.warning("LLM endpoint %s: %s; retry %d of %d in %.1f s", self.endpoint,
+                            _kind(exc), attempt, self.retry.attempts - 1, wait)
+                self.retry.sleep(wait)
+
+    def _retry_wait(self, exc: openai.APIError, attempt: int) -> float | None:
+        """Seconds to wait before the next try, or None to give up."""
+        if attempt + 1 >= self.retry.attempts:
+            return None
+        after = _retry_after(exc)
+        if after is None:
+            return self.retry.backoff(attempt)
+        return after if after <= self.retry.max_delay else None
+
+    def _gave_up(self, exc: openai.APIError, attempts: int) -> str:
+        where, tries = f"the LLM endpoint {self.endpoint}", f"{attempts} attempt(s)"
+        after = _retry_after(exc)
+        if isinstance(exc, openai.RateLimitError) and after and after > self.retry.max_delay:
+            return (f"{where} is rate limiting (HTTP 429) and asks to wait {after:.0f} s, "
+                    f"longer than deckhand waits ({self.retry.max_delay:.0f} s); try later")
+        if isinstance(exc, openai.RateLimitError):
+            return f"{where} is still rate limiting (HTTP 429) after {tries}; try again later"
+        if isinstance(exc, openai.InternalServerError):
+            return (f"{where} failed with HTTP {exc.status_code} {tries} in a row; it may be "
+                    f"down or overloaded")
+        if isinstance(exc, openai.APITimeoutError):
+            return (f"{where} did not answer in time ({tries}); raise OPENAI_TIMEOUT or use a "
+                    f"faster model")
+        return (f"cannot reach {where} ({tries}: connection refused or unreachable); check "
+                f"OPENAI_BASE_URL and that the server is running")
+
+    @contextmanager
+    def _openai_errors(self) -> Iterator[None]:
+        """Translate what is left of openai's exceptions into PlannerError."""
+        try:
+            yield
+        except openai.APIStatusError as exc:
+            raise PlannerError(self._status_message(exc)) from exc
+        except openai.OpenAIError as exc:
+            raise PlannerError(f"the LLM endpoint {self.endpoint} failed: "
+                               f"{self.redact(str(exc))[:300]}") from exc
+
+    def _status_message(self, exc: openai.APIStatusError) -> str:
+        where, code = f"the LLM endpoint {self.endpoint}", exc.status_code
+        if code == 401:
+            return f"{where} refused the API key (HTTP 401); check OPENAI_API_KEY"
+        if code == 403:
+            return f"{where} denied access (HTTP 403); check the key's permissions"
+        if code == 404:
+            return (f"{where} has no model {self.model!r} or no chat completions API "
+                    f"(HTTP 404); check OPENAI_MODEL and OPENAI_BASE_URL")
+        return f"{where} refused the request (HTTP {code}): {self.redact(exc.message)[:300]}"
+
+
+# -- answers ------------------------------------------------------------------------------
+
+
+def _content(completion: ChatCompletion) -> str:
+    if not completion.choices:
+        return ""
+    return completion.choices[0].message.content or ""
+
+
+def _answer(completion: ChatCompletion, content: str, answer: type[W]) -> W:
+    """The parsed answer; _Refused if it was cut off, refused, empty or malformed."""
+    if not completion.choices:
+        raise _Refused(["the endpoint returned no answer (no choices)"])
+    choice = completion.choices[0]
+    if choice.message.refusal:
+        raise _Refused([f"you refused: {prompt.clean_text(choice.message.refusal, 300)}. "
+                        f"If the request cannot be planned, set cannot_plan instead"])
+    if choice.finish_reason == "length":
+        raise _Refused(["the answer was cut off at the length limit: answer with fewer "
+                        "steps and shorter descriptions"])
+    if not content.strip():
+        raise _Refused(["the answer was empty"])
+    try:
+        return prompt.parse_wire(content, answer)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise _Refused(_pydantic_problems(exc)) from exc
+    except ValueError as exc:
+        raise _Refused([f"the answer is not valid JSON: {exc}"]) from exc
+
+
+def _declined(wire: WirePlan) -> None:
+    """NoPlanFound if the model declined; a contradictory answer goes back for repair."""
+    if not wire.cannot_plan:
+        return
+    if wire.steps:
+        raise _Refused(["cannot_plan must be null when you return steps; to decline, "
+                        "return no steps"])
+    raise NoPlanFound(f"the planner will not plan this: {wire.cannot_plan}")
+
+
+def _wire_body(wire: WirePlan) -> dict[str, Any]:
+    """Plan fields from the answer; PlanInvalid if a parameter is given twice."""
+    return {"goal": wire.goal, "steps": prompt.wire_steps(wire.steps),
+            "rollback": prompt.wire_rollback(wire.rollback)}
+
+
+def _replan_body(wire: WireReplan, done: list[Step]) -> dict[str, Any]:
+    """Succeeded steps as they ran, then the model's steps still to run (repeats dropped)."""
+    done_ids = {s.id for s in done}
+    todo = [s for s in wire.steps if s.id not in done_ids]
+    return {"steps": [s.model_dump() for s in done] + prompt.wire_steps(todo),
+            "rollback": prompt.wire_rollback(wire.rollback)}
+
+
+def _pydantic_problems(exc: ValidationError) -> list[str]:
+    return [f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}"
+            for e in exc.errors()[:20]]
+
+
+def _retry_after(exc: openai.APIError) -> float | None:
+    """Seconds from Retry-After-Ms or Retry-After (seconds or an HTTP date), if any."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _kind(exc: openai.APIError) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}"
+    return "timed out" if isinstance(exc, openai.APITimeoutError) else "connection failed"

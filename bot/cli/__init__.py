@@ -1,0 +1,131 @@
+"""``deckhand`` command line: demo, run, plan, check (and more, registered by other modules).
+
+Errors deckhand raises on purpose are printed as one clear message (exit 2); anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from agents.config import load_config
+from bot.cli.common import Handler, add_config_arg, services_for
+from bot.terminal.console import ConsoleFlow, plan_to_yaml
+from bot.terminal.render import plan_table
+from tools.errors import ConfigError, DeckhandError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console()
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args, console)
+    except ConfigError as exc:
+        _error(console, str(exc))
+        return 2
+    except DeckhandError as exc:
+        _error(console, f"error: {exc}")
+        return 2
+    except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
+        _error(console, "interrupted")
+        return 130
+
+
+def _error(console: Console, message: str) -> None:
+    console.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="deckhand", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(title="commands")
+    _add_demo(commands)
+    _add_run(commands)
+    _add_plan(commands)
+    _add_check(commands)
+    for register in _extra_commands():
+        register(commands)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
+    from bot.cli import hosts, runs, schedules, serve
+
+    return [runs.register, hosts.register, serve.register, schedules.register]
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("demo", help="deploy the sample app twice (no servers needed)")
+    parser.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace, console: Console) -> int:
+    from bot.cli.demo import run_demo
+
+    return run_demo(console)
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("run", help="plan a request, approve it here, and run it")
+    parser.add_argument("request", help='what to do, e.g. "deploy v2.3.1"')
+    parser.add_argument("--yes", "-y", action="store_true", help="approve without asking")
+    parser.add_argument("--user", default=getpass.getuser(), help="who is asking")
+    add_config_arg(parser)
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    services = services_for(args)
+    try:
+        run = ConsoleFlow(services, console, user=args.user).handle(args.request, yes=args.yes)
+    finally:
+        services.close()
+    return 0 if run is None or run.status.value == "succeeded" else 1
+
+
+def _add_plan(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("plan", help="show the plan for a request without running it")
+    parser.add_argument("request")
+    parser.add_argument("--format", choices=["table", "yaml", "json"], default="table")
+    add_config_arg(parser)
+    parser.set_defaults(handler=_plan)
+
+
+def _plan(args: argparse.Namespace, console: Console) -> int:
+    services = services_for(args)
+    plan = services.make_plan(args.request, requested_by=getpass.getuser())
+    if args.format == "json":
+        sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
+    elif args.format == "yaml":
+        sys.stdout.write(plan_to_yaml(plan))
+    else:
+        console.print(plan_table(plan))
+    return 0
+
+
+def _add_check(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("check", help="validate a config file and list every problem")
+    parser.add_argument("config", type=Path)
+    parser.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace, console: Console) -> int:
+    config = load_config(args.config)
+    console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
+                  f"{len(config.inventory.hosts)} hosts, "
+                  f"{len(config.inventory.environments)} environments, "
+                  f"{len(config.playbooks)} playbooks")
+    return 0
+

@@ -1,0 +1,167 @@
+"""``deckhand worker | runs | audit | cancel``: the store and its workers from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from agents.policy import approvals_needed
+from agents.runs import Run
+from agents.services import Services
+from agents.settings import Settings
+from agents.worker import ListenerFactory, Worker, WorkerOptions
+from bot.cli.common import add_config_arg, services_for
+from bot.logs import add_log_format_arg, configure_logging
+from bot.terminal.render import status_table, summary
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    worker = commands.add_parser("worker", help="execute approved runs from the Redis queue")
+    worker.add_argument("--name", help="consumer name (default host-pid)")
+    worker.add_argument("--lease", type=float, default=30.0, help="seconds a claim lasts")
+    worker.add_argument("--claim-after", type=float, default=60.0,
+                        help="seconds before a dead worker's run is taken over")
+    worker.add_argument("--once", action="store_true", help="handle one queue entry and exit")
+    worker.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    worker.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
+    add_config_arg(worker)
+    add_log_format_arg(worker)
+    worker.set_defaults(handler=_worker)
+
+    runs = commands.add_parser("runs", help="recent runs, or one run in detail")
+    runs.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    runs.add_argument("run_id", nargs="?")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--timeline", type=Path, metavar="PNG",
+                      help="with show: save the run's timeline chart to this PNG file")
+    add_config_arg(runs)
+    runs.set_defaults(handler=_runs)
+
+    audit = commands.add_parser("audit", help="who did what when (append-only)")
+    audit.add_argument("--run", dest="run_id")
+    audit.add_argument("--json", action="store_true", help="JSON lines, for export")
+    audit.add_argument("--limit", type=int, default=200)
+    add_config_arg(audit)
+    audit.set_defaults(handler=_audit)
+
+    approve = commands.add_parser("approve", help="approve a waiting run (as --user)")
+    approve.add_argument("run_id")
+    approve.add_argument("--user", default=getpass.getuser(), help="who approves")
+    add_config_arg(approve)
+    approve.set_defaults(handler=_approve)
+
+    cancel = commands.add_parser("cancel", help="cancel a run (a running one rolls back)")
+    cancel.add_argument("run_id")
+    add_config_arg(cancel)
+    cancel.set_defaults(handler=_cancel)
+
+
+def _worker(args: argparse.Namespace, console: Console) -> int:
+    configure_logging(args.log_format or Settings().log_format)
+    services = services_for(args)
+    options = WorkerOptions(lease=args.lease, claim_after=args.claim_after)
+    worker = Worker(services, services.store, name=args.name, options=options,
+                    listener_factories=_worker_metrics(args, services))
+    if args.once:
+        return 0 if worker.step() else 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C to stop")
+    try:
+        worker.serve(stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        services.close()
+    return 0
+
+
+def _worker_metrics(args: argparse.Namespace, services: Services) -> list[ListenerFactory]:
+    """With --metrics-port: serve this worker's metrics, and record its runs."""
+    if args.metrics_port is None:
+        return []
+    from bot.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.watch_queue(services.store)
+    metrics.serve(host=args.metrics_host, port=args.metrics_port)
+    return [metrics.run_listener_factory(services.store)]
+
+
+def _runs(args: argparse.Namespace, console: Console) -> int:
+    store = services_for(args).store
+    if args.action == "show":
+        if not args.run_id:
+            console.print("usage: deckhand runs show RUN_ID")
+            return 2
+        run = store.run(args.run_id)
+        plan = store.plan(run.plan_id, run.plan_version)
+        console.print(status_table(plan, run))
+        console.print(summary(plan, run))
+        if args.timeline:
+            from bot.timeline import save_timeline  # matplotlib loads only when asked
+
+            drawn = save_timeline(plan, run, args.timeline)
+            console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
+                          f"{len(drawn.bars)} bars)")
+        return 0
+    console.print(runs_table(store.runs(limit=args.limit)))
+    return 0
+
+
+def runs_table(runs: list[Run]) -> Table:
+    table = Table("run", "status", "goal", "requested by", "started", "took")
+    for run in runs:
+        started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at or run.created_at))
+        took = f"{run.duration:.0f}s" if run.duration is not None else ""
+        table.add_row(run.id, run.status.value, run.goal, run.requested_by, started, took)
+    return table
+
+
+def _audit(args: argparse.Namespace, console: Console) -> int:
+    entries = services_for(args).store.audit_log(run_id=args.run_id, limit=args.limit)
+    if args.json:
+        for entry in entries:
+            sys.stdout.write(entry.as_json() + "\n")
+        return 0
+    table = Table("when", "who", "action", "run", "details")
+    for entry in entries:
+        details = ", ".join(f"{k}={v}" for k, v in entry.details.items() if v is not None)
+        table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)), entry.actor,
+                      entry.action, entry.run_id or "", details)
+    console.print(table)
+    return 0
+
+
+def _approve(args: argparse.Namespace, console: Console) -> int:
+    services = services_for(args)
+    store = services.store
+    run = store.run(args.run_id)
+    run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
+                        plan_hash=run.plan_hash, policy=services.config.policy)
+    store.audit("approved", actor=args.user, run_id=run.id, plan_id=run.plan_id,
+                version=run.plan_version)
+    needed = approvals_needed(run, services.config.policy)
+    console.print(f"run {run.id}: {run.status.value}"
+                  + (f" — {needed} more approval(s) needed" if needed else
+                     " — a `deckhand worker` will run it"))
+    return 0
+
+
+def _cancel(args: argparse.Namespace, console: Console) -> int:
+    store = services_for(args).store
+    user = getpass.getuser()
+    run = store.request_cancel(args.run_id, user=user)
+    store.audit("cancel_requested", actor=user, run_id=run.id)
+    console.print(f"run {run.id}: {run.status.value}"
+                  + (" — its worker will stop it and roll back" if not run.status.terminal else ""))
+    return 0

@@ -1,0 +1,288 @@
+"""Block Kit rendering: pure functions, plan/run in, blocks out, always within Slack's limits.
+
+Limits we design to: 50 blocks per message, 3000 characters per section text, 2000 per
+button value, 255 per action_id, 100 blocks in a modal, 150 per header. Long plans are
+trimmed with an "and N more" line instead of being rejected by Slack.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.plan import Plan
+from agents.plan_diff import Mark, PlanDiff
+from agents.policy import Policy
+from agents.runs import Run, RunStatus, StepState, StepStatus
+from bot.terminal.render import format_params
+
+Block = dict[str, Any]
+
+MAX_BLOCKS = 50
+MAX_MODAL_BLOCKS = 100
+MAX_SECTION = 3000
+MAX_TOTAL_CHARS = 12000
+
+STEP_EMOJI = {
+    StepStatus.PENDING: "⚪", StepStatus.RUNNING: "🔄", StepStatus.SUCCEEDED: "✅",
+    StepStatus.FAILED: "❌", StepStatus.SKIPPED: "⏭️", StepStatus.CANCELLED: "⏹️",
+}
+RUN_EMOJI = {
+    RunStatus.SUCCEEDED: "✅", RunStatus.ROLLED_BACK: "↩️", RunStatus.FAILED: "❌",
+    RunStatus.ROLLBACK_FAILED: "🚨", RunStatus.CANCELLED: "⏹️", RunStatus.INTERRUPTED: "🚨",
+    RunStatus.RUNNING: "🔄", RunStatus.ROLLING_BACK: "↩️", RunStatus.QUEUED: "⏳",
+    RunStatus.AWAITING_APPROVAL: "🕐", RunStatus.REJECTED: "🚫", RunStatus.APPROVED: "👍",
+    RunStatus.EXPIRED: "⌛",
+}
+
+
+def trim(text: str, limit: int = MAX_SECTION) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": trim(text) or " "}}
+
+
+def context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": trim(text, 2000)}]}
+
+
+def header(text: str) -> Block:
+    return {"type": "header", "text": {"type": "plain_text", "text": trim(text, 150)}}
+
+
+def mention(user: str) -> str:
+    return f"<@{user}>" if user[:1] in ("U", "W") else user
+
+
+def button_value(run: Run) -> str:
+    """What the buttons carry: the run and the exact plan version and hash shown."""
+    return json.dumps({"run": run.id, "v": run.plan_version, "h": run.plan_hash},
+                      separators=(",", ":"))
+
+
+def parse_button_value(value: str) -> tuple[str, int, str]:
+    data = json.loads(value)
+    return str(data["run"]), int(data["v"]), str(data["h"])
+
+
+# -- the plan message -------------------------------------------------------------------
+
+
+def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
+                note: str | None = None, diff: PlanDiff | None = None) -> list[Block]:
+    """The plan as posted for approval: goal, [changes], steps by layer, rollback, buttons."""
+    envs = plan.environments()
+    blocks: list[Block] = [
+        header(f"Plan: {plan.goal}"),
+        section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
+                f"{', '.join(envs) or 'none'} · *version* {plan.version}"),
+    ]
+    if diff is not None:
+        blocks += diff_blocks(diff)
+    blocks += _step_sections(plan, budget=MAX_BLOCKS - 10)
+    if plan.rollback:
+        lines = [f"{i}. `{r.id}` {r.tool} {format_params(r.params)}"
+                 for i, r in enumerate(plan.rollback, start=1)]
+        blocks.append(section("*On failure, roll back in order:*\n" + "\n".join(lines)))
+    blocks.append(context(f"{plan.planner.footer()} · plan `{plan.id}` v{plan.version} · "
+                          f"hash `{plan.hash[:12]}` · run `{run.id}`"))
+    if note:
+        blocks.append(context(note))
+    if actions:
+        blocks.append(approval_actions(run, policy))
+    return _fit(blocks)
+
+
+DIFF_EMOJI = {Mark.ADDED: "➕", Mark.REMOVED: "➖", Mark.CHANGED: "✏️"}
+MAX_DIFF_LINES = 25
+
+
+def diff_blocks(diff: PlanDiff) -> list[Block]:
+    """What changed since the previous version, one line per change, in one section."""
+    lines = [f"*Changes since v{diff.old_version}* ({diff.summary()})"]
+    for line in diff.lines()[:MAX_DIFF_LINES]:
+        where = "rollback " if line.rollback else ""
+        step = f"{where}`{line.step}` " if line.step else where
+        lines.append(f"{DIFF_EMOJI[line.mark]} {step}{_escape(line.text)}")
+    hidden = len(diff.lines()) - MAX_DIFF_LINES
+    if hidden > 0:
+        lines.append(f"…and {hidden} more changes: the full plan is below")
+    return [section(trim("\n".join(lines), MAX_SECTION - 100)), {"type": "divider"}]
+
+
+def _escape(text: str) -> str:
+    """Slack mrkdwn control characters, so parameter values show as typed."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _step_sections(plan: Plan, *, budget: int) -> list[Block]:
+    lines: list[str] = []
+    for index, layer in enumerate(plan.layers(), start=1):
+        parallel = " _(in parallel)_" if len(layer) > 1 else ""
+        lines.append(f"*{index}.*{parallel}")
+        for step_id in layer:
+            step = plan.step(step_id)
+            after = f" ← {', '.join(step.depends_on)}" if step.depends_on else ""
+            lines.append(f"   • `{step.id}` {step.tool} {format_params(step.params, 80)}{after}")
+    return _pack_lines(lines, budget=budget, more_hint="steps (see `deckhand plan`)")
+
+
+def _pack_lines(lines: list[str], *, budget: int, more_hint: str) -> list[Block]:
+    """Lines into as few sections as fit 3000 chars; past the block budget, 'and N more'."""
+    blocks: list[Block] = []
+    current: list[str] = []
+    for index, line in enumerate(lines):
+        if sum(len(x) + 1 for x in current) + len(line) > MAX_SECTION - 100:
+            blocks.append(section("\n".join(current)))
+            current = []
+            if len(blocks) >= budget:
+                blocks.append(context(f"…and {len(lines) - index} more {more_hint}"))
+                return blocks
+        current.append(line)
+    if current:
+        blocks.append(section("\n".join(current)))
+    return blocks
+
+
+def approval_actions(run: Run, policy: Policy) -> Block:
+    rule = policy.strictest(run.environments)
+    approve: Block = {"type": "button", "action_id": "approve", "style": "primary",
+                      "text": {"type": "plain_text", "text": "Approve"},
+                      "value": button_value(run)}
+    if rule.confirm:
+        approve["confirm"] = {
+            "title": {"type": "plain_text", "text": "Approve this deploy?"},
+            "text": {"type": "mrkdwn", "text": trim(
+                f"This changes *{', '.join(run.environments)}*. "
+                f"{rule.min_approvals} approval(s) needed.", 300)},
+            "confirm": {"type": "plain_text", "text": "Approve"},
+            "deny": {"type": "plain_text", "text": "Cancel"},
+        }
+    return {"type": "actions", "block_id": f"plan:{run.id}", "elements": [
+        approve,
+        {"type": "button", "action_id": "modify", "text": {"type": "plain_text",
+                                                            "text": "Modify"},
+         "value": button_value(run)},
+        {"type": "button", "action_id": "reject", "style": "danger",
+         "text": {"type": "plain_text", "text": "Reject"}, "value": button_value(run)},
+    ]}
+
+
+# -- run status, failures, rollback, summary ----------------------------------------------
+
+
+def status_blocks(plan: Plan, run: Run) -> list[Block]:
+    """The one status message kept up to date in the thread."""
+    emoji = RUN_EMOJI.get(run.status, "")
+    took = f" · {run.duration:.0f}s" if run.duration is not None else ""
+    blocks = [section(f"{emoji} *Run `{run.id}` — {run.status.value.replace('_', ' ')}*"
+                      f"{took}")]
+    lines = [_step_line(s.id, run.steps[s.id]) for s in plan.steps]
+    blocks += _pack_lines(lines, budget=MAX_BLOCKS - 5, more_hint="steps")
+    started = [r for r in plan.rollback if run.rollback[r.id].status is not StepStatus.PENDING]
+    if started or run.status is RunStatus.ROLLING_BACK:
+        rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
+        blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
+    return _fit(blocks)
+
+
+def _step_line(step_id: str, state: StepState) -> str:
+    parts = [STEP_EMOJI[state.status], f"`{step_id}`"]
+    if state.hosts:
+        done = sum(1 for h in state.hosts.values() if h.status is StepStatus.SUCCEEDED)
+        parts.append(f"{done}/{len(state.hosts)} hosts")
+    if state.duration is not None and state.status is not StepStatus.PENDING:
+        parts.append(f"{state.duration:.1f}s")
+    if state.error and state.status in (StepStatus.FAILED, StepStatus.SKIPPED):
+        parts.append(f"— {trim(state.error, 160)}")
+    return " ".join(parts)
+
+
+def failure_blocks(step_id: str, state: StepState) -> list[Block]:
+    """A failed step with its (already redacted) output tail, trimmed to fit."""
+    blocks = [section(f"❌ *`{step_id}` failed*: {trim(state.error or 'failed', 1000)}")]
+    for host in state.hosts.values():
+        if host.status is StepStatus.FAILED and host.tail.strip():
+            tail = host.tail.strip()[-1800:].replace("```", "'''")
+            blocks.append(section(f"*{host.host}* (exit {host.exit_code}):\n```{tail}```"))
+        if len(blocks) >= 6:
+            break
+    return blocks
+
+
+def rollback_text(run: Run, plan: Plan) -> str:
+    people = {run.requested_by, *(a.user for a in run.approvals)}
+    who = " ".join(mention(p) for p in sorted(people))
+    steps = ", ".join(f"`{r.id}`" for r in plan.rollback)
+    return trim(f"🚨 *Rolling back run `{run.id}`* ({plan.goal}) — {run.reason}. "
+                f"Rollback steps: {steps}. {who}")
+
+
+def summary_blocks(plan: Plan, run: Run) -> list[Block]:
+    durations = {s: st.duration or 0.0 for s, st in run.steps.items()}
+    path, length = plan.critical_path(durations)
+    approvers = ", ".join(mention(a.user) for a in run.approvals) or "nobody"
+    lines = [f"{RUN_EMOJI.get(run.status, '')} *{run.status.value.replace('_', ' ').upper()}* "
+             f"— {plan.goal}",
+             f"wall time {run.duration or 0:.1f}s · critical path {length:.1f}s: "
+             f"{' → '.join(path)}",
+             f"requested by {mention(run.requested_by)} · approved by {approvers}"]
+    if run.reason:
+        lines.append(f"why: {trim(run.reason, 500)}")
+    if run.changed_hosts:
+        lines.append(f"hosts changed: {', '.join(run.changed_hosts)}")
+    return [section("\n".join(lines))]
+
+
+# -- modals -------------------------------------------------------------------------------
+
+
+def modify_modal(run: Run, plan_yaml: str, metadata: str, *, error: str | None = None
+                 ) -> dict[str, Any]:
+    blocks: list[Block] = []
+    if error:
+        blocks.append(section(f"⚠️ {trim(error, 2900)}"))
+    blocks.append({"type": "input", "block_id": "instruction", "optional": True,
+                   "label": {"type": "plain_text", "text": "What should change?"},
+                   "element": {"type": "plain_text_input", "action_id": "value",
+                               "placeholder": {"type": "plain_text",
+                                               "text": "e.g. skip staging, use v2.3.2"}}})
+    if len(plan_yaml) <= 3000:
+        blocks.append({"type": "input", "block_id": "yaml", "optional": True,
+                       "label": {"type": "plain_text", "text": "…or edit the plan (YAML)"},
+                       "element": {"type": "plain_text_input", "action_id": "value",
+                                   "multiline": True, "initial_value": plan_yaml}})
+    else:
+        blocks.append(context("The plan is too long to edit here; describe the change above."))
+    return {"type": "modal", "callback_id": "modify_submit", "private_metadata": metadata,
+            "title": {"type": "plain_text", "text": f"Modify plan v{run.plan_version}"[:24]},
+            "submit": {"type": "plain_text", "text": "Revise"},
+            "close": {"type": "plain_text", "text": "Cancel"}, "blocks": blocks}
+
+
+def reject_modal(metadata: str) -> dict[str, Any]:
+    return {"type": "modal", "callback_id": "reject_submit", "private_metadata": metadata,
+            "title": {"type": "plain_text", "text": "Reject plan"},
+            "submit": {"type": "plain_text", "text": "Reject"},
+            "close": {"type": "plain_text", "text": "Cancel"},
+            "blocks": [{"type": "input", "block_id": "reason",
+                        "label": {"type": "plain_text", "text": "Why?"},
+                        "element": {"type": "plain_text_input", "action_id": "value",
+                                    "max_length": 500}}]}
+
+
+def notice_modal(title: str, text: str) -> dict[str, Any]:
+    return {"type": "modal", "title": {"type": "plain_text", "text": title[:24]},
+            "close": {"type": "plain_text", "text": "Close"}, "blocks": [section(text)]}
+
+
+def _fit(blocks: list[Block], limit: int = MAX_BLOCKS) -> list[Block]:
+    """Drop middle blocks past the block or size budget, keeping header, footer and buttons."""
+    keep_tail = 3
+    while len(blocks) > limit or len(json.dumps(blocks)) > MAX_TOTAL_CHARS:
+        if len(blocks) <= keep_tail + 2:
+            break
+        del blocks[-keep_tail - 1]
+    return blocks

@@ -1,0 +1,234 @@
+"""What the Slack listeners hand off to: propose, approve, revise, reject, cancel.
+
+Listeners parse, authorize (through the store's atomic checks) and ack; these functions do
+the slow part after the ack. Every user-facing failure is a DeckhandError whose message
+says what to do; the app's error handler shows anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from agents.errors import ApprovalRefused
+from agents.plan import Plan
+from agents.plan_diff import PlanDiff, diff_plans
+from agents.policy import approvals_needed, steer_problem
+from agents.runs import Run, RunStatus
+from agents.services import Services
+from bot.slack import blocks as bk
+
+log = logging.getLogger("deckhand.slack")
+
+READ_ONLY = "👀 Read-only: running now, no approval needed."
+
+
+
+@dataclass
+class Directory:
+    """Which Slack user groups a user is in (cached; needs ``usergroups:read``)."""
+
+    client: WebClient
+    ttl: float = 300.0
+    _groups: dict[str, list[str]] = field(default_factory=dict)
+    _loaded: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def groups_of(self, user: str) -> list[str]:
+        with self._lock:
+            if time.monotonic() - self._loaded > self.ttl:
+                self._groups = self._load()
+                self._loaded = time.monotonic()
+            return self._groups.get(user, [])
+
+    def _load(self) -> dict[str, list[str]]:
+        try:
+            reply = self.client.usergroups_list(include_users=True)
+        except SlackApiError as exc:
+            log.warning("cannot list user groups (%s); group approvers will not match",
+                        exc.response.get("error"))
+            return {}
+        members: dict[str, list[str]] = {}
+        groups: list[dict[str, Any]] = reply.get("usergroups", [])
+        for group in groups:
+            users: list[str] = group.get("users", [])
+            for user in users:
+                members.setdefault(user, []).append(group["id"])
+        return members
+
+
+@dataclass
+class Bot:
+    """Everything the listeners need: services, the Web API client, the user directory."""
+
+    services: Services
+    client: WebClient
+    directory: Directory
+    scheduler: Any = None
+    """The replica's bot.scheduler.Scheduler, reloaded after schedule commands."""
+    home: Any = None
+    """The App Home tab (bot.slack.home.HomeTab), set by bot.slack.listeners.home."""
+    watchers: list[Callable[[Run], None]] = field(default_factory=list)
+    """Told about every run change (e.g. the App Home); must return quickly."""
+
+    @property
+    def store(self) -> Any:
+        return self.services.store
+
+    def changed(self, run: Run) -> None:
+        """Tell the watchers that ``run`` changed (approved, rejected, progressed, …)."""
+        for watcher in self.watchers:
+            watcher(run)
+
+    # -- /deploy ----------------------------------------------------------------------------
+
+    def propose(self, request: str, *, user: str, channel: str) -> Run:
+        """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
+        plan = self.services.make_plan(request, requested_by=user)
+        if self.services.is_read_only(plan):  # nothing to approve: post it, then run it
+            return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
+                                                 self.post_plan(plan, run, channel=channel,
+                                                                actions=False, note=READ_ONLY))
+        self.store.save_plan(plan)
+        run = self.store.create_run(Run.for_plan(plan))
+        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
+        return self.post_plan(plan, run, channel=channel)
+
+    def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
+                  note: str | None = None, diff: PlanDiff | None = None) -> Run:
+        """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
+        blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
+                                note=note, diff=diff)
+        reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
+                                             blocks=blocks)
+        slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
+        run = self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
+        self.changed(run)
+        return run
+
+    # -- buttons ----------------------------------------------------------------------------
+
+    def approve(self, run_id: str, version: int, plan_hash: str, *, user: str) -> Run:
+        """Record an approval (ApprovalRefused if not allowed) and tell the thread."""
+        run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
+                                 plan_version=version, plan_hash=plan_hash,
+                                 policy=self.services.config.policy)
+        self.store.audit("approved", actor=user, run_id=run_id, plan_id=run.plan_id,
+                         version=version)
+        needed = approvals_needed(run, self.services.config.policy)
+        if run.status is RunStatus.AWAITING_APPROVAL:
+            self.thread_reply(run, f"👍 {bk.mention(user)} approved — {needed} more "
+                                   f"approval(s) needed.")
+        else:
+            approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
+            self.refresh_plan_message(run, actions=False,
+                                      note=f"✅ Approved by {approvers} — queued as `{run.id}`")
+            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{run.id}` is queued.")
+        self.changed(run)
+        return run
+
+    def revise(self, run_id: str, plan: Plan, *, user: str) -> Run:
+        """Post a new plan version in the thread; the old message loses its buttons."""
+        self.services.check(plan)
+        self.store.save_plan(plan)
+        old = self.store.run(run_id)
+        run = self.store.revise(run_id, plan)
+        self.store.audit("modified", actor=user, run_id=run_id, plan_id=plan.id,
+                         version=plan.version)
+        self.refresh_plan_message(old, actions=False,
+                                  note=f"✏️ Superseded by version {plan.version} "
+                                       f"({bk.mention(user)}) — see the thread")
+        slack = run.meta["slack"]
+        reply = self.client.chat_postMessage(
+            channel=slack["channel"], thread_ts=slack["thread_ts"],
+            text=f"Plan v{plan.version}: {plan.goal}",
+            blocks=bk.plan_blocks(plan, run, self.services.config.policy,
+                                  note=f"Version {plan.version}, modified by {bk.mention(user)}",
+                                  diff=self.diff_from_previous(run)))
+        run = self.store.update_run(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
+        self.changed(run)
+        return run
+
+    def reject(self, run_id: str, reason: str, *, user: str) -> Run:
+        run = self.store.transition(run_id, RunStatus.REJECTED,
+                                    expect={RunStatus.AWAITING_APPROVAL},
+                                    reason=f"rejected by {user}: {reason}")
+        self.store.audit("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
+                         reason=reason)
+        self.refresh_plan_message(run, actions=False,
+                                  note=f"🚫 Rejected by {bk.mention(user)}: {reason}")
+        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {reason}")
+        self.changed(run)
+        return run
+
+    def cancel(self, run_id: str, *, user: str) -> Run:
+        run = self.store.request_cancel(run_id, user=user)
+        self.store.audit("cancel_requested", actor=user, run_id=run_id)
+        if run.meta.get("slack"):
+            if run.status.terminal:
+                self.refresh_plan_message(run, actions=False,
+                                          note=f"⏹️ Cancelled by {bk.mention(user)}")
+            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{run.id}`"
+                                   + ("" if run.status.terminal else
+                                      " — stopping running steps, then rolling back."))
+        self.changed(run)
+        return run
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def check_may_steer(self, run: Run, user: str) -> None:
+        """ApprovalRefused unless ``user`` may modify, reject or cancel ``run``."""
+        problem = steer_problem(run, user=user, user_groups=self.directory.groups_of(user),
+                                policy=self.services.config.policy)
+        if problem:
+            raise ApprovalRefused(problem)
+
+    def thread_reply(self, run: Run, text: str) -> None:
+        slack = run.meta.get("slack")
+        if slack:
+            self.client.chat_postMessage(channel=slack["channel"], thread_ts=slack["thread_ts"],
+                                         text=text)
+
+    def refresh_plan_message(self, run: Run, *, actions: bool, note: str | None = None) -> None:
+        slack = run.meta.get("slack")
+        if not slack:
+            return
+        plan = self.store.plan(run.plan_id, run.plan_version)
+        self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
+                                text=f"Plan: {plan.goal}",
+                                blocks=bk.plan_blocks(plan, run, self.services.config.policy,
+                                                      actions=actions, note=note,
+                                                      diff=self.diff_from_previous(run)))
+
+    def diff_from_previous(self, run: Run) -> PlanDiff | None:
+        """How the run's plan differs from the version before it (None for the first)."""
+        versions = run.plan_versions
+        if run.plan_version not in versions or versions.index(run.plan_version) == 0:
+            return None
+        previous = versions[versions.index(run.plan_version) - 1]
+        return diff_plans(self.store.plan(run.plan_id, previous),
+                          self.store.plan(run.plan_id, run.plan_version))
+
+    def tell(self, body: dict[str, Any], text: str) -> None:
+        """Tell whoever sent ``body`` (a command, click or event): ephemerally in its channel,
+        or by DM when it has none (the App Home, modals)."""
+        user = (body.get("user") or {}).get("id") or body.get("user_id") \
+            or (body.get("event") or {}).get("user")
+        channel = (body.get("channel") or {}).get("id") or body.get("channel_id") \
+            or (body.get("event") or {}).get("channel")
+        if not user:
+            return
+        if channel:
+            self.ephemeral(channel=channel, user=user, text=text)
+        else:
+            self.client.chat_postMessage(channel=user, text=text)
+
+    def ephemeral(self, *, channel: str, user: str, text: str) -> None:
+        self.client.chat_postEphemeral(channel=channel, user=user, text=bk.trim(text, 3000))

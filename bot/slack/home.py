@@ -1,0 +1,207 @@
+"""The App Home tab: what to publish for a user, and when to publish it again.
+
+A user's Home is published when they open it, and again when a run they care about
+changes: one they requested, approved, or may approve. Re-publishing is bounded: it is
+only for users who opened their Home recently (at most ``max_viewers`` of them), at most
+once per ``interval`` seconds per user, and at most ``per_minute`` publishes overall
+(``views.publish`` is rate limited per workspace). Changes arriving meanwhile are
+coalesced. A sender thread does the work, started when there is some and gone when not.
+
+Viewers are remembered per process: with several bot replicas, each refreshes the users
+who opened their Home through it; everyone else sees fresh data on their next open.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from slack_sdk.errors import SlackApiError
+
+from agents.executor import Listener
+from agents.policy import Policy, approval_problem
+from agents.runs import Event, EventKind, Run, RunStatus
+from agents.schedules import Schedule, ScheduleBook
+from bot.slack.bot import Bot
+from bot.slack.home_blocks import HomeData, home_view, in_progress
+from tools.errors import DeckhandError
+
+log = logging.getLogger("deckhand.slack.home")
+
+RUN_SCAN = 200
+"""Recent runs the Home looks through (the store scans a bounded window too)."""
+NOTIFY_ON = {EventKind.RUN_STARTED, EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED,
+             EventKind.RUN_FINISHED}
+
+
+def home_data(bot: Bot, user: str) -> HomeData:
+    """Read everything ``user``'s Home shows."""
+    store, policy = bot.store, bot.services.config.policy
+    now = store.clock()
+    groups = bot.directory.groups_of(user)
+    runs = store.runs(limit=RUN_SCAN)
+    return HomeData(
+        user=user, now=now,
+        pending=[r for r in runs if _may_approve(r, user, groups, policy, now)],
+        active=[r for r in runs if in_progress(r)],
+        recent=[r for r in runs if r.status.terminal and _involves(r, user)],
+        environments=sorted(bot.services.config.inventory.environments),
+        locks={lock.environment: lock for lock in store.locks()},
+        schedules=_schedules(bot))
+
+
+def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
+    if run.status is not RunStatus.AWAITING_APPROVAL:
+        return False
+    copy = run.model_copy(deep=True)  # approval_problem drops expired approvals in place
+    return approval_problem(copy, user=user, user_groups=groups, plan_version=run.plan_version,
+                            plan_hash=run.plan_hash, policy=policy, now=now) is None
+
+
+def _involves(run: Run, user: str) -> bool:
+    return run.requested_by == user or any(a.user == user for a in run.approvals)
+
+
+def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
+    now = datetime.now(UTC)
+    return [(s, None if s.paused else s.next_fire(now)) for s in ScheduleBook(bot.store).all()]
+
+
+def publish_home(bot: Bot, user: str) -> None:
+    """Publish ``user``'s Home now (errors reach the caller)."""
+    view = home_view(home_data(bot, user), bot.services.config.policy)
+    bot.client.views_publish(user_id=user, view=view)
+
+
+class HomeTab:
+    """Publishes Homes on open, and re-publishes them (bounded) when runs change."""
+
+    def __init__(self, bot: Bot, *, interval: float = 5.0, per_minute: int = 50,
+                 max_viewers: int = 200, forget_after: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.bot = bot
+        self.interval, self.per_minute = interval, per_minute
+        self.max_viewers, self.forget_after = max_viewers, forget_after
+        self.clock = clock
+        self._viewers: OrderedDict[str, float] = OrderedDict()  # user -> last opened
+        self._published: dict[str, float] = {}
+        self._changes: list[Run] = []
+        self._due: set[str] = set()
+        self._sent: deque[float] = deque()  # publish times in the last minute, all users
+        self._cond = threading.Condition()
+        self._sender: threading.Thread | None = None
+
+    def opened(self, user: str) -> None:
+        """The user opened their Home: publish it now and keep it fresh for a while."""
+        with self._cond:
+            now = self.clock()
+            self._viewers[user] = now
+            self._viewers.move_to_end(user)
+            while len(self._viewers) > self.max_viewers:
+                self._viewers.popitem(last=False)
+            self._published[user] = now
+            self._sent.append(now)
+            self._due.discard(user)
+        publish_home(self.bot, user)
+
+    def changed(self, run: Run) -> None:
+        """A run changed. Quick: only queues it for the sender thread."""
+        with self._cond:
+            self._changes.append(run)
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                                name="slack-home")
+                self._sender.start()
+            self._cond.notify()
+
+    def idle(self) -> bool:
+        """Nothing queued or due (for tests and shutdown)."""
+        with self._cond:
+            return self._sender is None
+
+    # -- sender thread ------------------------------------------------------------------------
+
+    def _send_loop(self) -> None:
+        try:
+            self._serve()
+        finally:  # however it ended, the next change starts a new sender
+            with self._cond:
+                self._sender = None
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                changes = list({r.id: r for r in self._changes}.values())
+                self._changes = []
+                viewers = self._recent_viewers()
+            interested = self._interested(changes, viewers)  # may ask Slack for groups
+            with self._cond:
+                self._due |= interested
+                user, wait = self._next_due()
+                if user is None and wait is None and not self._changes:
+                    return
+                if user is None:
+                    self._cond.wait(wait)
+                    continue
+                self._due.discard(user)
+                self._published[user] = self._sent_now()
+            self._publish_safely(user)
+
+    def _recent_viewers(self) -> list[str]:
+        cutoff = self.clock() - self.forget_after
+        for user in [u for u, at in self._viewers.items() if at < cutoff]:
+            del self._viewers[user]
+        return list(self._viewers)
+
+    def _interested(self, changes: Iterable[Run], viewers: list[str]) -> set[str]:
+        policy = self.bot.services.config.policy
+        out: set[str] = set()
+        for run in changes:
+            for user in viewers:
+                if user in out:
+                    continue
+                if _involves(run, user) or policy.may_approve(
+                        user, self.bot.directory.groups_of(user), run.environments):
+                    out.add(user)
+        return out
+
+    def _next_due(self) -> tuple[str | None, float | None]:
+        """The user to publish now, or how long to wait (None: nothing is due)."""
+        if not self._due:
+            return None, None
+        now = self.clock()
+        while self._sent and self._sent[0] < now - 60:
+            self._sent.popleft()
+        budget_wait = self._sent[0] + 60 - now if len(self._sent) >= self.per_minute else 0.0
+        user = min(self._due, key=lambda u: self._published.get(u, 0.0))
+        wait = max(budget_wait, self._published.get(user, -1e9) + self.interval - now)
+        return (user, None) if wait <= 0 else (None, wait)
+
+    def _sent_now(self) -> float:
+        now = self.clock()
+        self._sent.append(now)
+        return now
+
+    def _publish_safely(self, user: str) -> None:
+        try:
+            publish_home(self.bot, user)
+        except SlackApiError as exc:  # a refresh is best effort: the next change retries
+            log.warning("could not refresh %s's Home (%s)", user, exc.response.get("error"))
+        except OSError as exc:
+            log.warning("could not refresh %s's Home: cannot reach Slack (%s)", user, exc)
+        except DeckhandError as exc:  # e.g. Redis is down: the Home cannot be read now
+            log.warning("could not refresh %s's Home: %s", user, exc)
+
+
+def change_listener_factory(notify: Callable[[Run], None]) -> Callable[[Run], Listener]:
+    """For workers: tells ``notify`` (``Bot.changed``) when a run starts, steps, ends."""
+    def factory(run: Run) -> Listener:
+        def listener(event: Event, current: Run) -> None:
+            if event.kind in NOTIFY_ON:
+                notify(current)
+        return listener
+    return factory

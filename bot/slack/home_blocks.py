@@ -1,0 +1,190 @@
+"""The App Home tab as Block Kit: pure functions, a HomeData snapshot in, a ``home`` view out.
+
+A Home view holds at most 100 blocks; every list is capped and ends with an "and N more"
+line pointing at the CLI, so the view stays within limits however busy the team is.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agents.policy import Policy, approvals_needed
+from agents.runs import Run, RunStatus, StepStatus
+from agents.schedules import Schedule
+from agents.store import LockInfo
+from bot.slack import blocks as bk
+
+Block = bk.Block
+
+MAX_HOME_BLOCKS = 100
+MAX_PENDING = 12
+MAX_ACTIVE = 10
+MAX_RECENT = 10
+MAX_ENVIRONMENTS = 25
+MAX_SCHEDULES = 15
+LINE_LIMIT = 250
+
+
+@dataclass(frozen=True)
+class HomeData:
+    """Everything one user's Home shows, read at one moment."""
+
+    user: str
+    now: float
+    pending: list[Run] = field(default_factory=list)
+    """Runs this user may approve now (most recent first)."""
+    active: list[Run] = field(default_factory=list)
+    """Approved runs not finished yet: queued, running, rolling back."""
+    recent: list[Run] = field(default_factory=list)
+    """Finished runs this user requested or approved."""
+    environments: list[str] = field(default_factory=list)
+    locks: dict[str, LockInfo] = field(default_factory=dict)
+    schedules: list[tuple[Schedule, datetime | None]] | None = None
+    """Each schedule with its next fire time (None while paused); None: not available."""
+
+
+def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
+    """The ``home`` view for ``views.publish``."""
+    blocks: list[Block] = [
+        bk.header("deckhand"),
+        bk.context(f"Updated {_clock(data.now)} · `/deploy REQUEST` starts a deploy · "
+                   f"`/deckhand help` lists everything"),
+    ]
+    blocks += _pending_blocks(data, policy)
+    blocks += _titled("🔄 In progress", [_active_line(r, data.now) for r in data.active],
+                      limit=MAX_ACTIVE, empty="Nothing is running.", hint="`deckhand runs`")
+    blocks += _titled("🗂️ Your recent runs", [_recent_line(r, data.now) for r in data.recent],
+                      limit=MAX_RECENT, empty="You have no finished runs yet.",
+                      hint="`deckhand runs`")
+    blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e))
+                                          for e in data.environments],
+                      limit=MAX_ENVIRONMENTS, empty="No environments configured.",
+                      hint="`deckhand runs`")
+    blocks += _schedule_blocks(data.schedules)
+    return {"type": "home", "blocks": blocks[:MAX_HOME_BLOCKS]}
+
+
+# -- sections ----------------------------------------------------------------------------
+
+
+def _pending_blocks(data: HomeData, policy: Policy) -> list[Block]:
+    blocks: list[Block] = [{"type": "divider"},
+                           bk.section(f"*🕐 Waiting for your approval* ({len(data.pending)})")]
+    if not data.pending:
+        return [*blocks, bk.context("Nothing needs your approval.")]
+    for run in data.pending[:MAX_PENDING]:
+        blocks.append(bk.section(_pending_text(run, policy, data.now)))
+        blocks.append(_approve_only(run, policy))
+    hidden = len(data.pending) - MAX_PENDING
+    if hidden > 0:
+        blocks.append(bk.context(f"…and {hidden} more — see `/deckhand runs` or "
+                                 f"`deckhand runs`"))
+    return blocks
+
+
+def _pending_text(run: Run, policy: Policy, now: float) -> str:
+    rule = policy.strictest(run.environments)
+    have = rule.min_approvals - approvals_needed(run, policy)
+    where = ", ".join(run.environments) or "no environment"
+    return bk.trim(f"*{run.goal}*\n`{run.id}` · plan v{run.plan_version} · {where} · "
+                   f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
+                   f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",
+                   LINE_LIMIT * 2)
+
+
+def _approve_only(run: Run, policy: Policy) -> Block:
+    """The plan message's Approve button (same action and value; its confirm dialog too)."""
+    actions = bk.approval_actions(run, policy)
+    approve = [e for e in actions["elements"] if e["action_id"] == "approve"]
+    return {**actions, "elements": approve}
+
+
+def _titled(title: str, lines: list[str], *, limit: int, empty: str, hint: str) -> list[Block]:
+    blocks: list[Block] = [{"type": "divider"}, bk.section(f"*{title}* ({len(lines)})")]
+    if not lines:
+        return [*blocks, bk.context(empty)]
+    shown = [bk.trim(line, LINE_LIMIT) for line in lines[:limit]]
+    blocks.append(bk.section("\n".join(shown)))
+    if len(lines) > limit:
+        blocks.append(bk.context(f"…and {len(lines) - limit} more — see {hint}"))
+    return blocks
+
+
+def _schedule_blocks(schedules: list[tuple[Schedule, datetime | None]] | None) -> list[Block]:
+    if schedules is None:
+        return [{"type": "divider"}, bk.section("*⏰ Schedules*"),
+                bk.context("Schedules are not available in this build.")]
+    lines = [_schedule_line(s, nxt) for s, nxt in schedules]
+    return _titled("⏰ Schedules", lines, limit=MAX_SCHEDULES, empty="No schedules. "
+                   "Add one with `/deckhand schedule add`.", hint="`deckhand schedules list`")
+
+
+# -- lines -------------------------------------------------------------------------------
+
+
+def _active_line(run: Run, now: float) -> str:
+    done = sum(1 for s in run.steps.values() if s.status.done)
+    running = [s for s in run.steps.values() if s.status is StepStatus.RUNNING]
+    now_doing = ", ".join(_running_step(s.id, run) for s in running[:3])
+    state = run.status.value.replace("_", " ")
+    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` *{state}* — {run.goal}",
+             f"{done}/{len(run.steps)} steps"]
+    if now_doing:
+        parts.append(f"now: {now_doing}")
+    if run.started_at:
+        parts.append(f"{now - run.started_at:.0f}s")
+    return " · ".join(parts) + f" · {bk.mention(run.requested_by)}"
+
+
+def _running_step(step_id: str, run: Run) -> str:
+    hosts = run.steps[step_id].hosts
+    if len(hosts) <= 1:
+        return f"`{step_id}`"
+    ok = sum(1 for h in hosts.values() if h.status is StepStatus.SUCCEEDED)
+    return f"`{step_id}` ({ok}/{len(hosts)} hosts)"
+
+
+def _recent_line(run: Run, now: float) -> str:
+    took = f" in {run.duration:.0f}s" if run.duration is not None else ""
+    return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value.replace('_', ' ')}"
+            f"{took} — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
+
+
+def _env_line(environment: str, lock: LockInfo | None) -> str:
+    if lock is None:
+        return f"🟢 *{environment}* — free"
+    return (f"🔒 *{environment}* — locked by `{lock.run_id}` (worker {lock.worker}, "
+            f"since {_clock(lock.since)})")
+
+
+def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:
+    flags = " · auto" if schedule.auto else ""
+    when = "⏸️ paused" if schedule.paused else (
+        f"next {schedule.local(next_fire)}" if next_fire else "no further runs")
+    return f"⏰ `{schedule.id}` {schedule.spec} → {schedule.request} · {when}{flags}"
+
+
+def _clock(at: float) -> str:
+    """A time Slack shows in the viewer's own time zone (the fallback is the server's)."""
+    fallback = time.strftime("%H:%M:%S", time.localtime(at))
+    return f"<!date^{int(at)}^{{time_secs}}|{fallback}>"
+
+
+def _ago(at: float, now: float) -> str:
+    seconds = max(0, int(now - at))
+    if seconds < 90:
+        return f"{seconds}s ago"
+    if seconds < 5400:
+        return f"{seconds // 60}m ago"
+    if seconds < 129600:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+def in_progress(run: Run) -> bool:
+    """Approved and not finished: what the Home lists under "In progress"."""
+    return run.status in (RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
+                          RunStatus.ROLLING_BACK)

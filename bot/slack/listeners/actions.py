@@ -1,0 +1,68 @@
+"""The plan message's buttons: Approve, Modify, Reject."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slack_bolt import Ack, App
+from slack_sdk import WebClient
+
+from agents.errors import ApprovalRefused
+from bot.slack import blocks as bk
+from bot.slack.bot import Bot
+from bot.terminal.console import plan_to_yaml
+
+
+def register(app: App, bot: Bot) -> None:
+    @app.action("approve")
+    def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        ack()
+        run_id, version, plan_hash = bk.parse_button_value(action["value"])
+        try:
+            bot.approve(run_id, version, plan_hash, user=body["user"]["id"])
+        except ApprovalRefused as exc:
+            bot.tell(body, f"🚫 Not approved: {exc}")
+            if not body.get("channel"):  # clicked in the App Home: show it as it is now
+                bot.changed(bot.store.run(run_id))
+
+    @app.action("modify")
+    def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+               client: WebClient) -> None:
+        ack()
+        run_id, version, _ = bk.parse_button_value(action["value"])
+        run = bot.store.run(run_id)
+        if not _may_steer(bot, run, body):
+            return
+        if run.status.value != "awaiting_approval" or run.plan_version != version:
+            bot.ephemeral(channel=body["channel"]["id"], user=body["user"]["id"],
+                          text=f"This plan can no longer be modified (run is "
+                               f"{run.status.value}, plan version {run.plan_version}).")
+            return
+        plan = bot.store.plan(run.plan_id, run.plan_version)
+        client.views_open(trigger_id=body["trigger_id"],
+                          view=bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)))
+
+    @app.action("reject")
+    def reject(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+               client: WebClient) -> None:
+        ack()
+        run_id, _, _ = bk.parse_button_value(action["value"])
+        run = bot.store.run(run_id)
+        if _may_steer(bot, run, body):
+            client.views_open(trigger_id=body["trigger_id"],
+                              view=bk.reject_modal(_metadata(run, body)))
+
+
+def _may_steer(bot: Bot, run: Any, body: dict[str, Any]) -> bool:
+    """Refuse a bystander's Modify or Reject click."""
+    try:
+        bot.check_may_steer(run, body["user"]["id"])
+    except ApprovalRefused as exc:
+        bot.tell(body, f"🚫 {exc}")
+        return False
+    return True
+
+
+def _metadata(run: Any, body: dict[str, Any]) -> str:
+    return json.dumps({"run": run.id, "v": run.plan_version, "channel": body["channel"]["id"]})

@@ -1,0 +1,114 @@
+"""Run commands on the deckhand host as subprocesses (the demo, CI hosts, local tools)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tools.errors import RunnerError
+from tools.runners.base import CancelToken, CommandResult, OutputCollector, OutputSink
+
+KILL_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL when a command is stopped."""
+
+
+class LocalRunner:
+    """Runs ``/bin/sh -c COMMAND`` in its own process group.
+
+    The overall deadline and cancellation kill the whole group, so children the
+    command started do not outlive it. stderr is merged into stdout.
+    """
+
+    def __init__(self, *, cwd: Path | None = None, env: Mapping[str, str] | None = None):
+        self.cwd = cwd
+        self.env = dict(env) if env is not None else None
+
+    def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
+            cancel: CancelToken | None = None) -> CommandResult:
+        started = time.monotonic()
+        proc = self._spawn(command)
+        output = OutputCollector(on_output)
+        reader = threading.Thread(target=_pump, args=(proc, output), daemon=True)
+        reader.start()
+        stopped = _Stopper(proc)
+        unregister = cancel.on_cancel(stopped.stop) if cancel else (lambda: None)
+        try:
+            reader.join(timeout)
+            timed_out = reader.is_alive()
+            if timed_out:
+                stopped.stop()
+                reader.join()
+            code = proc.wait()
+        finally:
+            unregister()
+        output.close()
+        was_cancelled = bool(cancel and cancel.cancelled and stopped.fired and not timed_out)
+        return CommandResult(
+            exit_code=None if stopped.fired else code,
+            tail=output.tail(),
+            duration=time.monotonic() - started,
+            timed_out=timed_out,
+            cancelled=was_cancelled,
+        )
+
+    def _spawn(self, command: str) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
+                ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=self.cwd, env=self.env, start_new_session=True,
+            )
+        except OSError as exc:
+            raise RunnerError(f"could not start local command: {exc.strerror}") from exc
+
+
+def _pump(proc: subprocess.Popen[bytes], output: OutputCollector) -> None:
+    assert proc.stdout is not None  # noqa: S101 - Popen was given stdout=PIPE
+    fd = proc.stdout.fileno()
+    while chunk := os.read(fd, 65536):
+        output.feed(chunk)
+    proc.stdout.close()
+
+
+class _Stopper:
+    """Kills a process group once: SIGTERM, then SIGKILL after a grace period."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]):
+        self.proc = proc
+        self.fired = False
+        self._lock = threading.Lock()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self.fired or self.proc.poll() is not None and not _group_alive(self.proc.pid):
+                return
+            self.fired = True
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        threading.Thread(target=self._kill_later, daemon=True).start()
+
+    def _kill_later(self) -> None:
+        deadline = time.monotonic() + KILL_GRACE
+        while time.monotonic() < deadline and _group_alive(self.proc.pid):
+            time.sleep(0.05)
+        _signal_group(self.proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

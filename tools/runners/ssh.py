@@ -1,0 +1,648 @@
+"""Run commands on remote hosts over SSH (paramiko), one pooled connection per host.
+
+How a command runs
+    One paramiko Transport per host is opened on first use and reused by every later
+    command, with keepalive; a connection found dropped is reopened once. Each command
+    gets its own session channel, always closed afterwards (sshd allows 10 per connection).
+    stdout and stderr are read in turn, a chunk of each, by one select() loop in the
+    caller's thread, so a command that fills one stream never stalls on the other, and
+    the deadline is checked between chunks.
+
+How a command is stopped
+    Closing a channel does not stop the remote process: sshd leaves it running until it
+    next writes. So the command is wrapped to print its pid first; sshd starts every
+    session as a new session and process group, so that pid names the group of everything
+    the command started. On the deadline or a cancel, a second channel sends the group
+    SIGTERM, then SIGKILL after a grace period.
+
+Host keys
+    Checked against the inventory's known_hosts before we authenticate. An unknown or
+    changed key is refused, with a message saying how to trust the host. Nothing is ever
+    added on its own.
+
+Errors
+    paramiko and socket exceptions are translated at this border (``_translate``) into
+    SSHConnectError, SSHAuthError and HostKeyError, always ``from`` the original; none
+    leaks out of this module. A deadline is not an error: it is ``CommandResult.timed_out``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import re
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+
+import paramiko
+from paramiko.hostkeys import InvalidHostKey
+
+from tools.errors import (
+    HostKeyError,
+    RunnerError,
+    SSHAuthError,
+    SSHConnectError,
+    SSHError,
+)
+from tools.inventory import Host
+from tools.runners.base import CancelToken, CommandResult, OutputCollector, OutputSink
+
+log = logging.getLogger("deckhand.ssh")
+
+T = TypeVar("T")
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+
+# The login shell may be anything (bash, zsh, fish): it only runs `exec`. A POSIX sh then
+# prints its pid (= the session's process group, see the module docstring) and evals the
+# command, which reaches it as one quoted argument, like `sh -c COMMAND` would run it.
+# stdin is /dev/null, as with the local runner. (Not an EOF over SSH: a fast command's
+# channel can be closed by the time it is sent, and sshd drops the connection for that.)
+_WRAPPER = ("exec /bin/sh -c 'echo DECKHAND_PID=$$; __deckhand_cmd=$1; shift; "
+            "eval \"$__deckhand_cmd\"' deckhand {command} </dev/null")
+_PID_LINE = re.compile(rb"DECKHAND_PID=(\d+)\r?")
+_PID_SEARCH_LIMIT = 65536
+_KILL_SCRIPT = (
+    "kill -s TERM -- -{pid} 2>/dev/null || exit 0; i=0; "
+    "while kill -s 0 -- -{pid} 2>/dev/null; do "
+    "if [ $i -ge {ticks} ]; then kill -s KILL -- -{pid} 2>/dev/null; exit 0; fi; "
+    "sleep 0.1; i=$((i+1)); done"
+)
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """Connection tuning. The defaults suit a deploy bot on an ordinary network."""
+
+    connect_timeout: float = 10.0
+    keepalive: int = 15
+    kill_grace: float = 2.0
+    max_sessions: int = 5
+    """Commands at once per host: half sshd's MaxSessions (10), so each can still be killed."""
+
+
+class KeyStatus(StrEnum):
+    TRUSTED = "trusted"
+    UNKNOWN = "unknown"
+    CHANGED = "changed"
+
+
+@dataclass(frozen=True)
+class HostKeyInfo:
+    """A server's public host key, as shown to a person deciding whether to trust it."""
+
+    key_type: str
+    base64: str
+    fingerprint: str
+
+    @classmethod
+    def of(cls, key: paramiko.PKey) -> HostKeyInfo:
+        return cls(key.get_name(), key.get_base64(), key.fingerprint)
+
+
+class KnownHosts:
+    """A known_hosts file (OpenSSH format, hashed entries included). Read on every check,
+    so a host trusted while deckhand runs is accepted on its next connection."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(os.path.expanduser(str(path or DEFAULT_KNOWN_HOSTS)))
+
+    @staticmethod
+    def entry_name(host: Host) -> str:
+        """How OpenSSH names the host in known_hosts: ``addr`` or ``[addr]:port``."""
+        return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+
+    def keys_for(self, host: Host) -> dict[str, paramiko.PKey]:
+        """The trusted keys for ``host`` by key type (empty when it is unknown)."""
+        if not self.path.exists():
+            return {}
+        try:
+            found = paramiko.HostKeys(str(self.path)).lookup(self.entry_name(host))
+        except (OSError, InvalidHostKey, paramiko.SSHException, ValueError) as exc:
+            raise HostKeyError(f"cannot read known_hosts {self.path}: {exc}") from exc
+        return dict(found) if found else {}
+
+    def status(self, host: Host, key: HostKeyInfo) -> KeyStatus:
+        known = self.keys_for(host)
+        if not known:
+            return KeyStatus.UNKNOWN
+        same = known.get(key.key_type)
+        return KeyStatus.TRUSTED if same and same.get_base64() == key.base64 \
+            else KeyStatus.CHANGED
+
+    def verify(self, host: Host, key: HostKeyInfo) -> None:
+        """Raise HostKeyError unless ``key`` is the trusted key for ``host``."""
+        status = self.status(host, key)
+        if status is KeyStatus.UNKNOWN:
+            raise HostKeyError(self._unknown_message(host, key))
+        if status is KeyStatus.CHANGED:
+            raise HostKeyError(self._changed_message(host, key))
+
+    def add(self, host: Host, key: HostKeyInfo) -> None:
+        """Append ``key`` as trusted for ``host`` (creating the file if needed)."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        text = self.path.read_text() if self.path.exists() else ""
+        lead = "\n" if text and not text.endswith("\n") else ""
+        with self.path.open("a") as out:
+            out.write(f"{lead}{self.entry_name(host)} {key.key_type} {key.base64}\n")
+
+    def prefer_known_types(self, transport: paramiko.Transport, host: Host) -> None:
+        """Ask for the key type we already trust, so a second key type is not 'changed'."""
+        known = [_ALGORITHMS.get(t, t) for t in self.keys_for(host)]
+        if known:
+            options = transport.get_security_options()
+            first = [t for t in options.key_types if t in known]
+            options.key_types = first + [t for t in options.key_types if t not in first]
+
+    def _unknown_message(self, host: Host, key: HostKeyInfo) -> str:
+        scan = f"ssh-keyscan -p {host.port} {host.address} >> {self.path}"
+        return (f"host key of {self.entry_name(host)} is not in {self.path}; refusing to "
+                f"connect. It offered {key.key_type} {key.fingerprint}. If that is the "
+                f"host's real key, trust it with `deckhand hosts trust {host.name}` or "
+                f"`{scan}`")
+
+    def _changed_message(self, host: Host, key: HostKeyInfo) -> str:
+        name = self.entry_name(host)
+        return (f"HOST KEY CHANGED for {name}: it offered {key.key_type} {key.fingerprint}, "
+                f"which is not the key in {self.path}. Refusing to connect: the host was "
+                f"reinstalled, or someone is intercepting the connection. If you know it "
+                f"was rebuilt, remove the old key with `ssh-keygen -R '{name}' -f "
+                f"{self.path}`, then run `deckhand hosts trust {host.name}`")
+
+
+# known_hosts says ssh-rsa; the host key algorithm we must ask for is an rsa-sha2 one.
+_ALGORITHMS = {"ssh-rsa": "rsa-sha2-512"}
+
+
+class SSHRunner:
+    """Runs commands on one host over a pooled SSH connection (a tools.runners.base.Runner).
+
+    Thread-safe: steps running in parallel share the connection, each on its own channel.
+    ``via`` is the runner of the jump host, when the inventory names one.
+    """
+
+    def __init__(self, host: Host, *, known_hosts: str | Path | None = None,
+                 via: SSHRunner | None = None, options: SSHOptions | None = None):
+        self.host = host
+        self.known_hosts = KnownHosts(known_hosts)
+        self.via = via
+        self.options = options or SSHOptions()
+        self.user = host.user or getpass.getuser()
+        self.connects = 0
+        """How many times a connection was opened (1 while the pooled one stays up)."""
+        self._transport: paramiko.Transport | None = None
+        self._lock = threading.Lock()
+        self._sessions = threading.BoundedSemaphore(self.options.max_sessions)
+
+    @property
+    def target(self) -> str:
+        """``user@address:port``, plus the jump host: how errors name this host."""
+        jump = f" via {self.via.target}" if self.via else ""
+        return f"{self.user}@{self.host.address}:{self.host.port}{jump}"
+
+    def connect(self) -> None:
+        """Open the pooled connection now, if it is not open; raises SSHError subclasses."""
+        self._connection()
+
+    def close(self) -> None:
+        """Close the connection; the next command opens a new one."""
+        with self._lock:
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+
+    def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
+            cancel: CancelToken | None = None) -> CommandResult:
+        """Run ``command`` on the host until it ends, its deadline, or ``cancel``.
+
+        Raises SSHError subclasses when it could not be started (or the connection dropped
+        while it ran); a failing or killed command is reported in the result.
+        """
+        started = time.monotonic()
+        if cancel is not None and cancel.cancelled:
+            return CommandResult(None, "", 0.0, cancelled=True)
+        if not self._sessions.acquire(timeout=timeout):
+            raise RunnerError(f"{self.target}: no free SSH session within {timeout:g}s "
+                              f"({self.options.max_sessions} commands already running)")
+        try:
+            channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
+            try:
+                return self._follow(channel, on_output, started, timeout, cancel)
+            finally:
+                channel.close()
+        finally:
+            self._sessions.release()
+
+    def open_tunnel(self, address: str, port: int) -> paramiko.Channel:
+        """A TCP stream to ``address:port`` as seen from this host (for hosts behind it)."""
+        return self._with_connection(lambda t: self._direct_tcpip(t, address, port))
+
+    # -- the connection ------------------------------------------------------------------
+
+    def _with_connection(self, action: Callable[[paramiko.Transport], T]) -> T:
+        """Do ``action`` on the pooled connection; if it had dropped, reconnect once."""
+        transport = self._connection()
+        try:
+            return action(transport)
+        except SSHConnectError:
+            if transport.is_active():
+                raise
+            log.info("%s: connection dropped, reconnecting once", self.host.name)
+            return action(self._connection(stale=transport))
+
+    def _connection(self, stale: paramiko.Transport | None = None) -> paramiko.Transport:
+        with self._lock:
+            current = self._transport
+            if current is not None and current is not stale and current.is_active():
+                return current
+            if current is not None:
+                current.close()
+            self._transport = None
+            self._transport = self._open()
+            self.connects += 1
+            return self._transport
+
+    def _open(self) -> paramiko.Transport:
+        with _translate(self.target, "connecting to"):
+            transport = paramiko.Transport(self._dial())
+        try:
+            with _translate(self.target, "connecting to"):
+                self.known_hosts.prefer_known_types(transport, self.host)
+                transport.start_client(timeout=self.options.connect_timeout)
+                key = HostKeyInfo.of(transport.get_remote_server_key())
+            self.known_hosts.verify(self.host, key)
+            _authenticate(transport, self.host, self.user, self.target)
+            transport.set_keepalive(self.options.keepalive)
+        except BaseException:
+            transport.close()
+            raise
+        return transport
+
+    def _dial(self) -> socket.socket | paramiko.Channel:
+        if self.via is not None:
+            try:
+                return self.via.open_tunnel(self.host.address, self.host.port)
+            except SSHError as exc:
+                raise SSHConnectError(f"cannot reach {self.target}: jump host "
+                                      f"{self.via.host.name}: {exc}") from exc
+        sock = socket.create_connection((self.host.address, self.host.port),
+                                        timeout=self.options.connect_timeout)
+        # Commands are small request/response exchanges: without this, Nagle's algorithm
+        # meets delayed ACKs and every channel open waits ~40 ms.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _direct_tcpip(self, transport: paramiko.Transport, address: str,
+                      port: int) -> paramiko.Channel:
+        with _translate(f"{address}:{port} via {self.target}", "opening a tunnel to"):
+            return _open_channel(transport, lambda: transport.open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0),
+                timeout=self.options.connect_timeout))
+
+    def _exec(self, transport: paramiko.Transport, command: str) -> paramiko.Channel:
+        with _translate(self.target, "starting a command on"):
+            channel = _open_channel(transport, lambda: transport.open_session(
+                timeout=self.options.connect_timeout))
+            try:
+                channel.exec_command(command)
+            except BaseException:
+                channel.close()
+                raise
+        return channel
+
+    # -- one command ---------------------------------------------------------------------
+
+    def _follow(self, channel: paramiko.Channel, on_output: OutputSink | None, started: float,
+                timeout: float, cancel: CancelToken | None) -> CommandResult:
+        output = OutputCollector(on_output)
+        pid = _PidLine(output)
+        ready = _Ready(channel)
+        killer = _Killer(self, pid, ready)
+        unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
+        try:
+            ended = _pump(channel, pid, output, ready, started + timeout, stop_on_kill=True)
+            timed_out = not ended and not killer.fired
+            if not ended:
+                killer.fire()
+                # The killed process closes its output. If it cannot be killed (kill
+                # channel refused, host gone), stop reading after the grace period anyway.
+                grace = time.monotonic() + self.options.kill_grace + 2.0
+                _pump(channel, pid, output, ready, grace, stop_on_kill=False)
+            pid.flush()
+            output.close()
+            code = self._exit_code(channel, killed=killer.fired)
+        except BaseException:
+            # The output sink raised, or the connection dropped: the command may still
+            # be running on the host, unobserved. Kill it (reconnecting if need be).
+            killer.fire()
+            raise
+        finally:
+            unregister()
+        return CommandResult(code, output.tail(), time.monotonic() - started,
+                             timed_out=timed_out, cancelled=killer.fired and not timed_out)
+
+    def _exit_code(self, channel: paramiko.Channel, *, killed: bool) -> int | None:
+        if killed:
+            return None
+        # exit-status can arrive just after the streams' EOF; it is never long after.
+        channel.status_event.wait(self.options.connect_timeout)
+        if channel.exit_status >= 0:
+            return int(channel.exit_status)
+        transport = channel.get_transport()
+        if transport is None or not transport.is_active():
+            raise SSHConnectError(f"the connection to {self.target} dropped while the "
+                                  f"command was running; it may have partly run (deckhand "
+                                  f"tries to kill what is left of it)")
+        return None  # killed by a signal on the host: sshd sends no exit status then
+
+    def kill_group(self, pid: int) -> None:
+        """SIGTERM then SIGKILL the remote process group ``pid`` (waits for the grace)."""
+        ticks = max(1, int(self.options.kill_grace * 10))
+        script = _KILL_SCRIPT.format(pid=int(pid), ticks=ticks)
+        channel = self._with_connection(lambda t: self._exec(t, _wrap(script)))
+        try:
+            channel.status_event.wait(self.options.kill_grace + self.options.connect_timeout)
+        finally:
+            channel.close()
+
+
+def _wrap(command: str) -> str:
+    return _WRAPPER.format(command=shlex.quote(command))
+
+
+def _open_channel(transport: paramiko.Transport,
+                  open_: Callable[[], paramiko.Channel]) -> paramiko.Channel:
+    """Open a channel. A refusal leaves the connection usable; any other failure means it
+    is broken, so it is closed and the caller's reconnect-once can replace it."""
+    try:
+        return open_()
+    except paramiko.ChannelException:
+        raise
+    except BaseException:
+        transport.close()
+        raise
+
+
+class _PidLine:
+    """Takes the wrapper's ``DECKHAND_PID=`` line out of stdout and remembers the pid.
+
+    Lines a login script printed before it are passed through as ordinary output.
+    """
+
+    def __init__(self, output: OutputCollector):
+        self.output = output
+        self.pid: int | None = None
+        self.known = threading.Event()
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if self.known.is_set():
+            self.output.feed(chunk)
+            return
+        self._buffer += chunk
+        while not self.known.is_set():
+            line, newline, rest = self._buffer.partition(b"\n")
+            if not newline:
+                if len(self._buffer) > _PID_SEARCH_LIMIT:
+                    self.flush()
+                return
+            found = _PID_LINE.fullmatch(line)
+            if found:
+                self.pid = int(found.group(1))
+                self._buffer = b""
+                self.known.set()
+                if rest:
+                    self.output.feed(rest)
+                return
+            self.output.feed(line + newline)
+            self._buffer = rest
+
+    def flush(self) -> None:
+        buffer, self._buffer = self._buffer, b""
+        self.known.set()
+        if buffer:
+            self.output.feed(buffer)
+
+
+class _Ready:
+    """Wakes the reader when stdout or stderr has data (or ended), or a kill was ordered.
+
+    paramiko's channel buffers call ``set()``/``clear()`` on the object given to their
+    ``set_event``; one flag per stream is handed to them. (``Channel.fileno()`` would do
+    the same with an OS pipe, but that pipe can be written by the transport thread after
+    the channel closed it: its fd may by then belong to another file.)
+    """
+
+    def __init__(self, channel: paramiko.Channel):
+        self._cond = threading.Condition()
+        self._flags = {"stdout": False, "stderr": False, "kill": False}
+        channel.in_buffer.set_event(_Flag(self, "stdout"))
+        channel.in_stderr_buffer.set_event(_Flag(self, "stderr"))
+
+    def change(self, name: str, value: bool) -> None:
+        with self._cond:
+            self._flags[name] = value
+            if value:
+                self._cond.notify_all()
+
+    @property
+    def killing(self) -> bool:
+        return self._flags["kill"]
+
+    def wait(self, timeout: float, *, kill: bool) -> None:
+        """Until a stream is readable, ``timeout`` passes, or (with ``kill``) a kill."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._flags["stdout"] or self._flags["stderr"]
+                                or (kill and self._flags["kill"]), timeout)
+
+
+class _Flag(threading.Event):
+    """One ``_Ready`` flag, as the Event a paramiko buffer sets and clears."""
+
+    def __init__(self, ready: _Ready, name: str):
+        super().__init__()
+        self._ready, self._name = ready, name
+
+    def set(self) -> None:
+        super().set()
+        self._ready.change(self._name, True)
+
+    def clear(self) -> None:
+        super().clear()
+        self._ready.change(self._name, False)
+
+
+class _Killer:
+    """Kills a running command's remote process group, once, without blocking the caller."""
+
+    def __init__(self, runner: SSHRunner, pid: _PidLine, ready: _Ready):
+        self.runner, self.pid, self.ready = runner, pid, ready
+        self.fired = False
+        self._lock = threading.Lock()
+
+    def fire(self) -> None:
+        with self._lock:
+            if self.fired:
+                return
+            self.fired = True
+        self.ready.change("kill", True)
+        threading.Thread(target=self._kill, name="ssh-kill", daemon=True).start()
+
+    def _kill(self) -> None:
+        # Without the pid (the wrapper never got to print it) closing the channel is all
+        # we can do; the runner does that after the grace period.
+        if not self.pid.known.wait(self.runner.options.kill_grace) or self.pid.pid is None:
+            return
+        try:
+            self.runner.kill_group(self.pid.pid)
+        except RunnerError as exc:
+            log.warning("%s: could not kill remote process group %s: %s",
+                        self.runner.host.name, self.pid.pid, exc)
+
+
+def _pump(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector, ready: _Ready,
+          deadline: float, *, stop_on_kill: bool) -> bool:
+    """Feed stdout and stderr to ``output`` until both end (True), or until ``deadline``
+    or, with ``stop_on_kill``, a kill order (False). Runs in the caller's thread."""
+    while True:
+        _read_ready(channel, pid, output)
+        if channel.eof_received or channel.closed:
+            while _read_ready(channel, pid, output):  # what came with the EOF
+                pass
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or (stop_on_kill and ready.killing):
+            return False
+        ready.wait(remaining, kill=stop_on_kill)
+
+
+def _read_ready(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector) -> bool:
+    """Read one chunk of each stream that has data (at most), so neither starves the other
+    and the deadline is checked between chunks; True if anything was read."""
+    read = False
+    if channel.recv_ready():
+        pid.feed(channel.recv(65536))
+        read = True
+    if channel.recv_stderr_ready():
+        output.feed(channel.recv_stderr(65536), "stderr")
+        read = True
+    return read
+
+
+def _authenticate(transport: paramiko.Transport, host: Host, user: str, target: str) -> None:
+    agent = _agent() if not host.key_file else None
+    try:
+        keys = _client_keys(host, agent)
+        if not keys:
+            raise SSHAuthError(f"no SSH key to offer {target}: set key_file for host "
+                               f"{host.name} in the inventory, or load a key into ssh-agent")
+        last: Exception | None = None
+        with _translate(target, "authenticating to"):
+            for key in keys:
+                try:
+                    transport.auth_publickey(user, key)
+                except paramiko.BadAuthenticationType:
+                    raise  # the server takes no keys at all: trying more is pointless
+                except paramiko.AuthenticationException as exc:
+                    last = exc
+                    continue
+                if transport.is_authenticated():
+                    return
+        raise SSHAuthError(f"{target} refused our key(s) for user {user!r} "
+                           f"({', '.join(_key_names(keys))}); add the public key to that "
+                           f"user's ~/.ssh/authorized_keys on the host") from last
+    finally:
+        if agent is not None:
+            agent.close()
+
+
+def _agent() -> paramiko.Agent | None:
+    # A stale SSH_AUTH_SOCK must not stop us from trying the default key files.
+    try:
+        return paramiko.Agent()
+    except (paramiko.SSHException, OSError) as exc:
+        log.warning("ssh-agent unusable (%s); trying key files only", exc)
+        return None
+
+
+def _client_keys(host: Host, agent: paramiko.Agent | None) -> list[paramiko.PKey]:
+    if host.key_file:
+        return [_load_key(Path(os.path.expanduser(host.key_file)))]
+    keys: list[paramiko.PKey] = list(agent.get_keys()) if agent else []
+    for name in DEFAULT_KEY_FILES:
+        path = Path(os.path.expanduser(name))
+        if path.exists():
+            with suppress(SSHAuthError):  # an encrypted default key is for ssh-agent
+                keys.append(_load_key(path))
+    return keys
+
+
+def _load_key(path: Path) -> paramiko.PKey:
+    try:
+        return paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException as exc:
+        raise SSHAuthError(f"key file {path} is encrypted; load it into ssh-agent and "
+                           f"drop key_file from the inventory") from exc
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SSHAuthError(f"cannot use key file {path}: {reason}") from exc
+
+
+def _key_names(keys: list[paramiko.PKey]) -> list[str]:
+    return [f"{k.get_name()} {k.fingerprint}" for k in keys]
+
+
+def fetch_host_key(host: Host, *, known_hosts: KnownHosts | None = None,
+                   via: SSHRunner | None = None, timeout: float = 10.0) -> HostKeyInfo:
+    """Connect only far enough to read the host's key (no authentication).
+
+    With ``known_hosts``, the key type already trusted is asked for first.
+    """
+    runner = SSHRunner(host, via=via, options=SSHOptions(connect_timeout=timeout))
+    with _translate(runner.target, "connecting to"):
+        transport = paramiko.Transport(runner._dial())
+    try:
+        with _translate(runner.target, "connecting to"):
+            if known_hosts is not None:
+                known_hosts.prefer_known_types(transport, host)
+            transport.start_client(timeout=timeout)
+            return HostKeyInfo.of(transport.get_remote_server_key())
+    finally:
+        transport.close()
+
+
+@contextmanager
+def _translate(target: str, doing: str) -> Iterator[None]:
+    """Turn paramiko and socket exceptions into tools.errors, ``from`` the original."""
+    try:
+        yield
+    except paramiko.BadAuthenticationType as exc:
+        allowed = ", ".join(exc.allowed_types) or "nothing"
+        raise SSHAuthError(f"{target} does not accept key authentication "
+                           f"(it allows: {allowed})") from exc
+    except paramiko.AuthenticationException as exc:
+        raise SSHAuthError(f"{target} refused authentication: {exc}") from exc
+    except paramiko.ChannelException as exc:
+        raise SSHConnectError(f"{doing} {target} failed: the server refused the channel "
+                              f"({exc.text})") from exc
+    except ConnectionRefusedError as exc:
+        raise SSHConnectError(f"{target} refused the connection (is sshd running and "
+                              f"listening on that port?)") from exc
+    except socket.gaierror as exc:
+        raise SSHConnectError(f"{doing} {target} failed: cannot resolve the address "
+                              f"({exc.strerror})") from exc
+    except TimeoutError as exc:
+        raise SSHConnectError(f"{doing} {target} timed out") from exc
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise SSHConnectError(f"{doing} {target} failed: {reason}") from exc
