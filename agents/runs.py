@@ -9,14 +9,12 @@ from __future__ import annotations
 import secrets
 import time
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from agents.errors import IllegalTransition
-
-if TYPE_CHECKING:  # agents.plan imports this module (through agents.policy)
-    from agents.plan import Plan
+from agents.plan import Plan
 
 
 class RunStatus(StrEnum):

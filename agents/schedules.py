@@ -45,29 +45,25 @@ Exactly once across replicas
     a replica that dies between claim and handling loses that occurrence: at most once,
     never twice.
 
-Keys (the Store's prefix): ``schedule:ID`` (JSON), ``schedules`` (zset of ids by creation),
-``schedules:version`` (INCR on every change, so replicas rebuild their jobs),
-``schedule:ID:fired:<iso>`` and ``schedule:ID:missed:<iso>`` (claims).
+Storage: ``agents.store.schedules.ScheduleBook`` (``schedule:ID`` as JSON, an index by
+creation, ``schedules:version`` bumped on every change so replicas rebuild their jobs, and
+``schedule:ID:fired:<iso>`` / ``schedule:ID:missed:<iso>`` claims).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-import redis
 from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, Field
 
-from agents.errors import NotFound, ScheduleError, StoreError
-from agents.store import CAS_RETRIES, Store
+from agents.errors import ScheduleError
 
 DEFAULT_GRACE = timedelta(minutes=30)
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -487,129 +483,6 @@ class Schedule(BaseModel):
     def local(self, instant: datetime) -> str:
         """``instant`` as the schedule's wall time, e.g. ``Mon 2026-03-30 02:00 CEST``."""
         return instant.astimezone(self.zone).strftime("%a %Y-%m-%d %H:%M %Z")
-
-
-# -- storage -----------------------------------------------------------------------------
-
-ScheduleChange = Callable[[Schedule], None]
-"""Edits a schedule in place; raise ``Unchanged`` to write nothing."""
-
-
-class Unchanged(Exception):  # noqa: N818 - a control signal, not an error
-    """Raised by a change to leave the schedule as it is."""
-
-
-class ScheduleBook:
-    """Schedules in Redis, through the Store's client and key prefix. Every write is atomic."""
-
-    def __init__(self, store: Store):
-        self.store = store
-        self.r = store.r
-
-    def _key(self, schedule_id: str) -> str:
-        return self.store.k("schedule", schedule_id)
-
-    def create(self, schedule: Schedule) -> Schedule:
-        """Store a new schedule (StoreError if the id is taken)."""
-        with self.store._errors():  # the store's translation of redis errors
-            pipe = self.r.pipeline()
-            pipe.set(self._key(schedule.id), schedule.model_dump_json(), nx=True)
-            pipe.zadd(self.store.k("schedules"), {schedule.id: schedule.created_at.timestamp()})
-            pipe.incr(self.store.k("schedules", "version"))
-            created, _, _ = pipe.execute()
-        if not created:
-            raise StoreError(f"schedule {schedule.id} already exists")
-        return schedule
-
-    def get(self, schedule_id: str) -> Schedule:
-        with self.store._errors():
-            raw = self.r.get(self._key(schedule_id))
-        if raw is None:
-            raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
-        return Schedule.model_validate_json(raw)
-
-    def all(self) -> list[Schedule]:
-        """Every schedule, oldest first."""
-        with self.store._errors():
-            ids = cast(list[bytes], self.r.zrange(self.store.k("schedules"), 0, -1))
-            raws = self.r.mget([self._key(i.decode()) for i in ids]) if ids else []
-        return [Schedule.model_validate_json(raw) for raw in raws if raw]
-
-    def version(self) -> int:
-        """Bumped by every change; replicas compare it to know when to rebuild."""
-        with self.store._errors():
-            return int(self.r.get(self.store.k("schedules", "version")) or 0)
-
-    def update(self, schedule_id: str, change: ScheduleChange) -> Schedule | None:
-        """Apply ``change`` atomically (WATCH/MULTI, retried); None if it raised Unchanged."""
-        with self.store._errors():
-            for _ in range(CAS_RETRIES):
-                with self.r.pipeline() as pipe:
-                    try:
-                        return self._try_update(pipe, schedule_id, change)
-                    except redis.WatchError:
-                        continue
-                    except Unchanged:
-                        return None
-        raise StoreError(f"schedule {schedule_id} is changing too fast; try again")
-
-    def _try_update(self, pipe: redis.client.Pipeline, schedule_id: str,
-                    change: ScheduleChange) -> Schedule:
-        key = self._key(schedule_id)
-        pipe.watch(key)
-        raw = pipe.get(key)
-        if raw is None:
-            raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
-        schedule = Schedule.model_validate_json(raw)
-        change(schedule)
-        pipe.multi()
-        pipe.set(key, schedule.model_dump_json())
-        pipe.incr(self.store.k("schedules", "version"))
-        pipe.execute()
-        return schedule
-
-    def remove(self, schedule_id: str) -> Schedule:
-        """Delete a schedule (NotFound if there is none)."""
-        schedule = self.get(schedule_id)
-        with self.store._errors():
-            pipe = self.r.pipeline()
-            pipe.delete(self._key(schedule_id))
-            pipe.zrem(self.store.k("schedules"), schedule_id)
-            pipe.incr(self.store.k("schedules", "version"))
-            deleted, _, _ = pipe.execute()
-        if not deleted:
-            raise NotFound(f"no schedule {schedule_id}")
-        return schedule
-
-    def claim(self, schedule_id: str, fire_time: datetime, *, owner: str,
-              ttl: timedelta, kind: str = "fired") -> bool:
-        """True for exactly one caller per (schedule, fire time, kind), across replicas."""
-        key = self.store.k("schedule", schedule_id, kind, fire_time.astimezone(UTC).isoformat())
-        with self.store._errors():
-            return bool(self.r.set(key, owner, nx=True, px=int(ttl.total_seconds() * 1000)))
-
-    def mark_fired(self, schedule_id: str, fire_time: datetime, coalesced: int) -> Schedule | None:
-        """Record a firing (never moves ``armed_at`` back); None if the schedule is gone."""
-        def change(schedule: Schedule) -> None:
-            schedule.armed_at = max(schedule.armed_at, fire_time)
-            schedule.last_fire = max(schedule.last_fire or fire_time, fire_time)
-            schedule.last_coalesced = coalesced
-            schedule.fires += 1
-
-        try:
-            return self.update(schedule_id, change)
-        except NotFound:
-            return None
-
-    def rearm(self, schedule_id: str, now: datetime) -> None:
-        """Skip everything up to ``now`` (missed beyond the grace time)."""
-        def change(schedule: Schedule) -> None:
-            if schedule.armed_at >= now:
-                raise Unchanged
-            schedule.armed_at = now
-
-        with contextlib.suppress(NotFound):  # removed meanwhile: nothing to re-arm
-            self.update(schedule_id, change)
 
 
 def claim_ttl(grace: timedelta) -> timedelta:

@@ -29,8 +29,9 @@ from typing import Any
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.plan import Plan
 from agents.schedule_runs import Occurrence, auto_problem, run_occurrence
-from agents.schedules import Schedule, ScheduleBook, split_spec, zone_named
+from agents.schedules import Schedule, split_spec, zone_named
 from agents.services import Services
+from agents.store.schedules import ScheduleBook
 
 USAGE = """\
 schedule add "<when>" <request...> [--tz ZONE] [--channel C] [--auto]

@@ -32,12 +32,12 @@ from agents.schedules import (
     DEFAULT_GRACE,
     Due,
     Schedule,
-    ScheduleBook,
     claim_ttl,
     utc_now,
 )
 from agents.services import Services
 from agents.store import Store
+from agents.store.schedules import ScheduleBook
 
 log = logging.getLogger("deckhand.scheduler")
 

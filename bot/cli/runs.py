@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from agents.policy import approvals_needed
+from agents.approvals import approvals_needed
 from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings

@@ -17,10 +17,10 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agents.approvals import approvals_needed, steer_problem
 from agents.errors import ApprovalRefused
 from agents.plan import Plan
 from agents.plan_diff import PlanDiff, diff_plans
-from agents.policy import approvals_needed, steer_problem
 from agents.runs import Run, RunStatus
 from agents.services import Services
 from bot.slack import blocks as bk

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agents.policy import Policy, approvals_needed
+from agents.approvals import approvals_needed
+from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
 from agents.schedules import Schedule
 from agents.store import LockInfo

@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.prompt import Prompt
 
+from agents.approvals import approvals_needed
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
-from agents.policy import approvals_needed
 from agents.runs import Event, Run, RunStatus
 from agents.services import Services
 from agents.worker import Worker

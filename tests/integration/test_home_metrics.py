@@ -25,10 +25,10 @@ from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
 from agents.policy import Policy
 from agents.runs import Event, EventKind, Run, RunStatus
-from agents.schedules import ScheduleBook
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
+from agents.store.schedules import ScheduleBook
 from bot.cli import main as cli_main
 from bot.metrics import Metrics
 from bot.slack import blocks as bk

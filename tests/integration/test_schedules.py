@@ -14,10 +14,11 @@ from agents.config import Config
 from agents.plan import Step
 from agents.runs import RunStatus
 from agents.schedule_runs import Occurrence, Outcome, run_occurrence
-from agents.schedules import Schedule, ScheduleBook
+from agents.schedules import Schedule
 from agents.services import Services, build_services
 from agents.settings import Settings
 from agents.store import Store
+from agents.store.schedules import ScheduleBook
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.scheduler import Fired, Scheduler
 from tests.fixtures.polling import wait_until
