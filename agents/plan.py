@@ -133,6 +133,12 @@ class Plan(BaseModel):
         return Plan.model_validate(data)
 
 
+def format_params(params: Mapping[str, object], limit: int = 60) -> str:
+    """Parameters on one line (``k=v k=v``), cut to ``limit`` characters."""
+    text = " ".join(f"{k}={v}" for k, v in params.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def validate_plan(plan: Plan, catalog: Catalog, inventory: Inventory, policy: Policy) -> None:
     """Raise PlanInvalid listing every problem with the plan (each naming its step)."""
     problems = PlanChecker(plan, catalog, inventory, policy).problems()

@@ -31,11 +31,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from slack_sdk import WebClient
-from slack_sdk.http_retry import RetryHandler
-from slack_sdk.http_retry.request import HttpRequest
-from slack_sdk.http_retry.response import HttpResponse
-from slack_sdk.http_retry.state import RetryState
 
 from agents.errors import StoreError
 from agents.executor import Listener
@@ -79,7 +74,7 @@ class Metrics:
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         """A WSGI app answering with the text exposition format (for ``/metrics``)."""
-        return make_wsgi_app(self.registry)  # type: ignore[no-any-return]
+        return make_wsgi_app(self.registry)
 
     def serve(self, *, host: str, port: int) -> Any:
         """Serve ``/metrics`` on its own port (for ``deckhand worker``); returns the server."""
@@ -93,10 +88,6 @@ class Metrics:
     def watch_queue(self, store: Store) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
         self.registry.register(_QueueCollector(store))
-
-    def observe_slack(self, client: WebClient) -> None:
-        """Count the client's API errors and 429s (it sees every answer, retries included)."""
-        client.retry_handlers.insert(0, _SlackObserver(self))
 
     def observe_planner(self, planner: Any) -> Any:
         """Wrap a planner so every plan it makes is counted (tokens, latency)."""
@@ -185,29 +176,6 @@ class _QueueCollector(Collector):
     def _depth() -> GaugeMetricFamily:
         return GaugeMetricFamily("deckhand_queue_depth", "Run queue entries by state",
                                  labels=["state"])
-
-
-class _SlackObserver(RetryHandler):
-    """Counts failures on every Slack answer; never asks for a retry (the others decide)."""
-
-    def __init__(self, metrics: Metrics):
-        super().__init__(max_retry_count=0)
-        self.metrics = metrics
-
-    def can_retry(self, *, state: RetryState, request: HttpRequest,
-                  response: HttpResponse | None = None, error: Exception | None = None) -> bool:
-        method = request.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
-        if response is not None and response.status_code == 429:
-            self.metrics.slack_rate_limited.labels(method).inc()
-        elif response is not None and response.status_code >= 400:
-            self.metrics.slack_errors.labels(method, f"http_{response.status_code}").inc()
-        elif response is not None and isinstance(response.body, dict) \
-                and response.body.get("ok") is False:
-            error_name = str(response.body.get("error") or "unknown")
-            self.metrics.slack_errors.labels(method, error_name).inc()
-        elif response is None and error is not None:
-            self.metrics.slack_errors.labels(method, type(error).__name__).inc()
-        return False
 
 
 class _ObservedPlanner:

@@ -222,7 +222,7 @@ class Scheduler:
             log.error("scheduler %s: %s", self.name, exc)
 
 
-class ScheduleTrigger(BaseTrigger):
+class ScheduleTrigger(BaseTrigger):  # type: ignore[misc]  # APScheduler 3 is untyped
     """An APScheduler trigger that wakes at a schedule's DST-correct fire times."""
 
     def __init__(self, schedule: Schedule):

@@ -117,9 +117,9 @@ def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> 
         model: a wire model.
         tools: if given, ``tool`` fields are restricted to these names.
     """
-    raw = model.model_json_schema()
+    raw: dict[str, Any] = model.model_json_schema()
     defs = raw.pop("$defs", {})
-    schema = _strictify(_inline(raw, defs))
+    schema: dict[str, Any] = _strictify(_inline(raw, defs))
     if tools:
         _restrict_tools(schema, sorted(tools))
     return schema

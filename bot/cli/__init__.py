@@ -16,8 +16,10 @@ from pathlib import Path
 from rich.console import Console
 
 from agents.config import load_config
-from bot.cli.common import Handler, add_config_arg, services_for
-from bot.terminal.console import ConsoleFlow, plan_to_yaml
+from agents.plan_yaml import plan_to_yaml
+from agents.runs import RunStatus
+from bot.cli.common import Commands, Handler, add_config_arg, services_for
+from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
 
@@ -59,14 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
     from bot.cli import hosts, runs, schedules, serve
 
     return [runs.register, hosts.register, serve.register, schedules.register]
 
 
-def _add_demo(commands: argparse._SubParsersAction) -> None:
+def _add_demo(commands: Commands) -> None:
     parser = commands.add_parser("demo", help="deploy the sample app twice (no servers needed)")
     parser.set_defaults(handler=_demo)
 
@@ -77,7 +79,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     return run_demo(console)
 
 
-def _add_run(commands: argparse._SubParsersAction) -> None:
+def _add_run(commands: Commands) -> None:
     parser = commands.add_parser("run", help="plan a request, approve it here, and run it")
     parser.add_argument("request", help='what to do, e.g. "deploy v2.3.1"')
     parser.add_argument("--yes", "-y", action="store_true", help="approve without asking")
@@ -92,10 +94,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         run = ConsoleFlow(services, console, user=args.user).handle(args.request, yes=args.yes)
     finally:
         services.close()
-    return 0 if run is None or run.status.value == "succeeded" else 1
+    return 0 if run is None or run.status is RunStatus.SUCCEEDED else 1
 
 
-def _add_plan(commands: argparse._SubParsersAction) -> None:
+def _add_plan(commands: Commands) -> None:
     parser = commands.add_parser("plan", help="show the plan for a request without running it")
     parser.add_argument("request")
     parser.add_argument("--format", choices=["table", "yaml", "json"], default="table")
@@ -115,7 +117,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _add_check(commands: argparse._SubParsersAction) -> None:
+def _add_check(commands: Commands) -> None:
     parser = commands.add_parser("check", help="validate a config file and list every problem")
     parser.add_argument("config", type=Path)
     parser.set_defaults(handler=_check)

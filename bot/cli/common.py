@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeAlias
 
 from rich.console import Console
 
@@ -12,7 +13,8 @@ from agents.services import Services, build_services
 from agents.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Console], int]
-Commands = argparse._SubParsersAction
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""The subcommand registry (generic only to type checkers, hence the string)."""
 
 
 def add_config_arg(parser: argparse.ArgumentParser) -> None:

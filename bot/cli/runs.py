@@ -18,12 +18,12 @@ from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.worker import ListenerFactory, Worker, WorkerOptions
-from bot.cli.common import add_config_arg, services_for
+from bot.cli.common import Commands, add_config_arg, services_for
 from bot.logs import add_log_format_arg, configure_logging
 from bot.terminal.render import status_table, summary
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     worker = commands.add_parser("worker", help="execute approved runs from the Redis queue")
     worker.add_argument("--name", help="consumer name (default host-pid)")
     worker.add_argument("--lease", type=float, default=30.0, help="seconds a claim lasts")

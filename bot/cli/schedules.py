@@ -20,13 +20,13 @@ from rich.prompt import Confirm
 from agents.schedule_runs import Occurrence
 from agents.schedules import utc_now
 from agents.services import Services
-from bot.cli.common import add_config_arg, services_for
+from bot.cli.common import Commands, add_config_arg, services_for
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.scheduler import Scheduler
 from bot.terminal.render import plan_table
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     parser = commands.add_parser("schedules", help="recurring plans: add, list, pause, run...")
     actions = parser.add_subparsers(title="actions")
     add = _action(actions, "add", "schedule a request (each occurrence is posted for approval)")
@@ -46,10 +46,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--grace", type=float, default=None,
                        help="seconds a missed occurrence may still fire "
                             "(default $DECKHAND_SCHEDULE_GRACE or 1800)")
-    parser.set_defaults(handler=lambda args, console: (parser.print_help(), 2)[1])
+    parser.set_defaults(handler=lambda args, console: _usage(parser))
 
 
-def _action(actions: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _action(actions: Commands, name: str, text: str) -> argparse.ArgumentParser:
     parser = actions.add_parser(name, help=text)
     parser.add_argument("--user", default=getpass.getuser(), help="who is asking")
     parser.add_argument("--groups", default="", help="comma-separated groups of --user")

@@ -15,6 +15,7 @@ from agents.services import build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg
 from bot.logs import add_log_format_arg, configure_logging
+from tools.errors import ConfigError, Problem
 
 if TYPE_CHECKING:  # the Slack stack loads only when `serve` runs, not for every command
     from bot.slack.runtime import BotRuntime
@@ -66,12 +67,8 @@ def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Setting
 
 
 def _serve_socket_mode(runtime: BotRuntime, settings: Settings, console: Console) -> None:
-    from slack_bolt.adapter.socket_mode import SocketModeHandler
-
-    from tools.errors import ConfigError, Problem
-
     if settings.slack_app_token is None:
         raise ConfigError([Problem("environment", "set SLACK_APP_TOKEN (xapp-…) for Socket "
                                    "Mode, or run `deckhand serve --http`")])
     console.print(f"deckhand connecting over Socket Mode; store: {runtime.services.store.where}")
-    SocketModeHandler(runtime.app, settings.slack_app_token.get_secret_value()).start()
+    runtime.serve_socket_mode(settings.slack_app_token.get_secret_value())

@@ -8,15 +8,31 @@ trimmed with an "and N more" line instead of being rejected by Slack.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Any
 
-from agents.plan import Plan
+from agents.plan import Plan, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepState, StepStatus
-from bot.terminal.render import format_params
 
 Block = dict[str, Any]
+
+
+class ActionId(StrEnum):
+    """Every interactive element's ``action_id``: blocks build them, listeners match them."""
+
+    APPROVE = "approve"
+    MODIFY = "modify"
+    REJECT = "reject"
+    SCHEDULE_CONFIRM = "schedule_confirm"
+
+
+class ViewId(StrEnum):
+    """Every modal's ``callback_id``."""
+
+    MODIFY_SUBMIT = "modify_submit"
+    REJECT_SUBMIT = "reject_submit"
 
 MAX_BLOCKS = 50
 MAX_MODAL_BLOCKS = 100
@@ -148,7 +164,7 @@ def _pack_lines(lines: list[str], *, budget: int, more_hint: str) -> list[Block]
 
 def approval_actions(run: Run, policy: Policy) -> Block:
     rule = policy.strictest(run.environments)
-    approve: Block = {"type": "button", "action_id": "approve", "style": "primary",
+    approve: Block = {"type": "button", "action_id": ActionId.APPROVE, "style": "primary",
                       "text": {"type": "plain_text", "text": "Approve"},
                       "value": button_value(run)}
     if rule.confirm:
@@ -162,12 +178,25 @@ def approval_actions(run: Run, policy: Policy) -> Block:
         }
     return {"type": "actions", "block_id": f"plan:{run.id}", "elements": [
         approve,
-        {"type": "button", "action_id": "modify", "text": {"type": "plain_text",
+        {"type": "button", "action_id": ActionId.MODIFY, "text": {"type": "plain_text",
                                                             "text": "Modify"},
          "value": button_value(run)},
-        {"type": "button", "action_id": "reject", "style": "danger",
+        {"type": "button", "action_id": ActionId.REJECT, "style": "danger",
          "text": {"type": "plain_text", "text": "Reject"}, "value": button_value(run)},
     ]}
+
+
+def schedule_confirm_blocks(summary: str, words: list[str]) -> list[Block]:
+    """Ask the creator of an ``--auto`` schedule to approve the plan it will freeze.
+
+    The button carries the exact words of the command, so the click re-runs that command.
+    """
+    value = json.dumps(words, separators=(",", ":"))
+    return [section(f"*Approve this plan for an unattended schedule?*\n{trim(summary, 2500)}"),
+            {"type": "actions", "elements": [{
+                "type": "button", "action_id": ActionId.SCHEDULE_CONFIRM, "style": "primary",
+                "text": {"type": "plain_text", "text": "Approve schedule"},
+                "value": trim(value, 2000)}]}]
 
 
 # -- run status, failures, rollback, summary ----------------------------------------------
@@ -256,14 +285,14 @@ def modify_modal(run: Run, plan_yaml: str, metadata: str, *, error: str | None =
                                    "multiline": True, "initial_value": plan_yaml}})
     else:
         blocks.append(context("The plan is too long to edit here; describe the change above."))
-    return {"type": "modal", "callback_id": "modify_submit", "private_metadata": metadata,
+    return {"type": "modal", "callback_id": ViewId.MODIFY_SUBMIT, "private_metadata": metadata,
             "title": {"type": "plain_text", "text": f"Modify plan v{run.plan_version}"[:24]},
             "submit": {"type": "plain_text", "text": "Revise"},
             "close": {"type": "plain_text", "text": "Cancel"}, "blocks": blocks}
 
 
 def reject_modal(metadata: str) -> dict[str, Any]:
-    return {"type": "modal", "callback_id": "reject_submit", "private_metadata": metadata,
+    return {"type": "modal", "callback_id": ViewId.REJECT_SUBMIT, "private_metadata": metadata,
             "title": {"type": "plain_text", "text": "Reject plan"},
             "submit": {"type": "plain_text", "text": "Reject"},
             "close": {"type": "plain_text", "text": "Cancel"},

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
@@ -23,6 +23,7 @@ from agents.plan import Plan
 from agents.plan_diff import PlanDiff, diff_plans
 from agents.runs import Run, RunStatus
 from agents.services import Services
+from agents.store import Store
 from bot.slack import blocks as bk
 
 log = logging.getLogger("deckhand.slack")
@@ -64,6 +65,24 @@ class Directory:
         return members
 
 
+class SchedulerHandle(Protocol):
+    """What the bot needs of the replica's scheduler (bot.scheduler.Scheduler)."""
+
+    def start(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class HomeHandle(Protocol):
+    """What the bot needs of the App Home tab (bot.slack.home.HomeTab)."""
+
+    def opened(self, user: str) -> None: ...
+
+    def changed(self, run: Run) -> None: ...
+
+
 @dataclass
 class Bot:
     """Everything the listeners need: services, the Web API client, the user directory."""
@@ -71,15 +90,15 @@ class Bot:
     services: Services
     client: WebClient
     directory: Directory
-    scheduler: Any = None
-    """The replica's bot.scheduler.Scheduler, reloaded after schedule commands."""
-    home: Any = None
-    """The App Home tab (bot.slack.home.HomeTab), set by bot.slack.listeners.home."""
+    scheduler: SchedulerHandle | None = None
+    """The replica's scheduler, reloaded after schedule commands."""
+    home: HomeHandle | None = None
+    """The App Home tab, set by bot.slack.listeners.home."""
     watchers: list[Callable[[Run], None]] = field(default_factory=list)
     """Told about every run change (e.g. the App Home); must return quickly."""
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         return self.services.store
 
     def changed(self, run: Run) -> None:

@@ -99,7 +99,7 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
 def _approve_only(run: Run, policy: Policy) -> Block:
     """The plan message's Approve button (same action and value; its confirm dialog too)."""
     actions = bk.approval_actions(run, policy)
-    approve = [e for e in actions["elements"] if e["action_id"] == "approve"]
+    approve = [e for e in actions["elements"] if e["action_id"] == bk.ActionId.APPROVE]
     return {**actions, "elements": approve}
 
 

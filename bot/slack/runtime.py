@@ -15,6 +15,7 @@ from bot.metrics import Metrics
 from bot.slack.app import build_app
 from bot.slack.home import change_listener_factory
 from bot.slack.http import Router, serve_http
+from bot.slack.observe import observe_slack
 from bot.slack.thread import thread_listener_factory
 from bot.slack.timeline_upload import timeline_listener_factory
 
@@ -32,7 +33,7 @@ class BotRuntime:
         self.metrics = metrics or Metrics()
         services.planner = self.metrics.observe_planner(services.planner)
         self.app, self.bot = build_app(services, settings, client=client)
-        self.metrics.observe_slack(self.bot.client)
+        observe_slack(self.bot.client, self.metrics)
         self.metrics.watch_queue(services.store)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
@@ -80,6 +81,12 @@ class BotRuntime:
         thread = threading.Thread(target=self._serve_http, daemon=True, name="http")
         thread.start()
         return self._server
+
+    def serve_socket_mode(self, app_token: str) -> None:
+        """Connect to Slack over Socket Mode and handle events until interrupted."""
+        from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+        SocketModeHandler(self.app, app_token).start()  # type: ignore[no-untyped-call]
 
     def _serve_http(self) -> None:
         try:

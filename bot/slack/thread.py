@@ -24,7 +24,7 @@ from agents.executor import Listener
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.policy import Policy
-from agents.runs import Event, EventKind, Phase, Run
+from agents.runs import Event, EventKind, Phase, Run, StepStatus
 from agents.store import Store
 from bot.slack import blocks as bk
 
@@ -68,7 +68,8 @@ class ThreadUpdater:
             self._wake.notify()
 
     def _queue_announcements(self, event: Event, run: Run) -> None:
-        if event.kind is EventKind.STEP_FINISHED and event.status == "failed" and event.step_id:
+        failed = event.kind is EventKind.STEP_FINISHED and event.status == StepStatus.FAILED
+        if failed and event.step_id:
             state = run.states(event.phase)[event.step_id]
             self._outbox.append(lambda: self._reply(bk.failure_blocks(event.step_id or "", state),
                                                     f"{event.step_id} failed"))

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 from rich.prompt import Prompt
@@ -24,6 +22,7 @@ from agents.approvals import approvals_needed
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
+from agents.plan_yaml import plan_from_yaml, plan_to_yaml
 from agents.runs import Event, Run, RunStatus
 from agents.services import Services
 from agents.worker import Worker
@@ -158,35 +157,6 @@ class ConsoleFlow:
         choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
                             default="r", console=self.console)
         return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT}[choice]
-
-
-def plan_to_yaml(plan: Plan) -> str:
-    """The editable part of a plan (goal, steps, rollback) as YAML."""
-    body = plan.model_dump(include={"goal", "steps", "rollback"}, mode="json",
-                           exclude_none=True)
-    return yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
-
-
-def plan_from_yaml(plan: Plan, text: str) -> Plan:
-    """A new version of ``plan`` from edited YAML; ValueError says what is wrong."""
-    try:
-        body = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"invalid YAML: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ValueError("the plan must be a mapping with goal, steps and rollback")
-    unknown = set(body) - {"goal", "steps", "rollback"}
-    if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}: only goal, steps and rollback "
-                         f"can be edited")
-    try:
-        return plan.revised(**body)
-    except ValidationError as exc:
-        raise ValueError(_short_validation(exc)) from exc
-
-
-def _short_validation(exc: ValidationError) -> str:
-    return "\n".join(f"  - {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
 
 def edit_in_editor(text: str) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agents.plan import Plan
+from agents.plan import Plan, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.runs import Run, RunStatus, StepState, StepStatus
 
@@ -29,11 +27,6 @@ RUN_STYLE = {
     RunStatus.CANCELLED: "magenta",
     RunStatus.INTERRUPTED: "bold red",
 }
-
-
-def format_params(params: Mapping[str, object], limit: int = 60) -> str:
-    text = " ".join(f"{k}={v}" for k, v in params.items())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def plan_table(plan: Plan) -> Group:

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import yaml
 
+from bot.slack.blocks import ActionId, ViewId
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,8 +23,11 @@ def test_manifest_matches_the_listeners() -> None:
     events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
     assert commands == _used(r'@app\.command\("([^"]+)"\)')
     assert events == _used(r'@app\.event\("([^"]+)"\)')
-    assert manifest["settings"]["interactivity"]["is_enabled"] == bool(
-        _used(r'@app\.(?:action|view)\("([^"]+)"\)'))
+    actions = _used(r'@app\.action\(bk\.ActionId\.(\w+)\)')
+    views = _used(r'@app\.view\(bk\.ViewId\.(\w+)\)')
+    assert actions == {a.name for a in ActionId}, "every action id has exactly one listener"
+    assert views == {v.name for v in ViewId}, "every modal has its submit listener"
+    assert manifest["settings"]["interactivity"]["is_enabled"] == bool(actions | views)
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"commands", "chat:write", "app_mentions:read", "usergroups:read"} <= scopes
 

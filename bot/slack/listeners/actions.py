@@ -9,13 +9,14 @@ from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
 from agents.errors import ApprovalRefused
+from agents.plan_yaml import plan_to_yaml
+from agents.runs import Run, RunStatus
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
-from bot.terminal.console import plan_to_yaml
 
 
 def register(app: App, bot: Bot) -> None:
-    @app.action("approve")
+    @app.action(bk.ActionId.APPROVE)
     def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         ack()
         run_id, version, plan_hash = bk.parse_button_value(action["value"])
@@ -26,7 +27,7 @@ def register(app: App, bot: Bot) -> None:
             if not body.get("channel"):  # clicked in the App Home: show it as it is now
                 bot.changed(bot.store.run(run_id))
 
-    @app.action("modify")
+    @app.action(bk.ActionId.MODIFY)
     def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any],
                client: WebClient) -> None:
         ack()
@@ -34,7 +35,7 @@ def register(app: App, bot: Bot) -> None:
         run = bot.store.run(run_id)
         if not _may_steer(bot, run, body):
             return
-        if run.status.value != "awaiting_approval" or run.plan_version != version:
+        if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
             bot.ephemeral(channel=body["channel"]["id"], user=body["user"]["id"],
                           text=f"This plan can no longer be modified (run is "
                                f"{run.status.value}, plan version {run.plan_version}).")
@@ -43,7 +44,7 @@ def register(app: App, bot: Bot) -> None:
         client.views_open(trigger_id=body["trigger_id"],
                           view=bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)))
 
-    @app.action("reject")
+    @app.action(bk.ActionId.REJECT)
     def reject(ack: Ack, body: dict[str, Any], action: dict[str, Any],
                client: WebClient) -> None:
         ack()
@@ -54,7 +55,7 @@ def register(app: App, bot: Bot) -> None:
                               view=bk.reject_modal(_metadata(run, body)))
 
 
-def _may_steer(bot: Bot, run: Any, body: dict[str, Any]) -> bool:
+def _may_steer(bot: Bot, run: Run, body: dict[str, Any]) -> bool:
     """Refuse a bystander's Modify or Reject click."""
     try:
         bot.check_may_steer(run, body["user"]["id"])
@@ -64,5 +65,5 @@ def _may_steer(bot: Bot, run: Any, body: dict[str, Any]) -> bool:
     return True
 
 
-def _metadata(run: Any, body: dict[str, Any]) -> str:
+def _metadata(run: Run, body: dict[str, Any]) -> str:
     return json.dumps({"run": run.id, "v": run.plan_version, "channel": body["channel"]["id"]})

@@ -11,10 +11,10 @@ from bot.slack.home import HomeTab
 
 
 def register(app: App, bot: Bot) -> None:
-    bot.home = HomeTab(bot)
-    bot.watchers.append(bot.home.changed)
+    home = bot.home = HomeTab(bot)
+    bot.watchers.append(home.changed)
 
     @app.event("app_home_opened")
     def home_opened(event: dict[str, Any]) -> None:
         if event.get("tab", "home") == "home":  # the Messages tab fires this event too
-            bot.home.opened(event["user"])
+            home.opened(event["user"])

@@ -34,13 +34,7 @@ def _follow_up(bot: Bot, reply: ScheduleReply, *, user: str, channel: str) -> No
         post_occurrence(bot, reply.occurrence)
     if reply.confirm and reply.plan is not None:
         # --auto: the plan shown here is what gets frozen; the button sends the exact words
-        value = json.dumps(reply.confirm, separators=(",", ":"))
-        blocks = [bk.section(f"*Approve this plan for an unattended schedule?*\n"
-                             f"{bk.trim(reply.text, 2500)}"),
-                  {"type": "actions", "elements": [{
-                      "type": "button", "action_id": "schedule_confirm", "style": "primary",
-                      "text": {"type": "plain_text", "text": "Approve schedule"},
-                      "value": bk.trim(value, 2000)}]}]
+        blocks = bk.schedule_confirm_blocks(reply.text, reply.confirm)
         bot.client.chat_postEphemeral(channel=channel, user=user, blocks=blocks,
                                       text="Approve this plan for an unattended schedule?")
 
@@ -61,7 +55,7 @@ def post_occurrence(bot: Bot, occurrence: Occurrence) -> None:
 
 
 def register(app: App, bot: Bot) -> None:
-    @app.action("schedule_confirm")
+    @app.action(bk.ActionId.SCHEDULE_CONFIRM)
     def confirm(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         ack()
         words = json.loads(action["value"])

@@ -9,14 +9,15 @@ from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
 from agents.errors import PlanInvalid
+from agents.plan import Plan
+from agents.plan_yaml import plan_from_yaml, plan_to_yaml
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
-from bot.terminal.console import plan_from_yaml, plan_to_yaml
 from tools.errors import DeckhandError
 
 
 def register(app: App, bot: Bot) -> None:
-    @app.view("modify_submit")
+    @app.view(bk.ViewId.MODIFY_SUBMIT)
     def modify_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any],
                       client: WebClient) -> None:
         meta = json.loads(view["private_metadata"])
@@ -44,7 +45,7 @@ def register(app: App, bot: Bot) -> None:
         client.views_update(view_id=body["view"]["id"],
                             view=bk.notice_modal("Modify plan", bk.trim(text, 2900)))
 
-    @app.view("reject_submit")
+    @app.view(bk.ViewId.REJECT_SUBMIT)
     def reject_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
         ack()
         meta = json.loads(view["private_metadata"])
@@ -53,7 +54,7 @@ def register(app: App, bot: Bot) -> None:
         bot.reject(meta["run"], _value(view, "reason") or "no reason given", user=user)
 
 
-def _submit_yaml(ack: Ack, bot: Bot, plan: Any, run_id: str, text: str, user: str) -> None:
+def _submit_yaml(ack: Ack, bot: Bot, plan: Plan, run_id: str, text: str, user: str) -> None:
     """Validate the edit before acking, so problems show inside the modal."""
     try:
         revised = plan_from_yaml(plan, text)
