@@ -6,7 +6,6 @@ into the record. The same events feed the terminal, Slack threads, the store and
 
 from __future__ import annotations
 
-import secrets
 import time
 from enum import StrEnum
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agents.errors import IllegalTransition
+from agents.ids import new_id
 from agents.plan import Plan
 
 
@@ -165,7 +165,7 @@ class Approval(BaseModel):
 class Run(BaseModel):
     """Everything known about one execution of one plan version."""
 
-    id: str = Field(default_factory=lambda: "run-" + secrets.token_hex(4))
+    id: str = Field(default_factory=lambda: new_id("run"))
     plan_id: str
     plan_version: int
     plan_hash: str

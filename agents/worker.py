@@ -95,8 +95,15 @@ class Worker:
 
     def process(self, run_id: str, *, entry_id: str | None = None,
                 listeners: Iterable[Listener] = ()) -> Run | None:
-        """Lock, claim and execute one run. None if it cannot or need not run now."""
-        return self._process(run_id, entry_id, list(listeners))[0]
+        """Lock, claim and execute one run. None if it cannot or need not run now.
+
+        Called without ``entry_id`` (in-process, e.g. ``deckhand run``), it settles the
+        run's queue entry once done with it, so no worker counts it as waiting.
+        """
+        run, done = self._process(run_id, entry_id, list(listeners))
+        if done and entry_id is None:
+            self.store.settle_run(run_id)
+        return run
 
     def _process(self, run_id: str, entry_id: str | None,
                  listeners: list[Listener]) -> tuple[Run | None, bool]:

@@ -2,10 +2,16 @@
 translation of redis-py's exceptions, and the one compare-and-set loop.
 
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
-``runs`` (zset), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``lock:ENV``,
-``lockq:ENV`` (waiting runs), ``queue`` (stream, group ``workers``), ``audit`` (stream),
-``dedupe:KEY``, ``schedule:ID``, ``schedules`` (zset), ``schedules:version``,
-``schedule:ID:KIND:ISO`` (fire claims).
+``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
+prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:audit``
+(stream: that run's audit entries), ``lock:ENV``, ``locks`` (set of environments whose lock
+may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group ``workers``; an entry is
+deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``, ``schedule:ID``,
+``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO`` (fire claims).
+
+A create writes its record and every companion (indexes, ``latest``) in one MULTI under
+WATCH on the record's key, so either all of it lands or none; a create that finds its id
+taken retries under a fresh id from ``RedisBase.ids`` (see :meth:`RedisBase.create`).
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ from redis.client import Pipeline
 from redis.retry import Retry
 
 from agents.errors import StoreError, StoreUnavailable
+from agents.ids import new_id
 
 CAS_RETRIES = 100
+CREATE_RETRIES = 10
+"""Fresh ids tried before a create gives up (one retry is already a once-in-ages event)."""
 GROUP = "workers"
 T = TypeVar("T")
+IdFactory = Callable[[str], str]
+"""Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
 
 
 class Keys:
@@ -49,6 +60,12 @@ class Keys:
     def runs(self) -> str:
         return self("runs")
 
+    def run_ids(self) -> str:
+        return self("runs", "ids")
+
+    def run_audit(self, run_id: str) -> str:
+        return self("run", run_id, "audit")
+
     def owner(self, run_id: str) -> str:
         return self("run", run_id, "owner")
 
@@ -57,6 +74,9 @@ class Keys:
 
     def lock(self, environment: str) -> str:
         return self("lock", environment)
+
+    def locks(self) -> str:
+        return self("locks")
 
     def lock_queue(self, environment: str) -> str:
         return self("lockq", environment)
@@ -87,7 +107,8 @@ class RedisBase:
     """The client and the two helpers every store method uses: ``errors()`` and ``cas()``."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "dh",
-                 clock: Callable[[], float] = time.time, where: str = "redis"):
+                 clock: Callable[[], float] = time.time, where: str = "redis",
+                 ids: IdFactory = new_id):
         # Any: redis-py types replies as bytes | str (it depends on decode_responses); this
         # store always uses bytes, and decodes at the few places it reads text.
         self.r: Any = client
@@ -95,6 +116,7 @@ class RedisBase:
         self.keys = Keys(prefix)
         self.clock = clock
         self.where = where
+        self.ids = ids
 
     def k(self, *parts: str) -> str:
         """A key under this store's prefix (``Keys`` names the ones deckhand uses)."""
@@ -128,6 +150,24 @@ class RedisBase:
                     except redis.WatchError:
                         continue
         raise StoreError(f"{busy} is changing too fast; try again")
+
+    def create(self, kind: str, first_id: str, keys: Callable[[str], Sequence[str]],
+               attempt: Callable[[Pipeline, str], bool]) -> str:
+        """Create a record under ``first_id``, or under a fresh id if that one is taken.
+
+        ``attempt(pipe, id)`` runs under WATCH on ``keys(id)``: it returns False, writing
+        nothing, when the id is taken, else queues the record and all its companions in one
+        MULTI and executes. The caller never sees a collision; it gets the id used.
+        """
+        candidate = first_id
+        for _ in range(CREATE_RETRIES):
+            def once(pipe: Pipeline, chosen: str = candidate) -> bool:
+                return attempt(pipe, chosen)
+
+            if self.cas(keys(candidate), once, busy=f"{kind} {candidate}"):
+                return candidate
+            candidate = self.ids(kind)
+        raise StoreError(f"no free {kind} id after {CREATE_RETRIES} tries; nothing was written")
 
     def ping(self) -> bool:
         with self.errors():

@@ -6,17 +6,19 @@ enqueues it in the same EXEC.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from redis.client import Pipeline
 
 from agents.approvals import approval_problem, approvals_needed
-from agents.errors import ApprovalRefused, IllegalTransition, NotFound, StoreError
+from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
+from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
-from agents.store._redis import RedisBase
+from agents.store._redis import RedisBase, text
 
 Write = Callable[[Pipeline], Any]
 """A command queued in a transaction (e.g. ``queue_step``'s XADD)."""
@@ -24,16 +26,60 @@ Change = Callable[[Run], "list[Write] | None"]
 """Edits a run in place; may return extra commands to run in the same transaction."""
 
 
+ID_TEXT = re.compile(r"[a-z0-9-]+")
+MAX_CANDIDATES = 10
+"""Runs listed when a typed prefix is ambiguous."""
+
+
 class RunStore(RedisBase):
     def create_run(self, run: Run) -> Run:
-        with self.errors():
-            pipe = self.r.pipeline()
-            pipe.set(self.keys.run(run.id), run.model_dump_json(), nx=True)
-            pipe.zadd(self.keys.runs(), {run.id: run.created_at})
-            created, _ = pipe.execute()
-        if not created:
-            raise StoreError(f"run {run.id} already exists")
+        """Store a new run and index it, all or nothing; a taken id is replaced in place."""
+        run.id = self.create("run", run.id, lambda run_id: [self.keys.run(run_id)],
+                             lambda pipe, run_id: self._write_new_run(pipe, run, run_id))
         return run
+
+    def _write_new_run(self, pipe: Pipeline, run: Run, run_id: str) -> bool:
+        if pipe.exists(self.keys.run(run_id)):
+            return False
+        pipe.multi()
+        pipe.set(self.keys.run(run_id), run.model_copy(update={"id": run_id}).model_dump_json())
+        pipe.zadd(self.keys.runs(), {run_id: run.created_at})
+        pipe.zadd(self.keys.run_ids(), {run_id: 0})
+        pipe.execute()
+        return True
+
+    def find_run(self, typed: str) -> Run:
+        """The run a person means by ``typed``: a whole id, or a unique prefix of one.
+
+        NotFound if nothing matches; AmbiguousId (listing the candidates) if several do.
+        """
+        wanted = normalize("run", typed)
+        if not ID_TEXT.fullmatch(wanted):
+            raise NotFound(f"no run {typed.strip()} — run ids are letters, digits and dashes")
+        with self.errors():
+            if self.r.exists(self.keys.run(wanted)):
+                return self.run(wanted)
+            matches = self._ids_with_prefix(wanted)
+        if len(matches) == 1:
+            return self.run(matches[0])
+        if not matches:
+            raise NotFound(f"no run {typed.strip()} — `deckhand runs` lists recent ones")
+        shown = ", ".join(matches[:MAX_CANDIDATES]) + (", …" if len(matches) > MAX_CANDIDATES
+                                                        else "")
+        raise AmbiguousId(f"{typed.strip()} could be any of {shown}; type more of the id")
+
+    def _ids_with_prefix(self, prefix: str) -> list[str]:
+        """Up to MAX_CANDIDATES + 1 ids starting with ``prefix``, from the lexical index
+        (a bounded range read); runs stored before that index existed are scanned for
+        only while the index is incomplete (``deckhand check --store --repair`` fills it)."""
+        after = f"({prefix}~"  # "~" sorts after every character an id may hold
+        raw = self.r.zrangebylex(self.keys.run_ids(), f"[{prefix}", after, start=0,
+                                 num=MAX_CANDIDATES + 1)
+        found = {text(i) for i in raw}
+        if self.r.zcard(self.keys.run_ids()) < self.r.zcard(self.keys.runs()):
+            legacy = self.r.zscan_iter(self.keys.runs(), match=f"{prefix}*", count=1000)
+            found |= {text(i) for i, _ in legacy}
+        return sorted(found)
 
     def run(self, run_id: str) -> Run:
         with self.errors():

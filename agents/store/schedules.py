@@ -10,7 +10,7 @@ from typing import cast
 
 from redis.client import Pipeline
 
-from agents.errors import NotFound, StoreError
+from agents.errors import NotFound
 from agents.schedules import Schedule
 from agents.store._redis import RedisBase
 
@@ -31,16 +31,22 @@ class ScheduleBook:
         self.keys = store.keys
 
     def create(self, schedule: Schedule) -> Schedule:
-        """Store a new schedule (StoreError if the id is taken)."""
-        with self.store.errors():
-            pipe = self.r.pipeline()
-            pipe.set(self.keys.schedule(schedule.id), schedule.model_dump_json(), nx=True)
-            pipe.zadd(self.keys.schedules(), {schedule.id: schedule.created_at.timestamp()})
-            pipe.incr(self.keys.schedules_version())
-            created, _, _ = pipe.execute()
-        if not created:
-            raise StoreError(f"schedule {schedule.id} already exists")
+        """Store and index a new schedule, all or nothing; a taken id is replaced in place."""
+        schedule.id = self.store.create(
+            "sch", schedule.id, lambda schedule_id: [self.keys.schedule(schedule_id)],
+            lambda pipe, schedule_id: self._write_new(pipe, schedule, schedule_id))
         return schedule
+
+    def _write_new(self, pipe: Pipeline, schedule: Schedule, schedule_id: str) -> bool:
+        key = self.keys.schedule(schedule_id)
+        if pipe.exists(key):
+            return False
+        pipe.multi()
+        pipe.set(key, schedule.model_copy(update={"id": schedule_id}).model_dump_json())
+        pipe.zadd(self.keys.schedules(), {schedule_id: schedule.created_at.timestamp()})
+        pipe.incr(self.keys.schedules_version())
+        pipe.execute()
+        return True
 
     def get(self, schedule_id: str) -> Schedule:
         with self.store.errors():
@@ -83,17 +89,21 @@ class ScheduleBook:
             return None
 
     def remove(self, schedule_id: str) -> Schedule:
-        """Delete a schedule (NotFound if there is none)."""
-        schedule = self.get(schedule_id)
-        with self.store.errors():
-            pipe = self.r.pipeline()
-            pipe.delete(self.keys.schedule(schedule_id))
+        """Delete a schedule and its index entry together (NotFound if there is none)."""
+        key = self.keys.schedule(schedule_id)
+
+        def attempt(pipe: Pipeline) -> Schedule:
+            raw = pipe.get(key)
+            if raw is None:
+                raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
+            pipe.multi()
+            pipe.delete(key)
             pipe.zrem(self.keys.schedules(), schedule_id)
             pipe.incr(self.keys.schedules_version())
-            deleted, _, _ = pipe.execute()
-        if not deleted:
-            raise NotFound(f"no schedule {schedule_id}")
-        return schedule
+            pipe.execute()
+            return Schedule.model_validate_json(raw)
+
+        return self.store.cas([key], attempt, busy=f"schedule {schedule_id}")
 
     def claim(self, schedule_id: str, fire_time: datetime, *, owner: str,
               ttl: timedelta, kind: str = "fired") -> bool:
