@@ -10,7 +10,8 @@ from typing import cast
 
 from redis.client import Pipeline
 
-from agents.errors import NotFound
+from agents.errors import AmbiguousId, NotFound
+from agents.ids import normalize
 from agents.schedules import Schedule
 from agents.store._redis import RedisBase
 
@@ -54,6 +55,20 @@ class ScheduleBook:
         if raw is None:
             raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
         return Schedule.model_validate_json(raw)
+
+    def find(self, typed: str) -> Schedule:
+        """The schedule a person means by ``typed``: a whole id or a unique prefix of one
+        (schedules are few, so the prefix is matched against all of them)."""
+        wanted = normalize("sch", typed)
+        with contextlib.suppress(NotFound):
+            return self.get(wanted)
+        matches = [s for s in self.all() if s.id.startswith(wanted)]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise AmbiguousId(f"{typed.strip()} could be any of "
+                              f"{', '.join(s.id for s in matches)}; type more of the id")
+        raise NotFound(f"no schedule {typed.strip()} — `schedules list` shows them")
 
     def all(self) -> list[Schedule]:
         """Every schedule, oldest first."""

@@ -11,6 +11,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
+from agents.ids import short_id
 from agents.plan import Plan, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
@@ -102,8 +103,8 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
         lines = [f"{i}. `{r.id}` {r.tool} {format_params(r.params)}"
                  for i, r in enumerate(plan.rollback, start=1)]
         blocks.append(section("*On failure, roll back in order:*\n" + "\n".join(lines)))
-    blocks.append(context(f"{plan.planner.footer()} · plan `{plan.id}` v{plan.version} · "
-                          f"hash `{plan.hash[:12]}` · run `{run.id}`"))
+    blocks.append(context(f"{plan.planner.footer()} · plan `{short_id(plan.id)}` v{plan.version} · "
+                          f"hash `{plan.hash[:12]}` · run `{short_id(run.id)}`"))
     if note:
         blocks.append(context(note))
     if actions:
@@ -206,7 +207,7 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     """The one status message kept up to date in the thread."""
     emoji = RUN_EMOJI.get(run.status, "")
     took = f" · {run.duration:.0f}s" if run.duration is not None else ""
-    blocks = [section(f"{emoji} *Run `{run.id}` — {run.status.value.replace('_', ' ')}*"
+    blocks = [section(f"{emoji} *Run `{short_id(run.id)}` — {run.status.value.replace('_', ' ')}*"
                       f"{took}")]
     lines = [_step_line(s.id, run.steps[s.id]) for s in plan.steps]
     blocks += _pack_lines(lines, budget=MAX_BLOCKS - 5, more_hint="steps")
@@ -245,7 +246,7 @@ def rollback_text(run: Run, plan: Plan) -> str:
     people = {run.requested_by, *(a.user for a in run.approvals)}
     who = " ".join(mention(p) for p in sorted(people))
     steps = ", ".join(f"`{r.id}`" for r in plan.rollback)
-    return trim(f"🚨 *Rolling back run `{run.id}`* ({plan.goal}) — {run.reason}. "
+    return trim(f"🚨 *Rolling back run `{short_id(run.id)}`* ({plan.goal}) — {run.reason}. "
                 f"Rollback steps: {steps}. {who}")
 
 

@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents.approvals import approvals_needed, steer_problem
 from agents.errors import ApprovalRefused
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import PlanDiff, diff_plans
 from agents.runs import Run, RunStatus
@@ -147,9 +148,10 @@ class Bot:
                                    f"approval(s) needed.")
         else:
             approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
+            shown = short_id(run.id)
             self.refresh_plan_message(run, actions=False,
-                                      note=f"✅ Approved by {approvers} — queued as `{run.id}`")
-            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{run.id}` is queued.")
+                                      note=f"✅ Approved by {approvers} — queued as `{shown}`")
+            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{shown}` is queued.")
         self.changed(run)
         return run
 
@@ -194,7 +196,7 @@ class Bot:
             if run.status.terminal:
                 self.refresh_plan_message(run, actions=False,
                                           note=f"⏹️ Cancelled by {bk.mention(user)}")
-            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{run.id}`"
+            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{short_id(run.id)}`"
                                    + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
         self.changed(run)

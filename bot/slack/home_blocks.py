@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from agents.approvals import approvals_needed
+from agents.ids import short_id
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
 from agents.schedules import Schedule
@@ -90,7 +91,7 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
     rule = policy.strictest(run.environments)
     have = rule.min_approvals - approvals_needed(run, policy)
     where = ", ".join(run.environments) or "no environment"
-    return bk.trim(f"*{run.goal}*\n`{run.id}` · plan v{run.plan_version} · {where} · "
+    return bk.trim(f"*{run.goal}*\n`{short_id(run.id)}` · plan v{run.plan_version} · {where} · "
                    f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
                    f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
@@ -131,7 +132,7 @@ def _active_line(run: Run, now: float) -> str:
     running = [s for s in run.steps.values() if s.status is StepStatus.RUNNING]
     now_doing = ", ".join(_running_step(s.id, run) for s in running[:3])
     state = run.status.value.replace("_", " ")
-    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` *{state}* — {run.goal}",
+    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` *{state}* — {run.goal}",
              f"{done}/{len(run.steps)} steps"]
     if now_doing:
         parts.append(f"now: {now_doing}")
@@ -150,14 +151,15 @@ def _running_step(step_id: str, run: Run) -> str:
 
 def _recent_line(run: Run, now: float) -> str:
     took = f" in {run.duration:.0f}s" if run.duration is not None else ""
-    return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value.replace('_', ' ')}"
-            f"{took} — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
+    state = run.status.value.replace('_', ' ')
+    return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {state}{took}"
+            f" — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
 
 
 def _env_line(environment: str, lock: LockInfo | None) -> str:
     if lock is None:
         return f"🟢 *{environment}* — free"
-    return (f"🔒 *{environment}* — locked by `{lock.run_id}` (worker {lock.worker}, "
+    return (f"🔒 *{environment}* — locked by `{short_id(lock.run_id)}` (worker {lock.worker}, "
             f"since {_clock(lock.since)})")
 
 
@@ -165,7 +167,7 @@ def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:
     flags = " · auto" if schedule.auto else ""
     when = "⏸️ paused" if schedule.paused else (
         f"next {schedule.local(next_fire)}" if next_fire else "no further runs")
-    return f"⏰ `{schedule.id}` {schedule.spec} → {schedule.request} · {when}{flags}"
+    return f"⏰ `{short_id(schedule.id)}` {schedule.spec} → {schedule.request} · {when}{flags}"
 
 
 def _clock(at: float) -> str:

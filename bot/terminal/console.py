@@ -20,6 +20,7 @@ from rich.prompt import Prompt
 
 from agents.approvals import approvals_needed
 from agents.errors import ApprovalRefused, PlanInvalid
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.plan_yaml import plan_from_yaml, plan_to_yaml
@@ -117,7 +118,7 @@ class ConsoleFlow:
         if run.status is RunStatus.AWAITING_APPROVAL:
             needed = approvals_needed(run, self.services.config.policy)
             self.console.print(f"[yellow]Approved by you; {needed} more approval(s) needed "
-                               f"before run {run_id} starts.[/]")
+                               f"before run {short_id(run_id)} starts.[/]")
             return run
         return self.execute(plan, run_id)
 
@@ -133,8 +134,9 @@ class ConsoleFlow:
             result = self._run_interruptibly(worker, run_id, on_event)
         final = result or self.services.store.run(run_id)
         if result is None:
-            self.console.print(f"Run {run_id} was picked up by worker {final.worker}; follow it "
-                               f"with `deckhand runs show {run_id}`.")
+            shown = short_id(run_id)
+            self.console.print(f"Run {shown} was picked up by worker {final.worker}; follow it "
+                               f"with `deckhand runs show {shown}`.")
         self.console.print(summary(plan, final))
         return final
 

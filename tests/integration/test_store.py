@@ -15,6 +15,7 @@ import pytest
 
 from agents.config import Config
 from agents.errors import ApprovalRefused, LockHeld, StoreUnavailable
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.runs import Run, RunStatus, StepStatus
 from agents.services import Services, build_services
@@ -337,7 +338,9 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     assert "1 more approval" in capsys.readouterr().out
     assert main(["approve", run.id, "--user", "carol", *args]) == 0
     assert store.run(run.id).status is RunStatus.QUEUED
-    assert main(["runs", *args]) == 0 and run.id in capsys.readouterr().out
+    assert main(["runs", *args]) == 0 and short_id(run.id) in capsys.readouterr().out
+    assert main(["runs", "show", short_id(run.id).upper(), *args]) == 0  # any unique prefix
+    assert f"run {short_id(run.id)} — queued" in capsys.readouterr().out
     assert main(["audit", "--json", "--run", run.id, *args]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [entry["action"] for entry in lines] == ["approved", "approved"]

@@ -7,6 +7,7 @@ from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
+from agents.ids import short_id
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.listeners.common import first_delivery
@@ -45,8 +46,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
     if verb == "runs":
         return _runs_text(bot)
     if verb == "status" and args:
-        run = bot.store.run(args[0])
-        return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value} — "
+        run = bot.store.find_run(args[0])
+        return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {run.status.value} — "
                 f"{run.goal}" + (f"\nwhy: {run.reason}" if run.reason else ""))
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
@@ -60,14 +61,15 @@ def _runs_text(bot: Bot) -> str:
     runs = bot.store.runs(limit=10)
     if not runs:
         return "No runs yet. Start one with `/deploy v2.3.1`."
-    return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{r.id}` {r.status.value} — {r.goal} "
-                     f"({bk.mention(r.requested_by)})" for r in runs)
+    return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{short_id(r.id)}` {r.status.value} — "
+                     f"{r.goal} ({bk.mention(r.requested_by)})" for r in runs)
 
 
-def _cancel_text(bot: Bot, run_id: str, *, user: str) -> str:
-    bot.check_may_steer(bot.store.run(run_id), user)  # refusal reaches the error handler
-    after = bot.cancel(run_id, user=user)
-    return f"`{run_id}` is {after.status.value}."
+def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:
+    run = bot.store.find_run(typed)  # a unique prefix is enough
+    bot.check_may_steer(run, user)  # refusal reaches the error handler
+    after = bot.cancel(run.id, user=user)
+    return f"`{short_id(run.id)}` is {after.status.value}."
 
 
 def help_text(bot: Bot, user: str) -> str:
