@@ -77,6 +77,11 @@ class LockStore(RedisBase):
 
         self.cas([key], attempt, busy=f"the lock on {env}")
 
+    def lock(self, environment: str) -> LockInfo | None:
+        """Who holds ``environment``'s lock, or None if it is free."""
+        with self.errors():
+            return _lock_info(environment, self.r.get(self.keys.lock(environment)))
+
     def locks(self) -> list[LockInfo]:
         """Every lock held now, from the set of environments ever locked (one entry per
         environment, so bounded), never a SCAN of the keyspace. Members whose lock expired

@@ -66,7 +66,7 @@ class QueueStore(RunStore):
         """Acknowledge and delete every entry naming ``run_id`` (a run executed in-process,
         so no worker needs to take it); the number settled."""
         with self.errors():
-            found = [i for i, run in self._entries() if run == run_id]
+            found = [i for i, run in self.queue_entries() if run == run_id]
             if found:
                 self._settle(self.r.pipeline(), found)
         return len(found)
@@ -76,7 +76,7 @@ class QueueStore(RunStore):
         pipe.xdel(self.keys.queue(), *entry_ids)
         pipe.execute()
 
-    def _entries(self) -> Iterator[tuple[str, str]]:
+    def queue_entries(self) -> Iterator[tuple[str, str]]:
         """(entry id, run id) of every entry still in the stream, oldest first, in pages."""
         start = "-"
         while True:

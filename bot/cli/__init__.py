@@ -118,12 +118,24 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def _add_check(commands: Commands) -> None:
-    parser = commands.add_parser("check", help="validate a config file and list every problem")
-    parser.add_argument("config", type=Path)
+    parser = commands.add_parser("check", help="validate a config file and list every problem; "
+                                 "--store: verify the live store (REDIS_URL)")
+    parser.add_argument("config", type=Path, nargs="?")
+    parser.add_argument("--store", action="store_true",
+                        help="check the store's invariants instead, naming each bad key")
+    parser.add_argument("--repair", action="store_true",
+                        help="with --store: fix what is safe to fix (never deletes a record)")
     parser.set_defaults(handler=_check)
 
 
 def _check(args: argparse.Namespace, console: Console) -> int:
+    if args.store:
+        from bot.cli.store_check import check_store
+
+        return check_store(args, console)
+    if args.config is None:
+        _error(console, "usage: deckhand check CONFIG | deckhand check --store [--repair]")
+        return 2
     config = load_config(args.config)
     console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
                   f"{len(config.inventory.hosts)} hosts, "
