@@ -7,16 +7,11 @@ backlog, and the backlog is exact even where Redis cannot compute a group's lag.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import redis
 from redis.client import Pipeline
 
 from agents.store._redis import GROUP, text
 from agents.store.runs import RunStore
-
-PAGE = 500
-"""Stream entries read per round trip when scanning the queue."""
 
 
 class QueueStore(RunStore):
@@ -71,21 +66,11 @@ class QueueStore(RunStore):
                 self._settle(self.r.pipeline(), found)
         return len(found)
 
+
     def _settle(self, pipe: Pipeline, entry_ids: list[str]) -> None:
         pipe.xack(self.keys.queue(), GROUP, *entry_ids)
         pipe.xdel(self.keys.queue(), *entry_ids)
         pipe.execute()
-
-    def queue_entries(self) -> Iterator[tuple[str, str]]:
-        """(entry id, run id) of every entry still in the stream, oldest first, in pages."""
-        start = "-"
-        while True:
-            page = self.r.xrange(self.keys.queue(), min=start, max="+", count=PAGE)
-            for entry_id, fields in page:
-                yield text(entry_id), text(fields.get(b"run", b""))
-            if len(page) < PAGE:
-                return
-            start = f"({text(page[-1][0])}"
 
     def queue_depth(self) -> int:
         """Entries no worker has taken yet."""

@@ -7,7 +7,7 @@ enqueues it in the same EXEC.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from redis.client import Pipeline
@@ -18,8 +18,10 @@ from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
-from agents.store._redis import RedisBase, text
+from agents.store._redis import GROUP, RedisBase, text
 
+PAGE = 500
+"""Stream entries read per round trip when scanning the queue."""
 Write = Callable[[Pipeline], Any]
 """A command queued in a transaction (e.g. ``queue_step``'s XADD)."""
 Change = Callable[[Run], "list[Write] | None"]
@@ -158,6 +160,26 @@ class RunStore(RedisBase):
         queue the run in the same transaction as its state change."""
         return lambda pipe: pipe.xadd(self.keys.queue(), {"run": run_id})
 
+    def queue_entries(self) -> Iterator[tuple[str, str]]:
+        """(entry id, run id) of every entry still in the stream, oldest first, in pages."""
+        start = "-"
+        while True:
+            page = self.r.xrange(self.keys.queue(), min=start, max="+", count=PAGE)
+            for entry_id, fields in page:
+                yield text(entry_id), text(fields.get(b"run", b""))
+            if len(page) < PAGE:
+                return
+            start = f"({text(page[-1][0])}"
+
+    def unqueue_steps(self, run_id: str) -> list[Write]:
+        """The writes that acknowledge and delete ``run_id``'s queue entries (read now, so
+        call it inside a change), for a run that no longer needs a worker."""
+        found = [entry_id for entry_id, run in self.queue_entries() if run == run_id]
+        if not found:
+            return []
+        return [lambda pipe: pipe.xack(self.keys.queue(), GROUP, *found),
+                lambda pipe: pipe.xdel(self.keys.queue(), *found)]
+
     def revise(self, run_id: str, plan: Plan) -> Run:
         """Bind a waiting run to a new plan version; earlier approvals no longer count."""
         def change(run: Run) -> None:
@@ -173,16 +195,18 @@ class RunStore(RedisBase):
         return self.update_run(run_id, change)
 
     def request_cancel(self, run_id: str, *, user: str) -> Run:
-        """Cancel a waiting run at once; ask the worker of a running one to stop it."""
+        """Cancel a waiting run at once (its queue entry goes with it, so the queue depth
+        stays true); ask the worker of a running one to stop it."""
         def change(run: Run) -> list[Write]:
             if run.status.terminal:
                 raise ApprovalRefused(f"run {run_id} already ended ({run.status.value})")
             if run.status in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
                 return [lambda pipe: pipe.set(self.keys.cancel(run_id), user)]
+            queued = run.status is RunStatus.QUEUED
             run.move(RunStatus.CANCELLED)
             run.reason = f"cancelled by {user}"
             run.finished_at = self.clock()
-            return []
+            return self.unqueue_steps(run_id) if queued else []
 
         return self.update_run(run_id, change)
 

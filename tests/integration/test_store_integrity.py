@@ -218,3 +218,25 @@ def test_locks_are_listed_from_the_held_set(store: Store) -> None:
     assert [lock.run_id for lock in store.locks()] == ["run-a"]
     store.release_locks(["production"], run_id="run-a")
     assert store.locks() == []
+
+
+def test_cancelling_a_queued_run_takes_its_entry_along(tmp_path: Path, store: Store) -> None:
+    services = build_services(make_config(tmp_path), store=store)
+    plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+    run = store.create_run(Run.for_plan(plan))
+    store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                  policy=services.config.policy)
+    assert store.queue_backlog() == (1, 0)
+    assert store.request_cancel(run.id, user="carol").status is RunStatus.CANCELLED
+    assert store.queue_backlog() == (0, 0)
+
+
+def test_schedules_are_found_by_any_unique_prefix(store: Store) -> None:
+    book = ScheduleBook(store)
+    book.create(a_schedule("sch-01aa11"))
+    book.create(a_schedule("sch-01ab22"))
+    assert book.find("01aa").id == "sch-01aa11" and book.find("sch-01ab22").id == "sch-01ab22"
+    with pytest.raises(AmbiguousId, match="sch-01aa11, sch-01ab22"):
+        book.find("01a")
+    with pytest.raises(NotFound):
+        book.find("02")
