@@ -4,10 +4,11 @@ translation of redis-py's exceptions, and the one compare-and-set loop.
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
 ``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
 prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:audit``
-(stream: that run's audit entries), ``lock:ENV``, ``locks`` (set of environments whose lock
-may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group ``workers``; an entry is
-deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``, ``schedule:ID``,
-``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO`` (fire claims).
+(list: that run's audit entries, as JSON), ``lock:ENV``, ``locks`` (set of environments
+whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
+``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
+``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
+(fire claims).
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
