@@ -5,7 +5,8 @@ compare-and-set loop (``cas()``), so double clicks, Slack retries and several re
 never start a run twice. With ``REDIS_URL`` unset the same code runs on an in-process
 fakeredis.
 
-``Store`` combines the parts so callers hold one object; ``ScheduleBook`` wraps a store.
+``Store`` combines the parts so callers hold one object; ``ScheduleBook`` wraps a store;
+``check.StoreCheck`` verifies (and repairs) the invariants the parts keep together.
 """
 
 from __future__ import annotations

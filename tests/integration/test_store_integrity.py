@@ -3,6 +3,7 @@ a fresh id, ids are found by prefix, the queue depth is the truth, reads are bou
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from agents.runs import Run, RunStatus
 from agents.schedules import Schedule
 from agents.services import build_services
 from agents.store import Store
+from agents.store.check import StoreCheck
 from agents.store.schedules import ScheduleBook
 from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import make_config, make_plan
@@ -240,3 +242,25 @@ def test_schedules_are_found_by_any_unique_prefix(store: Store) -> None:
         book.find("01a")
     with pytest.raises(NotFound):
         book.find("02")
+
+
+def test_concurrent_creates_under_one_id_all_land_apart(redis_url: str,
+                                                        client: redis.Redis) -> None:
+    """Eight threads create runs that all start with the same id: each lands exactly once,
+    under its own id, and the store keeps every invariant."""
+    store = Store.connect(redis_url)
+    plan = store.save_plan(a_plan())
+    barrier = threading.Barrier(8)
+    made: list[str] = []
+
+    def create_many() -> None:
+        barrier.wait()
+        made.extend(store.create_run(Run.for_plan(plan, id="run-same")).id for _ in range(20))
+
+    threads = [threading.Thread(target=create_many) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(made)) == 160 and client.zcard("dh:runs") == 160
+    assert StoreCheck(store).violations() == []
