@@ -186,9 +186,7 @@ class Worker:
     def _unlock(self, run: Run) -> None:
         self.store.release_locks(run.environments, run_id=run.id)
         for env in run.environments:
-            waiting = self.store.next_waiting(env)
-            if waiting:
-                self.store.enqueue(waiting)
+            self.store.wake_next(env)  # pops and queues in one EXEC
 
     # -- execution -------------------------------------------------------------------------
 

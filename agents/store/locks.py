@@ -105,12 +105,6 @@ class LockStore(RedisBase):
 
         self.cas([key], attempt, busy=f"the queue for {environment}'s lock")
 
-    def next_waiting(self, environment: str) -> str | None:
-        """Pop the first run waiting for ``environment`` (the lock was released)."""
-        with self.errors():
-            raw = self.r.lpop(self.keys.lock_queue(environment))
-        return raw.decode() if raw else None
-
 
 def _lock_info(env: str, raw: bytes | str | None) -> LockInfo | None:
     if raw is None:

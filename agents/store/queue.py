@@ -19,6 +19,23 @@ class QueueStore(RunStore):
         with self.errors():
             self.queue_step(run_id)(self.r)
 
+    def wake_next(self, environment: str) -> str | None:
+        """Move the first run waiting for ``environment``'s lock onto the queue, popping and
+        queueing in one EXEC (a crash in between would strand it); None if none waits."""
+        key = self.keys.lock_queue(environment)
+
+        def attempt(pipe: Pipeline) -> str | None:
+            first = pipe.lindex(key, 0)
+            if first is None:
+                return None
+            pipe.multi()
+            pipe.lpop(key)
+            self.queue_step(text(first))(pipe)
+            pipe.execute()
+            return text(first)
+
+        return self.cas([key], attempt, busy=f"the queue for {environment}'s lock")
+
     def ensure_group(self) -> None:
         with self.errors():
             try:

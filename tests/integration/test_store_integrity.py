@@ -264,3 +264,13 @@ def test_concurrent_creates_under_one_id_all_land_apart(redis_url: str,
         thread.join()
     assert len(set(made)) == 160 and client.zcard("dh:runs") == 160
     assert StoreCheck(store).violations() == []
+
+
+def test_a_run_waiting_for_a_lock_is_woken_onto_the_queue_in_one_step(store: Store) -> None:
+    store.ensure_group()
+    store.wait_for_lock("staging", "run-a")
+    store.wait_for_lock("staging", "run-a")  # once only
+    store.wait_for_lock("staging", "run-b")
+    assert store.wake_next("staging") == "run-a" and store.queue_backlog() == (1, 0)
+    assert store.wake_next("staging") == "run-b" and store.wake_next("staging") is None
+    assert [run for _, run in store.queue_entries()] == ["run-a", "run-b"]
