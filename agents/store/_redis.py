@@ -12,7 +12,7 @@ whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
-taken retries under a fresh id from ``RedisBase.ids`` (see :meth:`RedisBase.create`).
+taken retries under a fresh id from ``RedisBase.ids`` (see ``RedisBase.create_unique``).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class RedisBase:
                         continue
         raise StoreError(f"{busy} is changing too fast; try again")
 
-    def create(self, kind: str, first_id: str, keys: Callable[[str], Sequence[str]],
+    def create_unique(self, kind: str, first_id: str, keys: Callable[[str], Sequence[str]],
                attempt: Callable[[Pipeline, str], bool]) -> str:
         """Create a record under ``first_id``, or under a fresh id if that one is taken.
 

@@ -18,8 +18,9 @@ class PlanStore(RedisBase):
         MULTI as the version is written, and only forward.
         """
         if plan.version == 1:
-            plan.id = self.create("plan", plan.id, self._plan_keys,
-                                  lambda pipe, plan_id: self._write_first(pipe, plan, plan_id))
+            plan.id = self.create_unique(
+                "plan", plan.id, self._plan_keys,
+                lambda pipe, plan_id: self._write_first(pipe, plan, plan_id))
             return plan
         keys = [self.keys.plan_latest(plan.id), self.keys.plan(plan.id, plan.version)]
         self.cas(keys, lambda pipe: self._write_next(pipe, plan), busy=f"plan {plan.id}")

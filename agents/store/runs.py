@@ -36,8 +36,9 @@ MAX_CANDIDATES = 10
 class RunStore(RedisBase):
     def create_run(self, run: Run) -> Run:
         """Store a new run and index it, all or nothing; a taken id is replaced in place."""
-        run.id = self.create("run", run.id, lambda run_id: [self.keys.run(run_id)],
-                             lambda pipe, run_id: self._write_new_run(pipe, run, run_id))
+        run.id = self.create_unique(
+            "run", run.id, lambda run_id: [self.keys.run(run_id)],
+            lambda pipe, run_id: self._write_new_run(pipe, run, run_id))
         return run
 
     def _write_new_run(self, pipe: Pipeline, run: Run, run_id: str) -> bool:

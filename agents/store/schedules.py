@@ -33,7 +33,7 @@ class ScheduleBook:
 
     def create(self, schedule: Schedule) -> Schedule:
         """Store and index a new schedule, all or nothing; a taken id is replaced in place."""
-        schedule.id = self.store.create(
+        schedule.id = self.store.create_unique(
             "sch", schedule.id, lambda schedule_id: [self.keys.schedule(schedule_id)],
             lambda pipe, schedule_id: self._write_new(pipe, schedule, schedule_id))
         return schedule
