@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from rich.console import Console
 
+from agents.config import Config
 from agents.errors import AmbiguousId, NotFound, StoreError
 from agents.ids import new_id, normalize, short_id
 from agents.plan import Plan
@@ -21,6 +23,7 @@ from agents.store import Store
 from agents.store.check import StoreCheck
 from agents.store.schedules import ScheduleBook
 from agents.worker import Worker, WorkerOptions
+from bot.terminal.console import ConsoleFlow
 from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.store_snapshot import changed, snapshot
 
@@ -274,3 +277,15 @@ def test_a_run_waiting_for_a_lock_is_woken_onto_the_queue_in_one_step(store: Sto
     assert store.wake_next("staging") == "run-a" and store.queue_backlog() == (1, 0)
     assert store.wake_next("staging") == "run-b" and store.wake_next("staging") is None
     assert [run for _, run in store.queue_entries()] == ["run-a", "run-b"]
+
+
+def test_deckhand_run_leaves_no_queue_entry_behind(sample_config: Config, store: Store) -> None:
+    """The issue's finding: runs executed by `deckhand run` stayed 'waiting' forever."""
+    services = build_services(sample_config, store=store)
+    flow = ConsoleFlow(services, Console(record=True, width=120), user="alice")
+    deployed = flow.handle("deploy v2.3.1 to staging", yes=True)
+    status = flow.handle("status production")  # read-only: runs at once, no approval
+    assert deployed is not None and deployed.status is RunStatus.SUCCEEDED
+    assert status is not None and status.status is RunStatus.SUCCEEDED
+    assert store.queue_backlog() == (0, 0)
+    assert StoreCheck(store).violations() == []
