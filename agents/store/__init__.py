@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.store._redis import CAS_RETRIES, GROUP, Keys, connect_client, safe_url
+from agents.store._redis import CAS_RETRIES, GROUP, Keys, Write, connect_client, safe_url
 from agents.store.audit import AuditEntry, AuditStore
 from agents.store.leases import LeaseStore, LostOwnership
 from agents.store.locks import LockInfo, LockStore
 from agents.store.plans import PlanStore
 from agents.store.queue import QueueStore
-from agents.store.runs import Change, Write
+from agents.store.runs import Change
 
 
 class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore):

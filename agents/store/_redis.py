@@ -17,15 +17,19 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import redis
+from pydantic import BaseModel
 from redis.backoff import ExponentialBackoff
 from redis.client import Pipeline
 from redis.retry import Retry
 
-from agents.errors import StoreError, StoreUnavailable
+from agents.errors import NotFound, StoreError, StoreUnavailable
 
 CAS_RETRIES = 100
 GROUP = "workers"
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+Write = Callable[[Pipeline], Any]
+"""A command queued in a transaction (e.g. a run's XADD onto the queue)."""
 
 
 class Keys:
@@ -128,6 +132,28 @@ class RedisBase:
                     except redis.WatchError:
                         continue
         raise StoreError(f"{busy} is changing too fast; try again")
+
+    def update_record(self, key: str, model: type[M],
+                      change: Callable[[M], Sequence[Write] | None], *, missing: str) -> M:
+        """Read the JSON record at ``key``, let ``change`` edit it, write it back atomically.
+
+        ``change`` may return more writes for the same transaction; NotFound(``missing``)
+        if there is no record. Retried with a fresh read whenever ``key`` changed meanwhile.
+        """
+        def attempt(pipe: Pipeline) -> M:
+            raw = pipe.get(key)
+            if raw is None:
+                raise NotFound(missing)
+            record = model.model_validate_json(raw)
+            extras = change(record) or ()
+            pipe.multi()
+            pipe.set(key, record.model_dump_json())
+            for extra in extras:
+                extra(pipe)
+            pipe.execute()
+            return record
+
+        return self.cas([key], attempt, busy=key.removeprefix(self.prefix + ":"))
 
     def ping(self) -> bool:
         with self.errors():

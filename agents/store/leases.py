@@ -7,7 +7,8 @@ from redis.client import Pipeline
 
 from agents.errors import StoreError
 from agents.runs import Run, RunStatus
-from agents.store.runs import RunStore, Write
+from agents.store._redis import Write
+from agents.store.runs import RunStore
 
 
 class LostOwnership(StoreError):

@@ -7,19 +7,14 @@ enqueues it in the same EXEC.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from redis.client import Pipeline
 
 from agents.approvals import approval_problem, approvals_needed
 from agents.errors import ApprovalRefused, IllegalTransition, NotFound, StoreError
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
-from agents.store._redis import RedisBase
+from agents.store._redis import RedisBase, Write
 
-Write = Callable[[Pipeline], Any]
-"""A command queued in a transaction (e.g. ``queue_step``'s XADD)."""
 Change = Callable[[Run], "list[Write] | None"]
 """Edits a run in place; may return extra commands to run in the same transaction."""
 
@@ -53,22 +48,7 @@ class RunStore(RedisBase):
 
     def update_run(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
-        key = self.keys.run(run_id)
-
-        def attempt(pipe: Pipeline) -> Run:
-            raw = pipe.get(key)
-            if raw is None:
-                raise NotFound(f"no run {run_id}")
-            run = Run.model_validate_json(raw)
-            extras = change(run) or []
-            pipe.multi()
-            pipe.set(key, run.model_dump_json())
-            for extra in extras:
-                extra(pipe)
-            pipe.execute()
-            return run
-
-        return self.cas([key], attempt, busy=f"run {run_id}")
+        return self.update_record(self.keys.run(run_id), Run, change, missing=f"no run {run_id}")
 
     def transition(self, run_id: str, new: RunStatus, *,
                    expect: Iterable[RunStatus] | None = None, reason: str | None = None) -> Run:
