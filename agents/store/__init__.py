@@ -14,6 +14,7 @@ from typing import Any
 
 from agents.store._redis import CAS_RETRIES, GROUP, Keys, Write, connect_client, safe_url
 from agents.store.audit import AuditEntry, AuditStore
+from agents.store.history import HistoryStore
 from agents.store.leases import LeaseStore, LostOwnership
 from agents.store.locks import LockInfo, LockStore
 from agents.store.plans import PlanStore
@@ -21,7 +22,7 @@ from agents.store.queue import QueueStore
 from agents.store.runs import Change
 
 
-class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore):
+class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, HistoryStore):
     """Redis-backed state shared by every bot replica and worker."""
 
     @classmethod

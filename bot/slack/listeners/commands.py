@@ -48,6 +48,12 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
         run = bot.store.run(args[0])
         return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value} — "
                 f"{run.goal}" + (f"\nwhy: {run.reason}" if run.reason else ""))
+    if verb == "where":
+        env = args[0] if args else None
+        states = ([bot.store.deployed_state(env)] if env else bot.store.deployed_states())
+        return bk.where_text(states)
+    if verb == "history" and args:
+        return bk.history_text(args[0], bot.store.history(args[0], limit=10))
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
@@ -79,6 +85,8 @@ def help_text(bot: Bot, user: str) -> str:
     lines = ["*deckhand* — deploys you can read before they run.",
              "• `/deploy REQUEST` — plan a deploy and post it for approval",
              "• `/deckhand runs` — recent runs · `/deckhand status RUN` — one run",
+             "• `/deckhand where [ENV]` — which version runs where · "
+             "`/deckhand history ENV` — the last deploys",
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]

@@ -1,0 +1,75 @@
+"""Deployment history end to end: the sample app on local hosts, a real redis-server (kept
+across a restart), a real git repository, the terminal flow and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agents.config import Config
+from agents.errors import PlanInvalid
+from agents.runs import RunStatus
+from agents.services import Services, build_services
+from agents.store import Store
+from bot.cli import main
+from bot.cli.demo import probe
+from bot.terminal.console import ConsoleFlow
+from tests.fixtures.redis_server import RedisServer
+from tests.unit.test_history import make_repo
+
+
+def _deploy(services: Services, request: str) -> RunStatus:
+    console = Console(record=True, width=160)
+    run = ConsoleFlow(services, console, user="alice").handle(request, yes=True)
+    assert run is not None, console.export_text()
+    return run.status
+
+
+def _live(config: Config, prefix: str) -> set[str]:
+    return {p.body for p in probe(config) if p.host.startswith(prefix)}
+
+
+def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redis: RedisServer,
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    repo = make_repo(tmp_path / "app", {"v2.3.1": ["one"], "v2.4.0": ["two", "three"],
+                                        "v2.4.0-broken": ["break"]})
+    sample_config.history = sample_config.history.model_copy(update={"repo": str(repo)})
+    services = build_services(sample_config, store=Store.connect(own_redis.url))
+    assert _deploy(services, "deploy v2.3.1") is RunStatus.SUCCEEDED
+    changes = services.changelog(services.make_plan("deploy v2.4.0", requested_by="alice"))
+    assert changes[0].startswith("📜 v2.4.0 ships 2 commit(s) since v2.3.1 (live in production)")
+    assert _deploy(services, "deploy v2.4.0") is RunStatus.SUCCEEDED
+    assert _deploy(services, "deploy v2.4.0-broken") is RunStatus.ROLLED_BACK
+
+    own_redis.restart()  # history is in Redis (AOF), not in this process
+    store = Store.connect(own_redis.url)
+    production = store.deployed_state("production")
+    assert production.version == "v2.4.0" and production.drift == {}
+    assert set(production.hosts) == {"prod-1", "prod-2"}
+    assert store.deployed_state("staging").version == "v2.4.0"  # the broken one rolled back
+    assert _live(sample_config, "staging") == {"v2.4.0"}  # ...and the host agrees
+    staging = store.history("staging")
+    assert [(d.version, d.outcome) for d in staging] == [
+        ("v2.4.0-broken", RunStatus.ROLLED_BACK), ("v2.4.0", RunStatus.SUCCEEDED),
+        ("v2.3.1", RunStatus.SUCCEEDED)]
+
+    services = build_services(sample_config, store=store)
+    with pytest.raises(PlanInvalid, match=r"v2\.2\.0 was never live in production.*"
+                                          r"v2\.4\.0, v2\.3\.1"):
+        services.make_plan("roll back production to v2.2.0", requested_by="alice")
+    assert _deploy(services, "roll back production to v2.3.1") is RunStatus.SUCCEEDED
+    assert _live(sample_config, "prod") == {"v2.3.1"}
+    assert store.deployed_state("production").version == "v2.3.1"
+    assert store.history("production")[0].rollback_of_version
+
+    monkeypatch.setenv("REDIS_URL", own_redis.url)
+    assert main(["where", "--config", str(sample_config.path)]) == 0
+    assert main(["history", "production", "--config", str(sample_config.path)]) == 0
+    assert main(["stats", "production", "--config", str(sample_config.path)]) == 0
+    out = capsys.readouterr().out
+    assert "v2.3.1" in out and "(rollback)" in out and "Delivery (DORA)" in out
+    assert "33%" in out  # v2.4.0 was undone by the rollback; the first v2.3.1 was not
