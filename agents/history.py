@@ -13,10 +13,11 @@ its current version. Mutating steps without a version (restarts) are not history
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.plan import Plan, Step
 from agents.runs import Run, RunStatus, StepState, StepStatus
@@ -39,6 +40,26 @@ class HistorySettings(BaseModel):
     max_commits: int = Field(default=10, ge=1, le=50)
     undo_window_hours: float = Field(
         default=24.0, gt=0, description="a rollback this soon after a deploy counts it failed")
+    version_tool: str | None = Field(
+        default=None, description="a read-only tool that reports a host's live version")
+    version_pattern: str = Field(
+        default=r"^current: (\S+)$", description="one capture group: the version in its output")
+
+    @field_validator("version_pattern")
+    @classmethod
+    def _one_group(cls, value: str) -> str:
+        try:
+            groups = re.compile(value, re.MULTILINE).groups
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        if groups != 1:
+            raise ValueError("needs exactly one capture group (the version)")
+        return value
+
+    def read_version(self, output: str) -> str | None:
+        """The version a host reported in ``output`` (None if the pattern finds none)."""
+        found = re.search(self.version_pattern, output, re.MULTILINE)
+        return found.group(1) if found else None
 
 
 class HostVersion(BaseModel):

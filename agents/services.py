@@ -18,6 +18,7 @@ from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
+from agents.verify import Observed, VersionProbe
 from tools.gitlog import GitRepo
 from tools.redact import Redactor
 from tools.runners.pool import RunnerPool
@@ -100,6 +101,12 @@ class Services:
             live = None
         log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
         return changelog_lines(log, env, settings.compare_url)
+
+    def observe_versions(self, environment: str) -> list[Observed]:
+        """Each host's live version, asked with ``history.version_tool`` (PlanError if unset)."""
+        probe = VersionProbe(self.config.history, self.config.catalog, self.config.inventory,
+                             self.runners, self.config.vars)
+        return probe.observe(environment)
 
     def record_history(self, run: Run) -> None:
         """Add a finished run to the deployment history (once; a failure is only logged:

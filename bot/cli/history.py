@@ -13,6 +13,7 @@ from rich.text import Text
 from agents.history import Deploy, Stats, Where, stats
 from agents.services import Services
 from agents.store.history import HISTORY_READ
+from agents.verify import Observed
 from bot.cli.common import Commands, add_config_arg, services_for
 from tools.gitlog import GitRepo
 
@@ -24,6 +25,8 @@ def register(commands: Commands) -> None:
     where = commands.add_parser("where", help="which version runs where (drift flagged)",
                                 epilog="example: deckhand where production")
     where.add_argument("environment", nargs="?")
+    where.add_argument("--verify", action="store_true",
+                       help="ask every host which version it serves (history.version_tool)")
     add_config_arg(where)
     where.set_defaults(handler=_where)
 
@@ -48,8 +51,19 @@ def _where(args: argparse.Namespace, console: Console) -> int:
     if not any(s.hosts for s in states):
         console.print(f"No deploys recorded yet. {_hint(services)}".strip(), markup=False)
         return 0
-    console.print(where_table(states))
-    return 0
+    observed = _observe(services, states) if args.verify else None
+    console.print(where_table(states, observed))
+    return 1 if observed and _disagree(states, observed) else 0
+
+
+def _observe(services: Services, states: list[Where]) -> dict[str, Observed]:
+    found = [o for s in states if s.hosts for o in services.observe_versions(s.environment)]
+    return {o.host: o for o in found}
+
+
+def _disagree(states: list[Where], observed: dict[str, Observed]) -> bool:
+    return any(o.version is None or o.version != s.hosts[h].version
+               for s in states for h, o in observed.items() if h in s.hosts)
 
 
 def _states(services: Services, environment: str | None) -> list[Where]:
@@ -60,18 +74,33 @@ def _states(services: Services, environment: str | None) -> list[Where]:
     return [recorded.get(n) or Where(environment=n) for n in dict.fromkeys(names)]
 
 
-def where_table(states: list[Where]) -> Table:
-    """Environment × host: version, since, run; hosts that disagree are marked drift."""
-    table = Table("environment", "host", "version", "since", "run", title="Deployed")
+def where_table(states: list[Where], observed: dict[str, Observed] | None = None) -> Table:
+    """Environment × host: version, since, run; hosts that disagree are marked drift.
+
+    With ``observed``, a column shows what each host itself reported.
+    """
+    columns = ["environment", "host", "version", "since", "run"]
+    table = Table(*columns, *(["host says"] if observed is not None else []), title="Deployed")
     for state in states:
         drift = state.drift
         for host, live in sorted(state.hosts.items()):
             version = Text(live.version or "unknown")
             if host in drift:
                 version.append("  drift", style="bold red")
-            table.add_row(Text(state.environment), Text(host), version, _when(live.since),
-                          Text(live.run_id))
+            row = [Text(state.environment), Text(host), version, _when(live.since),
+                   Text(live.run_id)]
+            if observed is not None:
+                row.append(_said(observed.get(host), live.version))
+            table.add_row(*row)
     return table
+
+
+def _said(seen: Observed | None, recorded: str | None) -> Text:
+    if seen is None:
+        return Text("not asked", style="dim")
+    if seen.version is None:
+        return Text(seen.problem or "no version in its output", style="bold red")
+    return Text(seen.version, style="green" if seen.version == recorded else "bold red")
 
 
 def _history(args: argparse.Namespace, console: Console) -> int:

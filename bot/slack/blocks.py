@@ -28,6 +28,7 @@ class ActionId(StrEnum):
     MODIFY = "modify"
     REJECT = "reject"
     SCHEDULE_CONFIRM = "schedule_confirm"
+    ROLLBACK_TO = "rollback_to"
 
 
 class ViewId(StrEnum):
@@ -155,6 +156,23 @@ def history_text(environment: str, deploys: list[Deploy]) -> str:
                      f"`{escape(deploy.version or '?')}`{undo} {deploy.outcome.value} — "
                      f"{mention(deploy.requested_by)} `{deploy.run_id}`")
     return "\n".join(lines)
+
+
+def history_blocks(environment: str, deploys: list[Deploy], live: str | None) -> list[Block]:
+    """The history with a "Roll back to this version" button per earlier live version.
+
+    The button only asks for a plan (``roll back ENV to VERSION``): it is posted, approved,
+    locked and audited like any deploy.
+    """
+    blocks = [section(history_text(environment, deploys))]
+    versions = [v for d in deploys if d.took_effect and not d.rollback_of_version
+                for v in [d.version] if v and v != live]
+    for version in list(dict.fromkeys(versions))[:5]:  # one block each: same action_id
+        blocks.append({"type": "actions", "elements": [{
+            "type": "button", "action_id": ActionId.ROLLBACK_TO,
+            "text": {"type": "plain_text", "text": trim(f"Roll back to {version}", 75)},
+            "value": json.dumps({"environment": environment, "version": version})}]})
+    return blocks
 
 
 def _date(at: float | None) -> str:

@@ -3,6 +3,8 @@ across a restart), a real git repository, the terminal flow and the CLI."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,10 @@ from agents.services import Services, build_services
 from agents.store import Store
 from bot.cli import main
 from bot.cli.demo import probe
+from bot.slack import blocks as bk
 from bot.terminal.console import ConsoleFlow
 from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.slack_world import SlackWorld, button
 from tests.unit.test_history import make_repo
 
 
@@ -73,3 +77,42 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
     out = capsys.readouterr().out
     assert "v2.3.1" in out and "(rollback)" in out and "Delivery (DORA)" in out
     assert "33%" in out  # v2.4.0 was undone by the rollback; the first v2.3.1 was not
+
+    assert main(["where", "--verify", "--config", str(sample_config.path)]) == 0
+    assert "host says" in capsys.readouterr().out
+    prod_2 = sample_config.inventory.hosts["prod-2"]  # someone switches a host by hand
+    subprocess.run([str(sample_config.path.parent / "app/bin/rollback.sh"), prod_2.vars["dir"],
+                    str(prod_2.vars["port"]), "v2.4.0"], check=True, capture_output=True)
+    observed = {o.host: o.version for o in services.observe_versions("production")}
+    assert observed == {"prod-1": "v2.3.1", "prod-2": "v2.4.0"}
+    assert main(["where", "production", "--verify", "--config", str(sample_config.path)]) == 1
+
+
+def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None:
+    for number, version in enumerate(("v2.3.1", "v2.4.0")):
+        world.deploy(f"{version} to staging")
+        value = button(world.plan_message(number), "approve")
+        world.click("approve", value, user="UBOB")
+        assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
+
+    world.signer.command("/deckhand", "history staging", user="UBOB",
+                         response_url=f"{world.standin.url}/response/h")
+    reply = world.standin.wait_for(lambda: world.standin.responses, what="the history")[-1]
+    text = json.dumps(reply["blocks"])
+    assert "v2.4.0" in text and "v2.3.1" in text
+    rollback = [e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert [e["text"]["text"] for e in rollback] == ["Roll back to v2.3.1"]  # not the live one
+
+    world.click("rollback_to", rollback[0]["value"], user="UALICE")
+    plan = world.plan_message(2)  # an ordinary plan, posted for approval
+    assert "Roll staging back to v2.3.1" in plan.text_of_blocks()
+    value = button(plan, "approve")
+    world.click("approve", value, user="UBOB")
+    assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
+    assert _live(world.config, "staging") == {"v2.3.1"}
+
+    world.signer.command("/deckhand", "where", user="UBOB",
+                         response_url=f"{world.standin.url}/response/w")
+    where = world.standin.wait_for(lambda: world.standin.responses[1:], what="where")[-1]
+    assert "*staging*: `v2.3.1`" in where["text"]
+    assert world.standin.violations == []

@@ -35,10 +35,14 @@ def register(app: App, bot: Bot) -> None:
         ack()
         text = command.get("text", "")
         user = command["user_id"]
-        respond(bk.trim(answer(bot, text, user=user, channel=command["channel_id"]), 3900))
+        reply = answer(bot, text, user=user, channel=command["channel_id"])
+        if isinstance(reply, list):
+            respond(blocks=reply, text="deckhand")
+        else:
+            respond(bk.trim(reply, 3900))
 
 
-def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
+def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Block]:
     """The reply to ``/deckhand TEXT`` (ephemeral)."""
     words = _split(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
@@ -53,7 +57,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
         states = ([bot.store.deployed_state(env)] if env else bot.store.deployed_states())
         return bk.where_text(states)
     if verb == "history" and args:
-        return bk.history_text(args[0], bot.store.history(args[0], limit=10))
+        live = bot.store.deployed_state(args[0]).version
+        return bk.history_blocks(args[0], bot.store.history(args[0], limit=10), live)
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
