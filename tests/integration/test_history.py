@@ -115,4 +115,11 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
                          response_url=f"{world.standin.url}/response/w")
     where = world.standin.wait_for(lambda: world.standin.responses[1:], what="where")[-1]
     assert "*staging*: `v2.3.1`" in where["text"]
+    world.open_home("UBOB")
+    home = world.standin.wait_for(lambda: world.standin.of("views.publish"), what="the Home")
+    assert "runs `v2.3.1`" in json.dumps(home[-1].payload)
+    status, metrics = world.get("/metrics")
+    assert status == 200
+    assert 'deckhand_deploys_per_day{environment="staging"} 0.1' in metrics
+    assert 'deckhand_change_failure_rate{environment="staging"} 0.33' in metrics
     assert world.standin.violations == []
