@@ -64,7 +64,8 @@ class RunStore(RedisBase):
             if new.terminal:
                 run.finished_at = self.clock()
 
-        return self.update_run(run_id, change)
+        run = self.update_run(run_id, change)
+        return self.durable(run, f"end ({new.value})") if new.terminal else run
 
     def approve(self, run_id: str, *, user: str, user_groups: Iterable[str] = (),
                 plan_version: int, plan_hash: str, policy: Policy) -> Run:
@@ -85,7 +86,15 @@ class RunStore(RedisBase):
             run.move(RunStatus.QUEUED)
             return [self.queue_step(run_id)]
 
-        return self.update_run(run_id, change)
+        return self.durable(self.update_run(run_id, change), f"approval by {user}")
+
+    def durable(self, run: Run, what: str) -> Run:
+        """Wait for a replica to have ``run``'s last write; if none confirms in time, say so
+        in the record (an operator reading it knows a failover may have lost that write)."""
+        if self.replicate(f"{what} on run {run.id}"):
+            return run
+        return self.update_run(run.id, lambda r: r.meta.setdefault("unreplicated", [])
+                               .append(what))
 
     def queue_step(self, run_id: str) -> Write:
         """The XADD that queues ``run_id``; return it from an ``update_run`` change to

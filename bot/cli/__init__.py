@@ -18,7 +18,9 @@ from rich.console import Console
 from agents.config import load_config
 from agents.plan_yaml import plan_to_yaml
 from agents.runs import RunStatus
+from agents.settings import Settings
 from bot.cli.common import Commands, Handler, add_config_arg, services_for
+from bot.cli.health import report_redis
 from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
@@ -118,7 +120,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def _add_check(commands: Commands) -> None:
-    parser = commands.add_parser("check", help="validate a config file and list every problem")
+    parser = commands.add_parser("check", help="validate a config file and list every problem; "
+                                                "with REDIS_URL, check that Redis keeps records")
     parser.add_argument("config", type=Path)
     parser.set_defaults(handler=_check)
 
@@ -129,5 +132,5 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.hosts)} hosts, "
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
-    return 0
+    return report_redis(console, Settings())
 
