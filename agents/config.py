@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.errors import PlanError
+from agents.history import HistorySettings
 from agents.plan import PlanChecker
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
@@ -17,7 +18,7 @@ from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
 from tools.yamlsrc import Located, load_yaml_file
 
-SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets"}
+SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history"}
 BUILTIN_SCOPES = ("host.", "vars.")
 
 
@@ -32,6 +33,7 @@ class Config:
     playbooks: list[Playbook]
     vars: dict[str, Any] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
+    history: HistorySettings = field(default_factory=lambda: HistorySettings())
 
 
 def load_config(path: Path | str) -> Config:
@@ -59,7 +61,7 @@ class _Loader:
             if key not in SECTIONS:
                 self._add(self.doc, (key,), f"unknown section (expected one of "
                                              f"{', '.join(sorted(SECTIONS))})")
-        for section in ("vars", "inventory"):
+        for section in ("vars", "inventory", "history"):
             data[section] = _expand(data.get(section) or {}, str(self.path.parent))
         config_vars = self._vars(data["vars"])
         tools = self._tools(data.get("tools") or {})
@@ -67,10 +69,12 @@ class _Loader:
         policy = self._model(Policy, data.get("policy") or {}, ("policy",))
         playbooks = self._playbooks(data.get("playbooks") or [])
         secrets = [str(s) for s in data.get("secrets") or []]
-        if tools is None or inventory is None or policy is None or playbooks is None:
+        history = self._model(HistorySettings, data.get("history") or {}, ("history",))
+        if tools is None or inventory is None or policy is None or playbooks is None \
+                or history is None:
             return None
         config = Config(self.path, Catalog(tools), inventory, policy, playbooks, config_vars,
-                        secrets)
+                        secrets, history)
         _bind_environments(config.catalog, inventory)
         self._cross_check(config)
         return config

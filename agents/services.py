@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from agents.config import Config
-from agents.errors import PlanError
+from agents.errors import PlanError, PlanInvalid, StoreError
 from agents.executor import Executor, ExecutorDeps
+from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.plan import Plan, is_read_only, validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
+from agents.verify import Observed, VersionProbe
+from tools.gitlog import GitRepo
 from tools.redact import Redactor
 from tools.runners.pool import RunnerPool
+
+log = logging.getLogger("deckhand.services")
 
 
 class Planner(Protocol):
@@ -76,6 +83,41 @@ class Services:
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
+        problems = rollback_target_problems(plan, self.config.catalog,
+                                            self.store.deployed_versions)
+        if problems:
+            raise PlanInvalid(problems)
+
+    def changelog(self, plan: Plan) -> list[str]:
+        """What ``plan`` ships over what is live, from the app's git repository (if set)."""
+        settings = self.config.history
+        target = shipped(plan, self.config.catalog)
+        if settings.repo is None or target is None:
+            return []
+        env, version = target
+        try:
+            live = self.store.deployed_state(env).version
+        except StoreError:
+            live = None
+        log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
+        return changelog_lines(log, env, settings.compare_url)
+
+    def observe_versions(self, environment: str) -> list[Observed]:
+        """Each host's live version, asked with ``history.version_tool`` (PlanError if unset)."""
+        probe = VersionProbe(self.config.history, self.config.catalog, self.config.inventory,
+                             self.runners, self.config.vars)
+        return probe.observe(environment)
+
+    def record_history(self, run: Run) -> None:
+        """Add a finished run to the deployment history (once; a failure is only logged:
+        the run's own record is already written and stays the truth)."""
+        try:
+            plan = self.store.plan(run.plan_id, run.plan_version)  # the last replan's
+            deploys = deploys_of(plan, run, self.config.catalog)
+            if deploys:
+                self.store.record_deploys(run.id, deploys)
+        except StoreError as exc:
+            log.error("run %s: could not record deployment history (%s)", run.id, exc)
 
     def close(self) -> None:
         self.runners.close()

@@ -208,6 +208,8 @@ class Worker:
                 plan, run, cancel=token,
                 listeners=[self._persist(token), *front_ends, *listeners])
             log.info("run %s ended %s", run.id, final.status.value)
+            if final.status.terminal:
+                self.services.record_history(final)
             return final
         finally:
             beat.stop()

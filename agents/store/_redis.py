@@ -18,24 +18,29 @@ taken retries under a fresh id from ``RedisBase.ids`` (see ``RedisBase.create_un
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
+from pydantic import BaseModel
 from redis.client import Pipeline
-from redis.retry import Retry
 
-from agents.errors import StoreError, StoreUnavailable
+from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
 
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
 """Fresh ids tried before a create gives up (one retry is already a once-in-ages event)."""
+REPLICA_CHECK_EVERY = 30.0
+EMBEDDED = "in-process fakeredis"
 GROUP = "workers"
 T = TypeVar("T")
+log = logging.getLogger("deckhand.store")
+M = TypeVar("M", bound=BaseModel)
+Write = Callable[[Pipeline], Any]
+"""A command queued in a transaction (e.g. a run's XADD onto the queue)."""
 IdFactory = Callable[[str], str]
 """Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
 
@@ -118,6 +123,9 @@ class RedisBase:
         self.clock = clock
         self.where = where
         self.ids = ids
+        self.replicate_timeout = 2.0
+        self.embedded = False
+        self._replicas: tuple[float, int] | None = None
 
     def k(self, *parts: str) -> str:
         """A key under this store's prefix (``Keys`` names the ones deckhand uses)."""
@@ -170,23 +178,54 @@ class RedisBase:
             candidate = self.ids(kind)
         raise StoreError(f"no free {kind} id after {CREATE_RETRIES} tries; nothing was written")
 
+    def update_record(self, key: str, model: type[M],
+                      change: Callable[[M], Sequence[Write] | None], *, missing: str) -> M:
+        """Read the JSON record at ``key``, let ``change`` edit it, write it back atomically.
+
+        ``change`` may return more writes for the same transaction; NotFound(``missing``)
+        if there is no record. Retried with a fresh read whenever ``key`` changed meanwhile.
+        """
+        def attempt(pipe: Pipeline) -> M:
+            raw = pipe.get(key)
+            if raw is None:
+                raise NotFound(missing)
+            record = model.model_validate_json(raw)
+            extras = change(record) or ()
+            pipe.multi()
+            pipe.set(key, record.model_dump_json())
+            for extra in extras:
+                extra(pipe)
+            pipe.execute()
+            return record
+
+        return self.cas([key], attempt, busy=key.removeprefix(self.prefix + ":"))
+
+    def replicate(self, what: str) -> bool:
+        """Wait until a replica has everything written so far (True), if there are replicas.
+
+        False when none acknowledged within ``replicate_timeout``: the write is on the
+        primary only, and a failover now could lose it.
+        """
+        if self.embedded or self._replica_count() == 0:
+            return True
+        with self.errors():
+            acked = int(self.r.wait(1, int(self.replicate_timeout * 1000)))
+        if acked < 1:
+            log.warning("%s is not replicated yet (no replica answered within %.1f s)",
+                        what, self.replicate_timeout)
+        return acked >= 1
+
+    def _replica_count(self) -> int:
+        now = time.monotonic()
+        if self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
+            with self.errors():
+                count = int(self.r.info("replication").get("connected_slaves", 0))
+            self._replicas = (now, count)
+        return self._replicas[1]
+
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
-
-
-def connect_client(url: str) -> redis.Redis:
-    """A client for ``url`` that rides out a short Redis restart."""
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=6)
-    return redis.Redis.from_url(url, retry=retry, socket_timeout=5,
-                                retry_on_error=[redis.ConnectionError, redis.TimeoutError])
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path}"
 
 
 def text(value: bytes | str) -> str:

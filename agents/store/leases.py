@@ -7,7 +7,8 @@ from redis.client import Pipeline
 
 from agents.errors import StoreError
 from agents.runs import Run, RunStatus
-from agents.store.runs import RunStore, Write
+from agents.store._redis import Write
+from agents.store.runs import RunStore
 
 
 class LostOwnership(StoreError):
@@ -44,7 +45,16 @@ class LeaseStore(RunStore):
             return None
 
     def save_as_owner(self, run: Run, *, worker: str) -> None:
-        """Write the run record, only while ``worker`` still owns it (else LostOwnership)."""
+        """Write the run record, only while ``worker`` still owns it (else LostOwnership).
+
+        A terminal state waits for a replica; if none confirms, the record says so.
+        """
+        self._write_as_owner(run, worker)
+        if run.status.terminal and not self.replicate(f"end of run {run.id}"):
+            run.meta.setdefault("unreplicated", []).append(f"end ({run.status.value})")
+            self._write_as_owner(run, worker)
+
+    def _write_as_owner(self, run: Run, worker: str) -> None:
         owner_key = self.keys.owner(run.id)
 
         def attempt(pipe: Pipeline) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from redis.client import Pipeline
 
@@ -18,12 +17,10 @@ from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
-from agents.store._redis import GROUP, RedisBase, text
+from agents.store._redis import GROUP, RedisBase, Write, text
 
 PAGE = 500
 """Stream entries read per round trip when scanning the queue."""
-Write = Callable[[Pipeline], Any]
-"""A command queued in a transaction (e.g. ``queue_step``'s XADD)."""
 Change = Callable[[Run], "list[Write] | None"]
 """Edits a run in place; may return extra commands to run in the same transaction."""
 
@@ -102,22 +99,7 @@ class RunStore(RedisBase):
 
     def update_run(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
-        key = self.keys.run(run_id)
-
-        def attempt(pipe: Pipeline) -> Run:
-            raw = pipe.get(key)
-            if raw is None:
-                raise NotFound(f"no run {run_id}")
-            run = Run.model_validate_json(raw)
-            extras = change(run) or []
-            pipe.multi()
-            pipe.set(key, run.model_dump_json())
-            for extra in extras:
-                extra(pipe)
-            pipe.execute()
-            return run
-
-        return self.cas([key], attempt, busy=f"run {run_id}")
+        return self.update_record(self.keys.run(run_id), Run, change, missing=f"no run {run_id}")
 
     def transition(self, run_id: str, new: RunStatus, *,
                    expect: Iterable[RunStatus] | None = None, reason: str | None = None) -> Run:
@@ -133,7 +115,8 @@ class RunStore(RedisBase):
             if new.terminal:
                 run.finished_at = self.clock()
 
-        return self.update_run(run_id, change)
+        run = self.update_run(run_id, change)
+        return self.durable(run, f"end ({new.value})") if new.terminal else run
 
     def approve(self, run_id: str, *, user: str, user_groups: Iterable[str] = (),
                 plan_version: int, plan_hash: str, policy: Policy) -> Run:
@@ -154,7 +137,15 @@ class RunStore(RedisBase):
             run.move(RunStatus.QUEUED)
             return [self.queue_step(run_id)]
 
-        return self.update_run(run_id, change)
+        return self.durable(self.update_run(run_id, change), f"approval by {user}")
+
+    def durable(self, run: Run, what: str) -> Run:
+        """Wait for a replica to have ``run``'s last write; if none confirms in time, say so
+        in the record (an operator reading it knows a failover may have lost that write)."""
+        if self.replicate(f"{what} on run {run.id}"):
+            return run
+        return self.update_run(run.id, lambda r: r.meta.setdefault("unreplicated", [])
+                               .append(what))
 
     def queue_step(self, run_id: str) -> Write:
         """The XADD that queues ``run_id``; return it from an ``update_run`` change to

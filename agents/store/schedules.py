@@ -13,7 +13,7 @@ from redis.client import Pipeline
 from agents.errors import AmbiguousId, NotFound
 from agents.ids import normalize
 from agents.schedules import Schedule
-from agents.store._redis import RedisBase
+from agents.store._redis import RedisBase, Write
 
 ScheduleChange = Callable[[Schedule], None]
 """Edits a schedule in place; raise ``Unchanged`` to write nothing."""
@@ -84,22 +84,14 @@ class ScheduleBook:
 
     def update(self, schedule_id: str, change: ScheduleChange) -> Schedule | None:
         """Apply ``change`` atomically (compare-and-set); None if it raised Unchanged."""
-        key = self.keys.schedule(schedule_id)
-
-        def attempt(pipe: Pipeline) -> Schedule:
-            raw = pipe.get(key)
-            if raw is None:
-                raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
-            schedule = Schedule.model_validate_json(raw)
+        def changed(schedule: Schedule) -> list[Write]:
             change(schedule)
-            pipe.multi()
-            pipe.set(key, schedule.model_dump_json())
-            pipe.incr(self.keys.schedules_version())
-            pipe.execute()
-            return schedule
+            return [lambda pipe: pipe.incr(self.keys.schedules_version())]
 
         try:
-            return self.store.cas([key], attempt, busy=f"schedule {schedule_id}")
+            return self.store.update_record(
+                self.keys.schedule(schedule_id), Schedule, changed,
+                missing=f"no schedule {schedule_id} — `schedules list` shows them")
         except Unchanged:
             return None
 

@@ -18,7 +18,9 @@ from rich.console import Console
 from agents.config import load_config
 from agents.plan_yaml import plan_to_yaml
 from agents.runs import RunStatus
+from agents.settings import Settings
 from bot.cli.common import Commands, Handler, add_config_arg, services_for
+from bot.cli.health import report_redis
 from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
@@ -63,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot.cli import hosts, runs, schedules, serve
+    from bot.cli import history, hosts, runs, schedules, serve
 
-    return [runs.register, hosts.register, serve.register, schedules.register]
+    return [runs.register, history.register, hosts.register, serve.register, schedules.register]
 
 
 def _add_demo(commands: Commands) -> None:
@@ -119,7 +121,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
 
 def _add_check(commands: Commands) -> None:
     parser = commands.add_parser("check", help="validate a config file and list every problem; "
-                                 "--store: verify the live store (REDIS_URL)")
+                                 "with REDIS_URL, check that Redis keeps records; --store: "
+                                 "verify the live store's invariants")
     parser.add_argument("config", type=Path, nargs="?")
     parser.add_argument("--store", action="store_true",
                         help="check the store's invariants instead, naming each bad key")
@@ -141,5 +144,5 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.hosts)} hosts, "
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
-    return 0
+    return report_redis(console, Settings())
 

@@ -22,6 +22,7 @@ from agents.settings import Settings
 from agents.store import Store
 from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.health import warn_about_redis
 from bot.logs import add_log_format_arg, configure_logging
 from bot.terminal.render import status_table, summary
 
@@ -71,6 +72,7 @@ def register(commands: Commands) -> None:
 def _worker(args: argparse.Namespace, console: Console) -> int:
     configure_logging(args.log_format or Settings().log_format)
     services = services_for(args)
+    warn_about_redis(services.store)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after)
     worker = Worker(services, services.store, name=args.name, options=options,
                     listener_factories=_worker_metrics(args, services))

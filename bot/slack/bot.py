@@ -124,6 +124,8 @@ class Bot:
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
                   note: str | None = None, diff: PlanDiff | None = None) -> Run:
         """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
+        changes = bk.escape("\n".join(self.services.changelog(plan)))
+        note = "\n".join(part for part in (note, changes) if part) or None
         blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
                                 note=note, diff=diff)
         reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",

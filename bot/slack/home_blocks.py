@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from agents.approvals import approvals_needed
+from agents.history import Where
 from agents.ids import short_id
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
@@ -46,6 +47,8 @@ class HomeData:
     locks: dict[str, LockInfo] = field(default_factory=dict)
     schedules: list[tuple[Schedule, datetime | None]] | None = None
     """Each schedule with its next fire time (None while paused); None: not available."""
+    deployed: dict[str, Where] = field(default_factory=dict)
+    """What history says each environment runs."""
 
 
 def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
@@ -61,7 +64,7 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
     blocks += _titled("🗂️ Your recent runs", [_recent_line(r, data.now) for r in data.recent],
                       limit=MAX_RECENT, empty="You have no finished runs yet.",
                       hint="`deckhand runs`")
-    blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e))
+    blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e), data.deployed.get(e))
                                           for e in data.environments],
                       limit=MAX_ENVIRONMENTS, empty="No environments configured.",
                       hint="`deckhand runs`")
@@ -156,11 +159,15 @@ def _recent_line(run: Run, now: float) -> str:
             f" — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
 
 
-def _env_line(environment: str, lock: LockInfo | None) -> str:
+def _env_line(environment: str, lock: LockInfo | None, deployed: Where | None) -> str:
+    live = ""
+    if deployed is not None and deployed.hosts:
+        live = f" · runs `{bk.escape(deployed.version or 'unknown')}`"
+        live += f" ⚠️ {len(deployed.drift)} host(s) differ" if deployed.drift else ""
     if lock is None:
-        return f"🟢 *{environment}* — free"
+        return f"🟢 *{environment}* — free{live}"
     return (f"🔒 *{environment}* — locked by `{short_id(lock.run_id)}` (worker {lock.worker}, "
-            f"since {_clock(lock.since)})")
+            f"since {_clock(lock.since)}){live}")
 
 
 def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:

@@ -74,6 +74,8 @@ class ConsoleFlow:
         """Show the plan and loop on Modify until it is approved (or rejected)."""
         while True:
             self.console.print(plan_table(plan))
+            for line in self.services.changelog(plan):
+                self.console.print(line, markup=False, highlight=False)
             if yes:
                 return plan
             decision = self.ask()

@@ -36,10 +36,14 @@ def register(app: App, bot: Bot) -> None:
         ack()
         text = command.get("text", "")
         user = command["user_id"]
-        respond(bk.trim(answer(bot, text, user=user, channel=command["channel_id"]), 3900))
+        reply = answer(bot, text, user=user, channel=command["channel_id"])
+        if isinstance(reply, list):
+            respond(blocks=reply, text="deckhand")
+        else:
+            respond(bk.trim(reply, 3900))
 
 
-def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
+def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Block]:
     """The reply to ``/deckhand TEXT`` (ephemeral)."""
     words = _split(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
@@ -49,6 +53,13 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
         run = bot.store.find_run(args[0])
         return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {run.status.value} — "
                 f"{run.goal}" + (f"\nwhy: {run.reason}" if run.reason else ""))
+    if verb == "where":
+        env = args[0] if args else None
+        states = ([bot.store.deployed_state(env)] if env else bot.store.deployed_states())
+        return bk.where_text(states)
+    if verb == "history" and args:
+        live = bot.store.deployed_state(args[0]).version
+        return bk.history_blocks(args[0], bot.store.history(args[0], limit=10), live)
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
@@ -81,6 +92,8 @@ def help_text(bot: Bot, user: str) -> str:
     lines = ["*deckhand* — deploys you can read before they run.",
              "• `/deploy REQUEST` — plan a deploy and post it for approval",
              "• `/deckhand runs` — recent runs · `/deckhand status RUN` — one run",
+             "• `/deckhand where [ENV]` — which version runs where · "
+             "`/deckhand history ENV` — the last deploys",
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]
