@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from agents.config import Config
+from agents.dryrun import DryPlan, dry_plan
 from agents.errors import PlanError, PlanInvalid, StoreError
-from agents.executor import Executor, ExecutorDeps
+from agents.executor import Executor, ExecutorDeps, Listener
 from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.plan import Plan, is_read_only, validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
@@ -87,6 +88,17 @@ class Services:
                                             self.store.deployed_versions)
         if problems:
             raise PlanInvalid(problems)
+
+    def dry_run(self, plan: Plan, *, user: str,
+                listeners: Iterable[Listener] = ()) -> tuple[Run, DryPlan]:
+        """Execute ``plan``'s checks (no approval, no locks, no rollback); see agents.dryrun."""
+        dry = dry_plan(plan, self.config.catalog)
+        executor = Executor(replace(self.executor.deps, catalog=dry.catalog, replan=None))
+        run = Run.for_plan(dry.plan, status=RunStatus.APPROVED,
+                           meta={"dry_run": True, "unchecked": dry.unchecked})
+        self.store.audit("dry_run", actor=user, plan_id=plan.id, goal=plan.goal,
+                         unchecked=dry.unchecked)
+        return executor.execute(dry.plan, run, listeners=listeners), dry
 
     def changelog(self, plan: Plan) -> list[str]:
         """What ``plan`` ships over what is live, from the app's git repository (if set)."""

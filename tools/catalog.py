@@ -106,6 +106,8 @@ class Tool(BaseModel):
     command: str | None = Field(default=None, min_length=1)
     gate: GateSpec | None = None
     """Instead of a command: a check deckhand evaluates itself (tools.gates)."""
+    check: str | None = Field(default=None, min_length=1)
+    """A command with the same parameters that verifies the tool could run (dry runs)."""
     params: dict[str, ParamSpec] = Field(default_factory=dict)
     target: str = "local"
     timeout: float = Field(default=300.0, gt=0, le=86400)
@@ -152,7 +154,8 @@ class Tool(BaseModel):
     def templates(self) -> dict[str, str]:
         """The template strings this tool fills: its command, or its gate's fields."""
         if self.gate is None:
-            return {"command": self.command or ""}
+            checked = {"check": self.check} if self.check else {}
+            return {"command": self.command or "", **checked}
         return {k: v for k, v in self.gate.model_dump().items()
                 if k in GATE_TEMPLATE_FIELDS and isinstance(v, str)}
 

@@ -120,6 +120,20 @@ class Bot:
         self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
         return self.post_plan(plan, run, channel=channel)
 
+    def dry_run(self, request: str, *, user: str, channel: str) -> Run:
+        """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
+        plan = self.services.make_plan(request, requested_by=user)
+        blocks = bk.plan_blocks(plan, Run.for_plan(plan), self.services.config.policy,
+                                actions=False, note="🧪 Dry run: each step runs its tool's "
+                                                    "check; nothing will change.")
+        posted = self.client.chat_postMessage(channel=channel, blocks=blocks,
+                                              text=f"Dry run: {plan.goal}")
+        run, dry = self.services.dry_run(plan, user=user)
+        self.client.chat_postMessage(channel=channel, thread_ts=posted["ts"],
+                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked),
+                                     text=f"Dry run {run.status.value}")
+        return run
+
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
                   note: str | None = None, diff: PlanDiff | None = None) -> Run:
         """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""

@@ -19,6 +19,8 @@ from rich.live import Live
 from rich.prompt import Prompt
 
 from agents.approvals import approvals_needed
+from agents.dryrun import LABEL as DRY_LABEL
+from agents.dryrun import dry_plan
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
@@ -68,6 +70,28 @@ class ConsoleFlow:
             self.console.print("[yellow]Rejected — nothing was run.[/]")
             return None
         return self._approve_and_execute(approved, run.id)
+
+    def dry_run(self, request: str) -> Run:
+        """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
+        plan = self.services.make_plan(request, requested_by=self.user)
+        self.console.print(plan_table(plan))
+        self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
+        dry = dry_plan(plan, self.services.config.catalog)
+        with Live(status_table(dry.plan, Run.for_plan(dry.plan)), console=self.console,
+                  refresh_per_second=8) as live:
+            run, _ = self.services.dry_run(plan, user=self.user, listeners=[
+                lambda event, current: live.update(status_table(dry.plan, current))])
+        self.console.print(summary(dry.plan, run))
+        for step in run.steps.values():
+            for host in step.hosts.values():
+                for line in host.tail.splitlines()[-3:]:
+                    self.console.print(f"  {step.id} on {host.host}: {line}", markup=False,
+                                       highlight=False)
+        if dry.unchecked:
+            self.console.print(f"not checked (no check: in tools.yml): "
+                               f"{', '.join(dry.unchecked)}", markup=False)
+        self.console.print(f"[bold cyan]{DRY_LABEL}[/]")
+        return run
 
     def approve(self, plan: Plan, *, yes: bool, run_id: str | None = None) -> Plan | None:
         """Show the plan and loop on Modify until it is approved (or rejected)."""

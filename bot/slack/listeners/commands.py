@@ -27,8 +27,10 @@ def register(app: App, bot: Bot) -> None:
         if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
             ack()
             return
-        ack(f"Planning `{bk.trim(text, 200)}`…")
-        bot.propose(f"deploy {text}", user=command["user_id"], channel=command["channel_id"])
+        request, dry = _dry_run_flag(text)
+        ack(f"{'Dry-running' if dry else 'Planning'} `{bk.trim(request, 200)}`…")
+        act = bot.dry_run if dry else bot.propose
+        act(f"deploy {request}", user=command["user_id"], channel=command["channel_id"])
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
@@ -103,6 +105,13 @@ def help_text(bot: Bot, user: str) -> str:
     if examples:
         lines.append("Requests I know: " + ", ".join(f"`{e}`" for e in examples))
     return "\n".join(lines)
+
+
+def _dry_run_flag(text: str) -> tuple[str, bool]:
+    """``v2.3.1 --dry-run`` → (``v2.3.1``, True)."""
+    words = text.split()
+    dry = "--dry-run" in words
+    return " ".join(w for w in words if w != "--dry-run"), dry
 
 
 def _split(text: str) -> list[str]:
