@@ -88,6 +88,9 @@ def _add_run(commands: Commands) -> None:
     parser.add_argument("--user", default=getpass.getuser(), help="who is asking")
     parser.add_argument("--dry-run", action="store_true",
                         help="run each step's check only: no approval, nothing changes")
+    parser.add_argument("--break-glass", metavar="REASON",
+                        help="go ahead during a freeze; needs one more approval "
+                             "(policy.break_glass)")
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
@@ -100,7 +103,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if args.dry_run:
             run = flow.dry_run(args.request)
         else:
-            run = flow.handle(args.request, yes=args.yes)
+            run = flow.handle(args.request, yes=args.yes, break_glass=args.break_glass)
     finally:
         services.close()
     return 0 if run is None or run.status is RunStatus.SUCCEEDED else 1

@@ -51,9 +51,14 @@ class ConsoleFlow:
         self.editor = editor or edit_in_editor
         self.ask = ask or self._prompt_decision
 
-    def handle(self, request: str, *, yes: bool = False) -> Run | None:
-        """Plan ``request``, get it approved, run it. None if it was rejected or refused."""
-        plan = self.services.make_plan(request, requested_by=self.user)
+    def handle(self, request: str, *, yes: bool = False,
+               break_glass: str | None = None) -> Run | None:
+        """Plan ``request``, get it approved, run it. None if it was rejected or refused.
+
+        ``break_glass``: why it must go ahead during a freeze (one more approval needed).
+        """
+        plan = self.services.make_plan(request, requested_by=self.user,
+                                       break_glass=break_glass)
         if self.services.is_read_only(plan):
             self.console.print(plan_table(plan))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
@@ -61,8 +66,12 @@ class ConsoleFlow:
             return self.execute(plan, run.id)
         store = self.services.store
         store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan))
-        store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request)
+        run = store.create_run(Run.for_plan(plan, break_glass=break_glass))
+        store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request,
+                    break_glass=break_glass)
+        if break_glass:
+            self.console.print(f"🚨 {self.services.break_glass_note(plan, break_glass)}",
+                               markup=False)
         approved = self.approve(plan, yes=yes, run_id=run.id)
         if approved is None:
             store.transition(run.id, RunStatus.REJECTED, reason=f"rejected by {self.user}")
