@@ -13,7 +13,7 @@ from agents.history import HistorySettings
 from agents.plan import PlanChecker
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
-from tools.catalog import Catalog, Tool
+from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
 from tools.yamlsrc import Located, load_yaml_file
@@ -129,6 +129,9 @@ class _Loader:
         for index, book in enumerate(config.playbooks):
             for problem in _playbook_problems(book, config):
                 self._add(self.doc, ("playbooks", index), problem)
+        for env_name, env in config.inventory.environments.items():
+            for problem in _batch_gate_problems(env.rollout.after_each_batch, config.catalog):
+                self._add(self.doc, ("inventory", "environments", env_name, "rollout"), problem)
 
     def _add(self, doc: Located, path: tuple[str | int, ...], message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))
@@ -145,6 +148,20 @@ def _tool_problems(tool: Tool, config: Config) -> list[str]:
         out.append(f"rollback tool {tool.rollback!r} is not defined")
     if tool.target.startswith("group:") and tool.target[6:] not in config.inventory.groups:
         out.append(f"target {tool.target!r}: no such host group in the inventory")
+    return out
+
+
+def _batch_gate_problems(names: list[str], catalog: Catalog) -> list[str]:
+    """``after_each_batch`` may name only gates (read-only checks deckhand evaluates)."""
+    out = []
+    for name in names:
+        if name not in catalog:
+            out.append(f"after_each_batch: {unknown_tool_message(name, list(catalog.tools))}")
+        elif catalog.get(name).gate is None:
+            out.append(f"after_each_batch: {name} is not a gate (a tool with gate:)")
+        elif catalog.get(name).target != "local":
+            out.append(f"after_each_batch: gate {name} must have target local (it judges the "
+                       f"environment as a whole, between batches)")
     return out
 
 

@@ -39,6 +39,10 @@ class PlanInvalid(PlanError):
         super().__init__(f"the plan is invalid ({len(problems)} problem(s)):\n{listed}")
 
 
+class FreezeRefused(PlanError):
+    """An environment the plan touches is frozen; the message says until when and why."""
+
+
 class NoPlanFound(PlanError):
     """Nothing can plan this request; the message lists what can be asked instead."""
 

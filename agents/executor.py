@@ -28,6 +28,7 @@ from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
 from tools.redact import redact as default_redact
 from tools.runners.base import CancelToken, CommandResult, Runner
+from tools.runners.gate import GateRunner
 
 log = logging.getLogger("deckhand.executor")
 
@@ -49,6 +50,8 @@ class ExecutorDeps:
     """The adaptive variant: after a failure, revised remaining steps, or None to roll back."""
     needs_approval: Callable[[Plan, Plan], bool] = lambda old, new: True
     """Whether a revised plan must be approved again (it changes a mutating step)."""
+    gate_runner: Runner = field(default_factory=GateRunner)
+    """Evaluates tools that are gates (on this machine, whatever the target)."""
 
 
 class Executor:
@@ -279,7 +282,13 @@ class _Execution:
                  params: dict[str, ParamValue], hosts: list[Host], token: CancelToken,
                  rollout: Rollout) -> list[_HostOutcome]:
         outcomes: list[_HostOutcome] = []
-        for batch in rollout.batches(hosts):
+        batches = rollout.batches(hosts)
+        for number, batch in enumerate(batches, start=1):
+            if number > 1 and phase is Phase.PLAN and tool.mutates:
+                failure = self._batch_gates(step, params, rollout, number - 1, token)
+                if failure is not None:
+                    outcomes.append(_HostOutcome(ok=False, error=failure))
+                    break
             if len(batch) == 1:
                 outcomes.append(self._run_on_host(step, phase, tool, params, batch[0], token))
             else:
@@ -291,6 +300,26 @@ class _Execution:
             if rollout.stop_on_failure and not all(o.ok for o in outcomes):
                 break
         return outcomes
+
+    def _batch_gates(self, step: Step | RollbackStep, params: dict[str, ParamValue],
+                     rollout: Rollout, done: int, token: CancelToken) -> str | None:
+        """Run the rollout's gates after batch ``done``; why the rollout stops, or None."""
+        ids = {"step_id": step.id, "phase": Phase.PLAN, "host": LOCAL_HOST.name}
+        for name in rollout.after_each_batch:
+            gate = self.deps.catalog.get(name)
+            shared = {k: v for k, v in params.items() if k in gate.params}
+            self._output(f"gate {name} after batch {done}:", ids)
+            try:
+                spec = self.deps.catalog.render(gate, shared, host_vars={},
+                                                config_vars=self.deps.config_vars)
+                result = self.deps.gate_runner.run(
+                    spec, timeout=gate.timeout, cancel=token,
+                    on_output=lambda line: self._output(line, ids))
+            except DeckhandError as exc:  # a gate that cannot run fails closed
+                return f"gate {name} could not run after batch {done}: {exc}"
+            if not result.ok:
+                return f"gate {name} failed after batch {done}: {_last_line(result.tail)}"
+        return None
 
     def _run_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                      params: dict[str, ParamValue], host: Host,
@@ -305,7 +334,7 @@ class _Execution:
             self.emit(EventKind.HOST_STARTED, attempt=attempt, **ids)
             watch = _OutputWatch(tool.outputs, success.output_pattern,
                                  lambda line: self._output(line, ids))
-            result, error = self._invoke(host, command, tool.timeout, watch, token)
+            result, error = self._invoke(host, tool, command, watch, token)
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout)
@@ -323,10 +352,11 @@ class _Execution:
                 break
         return outcome
 
-    def _invoke(self, host: Host, command: str, timeout: float, watch: _OutputWatch,
+    def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
                 token: CancelToken) -> tuple[CommandResult | None, str | None]:
+        timeout = tool.timeout
         try:
-            runner = self.deps.runner_for(host)
+            runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)
             result = runner.run(command, timeout=timeout, on_output=watch.feed, cancel=token)
         except DeckhandError as exc:
             return None, f"{host.name}: {exc}"

@@ -160,6 +160,8 @@ class Approval(BaseModel):
     at: float = Field(default_factory=time.time)
     plan_version: int
     plan_hash: str
+    break_glass: bool = False
+    """The approver may grant a break-glass override (policy.break_glass)."""
 
 
 class Run(BaseModel):
@@ -183,6 +185,8 @@ class Run(BaseModel):
     finished_at: float | None = None
     worker: str | None = None
     plan_versions: list[int] = Field(default_factory=list)
+    break_glass: str | None = None
+    """Why this run must go ahead during a freeze (it then needs one more approval)."""
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod

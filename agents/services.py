@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from agents.config import Config
-from agents.errors import PlanError, PlanInvalid, StoreError
-from agents.executor import Executor, ExecutorDeps
+from agents.dryrun import DryPlan, dry_plan
+from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
+from agents.executor import Executor, ExecutorDeps, Listener
+from agents.freeze import Frozen, frozen
 from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.plan import Plan, is_read_only, validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
@@ -47,11 +50,30 @@ class Services:
     store: Store
     clock: Callable[[], float] = field(default=time.time)
 
-    def make_plan(self, request: str, *, requested_by: str) -> Plan:
-        """Plan ``request`` and validate the result; raises PlanError subclasses."""
+    def make_plan(self, request: str, *, requested_by: str,
+                  break_glass: str | None = None) -> Plan:
+        """Plan ``request`` and validate the result; raises PlanError subclasses
+        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given)."""
         plan = self.planner.plan(request, requested_by=requested_by)
         self.check(plan)
+        blocked = self.frozen(plan.environments())
+        if blocked is not None and not break_glass:
+            raise FreezeRefused(blocked.describe())
         return plan
+
+    def break_glass_note(self, plan: Plan, reason: str) -> str:
+        """What approvers of a break-glass plan are told (the freeze, why, who grants it)."""
+        blocked = self.frozen(plan.environments())
+        grant = self.config.policy.break_glass
+        who = ", ".join([*grant.users, *grant.groups]) or "nobody (set policy.break_glass)"
+        during = f"{blocked.environment} is frozen ({blocked.reason}); " if blocked else ""
+        return (f"Break-glass: {during}requested because: {reason}. Needs one more "
+                f"approval, from {who}.")
+
+    def frozen(self, environments: list[str]) -> Frozen | None:
+        """The freeze that blocks a change to ``environments`` now, if any."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        return frozen(self.config.policy.freeze, environments, now)
 
     def is_read_only(self, plan: Plan) -> bool:
         """The over-planning guard: one read-only tool call needs no approval."""
@@ -87,6 +109,17 @@ class Services:
                                             self.store.deployed_versions)
         if problems:
             raise PlanInvalid(problems)
+
+    def dry_run(self, plan: Plan, *, user: str,
+                listeners: Iterable[Listener] = ()) -> tuple[Run, DryPlan]:
+        """Execute ``plan``'s checks (no approval, no locks, no rollback); see agents.dryrun."""
+        dry = dry_plan(plan, self.config.catalog)
+        executor = Executor(replace(self.executor.deps, catalog=dry.catalog, replan=None))
+        run = Run.for_plan(dry.plan, status=RunStatus.APPROVED,
+                           meta={"dry_run": True, "unchecked": dry.unchecked})
+        self.store.audit("dry_run", actor=user, plan_id=plan.id, goal=plan.goal,
+                         unchecked=dry.unchecked)
+        return executor.execute(dry.plan, run, listeners=listeners), dry
 
     def changelog(self, plan: Plan) -> list[str]:
         """What ``plan`` ships over what is live, from the app's git repository (if set)."""

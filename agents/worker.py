@@ -113,7 +113,7 @@ class Worker:
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
             return None, True
-        if run.status.terminal:
+        if run.status.terminal or self._frozen_out(run):
             return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if not self._lock(run):
@@ -124,6 +124,20 @@ class Worker:
                 # taken over if that worker is in fact dead (its lease will have expired).
                 return None, not self._still_running(run_id)
             return self._execute(claimed, entry_id, listeners), True
+
+    def _frozen_out(self, run: Run) -> bool:
+        """A queued run whose environment froze after its approval does not start."""
+        blocked = self.services.frozen(run.environments)
+        if run.status is not RunStatus.QUEUED or blocked is None or run.break_glass:
+            return False
+        try:
+            self.store.transition(run.id, RunStatus.CANCELLED, expect=[RunStatus.QUEUED],
+                                  reason=f"not started: {blocked.describe()}")
+        except IllegalTransition:
+            return False  # taken meanwhile: the claim decides
+        self.store.audit("frozen", actor=self.name, run_id=run.id, plan_id=run.plan_id,
+                         environment=blocked.environment, until=blocked.until.isoformat())
+        return True
 
     def _still_running(self, run_id: str) -> bool:
         status = self.store.run(run_id).status

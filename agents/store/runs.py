@@ -130,7 +130,8 @@ class RunStore(RedisBase):
             if problem:
                 raise ApprovalRefused(problem)
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
-                                          plan_hash=plan_hash))
+                                          plan_hash=plan_hash,
+                                          break_glass=policy.break_glass.allows(user, groups)))
             if approvals_needed(run, policy) > 0:
                 return []
             run.move(RunStatus.APPROVED)

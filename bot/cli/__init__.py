@@ -17,7 +17,7 @@ from rich.console import Console
 
 from agents.config import load_config
 from agents.plan_yaml import plan_to_yaml
-from agents.runs import RunStatus
+from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from bot.cli.common import Commands, Handler, add_config_arg, services_for
 from bot.cli.health import report_redis
@@ -86,14 +86,24 @@ def _add_run(commands: Commands) -> None:
     parser.add_argument("request", help='what to do, e.g. "deploy v2.3.1"')
     parser.add_argument("--yes", "-y", action="store_true", help="approve without asking")
     parser.add_argument("--user", default=getpass.getuser(), help="who is asking")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run each step's check only: no approval, nothing changes")
+    parser.add_argument("--break-glass", metavar="REASON",
+                        help="go ahead during a freeze; needs one more approval "
+                             "(policy.break_glass)")
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
+    flow = ConsoleFlow(services, console, user=args.user)
+    run: Run | None
     try:
-        run = ConsoleFlow(services, console, user=args.user).handle(args.request, yes=args.yes)
+        if args.dry_run:
+            run = flow.dry_run(args.request)
+        else:
+            run = flow.handle(args.request, yes=args.yes, break_glass=args.break_glass)
     finally:
         services.close()
     return 0 if run is None or run.status is RunStatus.SUCCEEDED else 1

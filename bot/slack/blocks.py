@@ -317,6 +317,19 @@ def summary_blocks(plan: Plan, run: Run) -> list[Block]:
     return [section("\n".join(lines))]
 
 
+def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str]) -> list[Block]:
+    """What a dry run found: each check's last lines, and what it could not check."""
+    lines = [f"🧪 *DRY RUN {run.status.value.replace('_', ' ').upper()}* — nothing was changed"]
+    for step in run.steps.values():
+        for host in step.hosts.values():
+            said = "; ".join(host.tail.splitlines()[-2:]) or host.error or step.status.value
+            lines.append(f"• `{step.id}` on {escape(host.host)}: {escape(trim(said, 300))}")
+    if unchecked:
+        lines.append("not checked (no `check:` in tools.yml): "
+                     + ", ".join(f"`{s}`" for s in unchecked))
+    return _pack_lines(lines, budget=MAX_BLOCKS - 2, more_hint="(see `deckhand run --dry-run`)")
+
+
 # -- modals -------------------------------------------------------------------------------
 
 

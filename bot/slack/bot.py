@@ -109,17 +109,35 @@ class Bot:
 
     # -- /deploy ----------------------------------------------------------------------------
 
-    def propose(self, request: str, *, user: str, channel: str) -> Run:
+    def propose(self, request: str, *, user: str, channel: str,
+                break_glass: str | None = None) -> Run:
         """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
-        plan = self.services.make_plan(request, requested_by=user)
+        plan = self.services.make_plan(request, requested_by=user, break_glass=break_glass)
         if self.services.is_read_only(plan):  # nothing to approve: post it, then run it
             return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
                                                  self.post_plan(plan, run, channel=channel,
                                                                 actions=False, note=READ_ONLY))
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan))
-        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
-        return self.post_plan(plan, run, channel=channel)
+        run = self.store.create_run(Run.for_plan(plan, break_glass=break_glass))
+        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request,
+                         break_glass=break_glass)
+        note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
+            if break_glass else None
+        return self.post_plan(plan, run, channel=channel, note=note)
+
+    def dry_run(self, request: str, *, user: str, channel: str) -> Run:
+        """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
+        plan = self.services.make_plan(request, requested_by=user)
+        blocks = bk.plan_blocks(plan, Run.for_plan(plan), self.services.config.policy,
+                                actions=False, note="🧪 Dry run: each step runs its tool's "
+                                                    "check; nothing will change.")
+        posted = self.client.chat_postMessage(channel=channel, blocks=blocks,
+                                              text=f"Dry run: {plan.goal}")
+        run, dry = self.services.dry_run(plan, user=user)
+        self.client.chat_postMessage(channel=channel, thread_ts=posted["ts"],
+                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked),
+                                     text=f"Dry run {run.status.value}")
+        return run
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
                   note: str | None = None, diff: PlanDiff | None = None) -> Run:

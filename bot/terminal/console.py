@@ -19,6 +19,8 @@ from rich.live import Live
 from rich.prompt import Prompt
 
 from agents.approvals import approvals_needed
+from agents.dryrun import LABEL as DRY_LABEL
+from agents.dryrun import dry_plan
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.ids import short_id
 from agents.plan import Plan
@@ -50,9 +52,14 @@ class ConsoleFlow:
         self.editor = editor or edit_in_editor
         self.ask = ask or self._prompt_decision
 
-    def handle(self, request: str, *, yes: bool = False) -> Run | None:
-        """Plan ``request``, get it approved, run it. None if it was rejected or refused."""
-        plan = self.services.make_plan(request, requested_by=self.user)
+    def handle(self, request: str, *, yes: bool = False,
+               break_glass: str | None = None) -> Run | None:
+        """Plan ``request``, get it approved, run it. None if it was rejected or refused.
+
+        ``break_glass``: why it must go ahead during a freeze (one more approval needed).
+        """
+        plan = self.services.make_plan(request, requested_by=self.user,
+                                       break_glass=break_glass)
         if self.services.is_read_only(plan):
             self.console.print(plan_table(plan))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
@@ -60,8 +67,12 @@ class ConsoleFlow:
             return self.execute(plan, run.id)
         store = self.services.store
         store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan))
-        store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request)
+        run = store.create_run(Run.for_plan(plan, break_glass=break_glass))
+        store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request,
+                    break_glass=break_glass)
+        if break_glass:
+            self.console.print(f"🚨 {self.services.break_glass_note(plan, break_glass)}",
+                               markup=False)
         approved = self.approve(plan, yes=yes, run_id=run.id)
         if approved is None:
             store.transition(run.id, RunStatus.REJECTED, reason=f"rejected by {self.user}")
@@ -69,6 +80,28 @@ class ConsoleFlow:
             self.console.print("[yellow]Rejected — nothing was run.[/]")
             return None
         return self._approve_and_execute(approved, run.id)
+
+    def dry_run(self, request: str) -> Run:
+        """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
+        plan = self.services.make_plan(request, requested_by=self.user)
+        self.console.print(plan_table(plan))
+        self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
+        dry = dry_plan(plan, self.services.config.catalog)
+        with Live(status_table(dry.plan, Run.for_plan(dry.plan)), console=self.console,
+                  refresh_per_second=8) as live:
+            run, _ = self.services.dry_run(plan, user=self.user, listeners=[
+                lambda event, current: live.update(status_table(dry.plan, current))])
+        self.console.print(summary(dry.plan, run))
+        for step in run.steps.values():
+            for host in step.hosts.values():
+                for line in host.tail.splitlines()[-3:]:
+                    self.console.print(f"  {step.id} on {host.host}: {line}", markup=False,
+                                       highlight=False)
+        if dry.unchecked:
+            self.console.print(f"not checked (no check: in tools.yml): "
+                               f"{', '.join(dry.unchecked)}", markup=False)
+        self.console.print(f"[bold cyan]{DRY_LABEL}[/]")
+        return run
 
     def approve(self, plan: Plan, *, yes: bool, run_id: str | None = None) -> Plan | None:
         """Show the plan and loop on Modify until it is approved (or rejected)."""

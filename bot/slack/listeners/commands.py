@@ -28,8 +28,14 @@ def register(app: App, bot: Bot) -> None:
         if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
             ack()
             return
-        ack(f"Planning `{bk.trim(text, 200)}`…")
-        bot.propose(f"deploy {text}", user=command["user_id"], channel=command["channel_id"])
+        request, glass = _break_glass_flag(text)
+        request, dry = _dry_run_flag(request)
+        ack(f"{'Dry-running' if dry else 'Planning'} `{bk.trim(request, 200)}`…")
+        user, channel = command["user_id"], command["channel_id"]
+        if dry:
+            bot.dry_run(f"deploy {request}", user=user, channel=channel)
+        else:
+            bot.propose(f"deploy {request}", user=user, channel=channel, break_glass=glass)
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
@@ -105,6 +111,19 @@ def help_text(bot: Bot, user: str) -> str:
     if examples:
         lines.append("Requests I know: " + ", ".join(f"`{e}`" for e in examples))
     return "\n".join(lines)
+
+
+def _break_glass_flag(text: str) -> tuple[str, str | None]:
+    """``v2.3.1 --break-glass db is down`` → (``v2.3.1``, ``db is down``)."""
+    request, flag, reason = text.partition("--break-glass")
+    return (request.strip(), reason.strip() or "no reason given") if flag else (text, None)
+
+
+def _dry_run_flag(text: str) -> tuple[str, bool]:
+    """``v2.3.1 --dry-run`` → (``v2.3.1``, True)."""
+    words = text.split()
+    dry = "--dry-run" in words
+    return " ".join(w for w in words if w != "--dry-run"), dry
 
 
 def _split(text: str) -> list[str]:
