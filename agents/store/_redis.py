@@ -8,7 +8,8 @@ prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:au
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
-(fire claims).
+(fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
+``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves).
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
@@ -104,6 +105,20 @@ class Keys:
 
     def schedules_version(self) -> str:
         return self("schedules", "version")
+
+    def history(self, environment: str) -> str:
+        """Deploys to an environment, scored by when they finished."""
+        return self("history", "env", environment)
+
+    def history_environments(self) -> str:
+        return self("history", "envs")
+
+    def history_recorded(self, run_id: str) -> str:
+        return self("history", "done", run_id)
+
+    def deployed(self, environment: str) -> str:
+        """An environment's folded state (which version each host serves)."""
+        return self("where", environment)
 
     def schedule_claim(self, schedule_id: str, kind: str, fire_time_iso: str) -> str:
         return self("schedule", schedule_id, kind, fire_time_iso)

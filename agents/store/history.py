@@ -17,9 +17,9 @@ HISTORY_READ = 500
 class HistoryStore(RedisBase):
     def record_deploys(self, run_id: str, deploys: list[Deploy]) -> bool:
         """Record what a finished run did; False if it was recorded already (idempotent)."""
-        marker = self.keys("history", "recorded", run_id)
+        marker = self.keys.history_recorded(run_id)
         envs = sorted({d.environment for d in deploys})
-        where_keys = [self.keys("where", env) for env in envs]
+        where_keys = [self.keys.deployed(env) for env in envs]
 
         def attempt(pipe: Pipeline) -> bool:
             if pipe.exists(marker):
@@ -31,11 +31,11 @@ class HistoryStore(RedisBase):
             pipe.multi()
             pipe.set(marker, "1")
             for deploy in resolved:
-                pipe.zadd(self.keys("history", deploy.environment),
+                pipe.zadd(self.keys.history(deploy.environment),
                           {deploy.model_dump_json(): deploy.finished_at})
             for env, state in states.items():
-                pipe.set(self.keys("where", env), state.model_dump_json())
-                pipe.sadd(self.keys("history", "environments"), env)
+                pipe.set(self.keys.deployed(env), state.model_dump_json())
+                pipe.sadd(self.keys.history_environments(), env)
             pipe.execute()
             return True
 
@@ -48,8 +48,8 @@ class HistoryStore(RedisBase):
     def deployed_states(self) -> list[Where]:
         """Every environment deckhand has deployed to, by name."""
         with self.errors():
-            envs = sorted(e.decode() for e in self.r.smembers(self.keys("history",
-                                                                        "environments")))
+            names = self.r.smembers(self.keys.history_environments())
+        envs = sorted(name.decode() for name in names)
         return [self.deployed_state(env) for env in envs]
 
     def history(self, environment: str, *, limit: int = 20) -> list[Deploy]:
@@ -69,11 +69,11 @@ class HistoryStore(RedisBase):
     # -- inside the transaction ------------------------------------------------------------
 
     def _read_where(self, client: Any, environment: str) -> Where:
-        raw = client.get(self.keys("where", environment))
+        raw = client.get(self.keys.deployed(environment))
         return Where.model_validate_json(raw) if raw else Where(environment=environment)
 
     def _history(self, client: Any, environment: str, limit: int) -> list[Deploy]:
-        raws = client.zrevrange(self.keys("history", environment), 0, max(limit, 1) - 1)
+        raws = client.zrevrange(self.keys.history(environment), 0, max(limit, 1) - 1)
         return [Deploy.model_validate_json(raw) for raw in raws]
 
     def _resolve(self, pipe: Pipeline, deploy: Deploy) -> Deploy:
