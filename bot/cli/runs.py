@@ -79,8 +79,9 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     if args.once:
         return 0 if worker.step() else 1
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C to stop")
+    _drain_on_signals(stop, console)
+    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
+                  f"drains: the current run finishes, no new one starts")
     try:
         worker.serve(stop)
     except KeyboardInterrupt:
@@ -88,6 +89,20 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     finally:
         services.close()
     return 0
+
+
+def _drain_on_signals(stop: threading.Event, console: Console) -> None:
+    """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
+    at once; the run is then taken over by another worker when this one's lease runs out."""
+    def handle(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        console.print("draining: finishing the current run (again to stop now; another "
+                      "worker takes the run over after this one's lease)")
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
 
 
 def _worker_metrics(args: argparse.Namespace, services: Services) -> list[ListenerFactory]:
