@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agents import logcontext
+from agents import logcontext, tracing
 from agents.plan import Plan, RollbackStep, Step, Success
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
@@ -76,7 +76,17 @@ class Executor:
         run = run or Run.for_plan(plan, status=RunStatus.APPROVED)  # caller approved it
         execution = _Execution(self, plan, run, cancel or CancelToken(),
                                [*self.listeners, *listeners])
-        return execution.go()
+        parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
+        with tracing.span("deckhand.run", {
+                "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
+                "deckhand.plan.version": plan.version, "deckhand.worker": run.worker,
+                "deckhand.run.environments": ",".join(run.environments)},
+                parent=parent) as span:
+            final = execution.go()
+            tracing.finish(span, ok=final.status is RunStatus.SUCCEEDED,
+                           **{"deckhand.run.status": final.status.value,
+                              "deckhand.run.hosts_changed": len(final.changed_hosts)})
+        return final
 
 
 @dataclass
@@ -244,13 +254,19 @@ class _Execution:
 
     def _run_step(self, step: Step | RollbackStep, phase: Phase, token: CancelToken) -> bool:
         """Run one step on all its hosts; emits its STEP_FINISHED and returns success."""
-        try:
-            status, error, outputs = self._attempt_step(step, phase, token)
-        except DeckhandError as exc:
-            status, error, outputs = StepStatus.FAILED, str(exc), {}
-        except Exception as exc:  # a bug must fail the step, never leave the run "running"
-            log.exception("step %s crashed", step.id)
-            status, error, outputs = StepStatus.FAILED, f"internal error: {exc!r}", {}
+        with tracing.span("deckhand.step", {"deckhand.step.id": step.id,
+                                            "deckhand.tool": step.tool,
+                                            "deckhand.phase": phase.value}) as span:
+            try:
+                status, error, outputs = self._attempt_step(step, phase, token)
+            except DeckhandError as exc:
+                status, error, outputs = StepStatus.FAILED, str(exc), {}
+            except Exception as exc:  # a bug must fail the step, never leave the run "running"
+                log.exception("step %s crashed", step.id)
+                status, error, outputs = StepStatus.FAILED, f"internal error: {exc!r}", {}
+            tracing.finish(span, ok=status is not StepStatus.FAILED,
+                           **{"deckhand.step.status": status.value,
+                              "deckhand.error": self.deps.redact(error) if error else None})
         self.emit(EventKind.STEP_FINISHED, step_id=step.id, phase=phase, status=status.value,
                   error=error, outputs=outputs)
         return status is not StepStatus.FAILED
@@ -327,6 +343,15 @@ class _Execution:
         host_vars = {"name": host.name, "address": host.address, **host.vars}
         command = self.deps.catalog.render(tool, params, host_vars=host_vars,
                                            config_vars=self.deps.config_vars)
+        with tracing.span("deckhand.host", {"deckhand.host": host.name,
+                                            "deckhand.step.id": step.id}) as span:
+            outcome = self._attempts_on_host(step, phase, tool, host, command, token)
+            tracing.finish(span, ok=outcome.ok, **{
+                "deckhand.error": self.deps.redact(outcome.error) if outcome.error else None})
+        return outcome
+
+    def _attempts_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
+                          host: Host, command: str, token: CancelToken) -> _HostOutcome:
         success = getattr(step, "success", None) or Success()
         ids = {"step_id": step.id, "phase": phase, "host": host.name}
         outcome = _HostOutcome(ok=False)

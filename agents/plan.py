@@ -68,6 +68,8 @@ class PlannerInfo(BaseModel):
     latency_ms: float = 0.0
     repairs: int = 0
     note: str = ""
+    traceparent: str | None = None
+    """The trace the plan was made in (agents.tracing): its run continues it."""
 
     def footer(self) -> str:
         if self.model is None:

@@ -192,6 +192,8 @@ class Run(BaseModel):
     @classmethod
     def for_plan(cls, plan: Plan, **fields: Any) -> Run:
         """A new run record for ``plan`` with every step pending."""
+        if plan.planner.traceparent:  # the run continues the trace it was planned in
+            fields["meta"] = {"traceparent": plan.planner.traceparent, **fields.get("meta", {})}
         return cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
                    goal=plan.goal, environments=plan.environments(),
                    requested_by=plan.requested_by, plan_versions=[plan.version],

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from agents import tracing
 from agents.config import Config
 from agents.dryrun import DryPlan, dry_plan
 from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
@@ -54,8 +55,12 @@ class Services:
                   break_glass: str | None = None) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
         (FreezeRefused during a freeze, unless a ``break_glass`` reason is given)."""
-        plan = self.planner.plan(request, requested_by=requested_by)
-        self.check(plan)
+        with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
+                                            "deckhand.request.length": len(request)}) as span:
+            plan = self.planner.plan(request, requested_by=requested_by)
+            plan.planner.traceparent = tracing.current_traceparent()
+            span.set_attributes(_plan_attributes(plan))
+            self.check(plan)
         blocked = self.frozen(plan.environments())
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
@@ -154,6 +159,18 @@ class Services:
 
     def close(self) -> None:
         self.runners.close()
+
+
+def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
+    info = plan.planner
+    found: dict[str, str | int | float | None] = {
+        "deckhand.plan.id": plan.id, "deckhand.plan.steps": len(plan.steps),
+        "deckhand.plan.environments": ",".join(plan.environments()),
+        "deckhand.planner": info.name, "gen_ai.request.model": info.model,
+        "gen_ai.usage.input_tokens": info.prompt_tokens or None,
+        "gen_ai.usage.output_tokens": info.completion_tokens or None,
+        "deckhand.planner.latency_ms": info.latency_ms, "deckhand.planner.repairs": info.repairs}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def build_services(config: Config, settings: Settings | None = None, *,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from redis.client import Pipeline
 
+from agents import tracing
 from agents.approvals import approval_problem, approvals_needed
 from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
 from agents.ids import normalize
@@ -138,7 +139,12 @@ class RunStore(RedisBase):
             run.move(RunStatus.QUEUED)
             return [self.queue_step(run_id)]
 
-        return self.durable(self.update_run(run_id, change), f"approval by {user}")
+        run = self.durable(self.update_run(run_id, change), f"approval by {user}")
+        with tracing.span("deckhand.approval", {
+                "deckhand.run.id": run_id, "deckhand.approver": user,
+                "deckhand.approvals": len(run.approvals), "deckhand.run.status": run.status.value},
+                parent=tracing.context_of(run.meta.get("traceparent"))):
+            return run
 
     def durable(self, run: Run, what: str) -> Run:
         """Wait for a replica to have ``run``'s last write; if none confirms in time, say so

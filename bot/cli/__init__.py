@@ -21,6 +21,8 @@ from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from bot.cli.common import Commands, Handler, add_config_arg, services_for
 from bot.cli.health import report_redis
+from bot.telemetry import configure_tracing
+from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
@@ -34,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    configure_tracing()
     try:
         return handler(args, console)
     except ConfigError as exc:
@@ -45,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
         _error(console, "interrupted")
         return 130
+    finally:
+        shutdown_tracing()
 
 
 def _error(console: Console, message: str) -> None:
