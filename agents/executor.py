@@ -24,7 +24,7 @@ from agents import logcontext, tracing
 from agents.plan import Plan, RollbackStep, Step, Success
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
-from tools.errors import DeckhandError
+from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
 from tools.redact import redact as default_redact
 from tools.runners.base import CancelToken, CommandResult, Runner
@@ -359,7 +359,7 @@ class _Execution:
             self.emit(EventKind.HOST_STARTED, attempt=attempt, **ids)
             watch = _OutputWatch(tool.outputs, success.output_pattern,
                                  lambda line: self._output(line, ids))
-            result, error = self._invoke(host, tool, command, watch, token)
+            result, error, maybe_ran = self._invoke(host, tool, command, watch, token)
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout)
@@ -368,24 +368,30 @@ class _Execution:
                       exit_code=result.exit_code if result else None,
                       tail=self.deps.redact(result.tail) if result else "",
                       error=outcome.error, attempt=attempt,
-                      # a host we never reached was not changed; one that ran the command was
-                      mutating=tool.mutates and result is not None, **ids)
+                      # a host we never reached was not changed; one that may have run the
+                      # command was (a connection that dropped mid-command included)
+                      mutating=tool.mutates and (result is not None or maybe_ran), **ids)
             if outcome.ok or token.cancelled or attempt > tool.retries:
                 break
+            if maybe_ran and tool.mutates and not tool.idempotent:
+                break  # it may have run once already: running it again could do it twice
             self.emit(EventKind.STEP_RETRY, attempt=attempt, error=outcome.error, **ids)
             if token.wait(tool.retry_backoff * 2 ** (attempt - 1)):
                 break
         return outcome
 
     def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
-                token: CancelToken) -> tuple[CommandResult | None, str | None]:
+                token: CancelToken) -> tuple[CommandResult | None, str | None, bool]:
+        """(result, error, whether the command may have run although no result came)."""
         timeout = tool.timeout
         try:
             runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)
             result = runner.run(command, timeout=timeout, on_output=watch.feed, cancel=token)
+        except CommandInterrupted as exc:
+            return None, f"{host.name}: {exc}", True
         except DeckhandError as exc:
-            return None, f"{host.name}: {exc}"
-        return result, None
+            return None, f"{host.name}: {exc}", False
+        return result, None, False
 
     def _output(self, line: str, ids: dict[str, Any]) -> None:
         self.emit(EventKind.STEP_OUTPUT, line=self.deps.redact(line), **ids)

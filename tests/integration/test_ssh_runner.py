@@ -20,7 +20,7 @@ from agents.runs import RunStatus
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet, keygen, process_gone
 from tools.catalog import Catalog, ParamSpec, Tool
-from tools.errors import HostKeyError, SSHAuthError, SSHConnectError
+from tools.errors import CommandInterrupted, HostKeyError, SSHAuthError, SSHConnectError
 from tools.inventory import Inventory
 from tools.runners.base import CancelToken
 from tools.runners.pool import RunnerPool
@@ -255,5 +255,5 @@ def test_connection_dropped_mid_command_is_a_clear_error(
         if line == "ready":
             sshd_hosts["prod-3"].stop()  # the host goes down while the command runs
 
-    with pytest.raises(SSHConnectError, match="dropped while the command was running"):
+    with pytest.raises(CommandInterrupted, match="dropped while the command was running"):
         runner.run("echo ready; sleep 30", timeout=60, on_output=sink)

@@ -47,6 +47,7 @@ import paramiko
 from paramiko.hostkeys import InvalidHostKey
 
 from tools.errors import (
+    CommandInterrupted,
     HostKeyError,
     RunnerError,
     SSHAuthError,
@@ -238,6 +239,8 @@ class SSHRunner:
             channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
             try:
                 return self._follow(channel, on_output, started, timeout, cancel)
+            except SSHConnectError as exc:  # after the command was sent: it may have run
+                raise CommandInterrupted(str(exc)) from exc
             finally:
                 channel.close()
         finally:
@@ -313,11 +316,16 @@ class SSHRunner:
         with _translate(self.target, "starting a command on"):
             channel = _open_channel(transport, lambda: transport.open_session(
                 timeout=self.options.connect_timeout))
-            try:
+        try:
+            with _translate(self.target, "starting a command on"):
                 channel.exec_command(command)
-            except BaseException:
-                channel.close()
-                raise
+        except SSHConnectError as exc:
+            channel.close()
+            # The request may have reached the host: never retried, counted as a change.
+            raise CommandInterrupted(f"{exc}; the command may have started") from exc
+        except BaseException:
+            channel.close()
+            raise
         return channel
 
     # -- one command ---------------------------------------------------------------------
