@@ -356,7 +356,7 @@ class _Execution:
         ids = {"step_id": step.id, "phase": phase, "host": host.name}
         outcome = _HostOutcome(ok=False)
         for attempt in range(1, tool.retries + 2):
-            self.emit(EventKind.HOST_STARTED, attempt=attempt, **ids)
+            self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
             watch = _OutputWatch(tool.outputs, success.output_pattern,
                                  lambda line: self._output(line, ids))
             result, error, maybe_ran = self._invoke(host, tool, command, watch, token)

@@ -123,6 +123,8 @@ class Event(BaseModel):
 
 class HostResult(BaseModel):
     host: str
+    provisional: bool = False
+    """Counted as changed when its mutating command started; withdrawn if it never ran."""
     status: StepStatus = StepStatus.RUNNING
     started_at: float | None = None
     finished_at: float | None = None
@@ -243,6 +245,11 @@ def _host_started(run: Run, ev: Event) -> None:
     host = state.hosts.setdefault(ev.host or "", HostResult(host=ev.host or ""))
     host.status, host.started_at, host.attempts = StepStatus.RUNNING, ev.at, ev.attempt
     state.attempts = max(state.attempts, ev.attempt)
+    if ev.mutating and host.host not in run.changed_hosts:
+        # changed from the moment a mutating command may start: a crash from here on
+        # leaves a record whose rollback visits this host
+        run.mark_changed(host.host)
+        host.provisional = True
 
 
 def _host_finished(run: Run, ev: Event) -> None:
@@ -252,6 +259,9 @@ def _host_finished(run: Run, ev: Event) -> None:
     host.tail, host.error = ev.tail or "", ev.error
     if ev.mutating:
         run.mark_changed(ev.host or "")
+    elif host.provisional:  # the command never started there (e.g. host unreachable)
+        run.changed_hosts.remove(host.host)
+    host.provisional = False
 
 
 def _step_finished(run: Run, ev: Event) -> None:

@@ -35,6 +35,10 @@ Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
 
 
+EXIT_ABANDONED = 130
+"""Exit status when a second Ctrl-C abandons a rollback in progress."""
+
+
 class Decision(StrEnum):
     APPROVE = "approve"
     MODIFY = "modify"
@@ -177,18 +181,44 @@ class ConsoleFlow:
 
     def _run_interruptibly(self, worker: Worker, run_id: str,
                            listener: Callable[[Event, Run], None]) -> Run | None:
+        """Execute here; the first Ctrl-C cancels (running steps stop, rollback runs) and
+        waits for it, a second one says what stopping now leaves behind, and exits."""
         box: dict[str, Run | None] = {}
-        thread = threading.Thread(target=lambda: box.setdefault(
-            "run", worker.process(run_id, listeners=[listener])), daemon=True)
-        thread.start()
-        while thread.is_alive():
+        done = threading.Event()  # not thread.is_alive(): after a KeyboardInterrupt cut a
+        # join() short, CPython may report a running thread as dead
+
+        def work() -> None:
             try:
-                thread.join(0.2)
+                box["run"] = worker.process(run_id, listeners=[listener])
+            finally:
+                done.set()
+
+        # not a daemon: the interpreter must not end the rollback by exiting
+        threading.Thread(target=work, name=f"run-{run_id}").start()
+        interrupted = False
+        while not done.is_set():
+            try:
+                done.wait(0.2)
             except KeyboardInterrupt:
+                if interrupted:
+                    self._abandon(run_id)
+                interrupted = True
                 self.services.store.request_cancel(run_id, user=self.user)
                 self.console.print("[magenta]Cancelling: running steps are stopped, then "
-                                   "rollback runs. Wait for it to finish.[/]")
+                                   "rollback runs. Wait for it (Ctrl-C again to abandon "
+                                   "it).[/]")
         return box.get("run")
+
+    def _abandon(self, run_id: str) -> None:
+        run = self.services.store.run(run_id)
+        hosts = ", ".join(run.changed_hosts) or "none yet"
+        self.console.print(f"Stopping now: run {run_id} is {run.status.value} and its "
+                           f"rollback will not finish here. Hosts it changed: {hosts}; they "
+                           f"may serve the new version. `deckhand runs show {run_id}` shows "
+                           f"what ran; with REDIS_URL another worker takes the run over "
+                           f"when its lease ends.", style="bold red", markup=False)
+        self.console.file.flush()
+        os._exit(EXIT_ABANDONED)
 
     def _prompt_decision(self) -> Decision:
         choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
