@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents.store._redis import RedisBase
+from agents.store._redis import RedisBase, Write
 
 LEGACY_SCAN = 10_000
 """Newest shared-stream entries searched for a run that has no list of its own."""
@@ -38,15 +38,26 @@ class AuditStore(RedisBase):
         list (one MULTI: both or neither), so ``--run`` reads only its entries. A list, not a
         stream: a small stream costs ~4.7 KB in Redis 7, a small list a few hundred bytes.
         Entries are never edited."""
+        with self.errors():
+            pipe = self.r.pipeline()
+            self.audit_write(action, actor=actor, run_id=run_id, plan_id=plan_id,
+                             **details)(pipe)
+            pipe.execute()
+
+    def audit_write(self, action: str, *, actor: str, run_id: str | None = None,
+                    plan_id: str | None = None, **details: Any) -> Write:
+        """The writes of one audit entry, to queue in a caller's transaction (so a state
+        change and its audit entry land together, or not at all)."""
         entry = {"ref": self.ids("aud"), "at": repr(self.clock()), "actor": actor,
                  "action": action, "run_id": run_id or "", "plan_id": plan_id or "",
                  "details": json.dumps(details, sort_keys=True, default=str)}
-        with self.errors():
-            pipe = self.r.pipeline()
+
+        def write(pipe: Any) -> None:  # Any: a Pipeline, or the client itself
             pipe.xadd(self.keys.audit(), entry)
             if run_id:
                 pipe.rpush(self.keys.run_audit(run_id), json.dumps(entry))
-            pipe.execute()
+
+        return write
 
     def audit_log(self, *, run_id: str | None = None, limit: int = 200) -> list[AuditEntry]:
         """The newest ``limit`` entries, oldest first; only one run's when ``run_id`` is

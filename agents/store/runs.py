@@ -18,7 +18,8 @@ from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
-from agents.store._redis import GROUP, RedisBase, Write, text
+from agents.store._redis import GROUP, Write, text
+from agents.store.audit import AuditStore
 
 PAGE = 500
 """Stream entries read per round trip when scanning the queue."""
@@ -31,7 +32,7 @@ MAX_CANDIDATES = 10
 """Runs listed when a typed prefix is ambiguous."""
 
 
-class RunStore(RedisBase):
+class RunStore(AuditStore):
     def create_run(self, run: Run) -> Run:
         """Store a new run and index it, all or nothing; a taken id is replaced in place."""
         run.id = self.create_unique(
@@ -120,8 +121,11 @@ class RunStore(RedisBase):
         return self.durable(run, f"end ({new.value})") if new.terminal else run
 
     def approve(self, run_id: str, *, user: str, user_groups: Iterable[str] = (),
-                plan_version: int, plan_hash: str, policy: Policy) -> Run:
-        """Record an approval; when it is the last one needed, queue the run (same EXEC)."""
+                plan_version: int, plan_hash: str, policy: Policy,
+                actor: str | None = None) -> Run:
+        """Record an approval and its audit entry; when it is the last one needed, queue
+        the run — all in one EXEC. ``actor`` names the approver in the audit log when it is
+        not ``user`` (an unattended schedule)."""
         groups = list(user_groups)
 
         def change(run: Run) -> list[Write]:
@@ -133,11 +137,14 @@ class RunStore(RedisBase):
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
                                           plan_hash=plan_hash,
                                           break_glass=policy.break_glass.allows(user, groups)))
+            audit = self.audit_write("approved", actor=actor or user, run_id=run_id,
+                                     plan_id=run.plan_id, version=plan_version,
+                                     hash=plan_hash)
             if approvals_needed(run, policy) > 0:
-                return []
+                return [audit]
             run.move(RunStatus.APPROVED)
             run.move(RunStatus.QUEUED)
-            return [self.queue_step(run_id)]
+            return [audit, self.queue_step(run_id)]
 
         run = self.durable(self.update_run(run_id, change), f"approval by {user}")
         with tracing.span("deckhand.approval", {

@@ -180,8 +180,6 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     run = store.find_run(args.run_id)
     run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
                         plan_hash=run.plan_hash, policy=services.config.policy)
-    store.audit("approved", actor=args.user, run_id=run.id, plan_id=run.plan_id,
-                version=run.plan_version)
     needed = approvals_needed(run, services.config.policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else

@@ -160,8 +160,6 @@ class Bot:
         run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
                                  plan_version=version, plan_hash=plan_hash,
                                  policy=self.services.config.policy)
-        self.store.audit("approved", actor=user, run_id=run_id, plan_id=run.plan_id,
-                         version=version)
         needed = approvals_needed(run, self.services.config.policy)
         if run.status is RunStatus.AWAITING_APPROVAL:
             self.thread_reply(run, f"👍 {bk.mention(user)} approved — {needed} more "

@@ -152,8 +152,6 @@ class ConsoleFlow:
         except ApprovalRefused as exc:
             self.console.print(f"[red]Approval refused:[/] {exc}")
             return None
-        store.audit("approved", actor=self.user, run_id=run_id, plan_id=plan.id,
-                    version=plan.version)
         if run.status is RunStatus.AWAITING_APPROVAL:
             needed = approvals_needed(run, self.services.config.policy)
             self.console.print(f"[yellow]Approved by you; {needed} more approval(s) needed "

@@ -166,7 +166,7 @@ def test_worker_runs_a_queued_run_and_audits_it(tmp_path: Path, store: Store) ->
     assert final.status is RunStatus.SUCCEEDED and final.worker == "w1"
     assert all(s.status is StepStatus.SUCCEEDED for s in final.steps.values())
     actions = [e.action for e in store.audit_log(run_id=run.id)]
-    assert actions[0] == "started" and actions[-1] == "run_finished"
+    assert actions[:2] == ["approved", "started"] and actions[-1] == "run_finished"
     assert store.locks() == []
     assert not worker.step(block=0.05)  # nothing left; the entry was acknowledged
 
@@ -267,7 +267,7 @@ def test_redis_restart_mid_run(tmp_path: Path, own_redis: RedisServer) -> None:
     final = store.run(run.id)
     assert final.status is RunStatus.SUCCEEDED
     actions = [e.action for e in store.audit_log(run_id=run.id)]
-    assert actions[0] == "started" and "run_finished" in actions
+    assert actions[:2] == ["approved", "started"] and "run_finished" in actions
 
 
 def test_unreachable_redis_is_a_clear_error_and_writes_nothing(
