@@ -63,6 +63,8 @@ T = TypeVar("T")
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+PASSPHRASE_ENV = "DECKHAND_SSH_KEY_PASSPHRASE"
+"""For an encrypted key_file (ssh-agent is the better place for one)."""
 
 # The login shell may be anything (bash, zsh, fish): it only runs `exec`. A POSIX sh then
 # prints its pid (= the session's process group, see the module docstring) and evals the
@@ -166,11 +168,12 @@ class KnownHosts:
             options.key_types = first + [t for t in options.key_types if t not in first]
 
     def _unknown_message(self, host: Host, key: HostKeyInfo) -> str:
-        scan = f"ssh-keyscan -p {host.port} {host.address} >> {self.path}"
+        # Never suggest a blind ssh-keyscan: it trusts whatever key answers, attacker's too.
         return (f"host key of {self.entry_name(host)} is not in {self.path}; refusing to "
-                f"connect. It offered {key.key_type} {key.fingerprint}. If that is the "
-                f"host's real key, trust it with `deckhand hosts trust {host.name}` or "
-                f"`{scan}`")
+                f"connect. It offered {key.key_type} {key.fingerprint}. Compare that "
+                f"fingerprint with the host's own (`ssh-keygen -lf` on its host key, or your "
+                f"provisioning records); if it matches, run `deckhand hosts trust "
+                f"{host.name}`")
 
     def _changed_message(self, host: Host, key: HostKeyInfo) -> str:
         name = self.entry_name(host)
@@ -596,11 +599,14 @@ def _client_keys(host: Host, agent: paramiko.Agent | None) -> list[paramiko.PKey
 
 
 def _load_key(path: Path) -> paramiko.PKey:
+    passphrase = os.environ.get(PASSPHRASE_ENV, "").encode() or None
     try:
-        return paramiko.PKey.from_path(path)
-    except paramiko.PasswordRequiredException as exc:
-        raise SSHAuthError(f"key file {path} is encrypted; load it into ssh-agent and "
-                           f"drop key_file from the inventory") from exc
+        # the stubs say str, paramiko 5 wants bytes
+        return paramiko.PKey.from_path(path, password=passphrase)  # type: ignore[arg-type]
+    except (paramiko.PasswordRequiredException, TypeError) as exc:
+        # paramiko 3 raises PasswordRequiredException, paramiko 5 a TypeError
+        raise SSHAuthError(f"key file {path} is encrypted: load it into ssh-agent (and drop "
+                           f"key_file from the inventory), or set {PASSPHRASE_ENV}") from exc
     except (OSError, paramiko.SSHException, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SSHAuthError(f"cannot use key file {path}: {reason}") from exc
