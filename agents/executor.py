@@ -359,7 +359,7 @@ class _Execution:
             self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
             watch = _OutputWatch(tool.outputs, success.output_pattern,
                                  lambda line: self._output(line, ids))
-            result, error, maybe_ran = self._invoke(host, tool, command, watch, token)
+            result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout)
@@ -381,12 +381,16 @@ class _Execution:
         return outcome
 
     def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
-                token: CancelToken) -> tuple[CommandResult | None, str | None, bool]:
+                token: CancelToken, ids: dict[str, Any]
+                ) -> tuple[CommandResult | None, str | None, bool]:
         """(result, error, whether the command may have run although no result came)."""
-        timeout = tool.timeout
+        def started(pid: int) -> None:  # recorded, so a takeover can stop what is left
+            self.emit(EventKind.HOST_PID, pid=pid, **ids)
+
         try:
             runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)
-            result = runner.run(command, timeout=timeout, on_output=watch.feed, cancel=token)
+            result = runner.run(command, timeout=tool.timeout, on_output=watch.feed,
+                                cancel=token, on_start=started)
         except CommandInterrupted as exc:
             return None, f"{host.name}: {exc}", True
         except DeckhandError as exc:

@@ -83,6 +83,8 @@ class EventKind(StrEnum):
     RUN_STARTED = "run_started"
     STEP_STARTED = "step_started"
     HOST_STARTED = "host_started"
+    HOST_PID = "host_pid"
+    """The command's process group on the host: what a takeover must stop."""
     STEP_OUTPUT = "step_output"
     STEP_RETRY = "step_retry"
     HOST_FINISHED = "host_finished"
@@ -109,6 +111,7 @@ class Event(BaseModel):
     tail: str | None = None
     error: str | None = None
     mutating: bool = False
+    pid: int | None = None
     outputs: dict[str, str] = Field(default_factory=dict)
     plan: dict[str, Any] | None = None
     """REPLANNED: the revised plan (agents.plan.Plan as JSON) and its hash."""
@@ -123,6 +126,8 @@ class Event(BaseModel):
 
 class HostResult(BaseModel):
     host: str
+    pid: int | None = None
+    """The running command's process group on the host (until it finishes)."""
     provisional: bool = False
     """Counted as changed when its mutating command started; withdrawn if it never ran."""
     status: StepStatus = StepStatus.RUNNING
@@ -252,6 +257,10 @@ def _host_started(run: Run, ev: Event) -> None:
         host.provisional = True
 
 
+def _host_pid(run: Run, ev: Event) -> None:
+    run.states(ev.phase)[ev.step_id or ""].hosts[ev.host or ""].pid = ev.pid
+
+
 def _host_finished(run: Run, ev: Event) -> None:
     host = run.states(ev.phase)[ev.step_id or ""].hosts[ev.host or ""]
     host.status = StepStatus(ev.status or "failed")
@@ -261,7 +270,7 @@ def _host_finished(run: Run, ev: Event) -> None:
         run.mark_changed(ev.host or "")
     elif host.provisional:  # the command never started there (e.g. host unreachable)
         run.changed_hosts.remove(host.host)
-    host.provisional = False
+    host.provisional, host.pid = False, None  # ended: nothing left to stop
 
 
 def _step_finished(run: Run, ev: Event) -> None:
@@ -304,6 +313,7 @@ _APPLY = {
     EventKind.RUN_STARTED: _run_started,
     EventKind.STEP_STARTED: _step_started,
     EventKind.HOST_STARTED: _host_started,
+    EventKind.HOST_PID: _host_pid,
     EventKind.HOST_FINISHED: _host_finished,
     EventKind.STEP_FINISHED: _step_finished,
     EventKind.ROLLBACK_STARTED: _rollback_started,

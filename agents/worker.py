@@ -21,9 +21,11 @@ from agents import logcontext
 from agents.errors import IllegalTransition, LockHeld, NotFound, StoreError
 from agents.executor import Listener
 from agents.plan import Plan
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.runs import Event, EventKind, Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import LostOwnership, Store
+from tools.errors import DeckhandError
+from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
 
 log = logging.getLogger("deckhand.worker")
@@ -216,8 +218,10 @@ class Worker:
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
         beat = _Heartbeat(self, run, entry_id, token)
-        beat.start()
+        beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
+            if previous:
+                self._stop_leftovers(run)
             final = self.services.executor.execute(
                 plan, run, cancel=token,
                 listeners=[self._persist(token), *front_ends, *listeners])
@@ -233,6 +237,28 @@ class Worker:
                 close = getattr(front_end, "close", None)
                 if close is not None:
                     close()
+
+    def _stop_leftovers(self, run: Run) -> None:
+        """Taking a run over: stop what the dead worker's commands left running, on every
+        host, before anything is re-run or rolled back — so nothing lands after it."""
+        for phase in Phase:
+            for state in run.states(phase).values():
+                for result in state.hosts.values():
+                    if result.pid is not None:
+                        self._stop_leftover(run, state.id, result.host, result.pid)
+
+    def _stop_leftover(self, run: Run, step_id: str, host_name: str, pid: int) -> None:
+        host = self.services.config.inventory.hosts.get(host_name) or LOCAL_HOST
+        try:
+            self.services.runners.for_host(host).kill_group(pid)
+            outcome = "stopped"
+        except DeckhandError as exc:  # unreachable: the rollback will say so on that host
+            outcome = f"could not stop it: {exc}"
+        log.warning("run %s: leftover of step %s on %s (process group %d): %s", run.id,
+                    step_id, host_name, pid, outcome)
+        self.store.audit("leftover_stopped", actor=self.name, run_id=run.id,
+                         plan_id=run.plan_id, step=step_id, host=host_name, pid=pid,
+                         outcome=outcome)
 
     def _persist(self, token: CancelToken) -> Listener:
         def persist(event: Event, run: Run) -> None:

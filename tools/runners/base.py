@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 OutputSink = Callable[[str], None]
+PidSink = Callable[[int], None]
 """Receives each complete line of output (without its newline) as it arrives."""
 
 TAIL_BYTES = 8192
@@ -164,10 +165,16 @@ class Runner(Protocol):
     """Runs one shell command on one host."""
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
-            cancel: CancelToken | None = None) -> CommandResult:
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         """Run ``command`` to completion, its deadline, or cancellation.
 
         Never raises for a command that ran and failed; raises RunnerError when the
-        command could not be run at all (host unreachable, auth refused...).
+        command could not be run at all (host unreachable, auth refused...). ``on_start``
+        learns the command's process-group id as soon as it is known, so whoever takes a
+        run over can stop what is left of it (``kill_group``).
         """
+        ...
+
+    def kill_group(self, pid: int) -> None:
+        """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace)."""
         ...

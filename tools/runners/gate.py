@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from tools.errors import ToolError
 from tools.gates import GateSpec, evaluate
-from tools.runners.base import CancelToken, CommandResult, OutputSink
+from tools.runners.base import CancelToken, CommandResult, OutputSink, PidSink
 
 _SPEC: TypeAdapter[GateSpec] = TypeAdapter(GateSpec)
 
@@ -22,7 +22,7 @@ class GateRunner:
     """Evaluates gates on the deckhand machine (a Runner)."""
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
-            cancel: CancelToken | None = None) -> CommandResult:
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         try:
             spec = _SPEC.validate_json(command)
         except ValidationError as exc:
@@ -44,3 +44,6 @@ class GateRunner:
         return CommandResult(exit_code=0 if result.ok else 1, tail="\n".join(result.lines),
                              duration=time.monotonic() - started, timed_out=timed_out,
                              cancelled=token.cancelled)
+
+    def kill_group(self, pid: int) -> None:
+        """Nothing to stop: a gate runs inside deckhand."""

@@ -55,7 +55,13 @@ from tools.errors import (
     SSHError,
 )
 from tools.inventory import Host
-from tools.runners.base import CancelToken, CommandResult, OutputCollector, OutputSink
+from tools.runners.base import (
+    CancelToken,
+    CommandResult,
+    OutputCollector,
+    OutputSink,
+    PidSink,
+)
 
 log = logging.getLogger("deckhand.ssh")
 
@@ -226,7 +232,7 @@ class SSHRunner:
             transport.close()
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
-            cancel: CancelToken | None = None) -> CommandResult:
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         """Run ``command`` on the host until it ends, its deadline, or ``cancel``.
 
         Raises SSHError subclasses when it could not be started (or the connection dropped
@@ -241,7 +247,7 @@ class SSHRunner:
         try:
             channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
             try:
-                return self._follow(channel, on_output, started, timeout, cancel)
+                return self._follow(channel, on_output, started, timeout, cancel, on_start)
             except SSHConnectError as exc:  # after the command was sent: it may have run
                 raise CommandInterrupted(str(exc)) from exc
             finally:
@@ -334,9 +340,10 @@ class SSHRunner:
     # -- one command ---------------------------------------------------------------------
 
     def _follow(self, channel: paramiko.Channel, on_output: OutputSink | None, started: float,
-                timeout: float, cancel: CancelToken | None) -> CommandResult:
+                timeout: float, cancel: CancelToken | None,
+                on_start: PidSink | None = None) -> CommandResult:
         output = OutputCollector(on_output)
-        pid = _PidLine(output)
+        pid = _PidLine(output, on_start)
         ready = _Ready(channel)
         killer = _Killer(self, pid, ready)
         unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
@@ -410,8 +417,9 @@ class _PidLine:
     Lines a login script printed before it are passed through as ordinary output.
     """
 
-    def __init__(self, output: OutputCollector):
+    def __init__(self, output: OutputCollector, on_pid: PidSink | None = None):
         self.output = output
+        self.on_pid = on_pid
         self.pid: int | None = None
         self.known = threading.Event()
         self._buffer = b""
@@ -432,6 +440,8 @@ class _PidLine:
                 self.pid = int(found.group(1))
                 self._buffer = b""
                 self.known.set()
+                if self.on_pid is not None:
+                    self.on_pid(self.pid)
                 if rest:
                     self.output.feed(rest)
                 return
