@@ -24,6 +24,7 @@ from agents.plan import Plan
 from agents.runs import Event, EventKind, Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import LostOwnership, Store
+from agents.store.check import ACTIVE, StoreCheck
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
@@ -88,6 +89,7 @@ class Worker:
             if time.monotonic() - self._swept >= SWEEP_EVERY:
                 self._swept = time.monotonic()
                 self.expire_stale()
+                self.reconcile()
             return False
         entry_id, run_id = entry
         _, done = self._process(run_id, entry_id, [])
@@ -166,6 +168,21 @@ class Worker:
             self.store.audit("expired", actor=self.name, run_id=run.id, plan_id=run.plan_id)
             expired.append(run.id)
         return expired
+
+    def reconcile(self) -> list[str]:
+        """Re-queue active runs that nothing will ever move: no live lease, no queue entry
+        (a worker died after acknowledging, an entry was lost with a failed-over primary).
+        A worker then resumes or rolls them back like any takeover."""
+        recent = self.store.runs(limit=200, statuses=ACTIVE)
+        done = []
+        for violation in StoreCheck(self.store).orphaned(recent):
+            run_id = violation.key.rsplit(":", 1)[-1]
+            outcome = violation.repair() if violation.repair else "not repairable"
+            log.warning("reconciler: run %s %s: %s", run_id, violation.problem, outcome)
+            self.store.audit("reconciled", actor=self.name, run_id=run_id,
+                             problem=violation.problem, outcome=outcome)
+            done.append(run_id)
+        return done
 
     # -- queue -----------------------------------------------------------------------------
 

@@ -63,6 +63,12 @@ class StoreCheck:
             return [*self._index(runs), *self._plans(), *self._active(runs, queue),
                     *self._locks(runs), *self._queue_entries(runs, queue)]
 
+    def orphaned(self, runs: Iterable[Run]) -> list[Violation]:
+        """Active runs among ``runs`` with no live worker, no queue entry and no place in
+        a lock queue — what a reconciler re-queues (each violation's repair does it)."""
+        with self.store.errors():
+            return list(self._active({r.id: r for r in runs}, self._queue()))
+
     def repair(self, found: Iterable[Violation]) -> list[str]:
         """Apply every safe repair; what was done, one line each."""
         with self.store.errors():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 from agents.runs import RunStatus
@@ -13,7 +15,8 @@ from agents.store import Store
 from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.polling import wait_until
-from tests.integration.test_store import _spawn_worker, submit
+from tests.fixtures.redis_server import RedisServer
+from tests.integration.test_store import _spawn_worker, config_for, gated_plan, submit
 
 TOOLS = """
 tools:
@@ -73,3 +76,46 @@ def test_takeover_stops_the_dead_workers_command_before_rolling_back(
     assert (tmp_path / "log.txt").read_text().splitlines() == ["rolled back"]
     stopped = [e for e in store.audit_log(run_id=run.id) if e.action == "leftover_stopped"]
     assert stopped and stopped[0].details["outcome"] == "stopped"
+
+
+def test_a_redis_outage_longer_than_the_lease_does_not_cancel_the_run(
+        tmp_path: Path, own_redis: RedisServer) -> None:
+    store = Store.connect(own_redis.url)
+    services = build_services(config_for(tmp_path), store=store)
+    run = submit(services, gated_plan(tmp_path))
+    worker = Worker(services, store, name="steady", options=WorkerOptions(lease=1, block=0.1))
+    box: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", worker.step()))
+    thread.start()
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the gate step to start")
+        own_redis.stop()  # three lease periods without Redis; the owner key expires
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            threading.Event().wait(0.1)  # the outage itself; nothing to poll for
+        own_redis.start()
+        (tmp_path / "go").touch()
+        thread.join(60)
+    finally:
+        (tmp_path / "go").touch()
+    final = store.run(run.id)
+    assert final.status is RunStatus.SUCCEEDED, final.reason
+    assert final.worker == "steady" and store.locks() == []
+
+
+def test_the_reconciler_requeues_a_run_nothing_would_ever_move(tmp_path: Path,
+                                                                store: Store) -> None:
+    services = build_services(config_for(tmp_path), store=store)
+    (tmp_path / "go").touch()
+    run = submit(services, gated_plan(tmp_path))
+    store.ensure_group()
+    entry = store.read_queue("ghost", block=0.1)  # a worker took the entry and died
+    assert entry is not None
+    store.ack(entry[0])
+    worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
+    assert store.run(run.id).status is RunStatus.QUEUED  # with no entry: stuck for good
+    assert worker.reconcile() == [run.id]
+    assert worker.reconcile() == []  # queued again once, not twice
+    assert worker.step(block=0.1)
+    assert store.run(run.id).status is RunStatus.SUCCEEDED
+    assert "reconciled" in [e.action for e in store.audit_log(run_id=run.id)]
