@@ -283,6 +283,11 @@ class _Execution:
             if not hosts:
                 return StepStatus.SKIPPED, "no host was changed by this run", {}
         rollout = self.deps.inventory.rollout_of(env)
+        if tool.mutates and phase is Phase.PLAN and len(hosts) > 1:
+            problems = self._preflight(hosts)
+            if problems:
+                return StepStatus.FAILED, ("not started on any host: " + "; ".join(problems)
+                                           + " — fix that host, then run it again"), {}
         outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, rollout)
         failed = [o.error for o in outcomes if not o.ok]
         if token.cancelled and failed:
@@ -293,6 +298,22 @@ class _Execution:
             more = f" (and {len(failed) - 1} more host(s))" if len(failed) > 1 else ""
             return StepStatus.FAILED, f"{failed[0]}{more}", outputs
         return StepStatus.SUCCEEDED, None, outputs
+
+    def _preflight(self, hosts: list[Host]) -> list[str]:
+        """Every host a rollout will touch is reachable with a verified key, checked before
+        the first one changes, so one bad host does not get the others deployed and then
+        rolled back. Connections opened here are the ones the commands then use."""
+        def problem(host: Host) -> str | None:
+            try:
+                self.deps.runner_for(host).check_ready()
+            except DeckhandError as exc:
+                return f"{host.name}: {exc}"
+            return None
+
+        workers = min(len(hosts), 32)
+        with ThreadPoolExecutor(workers, thread_name_prefix="preflight",
+                                initializer=logcontext.inherit()) as pool:
+            return [p for p in pool.map(problem, hosts) if p is not None]
 
     def _fan_out(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                  params: dict[str, ParamValue], hosts: list[Host], token: CancelToken,

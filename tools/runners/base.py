@@ -178,3 +178,8 @@ class Runner(Protocol):
     def kill_group(self, pid: int) -> None:
         """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace)."""
         ...
+
+    def check_ready(self) -> None:
+        """Raise RunnerError unless a command could start now (reachable, key and login
+        accepted); cheap, and what it opens is reused by the commands that follow."""
+        ...

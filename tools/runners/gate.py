@@ -47,3 +47,6 @@ class GateRunner:
 
     def kill_group(self, pid: int) -> None:
         """Nothing to stop: a gate runs inside deckhand."""
+
+    def check_ready(self) -> None:
+        """A gate needs nothing but deckhand itself."""

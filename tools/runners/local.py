@@ -65,6 +65,9 @@ class LocalRunner:
             cancelled=was_cancelled,
         )
 
+    def check_ready(self) -> None:
+        """This machine is always there."""
+
     def kill_group(self, pid: int) -> None:
         """SIGTERM group ``pid``, SIGKILL what is left after the grace period."""
         _signal_group(pid, signal.SIGTERM)

@@ -255,6 +255,10 @@ class SSHRunner:
         finally:
             self._sessions.release()
 
+    def check_ready(self) -> None:
+        """Connect (host key verified, login accepted) unless the pooled connection is up."""
+        self._connection()
+
     def open_tunnel(self, address: str, port: int) -> paramiko.Channel:
         """A TCP stream to ``address:port`` as seen from this host (for hosts behind it)."""
         return self._with_connection(lambda t: self._direct_tcpip(t, address, port))
