@@ -15,6 +15,7 @@ from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
+from agents.targets import PlanTargets, resolve
 from tools.redact import Redactor
 from tools.runners.pool import RunnerPool
 
@@ -60,7 +61,7 @@ class Services:
         if not self.is_read_only(plan):
             raise PlanError("only a single read-only step may run without approval")
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan))
+        run = self.store.create_run(Run.for_plan(plan, self.targets(plan)))
         if before_enqueue is not None:
             run = before_enqueue(run)
 
@@ -72,6 +73,10 @@ class Services:
         run = self.store.update_run(run.id, queue)
         self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
         return run
+
+    def targets(self, plan: Plan) -> PlanTargets:
+        """What ``plan`` touches, resolved against this config's catalog and inventory."""
+        return resolve(plan, self.config.catalog, self.config.inventory)
 
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""

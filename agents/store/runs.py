@@ -17,6 +17,7 @@ from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
 from agents.store._redis import RedisBase
+from agents.targets import PlanTargets
 
 Write = Callable[[Pipeline], Any]
 """A command queued in a transaction (e.g. ``queue_step``'s XADD)."""
@@ -112,13 +113,13 @@ class RunStore(RedisBase):
         queue the run in the same transaction as its state change."""
         return lambda pipe: pipe.xadd(self.keys.queue(), {"run": run_id})
 
-    def revise(self, run_id: str, plan: Plan) -> Run:
+    def revise(self, run_id: str, plan: Plan, targets: PlanTargets) -> Run:
         """Bind a waiting run to a new plan version; earlier approvals no longer count."""
         def change(run: Run) -> None:
             run.move(RunStatus.AWAITING_APPROVAL)
             run.plan_version, run.plan_hash = plan.version, plan.hash
             run.approvals = []
-            run.environments = plan.environments()
+            run.set_targets(targets)
             run.goal = plan.goal
             run.plan_versions.append(plan.version)
             run.steps = {s.id: StepState(id=s.id) for s in plan.steps}

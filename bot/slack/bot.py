@@ -116,7 +116,7 @@ class Bot:
                                                  self.post_plan(plan, run, channel=channel,
                                                                 actions=False, note=READ_ONLY))
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan))
+        run = self.store.create_run(Run.for_plan(plan, self.services.targets(plan)))
         self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
         return self.post_plan(plan, run, channel=channel)
 
@@ -158,7 +158,7 @@ class Bot:
         self.services.check(plan)
         self.store.save_plan(plan)
         old = self.store.run(run_id)
-        run = self.store.revise(run_id, plan)
+        run = self.store.revise(run_id, plan, self.services.targets(plan))
         self.store.audit("modified", actor=user, run_id=run_id, plan_id=plan.id,
                          version=plan.version)
         self.refresh_plan_message(old, actions=False,

@@ -59,7 +59,7 @@ class ConsoleFlow:
             return self.execute(plan, run.id)
         store = self.services.store
         store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan))
+        run = store.create_run(Run.for_plan(plan, self.services.targets(plan)))
         store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request)
         approved = self.approve(plan, yes=yes, run_id=run.id)
         if approved is None:
@@ -83,7 +83,7 @@ class ConsoleFlow:
             revised = self.modify(plan)
             if revised is not plan and run_id is not None:
                 self.services.store.save_plan(revised)
-                self.services.store.revise(run_id, revised)
+                self.services.store.revise(run_id, revised, self.services.targets(revised))
                 self.services.store.audit("modified", actor=self.user, run_id=run_id,
                                           plan_id=plan.id, version=revised.version)
             plan = revised
