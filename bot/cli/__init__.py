@@ -1,7 +1,8 @@
 """``deckhand`` command line: demo, run, plan, check (and more, registered by other modules).
 
-Errors deckhand raises on purpose are printed as one clear message (exit 2); anything
-else is a bug and keeps its traceback.
+Exit codes are ``bot.terminal.console.ExitCode``: errors deckhand raises on purpose are one
+clear message (exit 2, a refused approval 3); anything else is a bug, printed with its
+traceback (exit 70).
 """
 
 from __future__ import annotations
@@ -10,16 +11,17 @@ import argparse
 import getpass
 import json
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 
 from agents.config import load_config
+from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
-from agents.runs import RunStatus
-from bot.cli.common import Commands, Handler, add_config_arg, services_for
-from bot.terminal.console import ConsoleFlow
+from bot.cli.common import Commands, Handler, add_config_arg, add_user_args, confirmer, services_for
+from bot.terminal.console import ConsoleFlow, ExitCode
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
 
@@ -36,13 +38,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args, console)
     except ConfigError as exc:
         _error(console, str(exc))
-        return 2
+        return ExitCode.INVALID
+    except ApprovalRefused as exc:
+        _error(console, f"refused: {exc}")
+        return ExitCode.REFUSED
     except DeckhandError as exc:
         _error(console, f"error: {exc}")
-        return 2
+        return ExitCode.INVALID
     except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
         _error(console, "interrupted")
         return 130
+    except Exception:  # a bug: keep the traceback, and an exit code no outcome uses
+        _error(console, "internal error (a bug in deckhand):\n" + traceback.format_exc())
+        return ExitCode.INTERNAL
 
 
 def _error(console: Console, message: str) -> None:
@@ -82,8 +90,10 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 def _add_run(commands: Commands) -> None:
     parser = commands.add_parser("run", help="plan a request, approve it here, and run it")
     parser.add_argument("request", help='what to do, e.g. "deploy v2.3.1"')
-    parser.add_argument("--yes", "-y", action="store_true", help="approve without asking")
-    parser.add_argument("--user", default=getpass.getuser(), help="who is asking")
+    parser.add_argument("--yes", "-y", action="store_true",
+                        help="approve without the Approve/Modify/Reject question (policy "
+                             "confirmations are still asked, or given with --confirm)")
+    add_user_args(parser, who="who asks and approves here")
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
@@ -91,10 +101,11 @@ def _add_run(commands: Commands) -> None:
 def _run(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     try:
-        run = ConsoleFlow(services, console, user=args.user).handle(args.request, yes=args.yes)
+        flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args))
+        flow.handle(args.request, yes=args.yes)
     finally:
         services.close()
-    return 0 if run is None or run.status is RunStatus.SUCCEEDED else 1
+    return flow.exit_code
 
 
 def _add_plan(commands: Commands) -> None:
@@ -113,7 +124,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     elif args.format == "yaml":
         sys.stdout.write(plan_to_yaml(plan))
     else:
-        console.print(plan_table(plan))
+        console.print(plan_table(plan, services.targets(plan)))
     return 0
 
 

@@ -331,7 +331,7 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     run = submit(services, gated_plan(tmp_path, env="production"), approvers=())
     monkeypatch.setenv("REDIS_URL", redis_url)
     args = ["--config", str(config.path)]
-    assert main(["approve", run.id, "--user", "alice", *args]) == 2  # asked for it herself
+    assert main(["approve", run.id, "--user", "alice", *args]) == 3  # asked for it herself
     assert "your own request" in capsys.readouterr().out
     assert main(["approve", run.id, "--user", "bob", *args]) == 0
     assert "1 more approval" in capsys.readouterr().out
