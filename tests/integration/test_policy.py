@@ -1,0 +1,328 @@
+"""Issue 12: one authority for what a plan touches and who may approve it.
+
+Each test reproduces one finding through the real code paths (config loader, planner,
+validation, store on a real Redis, the CLI), then the table-driven test walks every way a
+tool can reach production against every kind of approver.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from agents.config import Config, load_config
+from agents.errors import ApprovalRefused, PlanInvalid
+from agents.plan import Plan
+from agents.runs import Run, RunStatus
+from agents.services import Services, build_services
+from agents.store import Store
+from bot.cli import main
+from bot.slack import blocks as bk
+from bot.terminal.render import plan_table
+from tests.fixtures.builders import make_plan
+from tools.errors import ConfigError
+
+INVENTORY = """
+inventory:
+  hosts:
+    web-1: {connection: local, vars: {dir: "{config_dir}/web-1"}}
+    web-2: {connection: local, vars: {dir: "{config_dir}/web-2"}}
+    web-3: {connection: local, vars: {dir: "{config_dir}/web-3"}}
+    tool-1: {connection: local, vars: {dir: "{config_dir}/tool-1"}}
+  environments:
+    staging: {hosts: [web-1]}
+    production: {hosts: [web-2, web-3]}
+  groups:
+    prod: [web-2, web-3]
+    adhoc: [tool-1]
+"""
+
+TOOLS = """
+tools:
+  deploy:
+    description: put a version on every host of an environment
+    command: "mkdir -p {host.dir} && echo {version} > {host.dir}/version"
+    target: environment
+    params: {version: {pattern: '^v\\d+\\.\\d+\\.\\d+$'}}
+    mutates: true
+    rollback: undo
+  deploy_default:
+    description: deploy whose environment defaults to production
+    command: "mkdir -p {host.dir} && echo {version} > {host.dir}/version"
+    target: environment
+    params:
+      version: {pattern: '^v\\d+\\.\\d+\\.\\d+$'}
+      environment: {enum: [staging, production], default: production}
+    mutates: true
+    rollback: undo
+  deploy_group:
+    description: deploy to the prod host group
+    command: "mkdir -p {host.dir} && echo {version} > {host.dir}/version"
+    target: "group:prod"
+    params: {version: {pattern: '^v\\d+\\.\\d+\\.\\d+$'}}
+    mutates: true
+    rollback: undo_group
+  deploy_local:
+    description: a change made from the deckhand machine itself
+    command: "echo {version} >> {vars.log}"
+    params: {version: {pattern: '^v\\d+\\.\\d+\\.\\d+$'}}
+    mutates: true
+    rollback: undo_local
+  undo:
+    description: undo on every changed host of an environment
+    command: "echo undo {host.name} >> {vars.log}"
+    target: environment
+    params:
+      environment: {enum: [staging, production], default: production}
+    mutates: true
+  undo_group:
+    description: undo on the prod group
+    command: "echo undo {host.name} >> {vars.log}"
+    target: "group:prod"
+    mutates: true
+  undo_local:
+    description: undo a local change
+    command: "echo undo-local >> {vars.log}"
+    mutates: true
+  status:
+    description: read-only look at an environment
+    command: "echo status {host.name}"
+    target: environment
+  backup_database:
+    description: Snapshot the production database
+    command: "echo backup >> {vars.log}"
+vars:
+  log: "{config_dir}/log.txt"
+"""
+
+STRICT = """
+policy:
+  promotion: [staging, production]
+  environments:
+    staging: {approvers: {users: []}}
+    production:
+      approvers: {users: [alice, bob]}
+      min_approvals: 1
+      self_approval: false
+"""
+
+
+def write_config(tmp_path: Path, *, policy: str = STRICT, tools: str = TOOLS,
+                 extra: str = "") -> Path:
+    path = tmp_path / "deckhand.yml"
+    path.write_text("\n".join(textwrap.dedent(part) for part in
+                              (INVENTORY, tools, policy, extra)))
+    return path
+
+
+def services_on(config: Config, store: Store) -> Services:
+    return build_services(config, store=store)
+
+
+def submit(services: Services, plan: Plan, *, by: str) -> Run:
+    plan = plan.model_copy(update={"requested_by": by})
+    services.check(plan)
+    services.store.save_plan(plan)
+    return services.store.create_run(Run.for_plan(plan, services.targets(plan)))
+
+
+def approve(services: Services, run: Run, user: str) -> Run:
+    return services.store.approve(run.id, user=user, plan_version=run.plan_version,
+                                  plan_hash=run.plan_hash, policy=services.config.policy)
+
+
+def shown(services: Services, plan: Plan, run: Run) -> str:
+    """What approvers see: the terminal table and the Slack plan message, as text."""
+    console = Console(record=True, width=200)
+    console.print(plan_table(plan, services.targets(plan)))
+    slack = bk.plan_blocks(plan, run, services.config.policy)
+    return console.export_text() + str(slack)
+
+
+def staged(step: dict[str, Any], rollback: list[dict[str, Any]]) -> Plan:
+    """Staging changed first, then ``step`` (which reaches production)."""
+    return make_plan([{"id": "stage", "tool": "deploy",
+                       "params": {"environment": "staging", "version": "v1.0.0"}},
+                      {**step, "depends_on": ["stage"]}],
+                     rollback=[*rollback, {"id": "undo_staging", "tool": "undo",
+                                           "params": {"environment": "staging"}}])
+
+
+# -- finding 1: a parameter default bypassed production policy --------------------------
+
+
+PLAYBOOK_DEFAULT = """
+playbooks:
+  - name: ship
+    match: ['^ship (?P<version>v\\S+)$']
+    goal: "ship {version}"
+    steps: [{id: ship, tool: deploy_default, params: {version: "{version}"}}]
+    rollback: [{id: undo, tool: undo}]
+"""
+ONLY_APPROVERS = """
+policy:
+  environments:
+    production: {approvers: {users: [alice]}}
+"""
+
+
+def test_default_environment_is_policed_shown_and_run_on_its_hosts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, policy=ONLY_APPROVERS, extra=PLAYBOOK_DEFAULT)
+    assert main(["check", str(path)]) == 0
+    capsys.readouterr()
+
+    code = main(["run", "ship v1.0.0", "--yes", "--user", "mallory", "--config", str(path)])
+    out = capsys.readouterr().out
+    assert code == 3, out
+    assert "production" in out and "not allowed to approve" in out
+    assert not any((tmp_path / h).exists() for h in ("web-2", "web-3"))
+    assert not (tmp_path / "log.txt").exists()
+
+    assert main(["run", "ship v1.0.0", "--yes", "--user", "alice", "--config",
+                 str(path)]) == 0
+    assert [(tmp_path / h / "version").read_text() for h in ("web-2", "web-3")] == \
+        ["v1.0.0\n"] * 2
+    assert "hosts changed: local" not in capsys.readouterr().out
+
+
+# -- finding 2: host-group targets escaped policy and promotion --------------------------
+
+
+def test_host_group_resolves_to_its_environment(tmp_path: Path, store: Store) -> None:
+    services = services_on(load_config(write_config(tmp_path)), store)
+    alone = make_plan([{"id": "ship", "tool": "deploy_group",
+                        "params": {"version": "v1.0.0"}}],
+                      rollback=[{"id": "undo", "tool": "undo_group"}])
+    with pytest.raises(PlanInvalid, match="changes production without first passing staging"):
+        services.check(alone)
+    plan = staged({"id": "ship", "tool": "deploy_group", "params": {"version": "v1.0.0"}},
+                  [{"id": "undo", "tool": "undo_group"}])
+    run = submit(services, plan, by="carol")
+    assert run.environments == ["staging", "production"]
+    with pytest.raises(ApprovalRefused, match="not allowed"):
+        approve(services, run, "mallory")
+
+
+# -- finding 3: a plan edited to touch no environment could be approved by anyone -------
+
+
+def test_plan_edited_to_touch_no_environment_keeps_the_strict_rule(
+        tmp_path: Path, store: Store) -> None:
+    strict = STRICT.replace("min_approvals: 1", "min_approvals: 2")
+    services = services_on(load_config(write_config(tmp_path, policy=strict)), store)
+    plan = staged({"id": "ship", "tool": "deploy",
+                   "params": {"environment": "production", "version": "v1.0.0"}},
+                  [{"id": "undo", "tool": "undo", "params": {"environment": "production"}}])
+    run = submit(services, plan, by="carol")
+    edited = plan.revised(steps=[{"id": "backup", "tool": "backup_database",
+                                  "description": "Snapshot the production database"}],
+                          rollback=[])
+    services.check(edited)
+    run = services.store.revise(run.id, edited, services.targets(edited))
+    assert "(no environment)" in shown(services, edited, run)
+    with pytest.raises(ApprovalRefused, match="not allowed"):
+        approve(services, run, "mallory")
+    assert approve(services, run, "alice").status is RunStatus.AWAITING_APPROVAL  # needs 2
+    assert approve(services, run, "bob").status is RunStatus.QUEUED
+
+
+def test_explicit_unscoped_rule_governs_local_changes(tmp_path: Path, store: Store) -> None:
+    policy = STRICT + "  unscoped: {approvers: {users: [ops]}}\n"
+    services = services_on(load_config(write_config(tmp_path, policy=policy)), store)
+    plan = make_plan([{"id": "ship", "tool": "deploy_local", "params": {"version": "v1.0.0"}}],
+                     rollback=[{"id": "undo", "tool": "undo_local"}])
+    run = submit(services, plan, by="carol")
+    with pytest.raises(ApprovalRefused, match=r"\(no environment\): ops"):
+        approve(services, run, "alice")
+    assert approve(services, run, "ops").status is RunStatus.QUEUED
+
+
+# -- finding 4: typos opened production; a tool defined twice silently won --------------
+
+
+def test_typos_and_duplicates_are_errors_at_their_line(tmp_path: Path) -> None:
+    policy = """
+    policy:
+      promotion: [staging, prodution]
+      environments:
+        prodution: {approvers: {users: [alice]}}
+    """
+    tools = TOOLS.replace("  undo_local:", "  status:\n    description: again\n"
+                                           "    command: 'true'\n  undo_local:")
+    path = write_config(tmp_path, policy=policy, tools=tools)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    lines = path.read_text().splitlines()
+    found = {(p.where.split(" ")[0], p.message.split(" (")[0]) for p in caught.value.problems}
+    at = {text: f"{path}:{n}" for n, text in enumerate(lines, start=1)}
+    assert (at["  promotion: [staging, prodution]"], "unknown environment 'prodution'") in found
+    assert (at["    prodution: {approvers: {users: [alice]}}"],
+            "unknown environment 'prodution'") in found
+    second_status = [n for n, text in enumerate(lines, start=1) if text == "  status:"][1]
+    assert (f"{path}:{second_status}", "duplicate key") in found
+    assert len(caught.value.problems) == 3
+
+
+# -- issue 19 item 2: promotion is satisfied only by a change ----------------------------
+
+
+def test_read_only_step_on_staging_does_not_satisfy_promotion(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path))
+    services = build_services(config, store=Store.connect(None))
+    plan = make_plan([
+        {"id": "look", "tool": "status", "params": {"environment": "staging"}},
+        {"id": "ship", "tool": "deploy", "depends_on": ["look"],
+         "params": {"environment": "production", "version": "v1.0.0"}}],
+        rollback=[{"id": "undo", "tool": "undo", "params": {"environment": "production"}}])
+    with pytest.raises(PlanInvalid, match="no step it depends on changes staging"):
+        services.check(plan)
+
+
+# -- the table: every way to reach production × every kind of approver -----------------
+
+VARIANTS: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
+    "explicit param": ({"id": "ship", "tool": "deploy",
+                        "params": {"environment": "production", "version": "v1.0.0"}},
+                       [{"id": "undo", "tool": "undo", "params": {"environment": "production"}}]),
+    "default": ({"id": "ship", "tool": "deploy_default", "params": {"version": "v1.0.0"}},
+                [{"id": "undo", "tool": "undo"}]),
+    "host group": ({"id": "ship", "tool": "deploy_group", "params": {"version": "v1.0.0"}},
+                   [{"id": "undo", "tool": "undo_group"}]),
+    "local target": ({"id": "ship", "tool": "deploy_local", "params": {"version": "v1.0.0"}},
+                     [{"id": "undo", "tool": "undo_local"}]),
+    "rollback only": ({"id": "ship", "tool": "status", "params": {"environment": "staging"}},
+                      [{"id": "undo", "tool": "undo"}]),  # undo defaults to production
+}
+ROLES = {"approver": ("bob", True), "non-approver": ("mallory", False),
+         "requester": ("alice", False)}  # alice asked, and may not approve her own
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_production_is_never_approved_by_outsiders_nor_hidden(
+        tmp_path: Path, store: Store, variant: str, role: str) -> None:
+    services = services_on(load_config(write_config(tmp_path)), store)
+    step, rollback = VARIANTS[variant]
+    plan = staged(step, rollback)
+    run = submit(services, plan, by="alice")
+    text = shown(services, plan, run)
+    if variant == "local target":  # outside every environment: said so, production's rules
+        assert "(no environment)" in text and "local" in text
+    else:
+        assert "production" in text
+    user, allowed = ROLES[role]
+    if allowed:
+        assert approve(services, run, user).status is RunStatus.QUEUED
+    else:
+        with pytest.raises(ApprovalRefused):
+            approve(services, run, user)
+        assert services.store.run(run.id).status is RunStatus.AWAITING_APPROVAL
+    if variant in ("explicit param", "default", "host group"):
+        skipping = make_plan([step], rollback=rollback)  # no staging change first
+        with pytest.raises(PlanInvalid, match="without first passing staging"):
+            services.check(skipping)
