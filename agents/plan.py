@@ -271,7 +271,8 @@ class PlanChecker:
                                    f"tool, and policy requires one")
                 continue
             for env in where.environments or (None,):
-                if (tool.rollback, env) not in covered:
+                known = env is None or env in self.inventory.environments  # else said above
+                if known and (tool.rollback, env) not in covered:
                     at = f" for environment {env}" if env else ""
                     self._add(step.id, f"mutating step needs a rollback step using "
                                        f"{tool.rollback}{at}")

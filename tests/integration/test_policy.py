@@ -326,3 +326,89 @@ def test_production_is_never_approved_by_outsiders_nor_hidden(
         skipping = make_plan([step], rollback=rollback)  # no staging change first
         with pytest.raises(PlanInvalid, match="without first passing staging"):
             services.check(skipping)
+
+
+# -- finding 6: the terminal's answers --------------------------------------------------
+
+TERMINAL = """
+policy:
+  promotion: [staging, production]
+  environments:
+    production: {approvers: {users: [alice, bob]}, confirm: true, min_approvals: MIN}
+playbooks:
+  - name: ship
+    match: ['^ship (?P<version>v\\S+)$']
+    goal: "ship {version}"
+    steps:
+      - {id: stage, tool: deploy, params: {environment: staging, version: "{version}"}}
+      - {id: ship, tool: deploy, depends_on: [stage],
+         params: {environment: production, version: "{version}"}}
+    rollback:
+      - {id: undo, tool: undo, params: {environment: production}}
+      - {id: undo_staging, tool: undo, params: {environment: staging}}
+"""
+
+
+def terminal_config(tmp_path: Path, min_approvals: int = 1) -> Path:
+    return write_config(tmp_path, policy=TERMINAL.replace("MIN", str(min_approvals)))
+
+
+def flow_for(path: Path, user: str, **options: Any) -> tuple[Any, Console]:
+    from bot.terminal.console import ConsoleFlow
+
+    console = Console(record=True, width=200)
+    services = build_services(load_config(path), store=Store.connect(None))
+    return ConsoleFlow(services, console, user=user, **options), console
+
+
+def deployed(tmp_path: Path) -> list[str]:
+    return sorted(h for h in ("web-1", "web-2", "web-3") if (tmp_path / h).exists())
+
+
+def test_reject_and_refusal_exit_non_zero(tmp_path: Path) -> None:
+    from bot.terminal.console import Decision, ExitCode
+
+    path = terminal_config(tmp_path)
+    flow, console = flow_for(path, "alice", ask=lambda: Decision.REJECT)
+    assert flow.handle("ship v1.0.0").status is RunStatus.REJECTED
+    assert flow.exit_code is ExitCode.REFUSED and flow.exit_code != 0
+    flow, console = flow_for(path, "mallory", confirm=lambda word: word)
+    assert flow.handle("ship v1.0.0", yes=True).status is RunStatus.REJECTED
+    assert flow.exit_code == 3 and "not allowed to approve" in console.export_text()
+    assert deployed(tmp_path) == []
+
+
+def test_confirm_asks_to_type_the_environment(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = terminal_config(tmp_path)
+    asked: list[str] = []
+    flow, _ = flow_for(path, "alice", confirm=lambda word: asked.append(word) or "prod")
+    flow.handle("ship v1.0.0", yes=True)
+    assert asked == ["production"] and flow.exit_code == 3 and deployed(tmp_path) == []
+    assert main(["run", "ship v1.0.0", "--yes", "--user", "alice", "--config", str(path)]) == 3
+    assert "Not confirmed" in capsys.readouterr().out  # no terminal to type into
+    assert main(["run", "ship v1.0.0", "--yes", "--user", "alice", "--confirm", "production",
+                 "--config", str(path)]) == 0
+    assert deployed(tmp_path) == ["web-1", "web-2", "web-3"]
+
+
+def test_more_approvals_than_the_terminal_can_collect(
+        tmp_path: Path, store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = terminal_config(tmp_path, min_approvals=2)
+    args = ["--yes", "--confirm", "production", "--config", str(path)]
+    assert main(["run", "ship v1.0.0", "--user", "alice", *args]) == 3
+    out = " ".join(capsys.readouterr().out.split())
+    assert "needs 2 approvals" in out and "REDIS_URL" in out and "deckhand approve" in out
+
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert main(["run", "ship v1.0.0", "--user", "alice", *args]) == 4
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 more approval(s) needed" in out and "deckhand approve" in out
+    (run,) = store.runs()
+    assert run.status is RunStatus.AWAITING_APPROVAL
+    assert main(["approve", run.id, "--user", "mallory", "--config", str(path)]) == 3
+    assert main(["approve", run.id, "--user", "bob", "--confirm", "production",
+                 "--config", str(path)]) == 0
+    assert store.run(run.id).status is RunStatus.QUEUED
+    assert deployed(tmp_path) == []  # a `deckhand worker` runs it, not the terminal
