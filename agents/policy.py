@@ -107,8 +107,8 @@ class Policy(BaseModel):
         rules = self.rules([scope])
         if len(rules) == 1:
             return rules[0].approvers.describe()
-        return "only someone allowed in every environment (" + ", ".join(
-            sorted({r.approvers.describe() for r in rules})) + ")"
+        named = sorted({r.approvers.describe() for r in rules} - {"anyone"})
+        return f"only someone allowed in every environment ({'; '.join(named) or 'anyone'})"
 
     def previous_stage(self, environment: str) -> str | None:
         """The environment a change must pass before ``environment``, if any."""
