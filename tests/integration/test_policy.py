@@ -7,6 +7,7 @@ tool can reach production against every kind of approver.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from bot.cli import main
 from bot.slack import blocks as bk
 from bot.terminal.render import plan_table
 from tests.fixtures.builders import make_plan
+from tests.fixtures.slack_world import SlackWorld, button
 from tools.errors import ConfigError
 
 INVENTORY = """
@@ -412,3 +414,23 @@ def test_more_approvals_than_the_terminal_can_collect(
                  "--config", str(path)]) == 0
     assert store.run(run.id).status is RunStatus.QUEUED
     assert deployed(tmp_path) == []  # a `deckhand worker` runs it, not the terminal
+
+
+def test_slack_modify_to_no_environment_keeps_production_rules(world: SlackWorld) -> None:
+    """Finding 3 through Slack: the requester edits the plan down to one local step; the
+    plan says it touches no environment, and an outsider's Approve is refused."""
+    world.deploy("v2.3.1")
+    run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
+    meta = json.dumps({"run": run_id, "v": 1, "channel": "CDEPLOY"})
+    edited = ("goal: Snapshot the production database\nsteps:\n- id: backup\n"
+              "  tool: backup_database\nrollback: []\n")
+    assert world.submit("modify_submit", meta, {"yaml": edited}, user="UALICE")[0] == 200
+    second = world.plan_message(1)
+    assert "(no environment)" in second.text_of_blocks()
+    world.click("approve", button(second, "approve"), user="UMALLORY")
+    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
+    assert "not allowed to approve" in refusal[0].payload["text"]
+    world.click("approve", button(second, "approve"), user="UBOB")
+    run = world.standin.wait_for(lambda: [r for r in [world.store.run(run_id)]
+                                          if r.approvals] or None)[0]
+    assert run.status is RunStatus.AWAITING_APPROVAL  # production's two approvals apply
