@@ -24,7 +24,7 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
     if (plan_version, plan_hash) != (run.plan_version, run.plan_hash):
         return (f"this button is for plan version {plan_version}, but the plan is now version "
                 f"{run.plan_version}. Review the new version and approve that one.")
-    envs = run.environments
+    envs = run.scopes
     rule = policy.strictest(envs)
     blocked = frozen(policy.freeze, envs, datetime.fromtimestamp(now, UTC))
     if blocked is not None and not run.break_glass:
@@ -44,7 +44,7 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
 def approvals_needed(run: Run, policy: Policy) -> int:
     """How many more distinct approvals ``run`` needs (break-glass: one more, and one of
     them from ``policy.break_glass``)."""
-    wanted = policy.strictest(run.environments).min_approvals
+    wanted = policy.strictest(run.scopes).min_approvals
     if run.break_glass is None:
         return max(0, wanted - len(run.approvals))
     granted = any(a.break_glass for a in run.approvals)
@@ -58,7 +58,7 @@ def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Po
     The requester and anyone who may approve its environments may; nobody else, so a
     bystander cannot reset approvals with an edit or close someone else's plan.
     """
-    if user == run.requested_by or policy.may_approve(user, user_groups, run.environments):
+    if user == run.requested_by or policy.may_approve(user, user_groups, run.scopes):
         return None
     return (f"only the requester ({run.requested_by}) or an approver can change this run. "
-            f"Who can approve: {policy.approvers_text(run.environments)}")
+            f"Who can approve: {policy.approvers_text(run.scopes)}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from pydantic import ValidationError
 
 from agents.errors import PlanError
 from agents.history import HistorySettings
-from agents.plan import PlanChecker
+from agents.plan import PLACEHOLDER, Plan, PlanChecker
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
 from tools.catalog import Catalog, Tool, unknown_tool_message
@@ -37,46 +39,54 @@ class Config:
 
 
 def load_config(path: Path | str) -> Config:
-    """Load and check a config file; ConfigError lists every problem with its location."""
+    """Load and check a config file; ConfigError lists every problem with its location.
+
+    Every part is checked, even after another part failed, so one pass shows everything;
+    checks that would only repeat an earlier problem (knock-on errors) are skipped.
+    """
     path = Path(path).resolve()
     doc = load_yaml_file(path)
-    if not isinstance(doc.data, dict):
-        raise ConfigError([Problem(doc.source, "the config must be a YAML mapping")])
     loader = _Loader(path, doc)
     config = loader.build()
-    if loader.problems:
-        raise ConfigError(loader.problems)
-    assert config is not None  # noqa: S101 - build() returns None only with problems
+    if loader.problems or config is None:
+        raise ConfigError(loader.problems or [Problem(doc.source, "invalid config")])
     return config
+
+
+Where = tuple[str | int, ...]
 
 
 class _Loader:
     def __init__(self, path: Path, doc: Located):
-        self.path, self.doc = path, doc
-        self.problems: list[Problem] = []
+        self.path, self.doc, self.tools_doc = path, doc, doc
+        self.tools_prefix: Where = ("tools",)
+        self.problems: list[Problem] = list(doc.problems)
+        self.broken_tools: set[str] = set()
 
     def build(self) -> Config | None:
         data = self.doc.data
+        if not isinstance(data, dict):
+            self._add(self.doc, (), "the config must be a YAML mapping of sections")
+            return None
         for key in data:
             if key not in SECTIONS:
                 self._add(self.doc, (key,), f"unknown section (expected one of "
                                              f"{', '.join(sorted(SECTIONS))})")
-        for section in ("vars", "inventory", "history"):
-            data[section] = _expand(data.get(section) or {}, str(self.path.parent))
-        config_vars = self._vars(data["vars"])
+        config_vars = self._vars(_expand(data.get("vars") or {}, str(self.path.parent)))
         tools = self._tools(data.get("tools") or {})
-        inventory = self._model(Inventory, data.get("inventory") or {}, ("inventory",))
+        inventory = self._inventory(_expand(data.get("inventory") or {}, str(self.path.parent)))
         policy = self._model(Policy, data.get("policy") or {}, ("policy",))
         playbooks = self._playbooks(data.get("playbooks") or [])
-        secrets = [str(s) for s in data.get("secrets") or []]
-        history = self._model(HistorySettings, data.get("history") or {}, ("history",))
-        if tools is None or inventory is None or policy is None or playbooks is None \
-                or history is None:
-            return None
-        config = Config(self.path, Catalog(tools), inventory, policy, playbooks, config_vars,
-                        secrets, history)
-        _bind_environments(config.catalog, inventory)
-        self._cross_check(config)
+        history = self._model(HistorySettings,
+                              _expand(data.get("history") or {}, str(self.path.parent)),
+                              ("history",))
+        config = Config(self.path, Catalog(tools or {}), inventory or Inventory(),
+                        policy or Policy(require_rollback=False), [b for _, b in playbooks],
+                        config_vars, self._secrets(data.get("secrets") or []),
+                        history or HistorySettings())
+        _bind_environments(config.catalog, config.inventory)
+        self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
+                          policy=policy is not None, playbooks=playbooks)
         return config
 
     def _vars(self, raw: Any) -> dict[str, Any]:
@@ -85,69 +95,122 @@ class _Loader:
             return {}
         return dict(raw)
 
+    def _secrets(self, raw: Any) -> list[str]:
+        if not isinstance(raw, list) or not all(isinstance(s, str | int) for s in raw):
+            self._add(self.doc, ("secrets",), "must be a list of secret values (strings)")
+            return []
+        return [str(s) for s in raw]
+
     def _tools(self, raw: Any) -> dict[str, Tool] | None:
-        doc, prefix = self.doc, ("tools",)
         if isinstance(raw, str):  # a path to a separate tools.yml
             try:
-                doc = load_yaml_file(self.path.parent / raw)
+                self.tools_doc = load_yaml_file(self.path.parent / raw)
             except ConfigError as exc:
                 self.problems += exc.problems
                 return None
-            raw, prefix = (doc.data or {}).get("tools"), ("tools",)
+            self.problems += self.tools_doc.problems
+            data = self.tools_doc.data
+            if not isinstance(data, dict) or "tools" not in data:
+                self._add(self.tools_doc, (), "a tools file must be a mapping with a `tools:` "
+                                              "section")
+                return None
+            raw = data["tools"]
         if not isinstance(raw, dict):
-            self._add(doc, prefix, "must map tool names to tool definitions")
+            self._add(self.tools_doc, self.tools_prefix, "must map tool names to tool "
+                                                         "definitions")
             return None
         tools: dict[str, Tool] = {}
         for name, body in raw.items():
             body = {"name": name, **body} if isinstance(body, dict) else body
-            tool = self._model(Tool, body, (*prefix, name), doc)
-            if tool is not None:
+            tool = self._model(Tool, body, (*self.tools_prefix, name), self.tools_doc)
+            if tool is None:
+                self.broken_tools.add(str(name))
+            else:
                 tools[name] = tool
-        return tools if len(tools) == len(raw) else None
+        return tools
 
-    def _playbooks(self, raw: Any) -> list[Playbook] | None:
+    def _inventory(self, raw: Any) -> Inventory | None:
+        inventory: Inventory | None = self._model(Inventory, raw, ("inventory",),
+                                                  context={"defer_references": True})
+        if inventory is not None:
+            for path, message in inventory.reference_problems():
+                self._add(self.doc, ("inventory", *path), message)
+        return inventory
+
+    def _playbooks(self, raw: Any) -> list[tuple[int, Playbook]]:
         if not isinstance(raw, list):
             self._add(self.doc, ("playbooks",), "must be a list of playbooks")
-            return None
-        books = [self._model(Playbook, body, ("playbooks", i)) for i, body in enumerate(raw)]
-        return [b for b in books if b is not None] if all(books) else None
+            return []
+        books = [(i, self._model(Playbook, body, ("playbooks", i))) for i, body in enumerate(raw)]
+        return [(i, b) for i, b in books if b is not None]
 
-    def _model(self, model: type[Any], raw: Any, where: tuple[str | int, ...],
-               doc: Located | None = None) -> Any:
+    def _model(self, model: type[Any], raw: Any, where: Where, doc: Located | None = None,
+               context: dict[str, Any] | None = None) -> Any:
         try:
-            return model.model_validate(raw)
+            return model.model_validate(raw, context=context)
         except ValidationError as exc:
             for err in exc.errors():
                 self._add(doc or self.doc, (*where, *err["loc"]), _pydantic_message(err))
             return None
 
-    def _cross_check(self, config: Config) -> None:
+    def _cross_check(self, config: Config, *, tools: bool, inventory: bool, policy: bool,
+                     playbooks: list[tuple[int, Playbook]]) -> None:
         for name, tool in config.catalog.tools.items():
-            where = ("tools", name)
-            for problem in _tool_problems(tool, config):
-                self._add(self.doc, where, problem)
-        for index, book in enumerate(config.playbooks):
-            for problem in _playbook_problems(book, config):
-                self._add(self.doc, ("playbooks", index), problem)
+            for path, problem in _tool_problems(tool, config, inventory=inventory):
+                self._add(self.tools_doc, (*self.tools_prefix, name, *path), problem)
+        if inventory and policy:
+            for path, problem in _policy_problems(config.policy, config.inventory):
+                self._add(self.doc, ("policy", *path), problem)
+        if not (tools and inventory):
+            return  # every step would report knock-on "unknown tool/environment" problems
         for env_name, env in config.inventory.environments.items():
             for problem in _batch_gate_problems(env.rollout.after_each_batch, config.catalog):
                 self._add(self.doc, ("inventory", "environments", env_name, "rollout"), problem)
+        for index, book in playbooks:
+            checker = _PlaybookCheck(book, config, self.broken_tools)
+            for path, problem in checker.problems():
+                self._add(self.doc, ("playbooks", index, *path), problem)
 
-    def _add(self, doc: Located, path: tuple[str | int, ...], message: str) -> None:
+    def _add(self, doc: Located, path: Where, message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))
 
 
-def _tool_problems(tool: Tool, config: Config) -> list[str]:
-    out = []
+def _tool_problems(tool: Tool, config: Config, *, inventory: bool) -> list[tuple[Where, str]]:
+    out: list[tuple[Where, str]] = []
     for field_name in tool.placeholders:
         if field_name.startswith("vars.") and field_name[5:] not in config.vars:
-            out.append(f"command uses {{{field_name}}} but vars has no {field_name[5:]!r}")
+            out.append((("command",), f"command uses {{{field_name}}} but vars has no "
+                                      f"{field_name[5:]!r}"))
         elif not field_name.startswith(BUILTIN_SCOPES) and field_name not in tool.params:
-            out.append(f"command uses {{{field_name}}}, which is not a parameter of {tool.name}")
+            out.append((("command",), f"command uses {{{field_name}}}, which is not a "
+                                      f"parameter of {tool.name}"))
     if tool.rollback and tool.rollback not in config.catalog:
-        out.append(f"rollback tool {tool.rollback!r} is not defined")
+        out.append((("rollback",), f"rollback tool {tool.rollback!r} is not defined"))
+    if not inventory:
+        return out
     if tool.target.startswith("group:") and tool.target[6:] not in config.inventory.groups:
-        out.append(f"target {tool.target!r}: no such host group in the inventory")
+        out.append((("target",), f"target {tool.target!r}: no such host group in the "
+                                 f"inventory"))
+    for key, spec in tool.params.items():
+        reason = spec.check(spec.default) if spec.default is not None else None
+        if reason:
+            out.append((("params", key, "default"), f"default of {key!r} {reason}"))
+    return out
+
+
+def _policy_problems(policy: Policy, inventory: Inventory) -> list[tuple[Where, str]]:
+    """Unknown environment names in the policy: a typo would quietly fall back to the
+    default rule (or turn the promotion check off), so each one is an error."""
+    known = inventory.environments
+    hint = f"(known: {', '.join(sorted(known)) or 'none configured'})"
+    out: list[tuple[Where, str]] = [
+        (("environments", name), f"unknown environment {name!r} {hint}")
+        for name in policy.environments if name not in known]
+    for index, name in enumerate(policy.promotion):
+        if name not in known:
+            out.append((("promotion", index), f"unknown environment {name!r} {hint}"))
+        elif name in policy.promotion[:index]:
+            out.append((("promotion", index), f"{name!r} is listed twice"))
     return out
 
 
@@ -173,22 +236,71 @@ def _bind_environments(catalog: Catalog, inventory: Inventory) -> None:
             tool.params["environment"].enum = sorted(inventory.environments)
 
 
-def _playbook_problems(book: Playbook, config: Config) -> list[str]:
-    """Plan each example request and validate the result like any other plan."""
-    out = []
-    for example in book.examples:
-        values = book.groups_for(example)
-        if values is None:
-            out.append(f"example {example!r} does not match the playbook's patterns")
-            continue
+class _PlaybookCheck:
+    """A playbook's template checked as a plan (placeholders stand for any value), then
+    each example request; every problem points at the node it is about."""
+
+    def __init__(self, book: Playbook, config: Config, broken_tools: set[str]):
+        self.book, self.config, self.broken = book, config, broken_tools
+
+    def problems(self) -> list[tuple[Where, str]]:
+        out = self._placeholders() + self._template()
+        for index, example in enumerate(self.book.examples):
+            out += [(("examples", index), p) for p in self._example(example, check=not out)]
+        return out
+
+    def _placeholders(self) -> list[tuple[Where, str]]:
+        used = sorted(set(PLACEHOLDER.findall(json.dumps(
+            [self.book.goal, *(s.model_dump(mode="json") for s in [*self.book.steps,
+                                                                    *self.book.rollback])]))))
+        out: list[tuple[Where, str]] = []
+        for index, pattern in enumerate(self.book.match):
+            known = set(re.compile(pattern).groupindex) | set(self.book.defaults)
+            missing = [name for name in used if name not in known]
+            if missing:
+                out.append((("match", index), f"the template uses {{{', '.join(missing)}}}, "
+                            f"which this pattern does not capture and `defaults` do not set"))
+        return out
+
+    def _template(self) -> list[tuple[Where, str]]:
         try:
-            plan = book.instantiate(values, requested_by="check")
+            plan = Plan.model_validate({"goal": self.book.goal, "steps": self.book.steps,
+                                        "rollback": self.book.rollback})
+        except ValidationError as exc:
+            return [((), f"the template is not a valid plan: {exc}")]
+        checker = PlanChecker(plan, self.config.catalog, self.config.inventory,
+                              self.config.policy, templated=True)
+        return [(self._path(step_id, message), message) for step_id, message in checker.check()
+                if not self._knock_on(plan, step_id, message)]
+
+    def _knock_on(self, plan: Plan, step_id: str, message: str) -> bool:
+        """An unknown-tool problem for a tool whose own definition was already refused."""
+        tools = {s.tool for s in plan.all_steps if s.id == step_id}
+        return message.startswith("unknown tool") and bool(tools & self.broken)
+
+    def _path(self, step_id: str, message: str) -> Where:
+        places = [("steps", i) for i, s in enumerate(self.book.steps) if s.id == step_id]
+        places += [("rollback", i) for i, s in enumerate(self.book.rollback) if s.id == step_id]
+        place: Where = places[-1] if message == "duplicate step id" else places[0]
+        param = _PARAM_IN_MESSAGE.match(message)
+        return (*place, "params", param.group(1)) if param else place
+
+    def _example(self, example: str, *, check: bool) -> list[str]:
+        values = self.book.groups_for(example)
+        if values is None:
+            return [f"example {example!r} does not match the playbook's patterns"]
+        if not check:  # the template's own problems were reported; skip their echoes
+            return []
+        try:
+            plan = self.book.instantiate(values, requested_by="check")
         except (PlanError, ValidationError) as exc:
-            out.append(f"example {example!r}: {exc}")
-            continue
-        checker = PlanChecker(plan, config.catalog, config.inventory, config.policy)
-        out += [f"example {example!r}: {p}" for p in checker.problems()]
-    return out
+            return [f"example {example!r}: {exc}"]
+        checker = PlanChecker(plan, self.config.catalog, self.config.inventory,
+                              self.config.policy)
+        return [f"example {example!r}: {p}" for p in checker.problems()]
+
+
+_PARAM_IN_MESSAGE = re.compile(r"^(?:unknown )?parameter '([^']+)'")
 
 
 def _expand(value: Any, config_dir: str) -> Any:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from agents import logcontext, tracing
 from agents.plan import Plan, RollbackStep, Step, Success
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from agents.targets import environment_of, resolve
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
@@ -73,7 +74,8 @@ class Executor:
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does.
         """
-        run = run or Run.for_plan(plan, status=RunStatus.APPROVED)  # caller approved it
+        targets = resolve(plan, self.deps.catalog, self.deps.inventory)
+        run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
                                [*self.listeners, *listeners])
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
@@ -275,9 +277,12 @@ class _Execution:
                       token: CancelToken) -> tuple[StepStatus, str | None, dict[str, str]]:
         tool = self.deps.catalog.get(step.tool)
         params = self._resolve_refs(step.params)
-        value = params.get("environment")
-        env = value if isinstance(value, str) else None
+        env = environment_of(tool, self.deps.catalog.with_defaults(tool, params))
+        if tool.target == "environment" and env not in self.deps.inventory.environments:
+            return StepStatus.FAILED, f"no hosts: environment {env!r} is not in the inventory", {}
         hosts = self.deps.inventory.hosts_of(tool.target, env)
+        if tool.target != "local" and not hosts:  # never fall back to this machine
+            return StepStatus.FAILED, f"no hosts for target {tool.target}", {}
         if phase is Phase.ROLLBACK and hosts:
             hosts = [h for h in hosts if h.name in self.run.changed_hosts]
             if not hosts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from agents import graph
 from agents.errors import PlanInvalid
 from agents.ids import new_id
 from agents.policy import Policy
+from agents.targets import resolve
 from tools.catalog import NAME, OUTPUT_REF, Catalog, ParamValue, Tool, unknown_tool_message
 from tools.inventory import Inventory
 
@@ -119,15 +121,6 @@ class Plan(BaseModel):
     def critical_path(self, durations: Mapping[str, float]) -> tuple[list[str], float]:
         return graph.critical_path(self.deps, durations)
 
-    def environments(self) -> list[str]:
-        """Environments the plan's steps name, in first-use order."""
-        seen: dict[str, None] = {}
-        for step in self.all_steps:
-            env = step.params.get("environment")
-            if isinstance(env, str):
-                seen.setdefault(env, None)
-        return list(seen)
-
     def revised(self, **changes: Any) -> Plan:
         """A new version of this plan (same id) with ``changes`` applied."""
         data = self.model_dump()
@@ -148,131 +141,157 @@ def validate_plan(plan: Plan, catalog: Catalog, inventory: Inventory, policy: Po
         raise PlanInvalid(problems)
 
 
-class PlanChecker:
-    """Collects every problem with a plan, so the user (or the LLM) can fix them in one go."""
+PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
+"""A playbook template's ``{group}`` placeholder (``${steps...}`` output refs excluded)."""
 
-    def __init__(self, plan: Plan, catalog: Catalog, inventory: Inventory, policy: Policy):
+
+class PlanChecker:
+    """Collects every problem with a plan, so the user (or the LLM) can fix them in one go.
+
+    ``templated`` checks a playbook template: values holding ``{placeholders}`` are not
+    literal, so only their structure is checked. ``found`` keeps (step id, message) pairs
+    so a config check can point at the step's own line.
+    """
+
+    def __init__(self, plan: Plan, catalog: Catalog, inventory: Inventory, policy: Policy,
+                 *, templated: bool = False):
         self.plan, self.catalog, self.inventory, self.policy = plan, catalog, inventory, policy
+        self.templated = templated
+        self.targets = resolve(plan, catalog, inventory)
+        self.found: list[tuple[str, str]] = []
 
     def problems(self) -> list[str]:
-        out = self._ids()
-        out += self._tools_and_params()
-        out += self._dependencies()
-        if not out:  # the checks below assume a well-formed graph
-            out += self._output_refs()
-            out += self._rollback_coverage()
-            out += self._promotion_order()
-        return out
+        """Every problem, as ``step ID: message`` lines."""
+        return [f"step {step_id}: {message}" for step_id, message in self.check()]
 
-    @property
-    def _undo_tools(self) -> set[str]:
-        """Tools that are another tool's rollback: running one is itself the remedy, so it
-        needs no rollback of its own and may go straight to production."""
-        return {t.rollback for t in self.catalog.tools.values() if t.rollback}
+    def check(self) -> list[tuple[str, str]]:
+        self.found = []
+        self._ids()
+        self._tools_and_params()
+        graph_ok = self._dependencies()
+        self._output_refs(graph_ok)
+        self._rollback_coverage()
+        if graph_ok:
+            self._promotion_order()
+        return self.found
 
-    def _ids(self) -> list[str]:
-        out, seen = [], set()
+    def _add(self, step_id: str, message: str) -> None:
+        if (step_id, message) not in self.found:
+            self.found.append((step_id, message))
+
+    def _known(self, step: Step | RollbackStep) -> Tool | None:
+        return self.catalog.tools.get(step.tool)
+
+    def _ids(self) -> None:
+        seen: set[str] = set()
         for step in self.plan.all_steps:
             if step.id in seen:
-                out.append(f"step {step.id}: duplicate step id")
+                self._add(step.id, "duplicate step id")
             seen.add(step.id)
-        return out
 
-    def _tools_and_params(self) -> list[str]:
-        out = []
+    def _tools_and_params(self) -> None:
         for step in self.plan.all_steps:
-            if step.tool not in self.catalog:
-                known = list(self.catalog.tools)
-                out.append(f"step {step.id}: {unknown_tool_message(step.tool, known)}")
+            tool = self._known(step)
+            if tool is None:
+                self._add(step.id, unknown_tool_message(step.tool, list(self.catalog.tools)))
                 continue
-            tool = self.catalog.get(step.tool)
-            out += [f"step {step.id}: {p}" for p in self.catalog.param_problems(tool, step.params)]
-            out += self._environment_problem(step.id, tool, step.params)
-        return out
+            templated = {k for k, v in step.params.items() if self._templated(v)}
+            literal = {k: v for k, v in step.params.items() if k not in templated}
+            env = None if "environment" in templated else self._environment_problem(tool, literal)
+            for problem in self.catalog.param_problems(tool, step.params, unchecked=templated):
+                if env is None or "'environment'" not in problem:  # said once, below
+                    self._add(step.id, problem)
+            if env is not None:
+                self._add(step.id, env)
 
-    def _environment_problem(self, step_id: str, tool: Tool,
-                             params: Mapping[str, ParamValue]) -> list[str]:
-        env = params.get("environment")
-        if tool.target != "environment" or not isinstance(env, str):
-            return []
-        if env not in self.inventory.environments:
-            known = ", ".join(sorted(self.inventory.environments)) or "none configured"
-            return [f"step {step_id}: unknown environment {env!r} (known: {known})"]
-        return []
+    def _templated(self, value: ParamValue) -> bool:
+        return self.templated and isinstance(value, str) and bool(PLACEHOLDER.search(value))
 
-    def _dependencies(self) -> list[str]:
-        out = []
-        ids = {s.id for s in self.plan.steps}
+    def _environment_problem(self, tool: Tool, params: Mapping[str, ParamValue]) -> str | None:
+        if tool.target != "environment":
+            return None
+        value = self.catalog.with_defaults(tool, dict(params)).get("environment")
+        if isinstance(value, str) and OUTPUT_REF.match(value):
+            return "the environment must be named in the plan, not taken from a step's output"
+        if not isinstance(value, str) or value in self.inventory.environments:
+            return None
+        known = ", ".join(sorted(self.inventory.environments)) or "none configured"
+        return f"unknown environment {value!r} (known: {known})"
+
+    def _dependencies(self) -> bool:
+        """Report dependency problems; whether the graph is sound enough to walk."""
+        ids = [s.id for s in self.plan.steps]
+        duplicated = {i for i in ids if ids.count(i) > 1}
         for step in self.plan.steps:
             for dep in step.depends_on:
-                if dep == step.id:
-                    out.append(f"step {step.id}: depends on itself")
+                if dep == step.id and step.id not in duplicated:
+                    self._add(step.id, "depends on itself")
                 elif dep not in ids:
-                    out.append(f"step {step.id}: depends on unknown step {dep!r}")
+                    self._add(step.id, f"depends on unknown step {dep!r}")
             if len(set(step.depends_on)) != len(step.depends_on):
-                out.append(f"step {step.id}: lists a dependency twice")
+                self._add(step.id, "lists a dependency twice")
+        if duplicated:
+            return False
         cycle = graph.find_cycle(self.plan.deps)
         if cycle and len(cycle) > 2:
-            out.append(f"step {cycle[0]}: dependency cycle {' -> '.join(cycle)}")
-        return out
+            self._add(cycle[0], f"dependency cycle {' -> '.join(cycle)}")
+        return cycle is None
 
-    def _output_refs(self) -> list[str]:
-        out = []
+    def _output_refs(self, graph_ok: bool) -> None:
         deps = self.plan.deps
-        for step in self.plan.steps:
+        for step in self.plan.steps if graph_ok else []:
             before = graph.ancestors(deps, step.id)
             for key, value in step.params.items():
                 ref = OUTPUT_REF.match(value) if isinstance(value, str) else None
                 if ref:
-                    out += self._ref_problem(step.id, key, ref.group(1), ref.group(2), before)
+                    self._ref_problem(step.id, key, ref.group(1), ref.group(2), before)
         for rb in self.plan.rollback:
             if any(isinstance(v, str) and OUTPUT_REF.match(v) for v in rb.params.values()):
-                out.append(f"step {rb.id}: rollback steps cannot use outputs of other steps")
-        return out
+                self._add(rb.id, "rollback steps cannot use outputs of other steps")
 
     def _ref_problem(self, step_id: str, key: str, source: str, output: str,
-                     before: set[str]) -> list[str]:
+                     before: set[str]) -> None:
         if source not in before:
-            return [f"step {step_id}: parameter {key!r} uses an output of {source!r}, "
-                    f"which it does not depend on"]
-        tool = self.catalog.get(self.plan.step(source).tool)
-        if output not in tool.outputs:
-            return [f"step {step_id}: tool {tool.name} (step {source}) has no output {output!r}"]
-        return []
+            self._add(step_id, f"parameter {key!r} uses an output of {source!r}, "
+                               f"which it does not depend on")
+            return
+        tool = self.catalog.tools.get(self.plan.step(source).tool)
+        if tool is not None and output not in tool.outputs:
+            self._add(step_id, f"tool {tool.name} (step {source}) has no output {output!r}")
 
-    def _rollback_coverage(self) -> list[str]:
+    def _rollback_coverage(self) -> None:
         if not self.policy.require_rollback:
-            return []
-        out = []
-        covered = {(r.tool, r.params.get("environment")) for r in self.plan.rollback}
+            return
+        covered = {(r.tool, env) for r in self.plan.rollback
+                   for env in self.targets.of(r.id).environments or (None,)}
         for step in self.plan.steps:
-            tool = self.catalog.get(step.tool)
-            if not tool.mutates or tool.name in self._undo_tools:
+            tool, where = self._known(step), self.targets.of(step.id)
+            if tool is None or not tool.mutates or where.undo:
                 continue
             if tool.rollback is None:
-                out.append(f"step {step.id}: tool {tool.name} changes hosts but declares no "
-                           f"rollback tool, and policy requires one")
-            elif (tool.rollback, step.params.get("environment")) not in covered:
-                env = step.params.get("environment")
-                where = f" for environment {env}" if env else ""
-                out.append(f"step {step.id}: mutating step needs a rollback step using "
-                           f"{tool.rollback}{where}")
-        return out
-
-    def _promotion_order(self) -> list[str]:
-        out = []
-        deps = self.plan.deps
-        env_of = {s.id: s.params.get("environment") for s in self.plan.steps}
-        for step in self.plan.steps:
-            env = env_of[step.id]
-            tool = self.catalog.get(step.tool)
-            if not tool.mutates or tool.name in self._undo_tools or not isinstance(env, str):
+                self._add(step.id, f"tool {tool.name} changes hosts but declares no rollback "
+                                   f"tool, and policy requires one")
                 continue
-            previous = self.policy.previous_stage(env)
-            if previous and previous not in {env_of[a] for a in graph.ancestors(deps, step.id)}:
-                out.append(f"step {step.id}: changes {env} without first passing {previous} in "
-                           f"this plan (promotion order: {' -> '.join(self.policy.promotion)})")
-        return out
+            for env in where.environments or (None,):
+                known = env is None or env in self.inventory.environments  # else said above
+                if known and (tool.rollback, env) not in covered:
+                    at = f" for environment {env}" if env else ""
+                    self._add(step.id, f"mutating step needs a rollback step using "
+                                       f"{tool.rollback}{at}")
+
+    def _promotion_order(self) -> None:
+        """A change to an environment must come after (through the DAG) a change — not a
+        read-only check — to the environment before it in the promotion order."""
+        deps = self.plan.deps
+        for step in self.plan.steps:
+            before = graph.ancestors(deps, step.id)
+            changed = {e for a in before for e in self.targets.of(a).changes}
+            for env in self.targets.of(step.id).changes:
+                previous = self.policy.previous_stage(env)
+                if previous and previous not in changed:
+                    self._add(step.id, f"changes {env} without first passing {previous}: no "
+                                       f"step it depends on changes {previous} (promotion "
+                                       f"order: {' -> '.join(self.policy.promotion)})")
 
 
 def is_read_only(plan: Plan, catalog: Catalog) -> bool:

@@ -12,6 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.freeze import BreakGlass, FreezeWindow
 
+UNSCOPED = "(no environment)"
+"""The policy scope of mutating steps outside every environment (``local`` commands, ad-hoc
+host groups) and of plans that name no environment: ``policy.unscoped`` if configured,
+else every configured rule at once (the strictest), never "anyone" by omission."""
+
 
 class Approvers(BaseModel):
     """People allowed to approve: Slack user ids and user-group ids (or terminal user names)."""
@@ -61,13 +66,28 @@ class Policy(BaseModel):
     freeze: list[FreezeWindow] = Field(default_factory=list)
     break_glass: BreakGlass = Field(default_factory=BreakGlass)
     """Who grants the extra approval a break-glass run needs during a freeze."""
+    unscoped: EnvPolicy | None = Field(
+        default=None, description="rules for changes outside every environment (local "
+        "commands, ad-hoc host groups); unset: all configured rules apply at once")
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)
 
+    def rules(self, scopes: Iterable[str]) -> list[EnvPolicy]:
+        """Every rule that governs ``scopes`` (environment names and UNSCOPED)."""
+        out: list[EnvPolicy] = []
+        for scope in scopes:
+            if scope != UNSCOPED:
+                out.append(self.for_env(scope))
+            elif self.unscoped is not None:
+                out.append(self.unscoped)
+            else:
+                out += [*self.environments.values(), self.default]
+        return out or [self.default]
+
     def strictest(self, environments: Iterable[str]) -> EnvPolicy:
-        """The combined rule for a plan touching several environments."""
-        rules = [self.for_env(e) for e in environments] or [self.default]
+        """The combined rule for a plan touching several environments (or UNSCOPED)."""
+        rules = self.rules(environments)
         return EnvPolicy(
             min_approvals=max(r.min_approvals for r in rules),
             self_approval=all(r.self_approval for r in rules),
@@ -81,13 +101,19 @@ class Policy(BaseModel):
                     environments: Iterable[str]) -> bool:
         """Whether ``user`` is an allowed approver for every one of ``environments``."""
         groups = list(user_groups)
-        envs = list(environments) or [""]
-        return all(self.for_env(e).approvers.allows(user, groups) for e in envs)
+        return all(r.approvers.allows(user, groups) for r in self.rules(environments))
 
     def approvers_text(self, environments: Iterable[str]) -> str:
         """Who can approve, for a refusal message."""
-        parts = {f"{e}: {self.for_env(e).approvers.describe()}" for e in environments}
+        parts = {f"{e}: {self._approvers_of(e)}" for e in environments}
         return "; ".join(sorted(parts)) or self.default.approvers.describe()
+
+    def _approvers_of(self, scope: str) -> str:
+        rules = self.rules([scope])
+        if len(rules) == 1:
+            return rules[0].approvers.describe()
+        named = sorted({r.approvers.describe() for r in rules} - {"anyone"})
+        return f"only someone allowed in every environment ({'; '.join(named) or 'anyone'})"
 
     def previous_stage(self, environment: str) -> str | None:
         """The environment a change must pass before ``environment``, if any."""

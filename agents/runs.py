@@ -15,6 +15,8 @@ from pydantic import BaseModel, Field
 from agents.errors import IllegalTransition
 from agents.ids import new_id
 from agents.plan import Plan
+from agents.policy import UNSCOPED
+from agents.targets import PlanTargets
 
 
 class RunStatus(StrEnum):
@@ -180,6 +182,8 @@ class Run(BaseModel):
     plan_hash: str
     goal: str = ""
     environments: list[str] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=list)
+    unscoped: bool = False
     status: RunStatus = RunStatus.AWAITING_APPROVAL
     requested_by: str = "unknown"
     approvals: list[Approval] = Field(default_factory=list)
@@ -197,15 +201,28 @@ class Run(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def for_plan(cls, plan: Plan, **fields: Any) -> Run:
-        """A new run record for ``plan`` with every step pending."""
+    def for_plan(cls, plan: Plan, targets: PlanTargets, **fields: Any) -> Run:
+        """A new run record for ``plan`` with every step pending; ``targets`` (from
+        ``agents.targets.resolve``) say what it touches, for policy, locks and displays."""
         if plan.planner.traceparent:  # the run continues the trace it was planned in
             fields["meta"] = {"traceparent": plan.planner.traceparent, **fields.get("meta", {})}
-        return cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
-                   goal=plan.goal, environments=plan.environments(),
-                   requested_by=plan.requested_by, plan_versions=[plan.version],
-                   steps={s.id: StepState(id=s.id) for s in plan.steps},
-                   rollback={r.id: StepState(id=r.id) for r in plan.rollback}, **fields)
+        run = cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
+                  goal=plan.goal, requested_by=plan.requested_by, plan_versions=[plan.version],
+                  steps={s.id: StepState(id=s.id) for s in plan.steps},
+                  rollback={r.id: StepState(id=r.id) for r in plan.rollback}, **fields)
+        run.set_targets(targets)
+        return run
+
+    def set_targets(self, targets: PlanTargets) -> None:
+        """Record what the plan touches (every step, rollback included)."""
+        self.environments, self.hosts = targets.environments, targets.hosts
+        self.unscoped = targets.unscoped
+
+    @property
+    def scopes(self) -> list[str]:
+        """The policy scopes approvals are checked against (environments, UNSCOPED)."""
+        unscoped = self.unscoped or not self.environments  # records from before: fail closed
+        return [*self.environments, *([UNSCOPED] if unscoped else [])]
 
     def move(self, new: RunStatus) -> None:
         """Change status, raising IllegalTransition if the state machine forbids it."""

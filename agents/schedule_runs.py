@@ -31,6 +31,7 @@ from agents.runs import Approval, Run, RunStatus
 from agents.schedules import Schedule
 from agents.services import Services
 from agents.store import LockInfo, Store
+from agents.targets import PlanTargets
 
 
 class Outcome(StrEnum):
@@ -99,12 +100,13 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
         plan = services.make_plan(schedule.request, requested_by=schedule.requester)
     except PlanError as exc:
         return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}")
-    envs = plan.environments()
+    targets = services.targets(plan)
+    envs = targets.environments
     lock = _held_lock(services.store, envs)
-    if lock is not None and services.config.policy.strictest(envs).lock == "refuse":
+    if lock is not None and services.config.policy.strictest(targets.scopes).lock == "refuse":
         return done(Outcome.SKIPPED_LOCKED, f"skipped: {lock.describe()}, and policy does not "
                     f"queue behind it", plan=plan, lock=lock)
-    run = _store_run(services.store, schedule, plan, fire_time, manual)
+    run = _store_run(services.store, schedule, plan, targets, fire_time, manual)
     if schedule.auto:
         return _unattended(services, done, plan, run, lock)
     return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: plan ready for approval"
@@ -141,11 +143,11 @@ def _lock_note(lock: LockInfo | None) -> str:
     return f" — {lock.describe()}; once approved it waits for that run to finish"
 
 
-def _store_run(store: Store, schedule: Schedule, plan: Plan, fire_time: datetime,
-               manual: bool) -> Run:
+def _store_run(store: Store, schedule: Schedule, plan: Plan, targets: PlanTargets,
+               fire_time: datetime, manual: bool) -> Run:
     store.save_plan(plan)
     meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual}
-    run = store.create_run(Run.for_plan(plan, meta=meta))
+    run = store.create_run(Run.for_plan(plan, targets, meta=meta))
     store.audit("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
                 request=schedule.request, schedule=schedule.id)
     return run
@@ -163,7 +165,7 @@ def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
         return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: the plan changed since "
                     f"{schedule.created_by} approved it at creation ({what}); approve it to run",
                     plan=plan, run=run, diff=diff, lock=lock)
-    problem = auto_problem(policy, plan.environments(), user=schedule.created_by,
+    problem = auto_problem(policy, run.scopes, user=schedule.created_by,
                            user_groups=schedule.created_by_groups)
     if problem:
         return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: not run unattended ({problem}); "

@@ -22,6 +22,7 @@ from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
+from agents.targets import PlanTargets, resolve
 from agents.verify import Observed, VersionProbe
 from tools.gitlog import GitRepo
 from tools.redact import Redactor
@@ -61,14 +62,14 @@ class Services:
             plan.planner.traceparent = tracing.current_traceparent()
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
-        blocked = self.frozen(plan.environments())
+        blocked = self.frozen(self.targets(plan).environments)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
         return plan
 
     def break_glass_note(self, plan: Plan, reason: str) -> str:
         """What approvers of a break-glass plan are told (the freeze, why, who grants it)."""
-        blocked = self.frozen(plan.environments())
+        blocked = self.frozen(self.targets(plan).environments)
         grant = self.config.policy.break_glass
         who = ", ".join([*grant.users, *grant.groups]) or "nobody (set policy.break_glass)"
         during = f"{blocked.environment} is frozen ({blocked.reason}); " if blocked else ""
@@ -94,7 +95,7 @@ class Services:
         if not self.is_read_only(plan):
             raise PlanError("only a single read-only step may run without approval")
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan))
+        run = self.store.create_run(Run.for_plan(plan, self.targets(plan)))
         if before_enqueue is not None:
             run = before_enqueue(run)
 
@@ -106,6 +107,10 @@ class Services:
         run = self.store.update_run(run.id, queue)
         self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
         return run
+
+    def targets(self, plan: Plan) -> PlanTargets:
+        """What ``plan`` touches, resolved against this config's catalog and inventory."""
+        return resolve(plan, self.config.catalog, self.config.inventory)
 
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
@@ -120,7 +125,8 @@ class Services:
         """Execute ``plan``'s checks (no approval, no locks, no rollback); see agents.dryrun."""
         dry = dry_plan(plan, self.config.catalog)
         executor = Executor(replace(self.executor.deps, catalog=dry.catalog, replan=None))
-        run = Run.for_plan(dry.plan, status=RunStatus.APPROVED,
+        run = Run.for_plan(dry.plan, resolve(dry.plan, dry.catalog, self.config.inventory),
+                           status=RunStatus.APPROVED,
                            meta={"dry_run": True, "unchecked": dry.unchecked})
         self.store.audit("dry_run", actor=user, plan_id=plan.id, goal=plan.goal,
                          unchecked=dry.unchecked)
@@ -165,7 +171,6 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
     info = plan.planner
     found: dict[str, str | int | float | None] = {
         "deckhand.plan.id": plan.id, "deckhand.plan.steps": len(plan.steps),
-        "deckhand.plan.environments": ",".join(plan.environments()),
         "deckhand.planner": info.name, "gen_ai.request.model": info.model,
         "gen_ai.usage.input_tokens": info.prompt_tokens or None,
         "gen_ai.usage.output_tokens": info.completion_tokens or None,

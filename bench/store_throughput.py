@@ -23,6 +23,7 @@ import redis
 from agents.runs import Run
 from agents.services import build_services
 from agents.store import Store
+from agents.targets import PlanTargets
 from tests.fixtures.builders import make_config, make_plan
 
 TOOLS = """
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def transitions_per_second(store: Store, count: int = 2000) -> float:
     plan = make_plan([{"id": "a", "tool": "work"}])
     store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, PlanTargets({})))
     started = time.perf_counter()
     for i in range(count):
         store.update_run(run.id, lambda r, i=i: r.meta.__setitem__("n", i))
@@ -62,7 +63,7 @@ def enqueue_runs(store: Store, config_path: Path, runs: int) -> list[str]:
     for _ in range(runs):
         plan = make_plan(plan_steps)
         store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan))
+        run = store.create_run(Run.for_plan(plan, services.targets(plan)))
         store.approve(run.id, user="bench", plan_version=1, plan_hash=plan.hash,
                       policy=services.config.policy)
         ids.append(run.id)

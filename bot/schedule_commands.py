@@ -180,13 +180,13 @@ def _add(ctx: _Ctx, words: list[str]) -> ScheduleReply:
     if schedule.next_fire(ctx.now) is None:
         raise ScheduleError(f"{spec!r} never fires (no such date); check the day and month")
     plan = _plan(ctx, schedule)
-    schedule.environments = plan.environments()
+    schedule.environments = ctx.services.targets(plan).scopes
     if opts.auto:
         return _add_auto(ctx, schedule, plan, opts)
     ctx.book.create(schedule)
     _audit(ctx, "schedule_created", schedule, plan_id=plan.id, planned_goal=plan.goal)
     text = (f"{_created(ctx, schedule)}\nEach occurrence is planned afresh and posted for "
-            f"approval. Planned now: {_plan_line(plan)}.")
+            f"approval. Planned now: {_plan_line(plan, schedule.environments)}.")
     return ScheduleReply(True, text, schedule=schedule, plan=plan, changed=True)
 
 
@@ -235,8 +235,8 @@ def _add_auto(ctx: _Ctx, schedule: Schedule, plan: Plan, opts: _AddOptions) -> S
     ctx.book.create(schedule)
     _audit(ctx, "schedule_created", schedule, plan_id=plan.id, approved_hash=plan.hash)
     text = (f"{_created(ctx, schedule)}\nRuns unattended while the plan stays as approved by "
-            f"{ctx.user} (hash {plan.hash[:12]}): {_plan_line(plan)}. A changed plan is "
-            f"posted for approval instead.")
+            f"{ctx.user} (hash {plan.hash[:12]}): {_plan_line(plan, schedule.environments)}. "
+            f"A changed plan is posted for approval instead.")
     return ScheduleReply(True, text, schedule=schedule, plan=plan, changed=True)
 
 
@@ -256,7 +256,7 @@ def _confirm_text(schedule: Schedule, plan: Plan) -> str:
     return (f"--auto: this plan (hash {plan.hash[:12]}) will run without a click at every "
             f"occurrence of {schedule.spec!r} ({schedule.timezone}) for as long as a fresh plan "
             f"stays exactly the same; a changed plan is posted for approval instead. Approve "
-            f"it to create the schedule: {_plan_line(plan)}.")
+            f"it to create the schedule: {_plan_line(plan, schedule.environments)}.")
 
 
 def _created(ctx: _Ctx, schedule: Schedule) -> str:
@@ -266,8 +266,8 @@ def _created(ctx: _Ctx, schedule: Schedule) -> str:
             f"{schedule.timezone}) → {schedule.request!r}{where}.\nNext: {upcoming}")
 
 
-def _plan_line(plan: Plan) -> str:
-    envs = ", ".join(plan.environments()) or "no environment"
+def _plan_line(plan: Plan, scopes: list[str]) -> str:
+    envs = ", ".join(scopes) or "no environment"
     steps = f"{len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"
     return f"{plan.goal} ({steps}; {envs})"
 

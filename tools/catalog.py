@@ -12,7 +12,7 @@ import difflib
 import re
 import shlex
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import StrEnum
 from typing import Any
 
@@ -182,11 +182,13 @@ class Catalog:
         except KeyError:
             raise UnknownTool(unknown_tool_message(name, list(self.tools))) from None
 
-    def param_problems(self, tool: Tool, params: dict[str, Any]) -> list[str]:
+    def param_problems(self, tool: Tool, params: dict[str, Any], *,
+                       unchecked: Collection[str] = ()) -> list[str]:
         """Every way ``params`` breaks ``tool``'s schema (empty when valid).
 
         Values of the form ``${steps.ID.OUTPUT}`` are accepted here; they are resolved
-        and checked against the schema when the step runs.
+        and checked against the schema when the step runs. Values of ``unchecked`` keys
+        are not literal yet (a playbook template's placeholders): only their names count.
         """
         problems = [f"unknown parameter {k!r} for tool {tool.name}" for k in params
                     if k not in tool.params]
@@ -196,7 +198,7 @@ class Catalog:
                     problems.append(f"missing required parameter {key!r}")
                 continue
             value = params[key]
-            if isinstance(value, str) and OUTPUT_REF.match(value):
+            if key in unchecked or (isinstance(value, str) and OUTPUT_REF.match(value)):
                 continue
             reason = spec.check(value)
             if reason:

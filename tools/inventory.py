@@ -6,7 +6,7 @@ import math
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -82,21 +82,29 @@ class Inventory(BaseModel):
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _names_resolve(self) -> Inventory:
-        problems: list[str] = []
+    def _names_resolve(self, info: ValidationInfo) -> Inventory:
         for name, host in self.hosts.items():
             host.name = host.name or name
-        for kind, members in [*(("environment " + k, v.hosts) for k, v in
-                                self.environments.items()),
-                              *(("group " + k, v) for k, v in self.groups.items())]:
-            problems += [f"{kind} lists unknown host {h!r}" for h in members
-                         if h not in self.hosts]
-        for host in self.hosts.values():
-            if host.jump and host.jump not in self.hosts:
-                problems.append(f"host {host.name}: jump host {host.jump!r} is not defined")
-        if problems:
-            raise ValueError("; ".join(problems))
+        problems = self.reference_problems()
+        if problems and not (info.context or {}).get("defer_references"):
+            raise ValueError("; ".join(message for _, message in problems))
         return self
+
+    def reference_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Every host name that resolves to nothing, with the path of the node naming it
+        (the config loader asks for these so each one points at its own line)."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        members: list[tuple[tuple[str, ...], str, list[str]]] = [
+            (("environments", k, "hosts"), f"environment {k}", v.hosts)
+            for k, v in self.environments.items()]
+        members += [(("groups", k), f"group {k}", v) for k, v in self.groups.items()]
+        for path, kind, names in members:
+            problems += [((*path, i), f"{kind} lists unknown host {h!r}")
+                         for i, h in enumerate(names) if h not in self.hosts]
+        problems += [(("hosts", key, "jump"), f"host {host.name}: jump host {host.jump!r} is "
+                      f"not defined") for key, host in self.hosts.items()
+                     if host.jump and host.jump not in self.hosts]
+        return problems
 
     def hosts_of(self, target: str, environment: str | None) -> list[Host]:
         """The hosts a tool with ``target`` runs on (empty list means: run locally)."""

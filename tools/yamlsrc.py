@@ -16,11 +16,16 @@ PathKey = tuple[str | int, ...]
 
 @dataclass
 class Located:
-    """Parsed YAML data plus the line number of every mapping key and list item."""
+    """Parsed YAML data plus the line number of every mapping key and list item.
+
+    ``problems`` lists duplicate mapping keys: YAML would silently keep the last one, so
+    a tool or environment defined twice must be an error, reported with the others.
+    """
 
     data: Any
     source: str
     lines: dict[PathKey, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
 
     def where(self, path: Iterable[str | int]) -> str:
         """``file:line path.to.node`` for the deepest known prefix of ``path``."""
@@ -38,6 +43,8 @@ def load_yaml(text: str, source: str) -> Located:
     try:
         data = yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError as exc:
+        raise ConfigError([Problem(source, "invalid YAML: nested too deeply")]) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
@@ -45,7 +52,7 @@ def load_yaml(text: str, source: str) -> Located:
         raise ConfigError([Problem(where, f"invalid YAML: {problem}")]) from exc
     located = Located(data=data, source=source)
     if node is not None:
-        _record_lines(node, (), located.lines)
+        _record_lines(node, (), located)
     return located
 
 
@@ -55,15 +62,27 @@ def load_yaml_file(path: Path) -> Located:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([Problem(str(path), f"cannot read file: {exc.strerror}")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem(str(path), f"not a UTF-8 text file (byte {exc.start} "
+                                              f"cannot be decoded)")]) from exc
     return load_yaml(text, str(path))
 
 
-def _record_lines(node: yaml.Node, path: PathKey, out: dict[PathKey, int]) -> None:
-    out.setdefault(path, node.start_mark.line + 1)
+def _record_lines(node: yaml.Node, path: PathKey, out: Located) -> None:
+    out.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            child = (*path, str(key_node.value))
-            out[child] = key_node.start_mark.line + 1
+            key = str(key_node.value)
+            child, line = (*path, key), key_node.start_mark.line + 1
+            if key in seen and key_node.tag != "tag:yaml.org,2002:merge":
+                dotted = ".".join(str(p) for p in child)
+                out.problems.append(Problem(f"{out.source}:{line} {dotted}",
+                                            f"duplicate key (first defined on line "
+                                            f"{seen[key]}); YAML would keep only the last"))
+                continue
+            seen[key] = line
+            out.lines[child] = line
             _record_lines(value_node, child, out)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):

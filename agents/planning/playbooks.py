@@ -14,9 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.errors import NoPlanFound
-from agents.plan import Plan, PlannerInfo, RollbackStep, Step
-
-_PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
+from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
 
 
 class Playbook(BaseModel):
@@ -102,7 +100,7 @@ class PlaybookPlanner:
 def _fill(value: Any, values: dict[str, str]) -> Any:
     """Replace ``{name}`` in every string of ``value`` (``${steps...}`` refs are left alone)."""
     if isinstance(value, str):
-        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
     if isinstance(value, dict):
         return {k: _fill(v, values) for k, v in value.items()}
     if isinstance(value, list):

@@ -20,6 +20,7 @@ from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
 from agents.store._redis import GROUP, Write, text
 from agents.store.audit import AuditStore
+from agents.targets import PlanTargets
 
 PAGE = 500
 """Stream entries read per round trip when scanning the queue."""
@@ -186,13 +187,13 @@ class RunStore(AuditStore):
         return [lambda pipe: pipe.xack(self.keys.queue(), GROUP, *found),
                 lambda pipe: pipe.xdel(self.keys.queue(), *found)]
 
-    def revise(self, run_id: str, plan: Plan) -> Run:
+    def revise(self, run_id: str, plan: Plan, targets: PlanTargets) -> Run:
         """Bind a waiting run to a new plan version; earlier approvals no longer count."""
         def change(run: Run) -> None:
             run.move(RunStatus.AWAITING_APPROVAL)
             run.plan_version, run.plan_hash = plan.version, plan.hash
             run.approvals = []
-            run.environments = plan.environments()
+            run.set_targets(targets)
             run.goal = plan.goal
             run.plan_versions.append(plan.version)
             run.steps = {s.id: StepState(id=s.id) for s in plan.steps}

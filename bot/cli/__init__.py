@@ -1,7 +1,8 @@
 """``deckhand`` command line: demo, run, plan, check (and more, registered by other modules).
 
-Errors deckhand raises on purpose are printed as one clear message (exit 2); anything
-else is a bug and keeps its traceback.
+Exit codes are ``bot.terminal.console.ExitCode``: errors deckhand raises on purpose are one
+clear message (exit 2, a refused approval 3); anything else is a bug, printed with its
+traceback (exit 70).
 """
 
 from __future__ import annotations
@@ -10,20 +11,29 @@ import argparse
 import getpass
 import json
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 
 from agents.config import load_config
+from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
-from agents.runs import Run, RunStatus
+from agents.runs import RunStatus
 from agents.settings import Settings
-from bot.cli.common import Commands, Handler, add_config_arg, services_for
+from bot.cli.common import (
+    Commands,
+    Handler,
+    add_config_arg,
+    add_user_args,
+    confirmer,
+    services_for,
+)
 from bot.cli.health import report_redis
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
-from bot.terminal.console import ConsoleFlow
+from bot.terminal.console import ConsoleFlow, ExitCode
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
 
@@ -41,13 +51,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args, console)
     except ConfigError as exc:
         _error(console, str(exc))
-        return 2
+        return ExitCode.INVALID
+    except ApprovalRefused as exc:
+        _error(console, f"refused: {exc}")
+        return ExitCode.REFUSED
     except DeckhandError as exc:
         _error(console, f"error: {exc}")
-        return 2
+        return ExitCode.INVALID
     except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
         _error(console, "interrupted")
         return 130
+    except Exception:  # a bug: keep the traceback, and an exit code no outcome uses
+        _error(console, "internal error (a bug in deckhand):\n" + traceback.format_exc())
+        return ExitCode.INTERNAL
     finally:
         shutdown_tracing()
 
@@ -89,8 +105,10 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 def _add_run(commands: Commands) -> None:
     parser = commands.add_parser("run", help="plan a request, approve it here, and run it")
     parser.add_argument("request", help='what to do, e.g. "deploy v2.3.1"')
-    parser.add_argument("--yes", "-y", action="store_true", help="approve without asking")
-    parser.add_argument("--user", default=getpass.getuser(), help="who is asking")
+    parser.add_argument("--yes", "-y", action="store_true",
+                        help="approve without the Approve/Modify/Reject question (policy "
+                             "confirmations are still asked, or given with --confirm)")
+    add_user_args(parser, who="who asks and approves here")
     parser.add_argument("--dry-run", action="store_true",
                         help="run each step's check only: no approval, nothing changes")
     parser.add_argument("--break-glass", metavar="REASON",
@@ -102,16 +120,15 @@ def _add_run(commands: Commands) -> None:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    flow = ConsoleFlow(services, console, user=args.user)
-    run: Run | None
     try:
+        flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args))
         if args.dry_run:
-            run = flow.dry_run(args.request)
-        else:
-            run = flow.handle(args.request, yes=args.yes, break_glass=args.break_glass)
+            dry = flow.dry_run(args.request)
+            return ExitCode.SUCCEEDED if dry.status is RunStatus.SUCCEEDED else ExitCode.FAILED
+        flow.handle(args.request, yes=args.yes, break_glass=args.break_glass)
     finally:
         services.close()
-    return 0 if run is None or run.status is RunStatus.SUCCEEDED else 1
+    return flow.exit_code
 
 
 def _add_plan(commands: Commands) -> None:
@@ -130,7 +147,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     elif args.format == "yaml":
         sys.stdout.write(plan_to_yaml(plan))
     else:
-        console.print(plan_table(plan))
+        console.print(plan_table(plan, services.targets(plan)))
     return 0
 
 

@@ -11,19 +11,22 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.prompt import Prompt
 from rich.table import Table
 
-from agents.approvals import approvals_needed
-from agents.errors import AmbiguousId, NotFound
+from agents.approvals import approval_problem, approvals_needed
+from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
 from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
 from agents.worker import ListenerFactory, Worker, WorkerOptions
-from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.common import Commands, add_config_arg, add_user_args, confirmer, services_for
 from bot.cli.health import warn_about_redis
 from bot.logs import add_log_format_arg, configure_logging
+from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import status_table, summary
 
 
@@ -59,7 +62,7 @@ def register(commands: Commands) -> None:
 
     approve = commands.add_parser("approve", help="approve a waiting run (as --user)")
     approve.add_argument("run_id")
-    approve.add_argument("--user", default=getpass.getuser(), help="who approves")
+    add_user_args(approve, who="who approves")
     add_config_arg(approve)
     approve.set_defaults(handler=_approve)
 
@@ -178,6 +181,15 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     store = services.store
     run = store.find_run(args.run_id)
+    policy = services.config.policy
+    problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
+                               plan_version=run.plan_version, plan_hash=run.plan_hash,
+                               policy=policy, now=services.clock())
+    if problem:
+        raise ApprovalRefused(problem)
+    typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
+    if typed:
+        raise ApprovalRefused(f"not confirmed: {typed}")
     run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
                         plan_hash=run.plan_hash, policy=services.config.policy)
     needed = approvals_needed(run, services.config.policy)
@@ -185,6 +197,16 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))
     return 0
+
+
+def _ask(console: Console) -> Confirm:
+    def ask(word: str) -> str:
+        try:
+            return Prompt.ask(f"This changes [bold]{escape(word)}[/]. Type its name to confirm",
+                              console=console)
+        except (EOFError, OSError):  # no terminal: nothing was confirmed
+            return ""
+    return ask
 
 
 def _cancel(args: argparse.Namespace, console: Console) -> int:

@@ -80,7 +80,7 @@ def _command(args: argparse.Namespace, console: Console) -> int:
         reply = _ask(services, args, command_words(args))
         if reply.confirm is not None and reply.ok:
             reply = _confirm(services, args, console, reply)
-        _show(console, reply)
+        _show(services, console, reply)
         return 0 if reply.ok else 2
     finally:
         services.close()
@@ -96,7 +96,7 @@ def _confirm(services: Services, args: argparse.Namespace, console: Console,
              reply: ScheduleReply) -> ScheduleReply:
     """Show the --auto plan and create the schedule only once it is approved here."""
     assert reply.plan is not None and reply.confirm is not None  # noqa: S101 - set with confirm
-    console.print(plan_table(reply.plan))
+    console.print(plan_table(reply.plan, services.targets(reply.plan)))
     console.print(reply.text, markup=False, highlight=False)
     if not args.yes and not Confirm.ask("Approve this plan for unattended runs?",
                                         console=console, default=False):
@@ -104,10 +104,10 @@ def _confirm(services: Services, args: argparse.Namespace, console: Console,
     return _ask(services, args, reply.confirm)
 
 
-def _show(console: Console, reply: ScheduleReply) -> None:
+def _show(services: Services, console: Console, reply: ScheduleReply) -> None:
     style = None if reply.ok else "red"
     if reply.occurrence is not None and reply.plan is not None:
-        console.print(plan_table(reply.plan))
+        console.print(plan_table(reply.plan, services.targets(reply.plan)))
     console.print(reply.text, style=style, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -93,11 +93,12 @@ def parse_button_value(value: str) -> tuple[str, int, str]:
 def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
                 note: str | None = None, diff: PlanDiff | None = None) -> list[Block]:
     """The plan as posted for approval: goal, [changes], steps by layer, rollback, buttons."""
-    envs = plan.environments()
     blocks: list[Block] = [
         header(f"Plan: {plan.goal}"),
         section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
-                f"{', '.join(envs) or 'none'} · *version* {plan.version}"),
+                f"{escape(', '.join(run.scopes))} · *hosts* "
+                f"{escape(trim(', '.join(run.hosts) or 'none', 500))} · "
+                f"*version* {plan.version}"),
     ]
     if diff is not None:
         blocks += diff_blocks(diff)
@@ -215,7 +216,7 @@ def _pack_lines(lines: list[str], *, budget: int, more_hint: str) -> list[Block]
 
 
 def approval_actions(run: Run, policy: Policy) -> Block:
-    rule = policy.strictest(run.environments)
+    rule = policy.strictest(run.scopes)
     approve: Block = {"type": "button", "action_id": ActionId.APPROVE, "style": "primary",
                       "text": {"type": "plain_text", "text": "Approve"},
                       "value": button_value(run)}
@@ -223,7 +224,7 @@ def approval_actions(run: Run, policy: Policy) -> Block:
         approve["confirm"] = {
             "title": {"type": "plain_text", "text": "Approve this deploy?"},
             "text": {"type": "mrkdwn", "text": trim(
-                f"This changes *{', '.join(run.environments)}*. "
+                f"This changes *{escape(', '.join(run.scopes))}*. "
                 f"{rule.min_approvals} approval(s) needed.", 300)},
             "confirm": {"type": "plain_text", "text": "Approve"},
             "deny": {"type": "plain_text", "text": "Cancel"},

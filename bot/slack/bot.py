@@ -118,7 +118,8 @@ class Bot:
                                                  self.post_plan(plan, run, channel=channel,
                                                                 actions=False, note=READ_ONLY))
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan, break_glass=break_glass))
+        run = self.store.create_run(Run.for_plan(plan, self.services.targets(plan),
+                                                 break_glass=break_glass))
         self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request,
                          break_glass=break_glass)
         note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
@@ -128,9 +129,10 @@ class Bot:
     def dry_run(self, request: str, *, user: str, channel: str) -> Run:
         """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
         plan = self.services.make_plan(request, requested_by=user)
-        blocks = bk.plan_blocks(plan, Run.for_plan(plan), self.services.config.policy,
-                                actions=False, note="🧪 Dry run: each step runs its tool's "
-                                                    "check; nothing will change.")
+        blocks = bk.plan_blocks(plan, Run.for_plan(plan, self.services.targets(plan)),
+                                self.services.config.policy, actions=False,
+                                note="🧪 Dry run: each step runs its tool's check; nothing "
+                                     "will change.")
         posted = self.client.chat_postMessage(channel=channel, blocks=blocks,
                                               text=f"Dry run: {plan.goal}")
         run, dry = self.services.dry_run(plan, user=user)
@@ -178,7 +180,7 @@ class Bot:
         self.services.check(plan)
         self.store.save_plan(plan)
         old = self.store.run(run_id)
-        run = self.store.revise(run_id, plan)
+        run = self.store.revise(run_id, plan, self.services.targets(plan))
         self.store.audit("modified", actor=user, run_id=run_id, plan_id=plan.id,
                          version=plan.version)
         self.refresh_plan_message(old, actions=False,

@@ -168,7 +168,7 @@ class HomeTab:
                 if user in out:
                     continue
                 if _involves(run, user) or policy.may_approve(
-                        user, self.bot.directory.groups_of(user), run.environments):
+                        user, self.bot.directory.groups_of(user), run.scopes):
                     out.add(user)
         return out
 

@@ -91,9 +91,9 @@ def _pending_blocks(data: HomeData, policy: Policy) -> list[Block]:
 
 
 def _pending_text(run: Run, policy: Policy, now: float) -> str:
-    rule = policy.strictest(run.environments)
+    rule = policy.strictest(run.scopes)
     have = rule.min_approvals - approvals_needed(run, policy)
-    where = ", ".join(run.environments) or "no environment"
+    where = ", ".join(run.scopes)
     return bk.trim(f"*{run.goal}*\n`{short_id(run.id)}` · plan v{run.plan_version} · {where} · "
                    f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
                    f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",

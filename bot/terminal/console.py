@@ -11,14 +11,15 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.prompt import Prompt
 
-from agents.approvals import approvals_needed
+from agents.approvals import approval_problem, approvals_needed
 from agents.dryrun import LABEL as DRY_LABEL
 from agents.dryrun import dry_plan
 from agents.errors import ApprovalRefused, PlanInvalid
@@ -26,6 +27,7 @@ from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.plan_yaml import plan_from_yaml, plan_to_yaml
+from agents.policy import UNSCOPED, Policy
 from agents.runs import Event, Run, RunStatus
 from agents.services import Services
 from agents.worker import Worker
@@ -33,6 +35,19 @@ from bot.terminal.render import diff_text, plan_table, status_table, summary
 
 Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
+Confirm = Callable[[str], str]
+"""Asks the user to type a name (an environment, or ``local``); returns what they typed."""
+
+
+class ExitCode(IntEnum):
+    """How ``deckhand run`` (and ``approve``) end; documented in the README."""
+
+    SUCCEEDED = 0
+    FAILED = 1  # the run failed: rolled back, rollback failed, cancelled or interrupted
+    INVALID = 2  # invalid input: config, request, plan or arguments
+    REFUSED = 3  # rejected, or the approval / confirmation was refused
+    NEEDS_APPROVALS = 4  # approved here, but policy needs more approvers than this terminal
+    INTERNAL = 70  # a bug in deckhand (EX_SOFTWARE); the traceback is printed
 
 
 EXIT_ABANDONED = 130
@@ -49,29 +64,33 @@ class ConsoleFlow:
     """Drives one request from plan to summary in the terminal."""
 
     def __init__(self, services: Services, console: Console, *, user: str,
-                 editor: Editor | None = None, ask: Callable[[], Decision] | None = None):
+                 editor: Editor | None = None, ask: Callable[[], Decision] | None = None,
+                 confirm: Confirm | None = None):
         self.services = services
         self.console = console
         self.user = user
         self.editor = editor or edit_in_editor
         self.ask = ask or self._prompt_decision
+        self.confirm = confirm or self._prompt_confirm
+        self.exit_code = ExitCode.INTERNAL
 
     def handle(self, request: str, *, yes: bool = False,
-               break_glass: str | None = None) -> Run | None:
-        """Plan ``request``, get it approved, run it. None if it was rejected or refused.
+               break_glass: str | None = None) -> Run:
+        """Plan ``request``, get it approved, run it; ``exit_code`` says how it ended.
 
         ``break_glass``: why it must go ahead during a freeze (one more approval needed).
         """
         plan = self.services.make_plan(request, requested_by=self.user,
                                        break_glass=break_glass)
         if self.services.is_read_only(plan):
-            self.console.print(plan_table(plan))
+            self.console.print(plan_table(plan, self.services.targets(plan)))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
             run = self.services.queue_read_only(plan, user=self.user)
             return self.execute(plan, run.id)
         store = self.services.store
         store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan, break_glass=break_glass))
+        run = store.create_run(Run.for_plan(plan, self.services.targets(plan),
+                                            break_glass=break_glass))
         store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request,
                     break_glass=break_glass)
         if break_glass:
@@ -79,19 +98,18 @@ class ConsoleFlow:
                                markup=False)
         approved = self.approve(plan, yes=yes, run_id=run.id)
         if approved is None:
-            store.transition(run.id, RunStatus.REJECTED, reason=f"rejected by {self.user}")
-            store.audit("rejected", actor=self.user, run_id=run.id, plan_id=plan.id)
-            self.console.print("[yellow]Rejected — nothing was run.[/]")
-            return None
+            return self._close(run.id, f"rejected by {self.user}",
+                               "Rejected — nothing was run.")
         return self._approve_and_execute(approved, run.id)
 
     def dry_run(self, request: str) -> Run:
         """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
         plan = self.services.make_plan(request, requested_by=self.user)
-        self.console.print(plan_table(plan))
+        self.console.print(plan_table(plan, self.services.targets(plan)))
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
         dry = dry_plan(plan, self.services.config.catalog)
-        with Live(status_table(dry.plan, Run.for_plan(dry.plan)), console=self.console,
+        blank = Run.for_plan(dry.plan, self.services.targets(dry.plan))
+        with Live(status_table(dry.plan, blank), console=self.console,
                   refresh_per_second=8) as live:
             run, _ = self.services.dry_run(plan, user=self.user, listeners=[
                 lambda event, current: live.update(status_table(dry.plan, current))])
@@ -107,10 +125,19 @@ class ConsoleFlow:
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]")
         return run
 
+    def _close(self, run_id: str, reason: str, message: str) -> Run:
+        """End a run nobody can approve here: recorded as rejected, exit REFUSED."""
+        store = self.services.store
+        run = store.transition(run_id, RunStatus.REJECTED, reason=reason)
+        store.audit("rejected", actor=self.user, run_id=run_id, reason=reason)
+        self.console.print(f"[yellow]{escape(message)}[/]")
+        self.exit_code = ExitCode.REFUSED
+        return run
+
     def approve(self, plan: Plan, *, yes: bool, run_id: str | None = None) -> Plan | None:
         """Show the plan and loop on Modify until it is approved (or rejected)."""
         while True:
-            self.console.print(plan_table(plan))
+            self.console.print(plan_table(plan, self.services.targets(plan)))
             for line in self.services.changelog(plan):
                 self.console.print(line, markup=False, highlight=False)
             if yes:
@@ -123,7 +150,7 @@ class ConsoleFlow:
             revised = self.modify(plan)
             if revised is not plan and run_id is not None:
                 self.services.store.save_plan(revised)
-                self.services.store.revise(run_id, revised)
+                self.services.store.revise(run_id, revised, self.services.targets(revised))
                 self.services.store.audit("modified", actor=self.user, run_id=run_id,
                                           plan_id=plan.id, version=revised.version)
             plan = revised
@@ -144,20 +171,57 @@ class ConsoleFlow:
         self.console.print(diff_text(diff_plans(plan, revised)))
         return revised
 
-    def _approve_and_execute(self, plan: Plan, run_id: str) -> Run | None:
-        store = self.services.store
+    def _approve_and_execute(self, plan: Plan, run_id: str) -> Run:
+        store, policy = self.services.store, self.services.config.policy
+        run = store.run(run_id)
+        unreachable = self._uncollectable(run)
+        if unreachable:
+            return self._close(run_id, unreachable, unreachable)
+        problem = approval_problem(run, user=self.user, user_groups=[], policy=policy,
+                                   plan_version=plan.version, plan_hash=plan.hash,
+                                   now=self.services.clock())
+        if problem:  # refused before asking for a confirmation that could not count
+            return self._refused(run_id, problem)
+        typed = confirmation_problem(run, policy, self.confirm)
+        if typed:
+            return self._close(run_id, f"not confirmed by {self.user}: {typed}",
+                               f"Not confirmed ({typed}) — nothing was run.")
         try:
             run = store.approve(run_id, user=self.user, plan_version=plan.version,
-                                plan_hash=plan.hash, policy=self.services.config.policy)
+                                plan_hash=plan.hash, policy=policy)
         except ApprovalRefused as exc:
-            self.console.print(f"[red]Approval refused:[/] {exc}")
-            return None
+            return self._refused(run_id, str(exc))
         if run.status is RunStatus.AWAITING_APPROVAL:
-            needed = approvals_needed(run, self.services.config.policy)
-            self.console.print(f"[yellow]Approved by you; {needed} more approval(s) needed "
-                               f"before run {short_id(run_id)} starts.[/]")
+            self.console.print(f"[yellow]Approved by you; {approvals_needed(run, policy)} more "
+                               f"approval(s) needed: other approvers run `deckhand approve "
+                               f"{short_id(run_id)} --user NAME` against the same REDIS_URL; a "
+                               f"`deckhand worker` then runs it.[/]")
+            self.exit_code = ExitCode.NEEDS_APPROVALS
             return run
         return self.execute(plan, run_id)
+
+    def _refused(self, run_id: str, why: str) -> Run:
+        """This user may not approve: a shared store keeps the run for approvers who may."""
+        if self.services.store.where.startswith("in-process"):
+            return self._close(run_id, f"approval refused: {why}",
+                               f"Approval refused: {why} — nothing was run.")
+        self.console.print(f"[red]Approval refused:[/] {escape(why)}\nRun {run_id} waits for "
+                           f"an approver: `deckhand approve {run_id} --user NAME`.")
+        self.exit_code = ExitCode.REFUSED
+        return self.services.store.run(run_id)
+
+    def _uncollectable(self, run: Run) -> str | None:
+        """Why this terminal cannot collect the approvals ``run`` needs (None if it can).
+
+        Its only approver is the user at it; further approvers need a shared store.
+        """
+        needed = approvals_needed(run, self.services.config.policy)
+        if needed <= 1 or not self.services.store.where.startswith("in-process"):
+            return None
+        return (f"this plan needs {needed} approvals ({', '.join(run.scopes)}), and this "
+                f"terminal can collect only yours: its store is in-process and ends with "
+                f"it. Set REDIS_URL to a shared Redis and run again; other approvers then "
+                f"use `deckhand approve RUN --user NAME`.")
 
     def execute(self, plan: Plan, run_id: str) -> Run:
         """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls back)."""
@@ -175,6 +239,8 @@ class ConsoleFlow:
             self.console.print(f"Run {shown} was picked up by worker {final.worker}; follow it "
                                f"with `deckhand runs show {shown}`.")
         self.console.print(summary(plan, final))
+        ok = final.status is RunStatus.SUCCEEDED
+        self.exit_code = ExitCode.SUCCEEDED if ok else ExitCode.FAILED
         return final
 
     def _run_interruptibly(self, worker: Worker, run_id: str,
@@ -218,10 +284,30 @@ class ConsoleFlow:
         self.console.file.flush()
         os._exit(EXIT_ABANDONED)
 
+    def _prompt_confirm(self, word: str) -> str:
+        prompt = f"This changes [bold]{escape(word)}[/]. Type its name to confirm"
+        try:
+            return Prompt.ask(prompt, console=self.console)
+        except (EOFError, OSError):  # no terminal to type into: nothing was confirmed
+            return ""
+
     def _prompt_decision(self) -> Decision:
         choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
                             default="r", console=self.console)
         return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT}[choice]
+
+
+def confirmation_problem(run: Run, policy: Policy, confirm: Confirm) -> str | None:
+    """Ask for each environment whose policy says ``confirm`` to be typed; why not
+    confirmed, or None. Changes outside every environment are confirmed as ``local``."""
+    for scope in run.scopes:
+        if not policy.strictest([scope]).confirm:
+            continue
+        word = "local" if scope == UNSCOPED else scope
+        typed = confirm(word).strip()
+        if typed != word:
+            return f"typed {typed!r}, expected {word!r}"
+    return None
 
 
 def edit_in_editor(text: str) -> str:

@@ -10,6 +10,7 @@ from agents.ids import short_id
 from agents.plan import Plan, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.runs import Run, RunStatus, StepState, StepStatus
+from agents.targets import PlanTargets
 
 STATUS_STYLE = {
     StepStatus.PENDING: ("·", "dim"),
@@ -30,31 +31,37 @@ RUN_STYLE = {
 }
 
 
-def plan_table(plan: Plan) -> Group:
-    """The plan as a table: steps with layers (steps in one layer run in parallel), rollback."""
-    table = Table(title=f"{plan.goal}  (plan {short_id(plan.id)} v{plan.version}, "
-                        f"hash {plan.hash[:12]})", title_justify="left")
-    for column in ("layer", "step", "tool", "params", "after"):
+def plan_table(plan: Plan, targets: PlanTargets) -> Group:
+    """The plan as a table: steps with layers (steps in one layer run in parallel), where
+    each runs, rollback, and every environment and host the plan can touch."""
+    table = Table(title=Text(f"{plan.goal}  (plan {short_id(plan.id)} v{plan.version}, "
+                             f"hash {plan.hash[:12]})"), title_justify="left")
+    for column in ("layer", "step", "tool", "where", "params", "after"):
         table.add_column(column, overflow="fold")
     for index, layer in enumerate(plan.layers(), start=1):
         mark = f"{index} ∥" if len(layer) > 1 else str(index)
         for step_id in layer:
             step = plan.step(step_id)
-            table.add_row(mark, step.id, step.tool, format_params(step.params),
-                          ", ".join(step.depends_on) or "—")
+            table.add_row(mark, Text(step.id), Text(step.tool),
+                          Text(targets.of(step.id).describe()),
+                          Text(format_params(step.params)),
+                          Text(", ".join(step.depends_on) or "—"))
     parts: list[Table | Text] = [table]
     if plan.rollback:
-        parts.append(_rollback_table(plan))
+        parts.append(_rollback_table(plan, targets))
+    parts.append(Text(f"touches: {', '.join(targets.scopes)} · hosts "
+                      f"{', '.join(targets.hosts) or 'none'}", "bold"))
     parts.append(Text(f"requested by {plan.requested_by} · {plan.planner.footer()}", "dim"))
     return Group(*parts)
 
 
-def _rollback_table(plan: Plan) -> Table:
+def _rollback_table(plan: Plan, targets: PlanTargets) -> Table:
     table = Table(title="on failure, roll back in this order", title_justify="left")
-    for column in ("#", "step", "tool", "params"):
+    for column in ("#", "step", "tool", "where", "params"):
         table.add_column(column)
     for index, step in enumerate(plan.rollback, start=1):
-        table.add_row(str(index), step.id, step.tool, format_params(step.params))
+        table.add_row(str(index), Text(step.id), Text(step.tool),
+                      Text(targets.of(step.id).describe()), Text(format_params(step.params)))
     return table
 
 

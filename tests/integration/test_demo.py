@@ -23,7 +23,8 @@ def test_demo_deploys_then_rolls_back_a_broken_release(tmp_path: Path) -> None:
 
 def test_run_with_yes_deploys_every_host(sample_config: Config) -> None:
     services = build_services(sample_config)
-    flow = ConsoleFlow(services, Console(record=True, width=120), user="alice")
+    flow = ConsoleFlow(services, Console(record=True, width=120), user="alice",
+                       confirm=lambda word: word)
     run = flow.handle("deploy v2.3.1", yes=True)
     assert run is not None and run.status is RunStatus.SUCCEEDED
     assert {p.body for p in probe(sample_config)} == {"v2.3.1"}

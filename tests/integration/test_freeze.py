@@ -46,8 +46,8 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
     services.clock = clock
     plan = services.make_plan("deploy v2.3.1", requested_by="alice")  # before the freeze
     store.save_plan(plan)
-    waiting = store.create_run(Run.for_plan(plan))
-    queued = store.create_run(Run.for_plan(plan))
+    waiting = store.create_run(Run.for_plan(plan, services.targets(plan)))
+    queued = store.create_run(Run.for_plan(plan, services.targets(plan)))
     store.approve(queued.id, user="bob", plan_version=1, plan_hash=plan.hash,
                   policy=frozen_config.policy)
 
@@ -77,7 +77,8 @@ def test_break_glass_needs_one_more_approval_from_the_commanders(frozen_config: 
                               break_glass="checkout is down, the fix is in v2.3.1")
     assert "Needs one more approval, from ic-ann" in services.break_glass_note(plan, "x")
     store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, break_glass="checkout is down"))
+    run = store.create_run(Run.for_plan(plan, services.targets(plan),
+                                          break_glass="checkout is down"))
     approve = {"plan_version": 1, "plan_hash": plan.hash, "policy": frozen_config.policy}
     assert store.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
     assert store.approve(run.id, user="carol", **approve).status is \

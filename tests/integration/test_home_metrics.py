@@ -54,7 +54,8 @@ def _running_run(world: SlackWorld) -> Run:
     """
     plan = world.runtime.services.make_plan("deploy v2.3.2 to staging", requested_by="UCAROL")
     world.store.save_plan(plan)
-    run = Run.for_plan(plan, status=RunStatus.RUNNING, worker="w-test")
+    run = Run.for_plan(plan, world.runtime.services.targets(plan), status=RunStatus.RUNNING,
+                       worker="w-test")
     first, second = plan.steps[0].id, plan.steps[1].id
     for event in (Event(kind=EventKind.RUN_STARTED, run_id=run.id),
                   Event(kind=EventKind.STEP_STARTED, run_id=run.id, step_id=first),
@@ -158,9 +159,9 @@ def test_home_refusal_from_the_home_tab_is_a_direct_message(world: SlackWorld) -
 def test_long_home_lists_are_trimmed_within_limits(world: SlackWorld) -> None:
     services = world.runtime.services
     plan = services.make_plan("deploy v2.3.1", requested_by="UALICE")
-    pending = [Run.for_plan(plan) for _ in range(40)]
-    active = [Run.for_plan(plan, status=RunStatus.RUNNING) for _ in range(30)]
-    done = [Run.for_plan(plan, status=RunStatus.SUCCEEDED) for _ in range(30)]
+    pending = [Run.for_plan(plan, services.targets(plan)) for _ in range(40)]
+    active = [Run.for_plan(plan, services.targets(plan), status=RunStatus.RUNNING) for _ in range(30)]
+    done = [Run.for_plan(plan, services.targets(plan), status=RunStatus.SUCCEEDED) for _ in range(30)]
     data = HomeData(user="UBOB", now=1.7e9, pending=pending, active=active, recent=done,
                     environments=[f"env{i}" for i in range(60)], schedules=None)
     view = home_view(data, world.config.policy)
@@ -316,7 +317,7 @@ def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, stor
     services = build_services(sample_config, Settings(), store=store)
     plan = services.make_plan("status staging", requested_by="ann")
     store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
     store.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash, policy=Policy())
     port = free_port()
     stderr = tmp_path / "worker.log"

@@ -26,6 +26,7 @@ from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import WirePlan, WireReplan, plan_to_wire, strict_schema
 from agents.runs import HostResult, Run, StepState, StepStatus
 from agents.settings import Settings
+from agents.targets import PlanTargets
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, strict_problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -414,7 +415,7 @@ def test_modify_returns_a_new_version(planner: LLMPlanner, openai_standin: OpenA
 
 def failed_run(plan: Plan) -> Run:
     """deploy_staging failed after tests and build succeeded; the output holds a secret."""
-    run = Run.for_plan(plan)
+    run = Run.for_plan(plan, PlanTargets({}))
     for done in ("run_tests", "build_docker"):
         run.steps[done].status = StepStatus.SUCCEEDED
     run.steps["build_docker"].outputs = {"artifact": "/srv/artifacts/app-v2.3.1.tgz"}
@@ -514,7 +515,7 @@ def test_without_a_key_playbooks_serve_and_say_so(config: Config) -> None:
     with pytest.raises(NoPlanFound) as err:
         planner.plan("restart the api on prod-2", requested_by="U1")
     assert "playbook planner" in str(err.value) and "OPENAI_API_KEY" in str(err.value)
-    assert planner.replan(deploy_plan(config), Run.for_plan(deploy_plan(config)),
+    assert planner.replan(deploy_plan(config), Run.for_plan(deploy_plan(config), PlanTargets({})),
                           requested_by="U1") is None
 
 

@@ -13,7 +13,7 @@ from agents.runs import Run, RunStatus
 from agents.store import Store
 from agents.store.connect import connect_client, parse_sentinel_url
 from bot.cli import main
-from tests.fixtures.builders import make_plan
+from tests.fixtures.builders import NO_TARGETS, make_plan
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sample import EXAMPLES
@@ -24,7 +24,7 @@ POLICY = Policy()
 def _waiting_run(store: Store) -> tuple[Run, Plan]:
     plan = make_plan([{"id": "a", "tool": "echo", "params": {"text": "x"}}])
     store.save_plan(plan)
-    return store.create_run(Run.for_plan(plan)), plan
+    return store.create_run(Run.for_plan(plan, NO_TARGETS)), plan
 
 
 def _approve(store: Store, run: Run, plan: Plan) -> Run:

@@ -52,7 +52,7 @@ def services(config: Config, store: Store, openai_standin: OpenAIStandin) -> Ser
 
 def queue(services: Services, plan: Plan, *, approver: str = "bob") -> Run:
     services.store.save_plan(plan)
-    run = services.store.create_run(Run.for_plan(plan))
+    run = services.store.create_run(Run.for_plan(plan, services.targets(plan)))
     return services.store.approve(run.id, user=approver, plan_version=plan.version,
                                   plan_hash=plan.hash, policy=services.config.policy)
 

@@ -216,7 +216,7 @@ def test_forty_step_plan_fits_block_kit(world: SlackWorld) -> None:
               "description": "x" * 200, "depends_on": [f"step_{i - 1:02d}"] if i % 3 else []}
              for i in range(40)]
     plan = Plan.model_validate({"goal": "g" * 400, "steps": steps})
-    run = Run.for_plan(plan)
+    run = Run.for_plan(plan, world.runtime.services.targets(plan))
     client = world.runtime.bot.client
     client.chat_postMessage(channel="C1", text="plan",
                             blocks=bk.plan_blocks(plan, run, world.config.policy))

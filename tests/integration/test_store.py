@@ -78,7 +78,7 @@ def submit(services: Services, plan: Plan, *, by: str = "alice",
            approvers: tuple[str, ...] = ("bob",)) -> Run:
     plan = plan.model_copy(update={"requested_by": by})
     services.store.save_plan(plan)
-    run = services.store.create_run(Run.for_plan(plan))
+    run = services.store.create_run(Run.for_plan(plan, services.targets(plan)))
     for user in approvers:
         run = services.store.approve(run.id, user=user, plan_version=plan.version,
                                      plan_hash=plan.hash, policy=services.config.policy)
@@ -103,7 +103,7 @@ def test_fifty_concurrent_approvals_start_exactly_one_run(tmp_path: Path, store:
     services = build_services(config_for(tmp_path), store=store)
     plan = gated_plan(tmp_path)
     store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
     barrier = threading.Barrier(50)
     outcomes: list[str] = []
 
@@ -133,10 +133,10 @@ def test_stale_version_refused_and_production_rules(tmp_path: Path, store: Store
     store.clock = lambda: now[0]
     plan = gated_plan(tmp_path, env="production").model_copy(update={"requested_by": "alice"})
     store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
     revised = plan.revised(goal="changed goal")
     store.save_plan(revised)
-    store.revise(run.id, revised)
+    store.revise(run.id, revised, services.targets(revised))
     policy = services.config.policy
     with pytest.raises(ApprovalRefused, match="version 1, but the plan is now version 2"):
         store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=policy)
@@ -276,7 +276,7 @@ def test_unreachable_redis_is_a_clear_error_and_writes_nothing(
     services = build_services(config_for(tmp_path), store=store)
     plan = gated_plan(tmp_path)
     store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
     own_redis.stop()
     with pytest.raises(StoreUnavailable, match="cannot reach Redis at redis://127.0.0.1"):
         store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
@@ -332,7 +332,7 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     run = submit(services, gated_plan(tmp_path, env="production"), approvers=())
     monkeypatch.setenv("REDIS_URL", redis_url)
     args = ["--config", str(config.path)]
-    assert main(["approve", run.id, "--user", "alice", *args]) == 2  # asked for it herself
+    assert main(["approve", run.id, "--user", "alice", *args]) == 3  # asked for it herself
     assert "your own request" in capsys.readouterr().out
     assert main(["approve", run.id, "--user", "bob", *args]) == 0
     assert "1 more approval" in capsys.readouterr().out

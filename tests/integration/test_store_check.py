@@ -17,7 +17,7 @@ from agents.store import Store
 from agents.store.check import StoreCheck
 from agents.worker import Worker, WorkerOptions
 from bot.cli import main
-from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.store_snapshot import snapshot
 
 
@@ -36,7 +36,7 @@ def log_plan() -> Plan:
 def approved_run(store: Store, tmp_path: Path) -> Run:
     services = build_services(make_config(tmp_path), store=store)
     plan = store.save_plan(log_plan())
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
     return store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
                          policy=services.config.policy)
 
@@ -63,12 +63,12 @@ def test_each_broken_invariant_is_reported_with_its_key_and_repaired(
     store.save_plan(plan.revised(goal="v2"))
     client.set(f"dh:plan:{plan.id}:latest", 1)  # the half-write of issue 22
     client.zadd("dh:runs", {"run-ghost": 1.0})  # an index entry with no record
-    unindexed = Run.for_plan(plan, id="run-1a2b3c4d")
+    unindexed = Run.for_plan(plan, NO_TARGETS, id="run-1a2b3c4d")
     client.set("dh:run:run-1a2b3c4d", unindexed.model_dump_json())  # as old code wrote it
     stuck = approved_run(store, tmp_path)
     entry = client.xrange("dh:queue")[0][0]
     client.xdel("dh:queue", entry)  # queued, but no entry and no worker
-    ended = store.create_run(Run.for_plan(plan, status=RunStatus.SUCCEEDED))
+    ended = store.create_run(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED))
     store.acquire_locks(["production"], run_id=ended.id, worker="gone", ttl=300)
     client.sadd("dh:locks", "qa")  # a lock that expired
     before = snapshot(client)

@@ -24,7 +24,7 @@ from agents.store.check import StoreCheck
 from agents.store.schedules import ScheduleBook
 from agents.worker import Worker, WorkerOptions
 from bot.terminal.console import ConsoleFlow
-from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.store_snapshot import changed, snapshot
 
 
@@ -105,9 +105,9 @@ def test_a_colliding_run_lands_under_a_fresh_id_and_touches_nothing(
     ids = ScriptedIds(["run-taken", "run-fresh"])
     store = Store.connect(redis_url, ids=ids)
     plan = store.save_plan(a_plan())
-    first = store.create_run(Run.for_plan(plan, id="run-taken", created_at=1000.0))
+    first = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=1000.0))
     before = snapshot(client)
-    second = store.create_run(Run.for_plan(plan, id="run-taken", created_at=2000.0))
+    second = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=2000.0))
     assert second.id == "run-fresh" and first.id == "run-taken"
     assert changed(before, snapshot(client)) == {b"dh:run:run-fresh", b"dh:runs",
                                                  b"dh:runs:ids"}
@@ -119,10 +119,10 @@ def test_a_create_that_never_finds_a_free_id_writes_nothing(
         redis_url: str, client: redis.Redis) -> None:
     store = Store.connect(redis_url, ids=lambda kind: "run-taken")
     plan = store.save_plan(a_plan())
-    store.create_run(Run.for_plan(plan, id="run-taken"))
+    store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken"))
     before = snapshot(client)
     with pytest.raises(StoreError, match="no free run id"):
-        store.create_run(Run.for_plan(plan, id="run-taken"))
+        store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken"))
     assert changed(before, snapshot(client)) == set()
 
 
@@ -146,8 +146,8 @@ def test_a_colliding_schedule_lands_under_a_fresh_id_and_touches_nothing(
 
 def test_runs_are_found_by_any_unique_prefix(store: Store, client: redis.Redis) -> None:
     plan = store.save_plan(a_plan())
-    one = store.create_run(Run.for_plan(plan, id="run-01aaaa1111"))
-    two = store.create_run(Run.for_plan(plan, id="run-01aaab2222"))
+    one = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-01aaaa1111"))
+    two = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-01aaab2222"))
     assert store.find_run("01aaaa").id == one.id
     assert store.find_run("RUN-01AAAB…").id == two.id
     assert store.find_run(one.id).id == one.id
@@ -161,7 +161,7 @@ def test_runs_are_found_by_any_unique_prefix(store: Store, client: redis.Redis) 
 
 def test_runs_written_before_the_prefix_index_still_load(store: Store, client: redis.Redis) -> None:
     plan = store.save_plan(a_plan())
-    old = Run.for_plan(plan, id="run-1a2b3c4d")
+    old = Run.for_plan(plan, NO_TARGETS, id="run-1a2b3c4d")
     client.set("dh:run:run-1a2b3c4d", old.model_dump_json())  # as the old code wrote it
     client.zadd("dh:runs", {"run-1a2b3c4d": old.created_at})
     assert store.run("run-1a2b3c4d").id == old.id
@@ -176,7 +176,7 @@ def test_runs_executed_in_process_leave_no_waiting_entry(tmp_path: Path, store: 
     worker = Worker(services, store, name="console", options=WorkerOptions(block=0.05))
     for _ in range(3):  # as `deckhand run` does: approve (which enqueues), then run here
         plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-        run = store.create_run(Run.for_plan(plan))
+        run = store.create_run(Run.for_plan(plan, NO_TARGETS))
         store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
                       policy=services.config.policy)
         assert worker.process(run.id) is not None
@@ -188,7 +188,7 @@ def test_acknowledged_entries_leave_the_stream(tmp_path: Path, store: Store,
                                               client: redis.Redis) -> None:
     services = build_services(make_config(tmp_path), store=store)
     plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
     store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
                   policy=services.config.policy)
     assert store.queue_backlog() == (1, 0)
@@ -228,7 +228,7 @@ def test_locks_are_listed_from_the_held_set(store: Store) -> None:
 def test_cancelling_a_queued_run_takes_its_entry_along(tmp_path: Path, store: Store) -> None:
     services = build_services(make_config(tmp_path), store=store)
     plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-    run = store.create_run(Run.for_plan(plan))
+    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
     store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
                   policy=services.config.policy)
     assert store.queue_backlog() == (1, 0)
@@ -258,7 +258,7 @@ def test_concurrent_creates_under_one_id_all_land_apart(redis_url: str,
 
     def create_many() -> None:
         barrier.wait()
-        made.extend(store.create_run(Run.for_plan(plan, id="run-same")).id for _ in range(20))
+        made.extend(store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-same")).id for _ in range(20))
 
     threads = [threading.Thread(target=create_many) for _ in range(8)]
     for thread in threads:

@@ -33,7 +33,7 @@ from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
 from agents.store import Store
 from agents.store.check import StoreCheck
-from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 
 LEASE = 600.0
@@ -65,7 +65,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
         @rule(target=runs, env=st.sampled_from([None, "staging", "production"]))
         def create(self, env: str | None) -> str:
             plan = self.store.save_plan(env_plan(env, f"goal {next(self.goals)}"))
-            return self.store.create_run(Run.for_plan(plan)).id
+            return self.store.create_run(Run.for_plan(plan, NO_TARGETS)).id
 
         @rule(run_id=runs, user=st.sampled_from(["bob", "carol"]))
         def approve(self, run_id: str, user: str) -> None:
@@ -81,7 +81,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
                 return
             latest = self.store.plan(run.plan_id)
             revised = self.store.save_plan(latest.revised(goal=f"goal {next(self.goals)}"))
-            self.store.revise(run_id, revised)
+            self.store.revise(run_id, revised, NO_TARGETS)
 
         @rule(worker=st.sampled_from(["w1", "w2"]))
         def take(self, worker: str) -> None:

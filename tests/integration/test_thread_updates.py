@@ -7,6 +7,7 @@ from slack_sdk import WebClient
 
 from agents.policy import Policy
 from agents.runs import Event, EventKind, Run, RunStatus
+from agents.targets import PlanTargets
 from bot.slack.thread import ThreadUpdater
 from tests.fixtures.builders import make_plan
 from tests.fixtures.slack_standin import SlackStandin
@@ -17,7 +18,7 @@ def test_replanned_run_posts_the_diff_and_asks_again(slack_standin: SlackStandin
     plan = make_plan([{"id": "deploy", "tool": "deploy", "params": {"version": "v1.0.0"}}])
     revised = plan.revised(steps=[{"id": "deploy", "tool": "deploy",
                                    "params": {"version": "v1.0.1"}}])
-    run = Run.for_plan(plan, status=RunStatus.APPROVED)
+    run = Run.for_plan(plan, PlanTargets({}), status=RunStatus.APPROVED)
     updater = ThreadUpdater(client, plan, channel="C1", thread_ts="1.1", interval=60,
                             policy=Policy())
     for event in (Event(kind=EventKind.RUN_STARTED, run_id=run.id),

@@ -2,6 +2,7 @@ import threading
 from pathlib import Path
 
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from agents.targets import resolve
 from tests.fixtures.builders import make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
 from tools.runners.base import CancelToken
@@ -162,13 +163,13 @@ def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: 
     config = make_config(tmp_path)
     plan = make_plan([{"id": "a", "tool": "log", "params": {"line": "a"}},
                       {"id": "b", "tool": "log", "params": {"line": "b"}, "depends_on": ["a"]}])
-    run = Run.for_plan(plan, status=RunStatus.RUNNING)
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory), status=RunStatus.RUNNING)
     run.steps["a"].status = StepStatus.SUCCEEDED
     resumed = make_executor(config).execute(plan, run)
     assert resumed.status is RunStatus.SUCCEEDED
     assert (tmp_path / "log.txt").read_text().splitlines() == ["b"]
 
-    run = Run.for_plan(plan, status=RunStatus.RUNNING)
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory), status=RunStatus.RUNNING)
     run.steps["a"].status = StepStatus.RUNNING  # its worker died mid-step; log is not idempotent
     resumed = make_executor(config).execute(plan, run)
     assert resumed.status is RunStatus.FAILED

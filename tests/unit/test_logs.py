@@ -44,7 +44,7 @@ def test_every_line_during_a_run_names_the_run_and_plan(tmp_path: Path,
                       {"id": "b", "tool": "sh", "params": {"script": "true"}},
                       {"id": "c", "tool": "log", "params": {"line": "x"}, "depends_on": ["a"]}])
     services.store.save_plan(plan)
-    run = services.store.create_run(Run.for_plan(plan))
+    run = services.store.create_run(Run.for_plan(plan, services.targets(plan)))
     services.store.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash,
                            policy=Policy())
 

@@ -14,6 +14,7 @@ from agents.runs import Run
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
+from agents.targets import PlanTargets
 from bot.slack import blocks as bk
 from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import diff_text
@@ -83,7 +84,7 @@ def test_dropped_dependency_and_tool_change() -> None:
 
 def test_slack_new_version_message_shows_the_diff_within_limits() -> None:
     v2 = _v2()
-    blocks = bk.plan_blocks(v2, Run.for_plan(v2), Policy(), diff=diff_plans(V1, v2))
+    blocks = bk.plan_blocks(v2, Run.for_plan(v2, PlanTargets({})), Policy(), diff=diff_plans(V1, v2))
     assert check_limits("chat.postMessage", {"blocks": blocks}) == []
     text = blocks[2]["text"]["text"]
     assert text.startswith("*Changes since v1* (goal changed, 2 added, 1 removed, 2 changed)")
@@ -100,7 +101,7 @@ def test_slack_diff_of_a_huge_change_is_trimmed() -> None:
              for i in range(60)]
     big = make_plan(steps, goal="big")
     other = big.revised(steps=[{**s, "params": {"script": "y" * 300}} for s in steps])
-    blocks = bk.plan_blocks(other, Run.for_plan(other), Policy(), diff=diff_plans(big, other))
+    blocks = bk.plan_blocks(other, Run.for_plan(other, PlanTargets({})), Policy(), diff=diff_plans(big, other))
     assert check_limits("chat.postMessage", {"blocks": blocks}) == []
     assert "…and 35 more changes" in json.dumps(blocks, ensure_ascii=False)
 

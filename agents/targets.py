@@ -1,0 +1,124 @@
+"""What a plan touches: each step's effective environments and hosts, resolved once.
+
+Validation, promotion order, approval policy, locks, the executor and every display read
+this one resolution, so a parameter default, a host group or a rollback step can never
+touch an environment that some other check did not see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agents.policy import UNSCOPED
+from tools.catalog import OUTPUT_REF, Catalog, Tool
+from tools.inventory import LOCAL_HOST_NAME, Inventory
+
+if TYPE_CHECKING:  # agents.plan validates with this module; it only needs the types here
+    from agents.plan import Plan, RollbackStep, Step
+
+
+@dataclass(frozen=True)
+class StepTargets:
+    """Where one step runs: environment names and host names (``local`` for this machine)."""
+
+    environments: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    mutates: bool = True  # unknown tools count as mutating: fail closed
+    undo: bool = False  # the tool is another tool's rollback
+    outside: bool = True  # runs on a host no environment lists (``local``, ad-hoc groups)
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """Environments this step changes as a forward step (what promotion counts)."""
+        return self.environments if self.mutates and not self.undo else ()
+
+    def describe(self) -> str:
+        """``production: prod-1, prod-2`` or ``local`` for tables and Slack."""
+        hosts = ", ".join(self.hosts) or "?"
+        return f"{', '.join(self.environments)}: {hosts}" if self.environments else hosts
+
+
+@dataclass(frozen=True)
+class PlanTargets:
+    """Every step's targets (rollback included), and what the plan as a whole touches."""
+
+    steps: Mapping[str, StepTargets]
+
+    @property
+    def environments(self) -> list[str]:
+        """Every environment any step (rollback included) can touch, in first-use order."""
+        return _unique(e for t in self.steps.values() for e in t.environments)
+
+    @property
+    def hosts(self) -> list[str]:
+        return _unique(h for t in self.steps.values() for h in t.hosts)
+
+    @property
+    def unscoped(self) -> bool:
+        """Whether the ``unscoped`` policy rule applies: a mutating step outside every
+        environment, or a plan that names no environment at all."""
+        mutating_outside = any(t.mutates and t.outside for t in self.steps.values())
+        return mutating_outside or not self.environments
+
+    @property
+    def scopes(self) -> list[str]:
+        """Policy scopes: the environments, plus UNSCOPED when that rule applies."""
+        return [*self.environments, *([UNSCOPED] if self.unscoped else [])]
+
+    def of(self, step_id: str) -> StepTargets:
+        return self.steps.get(step_id, StepTargets())
+
+    def summary(self) -> str:
+        """One line for displays: environments and hosts, or what runs locally."""
+        envs = ", ".join(self.environments) or "none"
+        return f"environments {envs} · hosts {', '.join(self.hosts) or 'none'}"
+
+
+def resolve(plan: Plan, catalog: Catalog, inventory: Inventory) -> PlanTargets:
+    """Targets of every step of ``plan`` (duplicate ids: the first step wins)."""
+    undo = {t.rollback for t in catalog.tools.values() if t.rollback}
+    out: dict[str, StepTargets] = {}
+    for step in plan.all_steps:
+        if step.id not in out:
+            out[step.id] = step_targets(step, catalog, inventory, undo=undo)
+    return PlanTargets(out)
+
+
+def step_targets(step: Step | RollbackStep, catalog: Catalog, inventory: Inventory, *,
+                 undo: Iterable[str | None] = ()) -> StepTargets:
+    """Targets of one step: explicit params, then the tool's defaults, then its target."""
+    tool = catalog.tools.get(step.tool)
+    if tool is None:
+        return StepTargets()
+    envs, hosts = _where(tool, catalog.with_defaults(tool, dict(step.params)), inventory)
+    listed = {h for e in inventory.environments.values() for h in e.hosts}
+    outside = not envs or any(h not in listed for h in hosts)
+    return StepTargets(envs, hosts, mutates=tool.mutates, undo=tool.name in set(undo),
+                       outside=outside)
+
+
+def environment_of(tool: Tool, params: Mapping[str, object]) -> str | None:
+    """The environment an environment-targeted tool runs on, given its full params."""
+    value = params.get("environment")
+    if tool.target != "environment" or not isinstance(value, str):
+        return None
+    return None if OUTPUT_REF.match(value) else value
+
+
+def _where(tool: Tool, params: Mapping[str, object],
+           inventory: Inventory) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if tool.target == "environment":
+        env = environment_of(tool, params)
+        found = inventory.environments.get(env or "")
+        return ((env,) if env else ()), tuple(found.hosts if found else ())
+    if tool.target.startswith("group:"):
+        hosts = tuple(inventory.groups.get(tool.target[6:], ()))
+        envs = [name for name, e in inventory.environments.items() if set(e.hosts) & set(hosts)]
+        return tuple(envs), hosts
+    return (), (LOCAL_HOST_NAME,)
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
