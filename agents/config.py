@@ -12,9 +12,10 @@ from pydantic import ValidationError
 
 from agents.errors import PlanError
 from agents.history import HistorySettings
-from agents.plan import PLACEHOLDER, Plan, PlanChecker
+from agents.plan import PLACEHOLDER, Plan
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
+from agents.validation import PlanChecker
 from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory

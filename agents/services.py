@@ -17,12 +17,13 @@ from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
 from agents.executor import Executor, ExecutorDeps, Listener
 from agents.freeze import Frozen, frozen
 from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
-from agents.plan import Plan, is_read_only, validate_plan
+from agents.plan import Plan, is_read_only
 from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
 from agents.targets import PlanTargets, resolve
+from agents.validation import validate_plan
 from agents.verify import Observed, VersionProbe
 from tools.gitlog import GitRepo
 from tools.redact import Redactor

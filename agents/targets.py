@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from agents.plan import Plan, RollbackStep, Step
 from agents.policy import UNSCOPED
 from tools.catalog import OUTPUT_REF, Catalog, Tool
 from tools.inventory import LOCAL_HOST_NAME, Inventory
-
-if TYPE_CHECKING:  # agents.plan validates with this module; it only needs the types here
-    from agents.plan import Plan, RollbackStep, Step
 
 
 @dataclass(frozen=True)

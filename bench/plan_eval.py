@@ -35,10 +35,11 @@ import yaml
 
 from agents.config import Config, load_config
 from agents.errors import PlanError
-from agents.plan import Plan, validate_plan
+from agents.plan import Plan
 from agents.planning.planner import CompositePlanner, LLMPlanner
 from agents.planning.playbooks import PlaybookPlanner
 from agents.settings import Settings
+from agents.validation import validate_plan
 from tools.catalog import OUTPUT_REF
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,11 +32,12 @@ from pydantic import BaseModel, ValidationError
 
 from agents.config import Config
 from agents.errors import NoPlanFound, PlanInvalid, PlannerError
-from agents.plan import Plan, PlannerInfo, Step, validate_plan
+from agents.plan import Plan, PlannerInfo, Step
 from agents.planning import prompt
 from agents.planning.prompt import WirePlan, WireReplan
 from agents.runs import Run, StepStatus
 from agents.settings import Settings
+from agents.validation import validate_plan
 from tools.redact import Redactor
 
 log = logging.getLogger("deckhand.planner")

@@ -24,7 +24,7 @@ def _answers(config: Config) -> set[str]:
 def test_terminal_dry_run_checks_everything_and_changes_nothing(sample_config: Config) -> None:
     services = build_services(sample_config)
     console = Console(record=True, width=200)
-    flow = ConsoleFlow(services, console, user="alice")
+    flow = ConsoleFlow(services, console, user="alice", confirm=lambda word: word)
     deployed = flow.handle("deploy v2.3.1", yes=True)
     assert deployed is not None and deployed.status is RunStatus.SUCCEEDED
     hosts = sample_config.path.parent / ".deckhand" / "hosts"

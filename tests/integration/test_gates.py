@@ -29,7 +29,8 @@ def prometheus(sample_config: Config, tmp_path: Path) -> Iterator[Prometheus]:
 
 
 def _run(services: Services, request: str) -> Run:
-    run = ConsoleFlow(services, Console(record=True, width=160), user="alice").handle(
+    run = ConsoleFlow(services, Console(record=True, width=160), user="alice",
+                      confirm=lambda word: word).handle(
         request, yes=True)
     assert run is not None
     return run

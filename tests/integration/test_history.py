@@ -26,7 +26,8 @@ from tests.unit.test_history import make_repo
 
 def _deploy(services: Services, request: str) -> RunStatus:
     console = Console(record=True, width=160)
-    run = ConsoleFlow(services, console, user="alice").handle(request, yes=True)
+    run = ConsoleFlow(services, console, user="alice",
+                      confirm=lambda word: word).handle(request, yes=True)
     assert run is not None, console.export_text()
     return run.status
 

@@ -14,7 +14,7 @@ import pytest
 
 from agents.config import Config, load_config
 from agents.errors import NoPlanFound, PlannerError
-from agents.plan import Plan, is_read_only, validate_plan
+from agents.plan import Plan, is_read_only
 from agents.planning.planner import (
     CompositePlanner,
     LLMPlanner,
@@ -27,6 +27,7 @@ from agents.planning.prompt import WirePlan, WireReplan, plan_to_wire, strict_sc
 from agents.runs import HostResult, Run, StepState, StepStatus
 from agents.settings import Settings
 from agents.targets import PlanTargets
+from agents.validation import validate_plan
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, strict_problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

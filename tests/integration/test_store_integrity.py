@@ -282,7 +282,8 @@ def test_a_run_waiting_for_a_lock_is_woken_onto_the_queue_in_one_step(store: Sto
 def test_deckhand_run_leaves_no_queue_entry_behind(sample_config: Config, store: Store) -> None:
     """The issue's finding: runs executed by `deckhand run` stayed 'waiting' forever."""
     services = build_services(sample_config, store=store)
-    flow = ConsoleFlow(services, Console(record=True, width=120), user="alice")
+    flow = ConsoleFlow(services, Console(record=True, width=120), user="alice",
+                       confirm=lambda word: word)
     deployed = flow.handle("deploy v2.3.1 to staging", yes=True)
     status = flow.handle("status production")  # read-only: runs at once, no approval
     assert deployed is not None and deployed.status is RunStatus.SUCCEEDED

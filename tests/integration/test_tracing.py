@@ -29,10 +29,12 @@ def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store:
     env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
            "OTEL_SERVICE_NAME": "deckhand-test", "PYTHONPATH": str(ROOT)}
     config = ["--config", str(path)]
-    first = _cli(["run", "deploy v2.3.1", "--yes", "--user", "alice", *config], env)
+    first = _cli(["run", "deploy v2.3.1", "--yes", "--confirm", "production", "--user",
+                  "alice", *config], env)
     assert "1 more approval" in first.stdout, first.stdout + first.stderr
     (run,) = store.runs()
-    assert _cli(["approve", run.id, "--user", "bob", *config], env).returncode == 0
+    assert _cli(["approve", run.id, "--user", "bob", "--confirm", "production", *config],
+                env).returncode == 0
     assert _cli(["worker", "--once", *config], env).returncode == 0
 
     wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")

@@ -20,6 +20,7 @@ from agents.history import (
 from agents.plan import Plan
 from agents.planning.playbooks import PlaybookPlanner
 from agents.runs import HostResult, Run, RunStatus, StepState, StepStatus
+from tests.fixtures.builders import NO_TARGETS
 from tests.fixtures.sample import EXAMPLES
 from tools.gitlog import GitRepo
 
@@ -35,7 +36,7 @@ def _plan(config: Config, request: str) -> Plan:
 
 def _finished(plan: Plan, status: RunStatus, hosts: dict[str, dict[str, StepStatus]]) -> Run:
     """A finished run of ``plan``: ``hosts`` gives each started step's per-host results."""
-    run = Run.for_plan(plan, status=status, started_at=100.0, finished_at=200.0)
+    run = Run.for_plan(plan, NO_TARGETS, status=status, started_at=100.0, finished_at=200.0)
     for step_id, results in hosts.items():
         ok = all(s is StepStatus.SUCCEEDED for s in results.values())
         run.steps[step_id] = StepState(
