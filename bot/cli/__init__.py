@@ -1,4 +1,4 @@
-"""``deckhand`` command line: demo, run, plan, check (and more, registered by other modules).
+"""deckhand: plan deploys, approve them, run them over SSH, roll back loudly.
 
 Errors deckhand raises on purpose are printed as one clear message (exit 2); anything
 else is a bug and keeps its traceback.
@@ -50,22 +50,29 @@ def _error(console: Console, message: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="deckhand", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(title="commands")
+    from bot.cli.help import TOP, add_examples, version
+
+    parser = argparse.ArgumentParser(prog="deckhand", description=__doc__.splitlines()[0],
+                                     epilog=TOP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"deckhand {version()}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_demo(commands)
     _add_run(commands)
     _add_plan(commands)
     _add_check(commands)
     for register in _extra_commands():
         register(commands)
+    add_examples(parser)
     return parser
 
 
 def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot.cli import hosts, runs, schedules, serve
+    from bot.cli import completion, hosts, init, runs, schedules, serve
 
-    return [runs.register, hosts.register, serve.register, schedules.register]
+    return [init.register, runs.register, hosts.register, serve.register, schedules.register,
+            completion.register]
 
 
 def _add_demo(commands: Commands) -> None:

@@ -18,7 +18,7 @@ from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.worker import ListenerFactory, Worker, WorkerOptions
-from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
 from bot.logs import add_log_format_arg, configure_logging
 from bot.terminal.render import status_table, summary
 
@@ -98,6 +98,7 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> list[Listen
 
 
 def _runs(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     store = services_for(args).store
     if args.action == "show":
         if not args.run_id:
@@ -128,6 +129,7 @@ def runs_table(runs: list[Run]) -> Table:
 
 
 def _audit(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     entries = services_for(args).store.audit_log(run_id=args.run_id, limit=args.limit)
     if args.json:
         for entry in entries:
@@ -143,6 +145,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
 
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     services = services_for(args)
     store = services.store
     run = store.run(args.run_id)
@@ -158,6 +161,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cancel(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     store = services_for(args).store
     user = getpass.getuser()
     run = store.request_cancel(args.run_id, user=user)
