@@ -65,6 +65,7 @@ class Services:
             run = before_enqueue(run)
 
         def queue(current: Run) -> list[Callable[[Any], Any]]:
+            current.meta["read_only"] = True  # its output is the answer: faces show it
             current.move(RunStatus.APPROVED)
             current.move(RunStatus.QUEUED)
             return [self.store.queue_step(current.id)]  # state and entry in one EXEC

@@ -17,12 +17,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 from rich.prompt import Prompt
+from rich.text import Text
 
 from agents.approvals import approvals_needed
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.plan_yaml import plan_from_yaml, plan_to_yaml
+from agents.results import step_output
 from agents.runs import Event, Run, RunStatus
 from agents.services import Services
 from agents.worker import Worker
@@ -56,7 +58,7 @@ class ConsoleFlow:
             self.console.print(plan_table(plan))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
             run = self.services.queue_read_only(plan, user=self.user)
-            return self.execute(plan, run.id)
+            return self.show_output(self.execute(plan, run.id))
         store = self.services.store
         store.save_plan(plan)
         run = store.create_run(Run.for_plan(plan))
@@ -103,6 +105,12 @@ class ConsoleFlow:
         self.console.print(f"[green]Plan updated to version {revised.version}.[/]")
         self.console.print(diff_text(diff_plans(plan, revised)))
         return revised
+
+    def show_output(self, run: Run) -> Run:
+        """Print what a read-only run printed (redacted, bounded): it is the answer."""
+        text = step_output(run)
+        self.console.print(Text(text) if text else Text("(no output)", style="dim"))
+        return run
 
     def _approve_and_execute(self, plan: Plan, run_id: str) -> Run | None:
         store = self.services.store
