@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     for register in _extra_commands():
         register(commands)
     add_examples(parser)
+    parser.set_defaults(root_parser=parser)  # for `deckhand completion`, without a cycle
     return parser
 
 
@@ -77,13 +78,15 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
 
 def _add_demo(commands: Commands) -> None:
     parser = commands.add_parser("demo", help="deploy the sample app twice (no servers needed)")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the sample app's servers running (stopped by default)")
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
     from bot.cli.demo import run_demo
 
-    return run_demo(console)
+    return run_demo(console, keep=args.keep)
 
 
 def _add_run(commands: Commands) -> None:

@@ -25,7 +25,5 @@ def register(commands: Commands) -> None:
 def _completion(args: argparse.Namespace, console: Console) -> int:
     import shtab
 
-    from bot.cli import build_parser
-
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    sys.stdout.write(shtab.complete(args.root_parser, shell=args.shell))
     return 0

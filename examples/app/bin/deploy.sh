@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy.sh ARTIFACT VERSION HOST_DIR PORT — install a release, switch `current`, restart.
 . "$(dirname "$0")/_lib.sh"
-artifact="$1"; version="$2"; dir="$3"; port="$4"
+artifact="$1"; version="$2"; dir="$3"; port=$(port_for "$3" "$4")
 mkdir -p "$dir/releases"
 # What rollback.sh returns to if this deploy must be undone: recorded before anything
 # changes, so a deploy that fails half-way is rolled back to what was live, not older.

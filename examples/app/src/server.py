@@ -1,6 +1,7 @@
 """The sample app: a tiny HTTP server that reports the version it was released as.
 
-GET /version -> the release's VERSION file.  GET /health -> 200 "ok", or 500 for a
+GET /version -> the release's VERSION file.  GET /health -> 200 "ok instance=TOKEN"
+(the host's instance token, so smoke tests know they reached *this* deployment), or 500 for a
 release built as broken (versions ending in "-broken"), which is how the demo shows
 a bad release failing its smoke test.
 """
@@ -10,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 VERSION = (Path(__file__).parent / "VERSION").read_text().strip()
+INSTANCE = "unknown"  # set from --instance: which deployment this server belongs to
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -18,7 +20,8 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(200, VERSION)
         elif self.path == "/health":
             healthy = not VERSION.endswith("-broken")
-            self._reply(200 if healthy else 500, "ok" if healthy else "database migration failed")
+            text = "ok" if healthy else "database migration failed"
+            self._reply(200 if healthy else 500, f"{text} instance={INSTANCE}")
         else:
             self._reply(404, "not found")
 
@@ -37,5 +40,7 @@ class Handler(BaseHTTPRequestHandler):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--instance", default="unknown", help="token /health reports")
     args = parser.parse_args()
+    INSTANCE = args.instance
     ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
