@@ -40,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeckhandError as exc:
         _error(console, f"error: {exc}")
         return 2
+    except EOFError:  # a prompt met the end of its input (</dev/null, Ctrl-D)
+        _error(console, "no answer at a prompt (end of input); nothing was changed")
+        return 2
     except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
         _error(console, "interrupted")
         return 130

@@ -50,6 +50,8 @@ class ConsoleFlow:
         self.user = user
         self.editor = editor or edit_in_editor
         self.ask = ask or self._prompt_decision
+        self.draft: str | None = None
+        """A refused edit, errors on top as comments: Modify reopens it, not the old plan."""
 
     def handle(self, request: str, *, yes: bool = False) -> Run | None:
         """Plan ``request``, get it approved, run it. None if it was rejected or refused."""
@@ -91,14 +93,28 @@ class ConsoleFlow:
             plan = revised
 
     def modify(self, plan: Plan) -> Plan:
-        """Let the user edit the plan as YAML; invalid edits are shown and the old plan kept."""
-        text = self.editor(plan_to_yaml(plan))
+        """Let the user edit the plan as YAML; a refused edit is kept (errors on top) for the
+        next Modify, so one typo never means redoing the whole edit."""
         try:
-            revised = plan_from_yaml(plan, text)
+            text = self.editor(self.draft or plan_to_yaml(plan))
+        except OSError as exc:
+            self.console.print(f"[red]Cannot start the editor ({exc.strerror or exc}):[/] set "
+                               "$VISUAL or $EDITOR to an installed one, e.g. export EDITOR=nano")
+            return plan
+        edit = without_error_notes(text)
+        if not edit.strip():
+            self.draft = None
+            self.console.print(f"[dim]Empty edit: back to version {plan.version}.[/]")
+            return plan
+        try:
+            revised = plan_from_yaml(plan, edit)
             self.services.check(revised)
         except (PlanInvalid, ValueError) as exc:
-            self.console.print(f"[red]The edited plan was not accepted:[/]\n{exc}")
+            self.draft = with_error_notes(edit, str(exc))
+            self.console.print(f"[red]The edited plan was not accepted:[/]\n{exc}\n[dim]Modify "
+                               "again to fix your edit (the errors are at its top).[/]")
             return plan
+        self.draft = None
         if revised.hash == plan.hash:
             self.console.print("[dim]No change.[/]")
             return plan
@@ -162,8 +178,13 @@ class ConsoleFlow:
         return box.get("run")
 
     def _prompt_decision(self) -> Decision:
-        choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
-                            default="r", console=self.console)
+        try:
+            choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
+                                default="r", console=self.console)
+        except EOFError:  # stdin closed or not a terminal: never approve by accident
+            self.console.print("\nNo answer (end of input): rejecting. Use --yes to approve "
+                               "without a prompt.")
+            return Decision.REJECT
         return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT}[choice]
 
 
@@ -178,3 +199,23 @@ def edit_in_editor(text: str) -> str:
         return path.read_text(encoding="utf-8")
     finally:
         path.unlink(missing_ok=True)
+
+
+NOTE = "# ! "
+"""Prefix of the error lines put on top of a refused edit (removed before parsing)."""
+
+
+def with_error_notes(edit: str, errors: str) -> str:
+    """``edit`` with ``errors`` as YAML comments on top, for the editor to reopen."""
+    notes = [f"{NOTE}{line}" for line in ["This edit was not accepted:", *errors.splitlines(),
+                                          "Fix it and save, or delete everything to start "
+                                          "over from the current version."]]
+    return "\n".join(notes) + "\n" + edit
+
+
+def without_error_notes(text: str) -> str:
+    """``text`` without the error notes ``with_error_notes`` added on top."""
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith(NOTE.rstrip()):
+        lines.pop(0)
+    return "".join(lines)
