@@ -74,6 +74,20 @@ class Services:
         self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
         return run
 
+    def host_counts(self, plan: Plan) -> dict[str, int]:
+        """How many hosts each step targets: a rollout starts them batch by batch, so the
+        hosts started so far would undercount (``0/1`` for a two-host environment)."""
+        out: dict[str, int] = {}
+        for step in plan.steps:
+            tool = self.config.catalog.tools.get(step.tool)
+            env = step.params.get("environment")
+            if tool is None or (env is not None and env not in self.config.inventory.environments):
+                continue
+            hosts = self.config.inventory.hosts_of(tool.target or "", env if isinstance(env, str)
+                                                   else None)
+            out[step.id] = len(hosts)
+        return out
+
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)

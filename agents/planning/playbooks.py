@@ -123,7 +123,7 @@ class PlaybookPlanner:
             lines.append(f"  • {example} — {playbook.description or playbook.name}")
         return "\n".join(lines)
 
-    def closest(self, request: str, *, limit: int = 3) -> list[Playbook]:
+    def closest(self, request: str, *, limit: int = 5) -> list[Playbook]:
         """The playbooks whose examples look most like ``request``, best first."""
         def score(playbook: Playbook) -> float:
             texts = playbook.examples or [playbook.name]

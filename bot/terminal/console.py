@@ -107,7 +107,7 @@ class ConsoleFlow:
             self.console.print(f"[dim]Empty edit: back to version {plan.version}.[/]")
             return plan
         try:
-            revised = plan_from_yaml(plan, edit)
+            revised = plan_from_yaml(plan, edit, edited_by=self.user)
             self.services.check(revised)
         except (PlanInvalid, ValueError) as exc:
             self.draft = with_error_notes(edit, str(exc))
@@ -149,12 +149,15 @@ class ConsoleFlow:
         """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls back)."""
         worker = Worker(self.services, self.services.store, name=f"console-{os.getpid()}")
         initial = self.services.store.run(run_id)
-        with Live(status_table(plan, initial), console=self.console,
+        hosts = self.services.host_counts(plan)
+        with Live(status_table(plan, initial, hosts), console=self.console,
                   refresh_per_second=8) as live:
             def on_event(event: Event, current: Run) -> None:
-                live.update(status_table(plan, current))
+                live.update(status_table(plan, current, hosts))
 
             result = self._run_interruptibly(worker, run_id, on_event)
+        if not self.console.is_terminal:  # piped, Live leaves its last line open
+            self.console.line()
         final = result or self.services.store.run(run_id)
         if result is None:
             self.console.print(f"Run {run_id} was picked up by worker {final.worker}; follow it "

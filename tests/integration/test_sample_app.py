@@ -76,7 +76,7 @@ def test_no_match_suggests_closest_playbooks_with_examples(services: Services) -
         services.make_plan("rollback prodution please", requested_by="alice")
     lines = str(refused.value).splitlines()
     assert "Closest" in lines[1] and "roll back production" in lines[2]
-    assert len([line for line in lines if line.startswith("  • ")]) == 3
+    assert len([line for line in lines if line.startswith("  • ")]) == 4  # all, closest first
 
 
 def test_one_error_per_problem(services: Services) -> None:
