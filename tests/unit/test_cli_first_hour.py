@@ -91,3 +91,14 @@ def test_completion_script(shell: str, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["completion", shell]) == 0
     out = capsys.readouterr().out
     assert "deckhand" in out and "init" in out and "--config" in out
+
+
+def test_readme_starts_with_venv_and_explains_test_prerequisites_first() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    first_block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
+    assert "python3 -m venv" in first_block and "pip install" in first_block
+    assert first_block.index("venv") < first_block.index("pip install")
+    test_command = readme.index("python3 -m pytest -q")
+    assert readme.index("redis-server") < test_command and readme.index("sshd") < test_command
+    troubles = readme.split("### Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    assert troubles.count("\n* **") == 5
