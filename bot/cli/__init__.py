@@ -18,7 +18,7 @@ from rich.console import Console
 from agents.config import load_config
 from agents.plan_yaml import plan_to_yaml
 from agents.runs import RunStatus
-from bot.cli.common import Commands, Handler, add_config_arg, services_for
+from bot.cli.common import Commands, Handler, add_config_arg, find_config, services_for
 from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
@@ -132,11 +132,13 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
 
 def _add_check(commands: Commands) -> None:
     parser = commands.add_parser("check", help="validate a config file and list every problem")
-    parser.add_argument("config", type=Path)
+    parser.add_argument("config", type=Path, nargs="?",
+                        help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
     parser.set_defaults(handler=_check)
 
 
 def _check(args: argparse.Namespace, console: Console) -> int:
+    args.config = find_config(str(args.config) if args.config else None)
     config = load_config(args.config)
     console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
                   f"{len(config.inventory.hosts)} hosts, "

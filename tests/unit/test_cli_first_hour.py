@@ -50,6 +50,7 @@ def test_init_writes_a_working_config_and_names_next_commands(
     text = (empty_dir / "deckhand.yml").read_text()
     assert "connection: ssh" in text and text.count("# ") > 20  # commented, SSH example
     assert main(["check", "deckhand.yml"]) == 0
+    assert main(["check"]) == 0  # found as ./deckhand.yml
     assert main(["run", "deploy v1.0.0", "--yes"]) == 0
     assert (empty_dir / ".deckhand/hosts/prod-2/current").read_text().strip() == "v1.0.0"
     assert main(["init"]) == 1  # never overwrites silently
