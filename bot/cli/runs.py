@@ -99,14 +99,15 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> list[Listen
 
 def _runs(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    store = services_for(args).store
+    services = services_for(args)
+    store = services.store
     if args.action == "show":
         if not args.run_id:
             console.print("usage: deckhand runs show RUN_ID")
             return 2
         run = store.run(args.run_id)
         plan = store.plan(run.plan_id, run.plan_version)
-        console.print(status_table(plan, run))
+        console.print(status_table(plan, run, services.host_counts(plan)))
         console.print(summary(plan, run))
         if args.timeline:
             from bot.timeline import save_timeline  # matplotlib loads only when asked

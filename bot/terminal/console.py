@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.prompt import Prompt
 from rich.text import Text
 
@@ -111,8 +112,9 @@ class ConsoleFlow:
             self.services.check(revised)
         except (PlanInvalid, ValueError) as exc:
             self.draft = with_error_notes(edit, str(exc))
-            self.console.print(f"[red]The edited plan was not accepted:[/]\n{exc}\n[dim]Modify "
-                               "again to fix your edit (the errors are at its top).[/]")
+            self.console.print(f"[red]The edited plan was not accepted:[/]\n"
+                               f"{escape(str(exc))}\n[dim]Modify again to fix your edit "
+                               "(the errors are at its top).[/]")
             return plan
         self.draft = None
         if revised.hash == plan.hash:
