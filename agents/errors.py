@@ -35,8 +35,34 @@ class PlanInvalid(PlanError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        listed = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"the plan is invalid ({len(problems)} problem(s)):\n{listed}")
+        merged = merge_step_problems(problems)
+        listed = "\n".join(f"  - {p}" for p in merged)
+        super().__init__(f"the plan is invalid ({len(merged)} problem(s)):\n{listed}")
+
+
+def merge_step_problems(problems: list[str]) -> list[str]:
+    """One line per problem: ``step a: X`` and ``step b: X`` become ``steps a, b: X``.
+
+    A bad value filled into six steps is one mistake; listing it six times hides the rest.
+    """
+    steps: dict[str, list[str]] = {}
+    order: list[str] = []
+    for problem in problems:
+        head, sep, message = problem.partition(": ")
+        key = message if sep and head.startswith("step ") else problem
+        if key not in steps:
+            order.append(key)
+            steps[key] = []
+        if key == message:
+            steps[key].append(head.removeprefix("step "))
+    return [_merged(key, steps[key]) for key in order]
+
+
+def _merged(message: str, step_ids: list[str]) -> str:
+    if not step_ids:
+        return message
+    label = "step" if len(step_ids) == 1 else "steps"
+    return f"{label} {', '.join(step_ids)}: {message}"
 
 
 class FreezeRefused(PlanError):

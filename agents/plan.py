@@ -68,8 +68,15 @@ class PlannerInfo(BaseModel):
     note: str = ""
     traceparent: str | None = None
     """The trace the plan was made in (agents.tracing): its run continues it."""
+    edited_by: str | None = None
+    """Who edited this version by hand (Modify); the rest describes the original planner."""
 
     def footer(self) -> str:
+        """Who made this version: the planner, and the person who edited it, if anyone."""
+        edited = f"edited by {self.edited_by} · " if self.edited_by else ""
+        return edited + self._planned()
+
+    def _planned(self) -> str:
         if self.model is None:
             return f"planned by {self.name} in {self.latency_ms:.0f} ms"
         tokens = self.prompt_tokens + self.completion_tokens

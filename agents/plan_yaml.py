@@ -19,8 +19,11 @@ def plan_to_yaml(plan: Plan) -> str:
     return yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
 
 
-def plan_from_yaml(plan: Plan, text: str) -> Plan:
-    """A new version of ``plan`` from edited YAML; ValueError says what is wrong."""
+def plan_from_yaml(plan: Plan, text: str, *, edited_by: str | None = None) -> Plan:
+    """A new version of ``plan`` from edited YAML; ValueError says what is wrong.
+
+    ``edited_by`` is recorded in the planner info, so every footer names who changed it.
+    """
     try:
         body = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -31,6 +34,8 @@ def plan_from_yaml(plan: Plan, text: str) -> Plan:
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)}: only goal, steps and rollback "
                          f"can be edited")
+    if edited_by is not None:
+        body["planner"] = plan.planner.model_copy(update={"edited_by": edited_by}).model_dump()
     try:
         return plan.revised(**body)
     except ValidationError as exc:

@@ -101,6 +101,7 @@ class Services:
             run = before_enqueue(run)
 
         def queue(current: Run) -> list[Callable[[Any], Any]]:
+            current.meta["read_only"] = True  # its output is the answer: faces show it
             current.move(RunStatus.APPROVED)
             current.move(RunStatus.QUEUED)
             return [self.store.queue_step(current.id)]  # state and entry in one EXEC
@@ -112,6 +113,12 @@ class Services:
     def targets(self, plan: Plan) -> PlanTargets:
         """What ``plan`` touches, resolved against this config's catalog and inventory."""
         return resolve(plan, self.config.catalog, self.config.inventory)
+
+    def host_counts(self, plan: Plan) -> dict[str, int]:
+        """How many hosts each step targets: a rollout starts them batch by batch, so the
+        hosts started so far would undercount (``0/1`` for a two-host environment)."""
+        targets = self.targets(plan)
+        return {step.id: len(targets.of(step.id).hosts) for step in plan.steps}
 
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""

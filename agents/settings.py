@@ -17,7 +17,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
-    config_path: str = Field(default="examples/deckhand.yml", alias="DECKHAND_CONFIG")
+    config_path: str | None = Field(default=None, alias="DECKHAND_CONFIG")
     redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
     worker_name: str | None = Field(default=None, alias="DECKHAND_WORKER")
     schedule_tz: str = Field(default="UTC", alias="DECKHAND_TZ")

@@ -6,6 +6,7 @@ border, always with ``raise ... from exc``.
 
     DeckhandError
     ├── ConfigError            a config file is unreadable or invalid (carries every problem)
+    ├── ConfigNotFound         no config file was named or found (says where it looked)
     └── ToolError
         ├── UnknownTool        a plan names a tool the catalog does not have
         ├── ParamError         a parameter breaks its tool's schema
@@ -37,6 +38,10 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class ConfigNotFound(DeckhandError):
+    """No config file was named or found; the message lists where deckhand looked."""
 
 
 class ConfigError(DeckhandError):

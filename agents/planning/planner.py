@@ -101,7 +101,8 @@ class CompositePlanner:
 
 def build_planner(config: Config, settings: Settings) -> CompositePlanner:
     """The planner for this deployment: playbooks, plus the LLM when OPENAI_API_KEY is set."""
-    playbooks = PlaybookPlanner(config.playbooks)
+    playbooks = PlaybookPlanner(config.playbooks,
+                                environments=list(config.inventory.environments))
     if settings.openai_api_key is None:
         log.info("no OPENAI_API_KEY: planning with playbooks only")
         return CompositePlanner(playbooks)

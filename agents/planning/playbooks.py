@@ -7,6 +7,7 @@ The filled plan still goes through the same validation as any other plan.
 
 from __future__ import annotations
 
+import difflib
 import re
 import time
 from typing import Any
@@ -15,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.errors import NoPlanFound
 from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
+
+_TARGET = re.compile(r"\b(?:to|in|on|of)\s+(\w+)\W*$", re.IGNORECASE)
+"""The environment a request names at its end ("... to mars"), to name it when unknown."""
 
 
 class Playbook(BaseModel):
@@ -42,12 +46,17 @@ class Playbook(BaseModel):
         return patterns
 
     def groups_for(self, request: str) -> dict[str, str] | None:
-        """The named groups of the first pattern that matches ``request`` in full."""
+        """The named groups of the first pattern that matches ``request`` in full.
+
+        Matching ignores case, so the captured values are lower-cased too: ``DEPLOY V2.3.1``
+        then plans exactly what ``deploy v2.3.1`` does instead of failing a version pattern.
+        """
         for pattern in self.match:
             found = re.fullmatch(pattern, request.strip(), flags=re.IGNORECASE)
             if found:
                 values = dict(self.defaults)
-                values.update({k: v for k, v in found.groupdict().items() if v is not None})
+                values.update({k: v.lower() for k, v in found.groupdict().items()
+                               if v is not None})
                 return values
         return None
 
@@ -66,8 +75,9 @@ class Playbook(BaseModel):
 class PlaybookPlanner:
     """Plans a request with the first playbook that matches it."""
 
-    def __init__(self, playbooks: list[Playbook]):
+    def __init__(self, playbooks: list[Playbook], *, environments: list[str] | None = None):
         self.playbooks = playbooks
+        self.environments = environments or []
 
     def match(self, request: str) -> tuple[Playbook, dict[str, str]] | None:
         for playbook in self.playbooks:
@@ -82,7 +92,17 @@ class PlaybookPlanner:
         if found is None:
             raise NoPlanFound(self.help_text(request))
         playbook, values = found
+        unknown = self._unknown_environment(values.get("environment"))
+        if unknown:
+            raise NoPlanFound(unknown)
         return playbook.instantiate(values, requested_by=requested_by)
+
+    def _unknown_environment(self, name: str | None) -> str | None:
+        """Name an environment the inventory lacks, with the known ones (None if fine)."""
+        if name is None or not self.environments or name.lower() in self.environments:
+            return None
+        return (f"unknown environment {name!r}; known environments: "
+                f"{', '.join(self.environments)}")
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
         """Playbooks cannot follow free-text instructions; say what works instead."""
@@ -90,11 +110,26 @@ class PlaybookPlanner:
                           "(set OPENAI_API_KEY); edit the plan as YAML instead")
 
     def help_text(self, request: str) -> str:
-        lines = [f"I don't know how to plan {request.strip()!r}. I can do:"]
-        for playbook in self.playbooks:
+        """Why nothing matched: an unknown environment named, then the closest playbooks."""
+        found = _TARGET.search(request.strip())
+        unknown = self._unknown_environment(found.group(1) if found else None)
+        lines = [f"I don't know how to plan {request.strip()!r}."]
+        if unknown:
+            lines[0] += f" It names an {unknown}."
+        lines.append("Closest requests I know:" if self.playbooks else "No playbooks are set up.")
+        for playbook in self.closest(request):
             example = playbook.examples[0] if playbook.examples else playbook.match[0]
             lines.append(f"  • {example} — {playbook.description or playbook.name}")
         return "\n".join(lines)
+
+    def closest(self, request: str, *, limit: int = 5) -> list[Playbook]:
+        """The playbooks whose examples look most like ``request``, best first."""
+        def score(playbook: Playbook) -> float:
+            texts = playbook.examples or [playbook.name]
+            return max(difflib.SequenceMatcher(None, request.lower(), t.lower()).ratio()
+                       for t in texts)
+
+        return sorted(self.playbooks, key=score, reverse=True)[:limit]
 
 
 def _fill(value: Any, values: dict[str, str]) -> Any:

@@ -1,4 +1,4 @@
-"""``deckhand`` command line: demo, run, plan, check (and more, registered by other modules).
+"""deckhand: plan deploys, approve them, run them over SSH, roll back loudly.
 
 Exit codes are ``bot.terminal.console.ExitCode``: errors deckhand raises on purpose are one
 clear message (exit 2, a refused approval 3); anything else is a bug, printed with its
@@ -28,6 +28,7 @@ from bot.cli.common import (
     add_config_arg,
     add_user_args,
     confirmer,
+    find_config,
     services_for,
 )
 from bot.cli.health import report_redis
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeckhandError as exc:
         _error(console, f"error: {exc}")
         return ExitCode.INVALID
+    except EOFError:  # a prompt met the end of its input (</dev/null, Ctrl-D)
+        _error(console, "no answer at a prompt (end of input); nothing was changed")
+        return ExitCode.INVALID
     except KeyboardInterrupt:  # at a prompt: nothing was started, nothing to undo
         _error(console, "interrupted")
         return 130
@@ -73,33 +77,43 @@ def _error(console: Console, message: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="deckhand", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(title="commands")
+    from bot.cli.help import TOP, add_examples, version
+
+    parser = argparse.ArgumentParser(prog="deckhand", description=__doc__.splitlines()[0],
+                                     epilog=TOP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"deckhand {version()}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_demo(commands)
     _add_run(commands)
     _add_plan(commands)
     _add_check(commands)
     for register in _extra_commands():
         register(commands)
+    add_examples(parser)
+    parser.set_defaults(root_parser=parser)  # for `deckhand completion`, without a cycle
     return parser
 
 
 def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot.cli import history, hosts, runs, schedules, serve
+    from bot.cli import completion, history, hosts, init, runs, schedules, serve
 
-    return [runs.register, history.register, hosts.register, serve.register, schedules.register]
+    return [init.register, runs.register, history.register, hosts.register, serve.register,
+            schedules.register, completion.register]
 
 
 def _add_demo(commands: Commands) -> None:
     parser = commands.add_parser("demo", help="deploy the sample app twice (no servers needed)")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the sample app's servers running (stopped by default)")
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
     from bot.cli.demo import run_demo
 
-    return run_demo(console)
+    return run_demo(console, keep=args.keep)
 
 
 def _add_run(commands: Commands) -> None:
@@ -155,7 +169,8 @@ def _add_check(commands: Commands) -> None:
     parser = commands.add_parser("check", help="validate a config file and list every problem; "
                                  "with REDIS_URL, check that Redis keeps records; --store: "
                                  "verify the live store's invariants")
-    parser.add_argument("config", type=Path, nargs="?")
+    parser.add_argument("config", type=Path, nargs="?",
+                        help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
     parser.add_argument("--store", action="store_true",
                         help="check the store's invariants instead, naming each bad key")
     parser.add_argument("--repair", action="store_true",
@@ -168,9 +183,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         from bot.cli.store_check import check_store
 
         return check_store(args, console)
-    if args.config is None:
-        _error(console, "usage: deckhand check CONFIG | deckhand check --store [--repair]")
-        return 2
+    args.config = find_config(str(args.config) if args.config else None)
     config = load_config(args.config)
     console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
                   f"{len(config.inventory.hosts)} hosts, "

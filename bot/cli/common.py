@@ -5,23 +5,54 @@ from __future__ import annotations
 import argparse
 import getpass
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeAlias
 
 from rich.console import Console
 
-from agents.config import load_config
+from agents.config import Config, load_config
 from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.terminal.console import Confirm
+from tools.errors import ConfigNotFound
 
 Handler = Callable[[argparse.Namespace, Console], int]
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """The subcommand registry (generic only to type checkers, hence the string)."""
 
+DEFAULT_NAME = "deckhand.yml"
+
 
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", default=None,
-                        help="config file (default: $DECKHAND_CONFIG or examples/deckhand.yml)")
+                        help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
+
+
+def find_config(explicit: str | None) -> Path:
+    """The config file to use: ``--config``, then ``$DECKHAND_CONFIG``, then ./deckhand.yml.
+
+    Never a path relative to where deckhand is installed: running from another directory
+    must not silently pick up (or fail on) a checkout's sample. When nothing is found the
+    error lists every place looked at and how to create one.
+    """
+    if explicit:
+        return Path(explicit)
+    from_env = Settings().config_path
+    if from_env:
+        return Path(from_env)
+    local = Path.cwd() / DEFAULT_NAME
+    if local.is_file():
+        return local
+    raise ConfigNotFound("no config file found. Looked at:\n"
+                         "  --config            not given\n"
+                         "  $DECKHAND_CONFIG    not set\n"
+                         f"  {local}    no such file\n"
+                         "Create one here with `deckhand init`, or pass --config PATH.")
+
+
+def config_for(args: argparse.Namespace) -> Config:
+    """The loaded config for the command line's ``--config`` (or the discovered one)."""
+    return load_config(find_config(getattr(args, "config", None)))
 
 
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
@@ -43,5 +74,16 @@ def confirmer(args: argparse.Namespace) -> Confirm | None:
 
 def services_for(args: argparse.Namespace) -> Services:
     """Services for the config named on the command line (or by the environment)."""
-    settings = Settings()
-    return build_services(load_config(args.config or settings.config_path), settings)
+    return build_services(config_for(args), Settings())
+
+
+def embedded_store_note() -> None:
+    """Say so (on stderr) when the store is the in-process one: it dies with this process."""
+    if Settings().redis_url is not None:
+        return
+    Console(stderr=True).print(
+        "[yellow]note:[/] REDIS_URL is not set, so this command uses an embedded store that "
+        "lives only for this one process — it cannot see runs from `deckhand run`, `serve` "
+        "or `worker`. To share one store, start Redis and set REDIS_URL (e.g. export "
+        "REDIS_URL=redis://localhost:6379/0) for every deckhand process.",
+        soft_wrap=True, highlight=False)

@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
@@ -70,6 +71,14 @@ def stop_servers(config: Config) -> None:
                            capture_output=True)
 
 
+def app_port(host_vars: dict[str, Any]) -> int:
+    """The port the sample app recorded in the host's directory, else the configured one."""
+    recorded = Path(str(host_vars.get("dir", "/nonexistent"))) / "port"
+    if recorded.is_file() and recorded.read_text().strip():
+        return int(recorded.read_text().strip())
+    return int(host_vars["port"])
+
+
 @dataclass
 class Probe:
     host: str
@@ -81,7 +90,7 @@ def probe(config: Config, path: str = "/version") -> list[Probe]:
     """Ask every host's app for ``path`` over HTTP."""
     out = []
     for host in config.inventory.hosts.values():
-        url = f"http://127.0.0.1:{host.vars['port']}{path}"
+        url = f"http://127.0.0.1:{app_port(host.vars)}{path}"
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
                 out.append(Probe(host.name, reply.status, reply.read().decode().strip()))
@@ -92,8 +101,12 @@ def probe(config: Config, path: str = "/version") -> list[Probe]:
     return out
 
 
-def run_demo(console: Console, *, workdir: Path | None = None) -> int:
-    """Run the two deploys; 0 when both ended as expected and every host serves v2.3.1."""
+def run_demo(console: Console, *, workdir: Path | None = None, keep: bool = False) -> int:
+    """Run the two deploys; 0 when both ended as expected and every host serves v2.3.1.
+
+    Everything it started (app servers, the workspace) is stopped and removed at the end,
+    unless ``keep``: then it says where the servers are and how to stop them.
+    """
     base = Path(tempfile.mkdtemp(prefix="deckhand-demo-", dir=workdir))
     config = prepare_workspace(base / "sample")
     services = build_services(config)
@@ -101,9 +114,12 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
         ok = _two_deploys(services, console)
         versions = _show_endpoints(config, console)
     finally:
-        stop_servers(config)
         services.close()
-        shutil.rmtree(base, ignore_errors=True)
+        if keep:
+            _kept(config, base, console)
+        else:
+            stop_servers(config)
+            shutil.rmtree(base, ignore_errors=True)
     ok = ok and all(v.body == GOOD for v in versions)
     console.print("[bold green]Demo finished as expected.[/]" if ok else
                   "[bold red]Demo did not end as expected — see above.[/]")
@@ -137,3 +153,10 @@ def _show_endpoints(config: Config, console: Console) -> list[Probe]:
         table.add_row(item.host, f"{item.status} {item.body}")
     console.print(table)
     return versions
+
+
+def _kept(config: Config, base: Path, console: Console) -> None:
+    ports = ", ".join(f"{h.name}: {app_port(h.vars)}" for h in config.inventory.hosts.values())
+    console.print(f"Kept the sample in {base} with its servers running ({ports}). Stop them "
+                  f"with: for d in {base}/sample/.deckhand/hosts/*; do "
+                  f"{config.vars['app']}/bin/stop.sh $d; done", highlight=False, soft_wrap=True)

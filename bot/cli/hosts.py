@@ -14,9 +14,7 @@ from rich.markup import escape
 from rich.prompt import Confirm
 from rich.table import Table
 
-from agents.config import load_config
-from agents.settings import Settings
-from bot.cli.common import Commands, add_config_arg
+from bot.cli.common import Commands, add_config_arg, config_for
 from tools.hostcheck import HostCheck, check_hosts, scan_host, trust_host
 from tools.inventory import Inventory
 from tools.runners.ssh import KeyStatus, KnownHosts
@@ -46,7 +44,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _inventory(args: argparse.Namespace) -> Inventory:
-    return load_config(args.config or Settings().config_path).inventory
+    return config_for(args).inventory
 
 
 def _check(args: argparse.Namespace, console: Console) -> int:

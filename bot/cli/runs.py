@@ -23,7 +23,14 @@ from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
 from agents.worker import ListenerFactory, Worker, WorkerOptions
-from bot.cli.common import Commands, add_config_arg, add_user_args, confirmer, services_for
+from bot.cli.common import (
+    Commands,
+    add_config_arg,
+    add_user_args,
+    confirmer,
+    embedded_store_note,
+    services_for,
+)
 from bot.cli.health import warn_about_redis
 from bot.logs import add_log_format_arg, configure_logging
 from bot.terminal.console import Confirm, confirmation_problem
@@ -121,14 +128,16 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> list[Listen
 
 
 def _runs(args: argparse.Namespace, console: Console) -> int:
-    store = services_for(args).store
+    embedded_store_note()
+    services = services_for(args)
+    store = services.store
     if args.action == "show":
         if not args.run_id:
             console.print("usage: deckhand runs show RUN_ID")
             return 2
         run = store.find_run(args.run_id)
         plan = store.plan(run.plan_id, run.plan_version)
-        console.print(status_table(plan, run))
+        console.print(status_table(plan, run, services.host_counts(plan)))
         console.print(summary(plan, run))
         if args.timeline:
             from bot.timeline import save_timeline  # matplotlib loads only when asked
@@ -151,6 +160,7 @@ def runs_table(runs: list[Run]) -> Table:
 
 
 def _audit(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     store = services_for(args).store
     run_id = _audited_run(store, args.run_id) if args.run_id else None
     entries = store.audit_log(run_id=run_id, limit=args.limit)
@@ -178,6 +188,7 @@ def _audited_run(store: Store, typed: str) -> str:
 
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     services = services_for(args)
     store = services.store
     run = store.find_run(args.run_id)
@@ -210,6 +221,7 @@ def _ask(console: Console) -> Confirm:
 
 
 def _cancel(args: argparse.Namespace, console: Console) -> int:
+    embedded_store_note()
     store = services_for(args).store
     user = getpass.getuser()
     run = store.request_cancel(store.find_run(args.run_id).id, user=user)

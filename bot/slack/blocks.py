@@ -294,6 +294,12 @@ def failure_blocks(step_id: str, state: StepState) -> list[Block]:
     return blocks
 
 
+def output_blocks(step_id: str, output: str) -> list[Block]:
+    """A read-only run's (redacted, bounded) output as an escaped code block: the answer."""
+    text = escape(output.strip()).replace("```", "'''") or "(no output)"
+    return [section(f"*`{step_id}` output:*\n```{trim(text, MAX_SECTION - 100)}```")]
+
+
 def rollback_text(run: Run, plan: Plan) -> str:
     people = {run.requested_by, *(a.user for a in run.approvals)}
     who = " ".join(mention(p) for p in sorted(people))

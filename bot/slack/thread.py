@@ -25,6 +25,7 @@ from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.policy import Policy
+from agents.results import step_output
 from agents.runs import Event, EventKind, Phase, Run, StepStatus
 from agents.store import Store
 from bot.slack import blocks as bk
@@ -80,8 +81,17 @@ class ThreadUpdater:
         elif event.kind is EventKind.REPLANNED and event.plan is not None:
             self._replanned(Plan.model_validate(event.plan), event, run)
         elif event.kind is EventKind.RUN_FINISHED:
+            self._queue_output(run)
             self._outbox.append(lambda: self._reply(bk.summary_blocks(self.plan, run),
                                                     f"run {short_id(run.id)}: {run.status.value}"))
+
+    def _queue_output(self, run: Run) -> None:
+        """A read-only run (status…) answers with its output, posted before the summary."""
+        if not run.meta.get("read_only"):
+            return
+        output = step_output(run)
+        blocks = bk.output_blocks(", ".join(s.id for s in self.plan.steps), output)
+        self._outbox.append(lambda: self._reply(blocks, output[:2000] or "(no output)"))
 
     def _replanned(self, plan: Plan, event: Event, run: Run) -> None:
         """Show the revised plan and what changed; buttons when it needs approval."""

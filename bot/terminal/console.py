@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.prompt import Prompt
+from rich.text import Text
 
 from agents.approvals import approval_problem, approvals_needed
 from agents.dryrun import LABEL as DRY_LABEL
@@ -28,6 +29,7 @@ from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.plan_yaml import plan_from_yaml, plan_to_yaml
 from agents.policy import UNSCOPED, Policy
+from agents.results import step_output
 from agents.runs import Event, Run, RunStatus
 from agents.services import Services
 from agents.worker import Worker
@@ -73,6 +75,8 @@ class ConsoleFlow:
         self.ask = ask or self._prompt_decision
         self.confirm = confirm or self._prompt_confirm
         self.exit_code = ExitCode.INTERNAL
+        self.draft: str | None = None
+        """A refused edit, errors on top as comments: Modify reopens it, not the old plan."""
 
     def handle(self, request: str, *, yes: bool = False,
                break_glass: str | None = None) -> Run:
@@ -86,7 +90,7 @@ class ConsoleFlow:
             self.console.print(plan_table(plan, self.services.targets(plan)))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
             run = self.services.queue_read_only(plan, user=self.user)
-            return self.execute(plan, run.id)
+            return self.show_output(self.execute(plan, run.id))
         store = self.services.store
         store.save_plan(plan)
         run = store.create_run(Run.for_plan(plan, self.services.targets(plan),
@@ -156,20 +160,41 @@ class ConsoleFlow:
             plan = revised
 
     def modify(self, plan: Plan) -> Plan:
-        """Let the user edit the plan as YAML; invalid edits are shown and the old plan kept."""
-        text = self.editor(plan_to_yaml(plan))
+        """Let the user edit the plan as YAML; a refused edit is kept (errors on top) for the
+        next Modify, so one typo never means redoing the whole edit."""
         try:
-            revised = plan_from_yaml(plan, text)
+            text = self.editor(self.draft or plan_to_yaml(plan))
+        except OSError as exc:
+            self.console.print(f"[red]Cannot start the editor ({exc.strerror or exc}):[/] set "
+                               "$VISUAL or $EDITOR to an installed one, e.g. export EDITOR=nano")
+            return plan
+        edit = without_error_notes(text)
+        if not edit.strip():
+            self.draft = None
+            self.console.print(f"[dim]Empty edit: back to version {plan.version}.[/]")
+            return plan
+        try:
+            revised = plan_from_yaml(plan, edit, edited_by=self.user)
             self.services.check(revised)
         except (PlanInvalid, ValueError) as exc:
-            self.console.print(f"[red]The edited plan was not accepted:[/]\n{exc}")
+            self.draft = with_error_notes(edit, str(exc))
+            self.console.print(f"[red]The edited plan was not accepted:[/]\n"
+                               f"{escape(str(exc))}\n[dim]Modify again to fix your edit "
+                               "(the errors are at its top).[/]")
             return plan
+        self.draft = None
         if revised.hash == plan.hash:
             self.console.print("[dim]No change.[/]")
             return plan
         self.console.print(f"[green]Plan updated to version {revised.version}.[/]")
         self.console.print(diff_text(diff_plans(plan, revised)))
         return revised
+
+    def show_output(self, run: Run) -> Run:
+        """Print what a read-only run printed (redacted, bounded): it is the answer."""
+        text = step_output(run)
+        self.console.print(Text(text) if text else Text("(no output)", style="dim"))
+        return run
 
     def _approve_and_execute(self, plan: Plan, run_id: str) -> Run:
         store, policy = self.services.store, self.services.config.policy
@@ -227,12 +252,15 @@ class ConsoleFlow:
         """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls back)."""
         worker = Worker(self.services, self.services.store, name=f"console-{os.getpid()}")
         initial = self.services.store.run(run_id)
-        with Live(status_table(plan, initial), console=self.console,
+        hosts = self.services.host_counts(plan)
+        with Live(status_table(plan, initial, hosts), console=self.console,
                   refresh_per_second=8) as live:
             def on_event(event: Event, current: Run) -> None:
-                live.update(status_table(plan, current))
+                live.update(status_table(plan, current, hosts))
 
             result = self._run_interruptibly(worker, run_id, on_event)
+        if not self.console.is_terminal:  # piped, Live leaves its last line open
+            self.console.line()
         final = result or self.services.store.run(run_id)
         if result is None:
             shown = short_id(run_id)
@@ -292,8 +320,13 @@ class ConsoleFlow:
             return ""
 
     def _prompt_decision(self) -> Decision:
-        choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
-                            default="r", console=self.console)
+        try:
+            choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
+                                default="r", console=self.console)
+        except EOFError:  # stdin closed or not a terminal: never approve by accident
+            self.console.print("\nNo answer (end of input): rejecting. Use --yes to approve "
+                               "without a prompt.")
+            return Decision.REJECT
         return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT}[choice]
 
 
@@ -321,3 +354,23 @@ def edit_in_editor(text: str) -> str:
         return path.read_text(encoding="utf-8")
     finally:
         path.unlink(missing_ok=True)
+
+
+NOTE = "# ! "
+"""Prefix of the error lines put on top of a refused edit (removed before parsing)."""
+
+
+def with_error_notes(edit: str, errors: str) -> str:
+    """``edit`` with ``errors`` as YAML comments on top, for the editor to reopen."""
+    notes = [f"{NOTE}{line}" for line in ["This edit was not accepted:", *errors.splitlines(),
+                                          "Fix it and save, or delete everything to start "
+                                          "over from the current version."]]
+    return "\n".join(notes) + "\n" + edit
+
+
+def without_error_notes(text: str) -> str:
+    """``text`` without the error notes ``with_error_notes`` added on top."""
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith(NOTE.rstrip()):
+        lines.pop(0)
+    return "".join(lines)

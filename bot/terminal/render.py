@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -36,16 +38,18 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
     each runs, rollback, and every environment and host the plan can touch."""
     table = Table(title=Text(f"{plan.goal}  (plan {short_id(plan.id)} v{plan.version}, "
                              f"hash {plan.hash[:12]})"), title_justify="left")
-    for column in ("layer", "step", "tool", "where", "params", "after"):
-        table.add_column(column, overflow="fold")
+    table.add_column("layer", no_wrap=True)
+    longest_id = max(len(s.id) for s in plan.steps)
+    table.add_column("step · tool · where · after", min_width=longest_id,
+                     max_width=max(longest_id, 26))
+    table.add_column("params", min_width=_longest_word(plan), overflow="fold")
     for index, layer in enumerate(plan.layers(), start=1):
         mark = f"{index} ∥" if len(layer) > 1 else str(index)
         for step_id in layer:
             step = plan.step(step_id)
-            table.add_row(mark, Text(step.id), Text(step.tool),
-                          Text(targets.of(step.id).describe()),
-                          Text(format_params(step.params)),
-                          Text(", ".join(step.depends_on) or "—"))
+            table.add_row(mark, _step_cell(step.id, step.tool, step.depends_on,
+                                           targets.of(step.id).describe()),
+                          format_params(step.params, PARAMS_LIMIT))
     parts: list[Table | Text] = [table]
     if plan.rollback:
         parts.append(_rollback_table(plan, targets))
@@ -55,25 +59,52 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
     return Group(*parts)
 
 
+def _step_cell(step_id: str, tool: str, after: list[str], where: str) -> Text:
+    """Step id, then its tool, where it runs and its dependencies on a dim line: four
+    columns in one, so the table fits 80 columns without breaking a word."""
+    cell = Text(step_id, "bold")
+    cell.append(f"\n{tool} · {where}" + (f" · after {', '.join(after)}" if after else ""),
+                "dim")
+    return cell
+
+
+PARAMS_LIMIT = 400
+"""Params are shown whole up to here; the table wraps them between ``k=v`` pairs."""
+
+
+def _longest_word(plan: Plan) -> int:
+    """The widest ``k=v`` pair (capped), so the params column never breaks one mid-word."""
+    words = [w for s in plan.all_steps for w in format_params(s.params, PARAMS_LIMIT).split()]
+    return min(max((len(w) for w in words), default=6), 40)
+
+
 def _rollback_table(plan: Plan, targets: PlanTargets) -> Table:
     table = Table(title="on failure, roll back in this order", title_justify="left")
-    for column in ("#", "step", "tool", "where", "params"):
-        table.add_column(column)
+    table.add_column("#", no_wrap=True)
+    table.add_column("step · tool · where")
+    table.add_column("params", overflow="fold")
     for index, step in enumerate(plan.rollback, start=1):
-        table.add_row(str(index), Text(step.id), Text(step.tool),
-                      Text(targets.of(step.id).describe()), Text(format_params(step.params)))
+        table.add_row(str(index), _step_cell(step.id, step.tool, [],
+                                             targets.of(step.id).describe()),
+                      format_params(step.params, PARAMS_LIMIT))
     return table
 
 
-def status_table(plan: Plan, run: Run) -> Table:
-    """Live status: one row per step (and rollback step), with hosts, duration and note."""
+def status_table(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None) -> Table:
+    """Live status: one row per step (and rollback step), with hosts, duration and note.
+
+    ``hosts``: how many hosts each step targets (Services.host_counts), for ``1/2`` while a
+    one-at-a-time rollout has started only the first.
+    """
     color = RUN_STYLE.get(run.status, "bold")
-    title = Text(f"run {short_id(run.id)} — {run.status.value}", color)
-    table = Table(title=title, title_justify="left")
-    for column in ("", "step", "hosts", "time", "note"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=Text(f"run {short_id(run.id)} — {run.status.value}", color),
+                  title_justify="left")
+    for column in ("", "step", "hosts", "time"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("note")
     for step in plan.steps:
-        table.add_row(*_status_row(step.id, run.steps[step.id]))
+        total = (hosts or {}).get(step.id, 0)
+        table.add_row(*_status_row(step.id, run.steps[step.id], total))
     for undo in plan.rollback:
         state = run.rollback[undo.id]
         if state.status is not StepStatus.PENDING or run.status is RunStatus.ROLLING_BACK:
@@ -81,10 +112,12 @@ def status_table(plan: Plan, run: Run) -> Table:
     return table
 
 
-def _status_row(label: str, state: StepState) -> tuple[Text, str, str, str, str]:
+def _status_row(label: str, state: StepState,
+                total: int = 0) -> tuple[Text, str, str, str, str]:
     symbol, style = STATUS_STYLE[state.status]
     done = sum(1 for h in state.hosts.values() if h.status is StepStatus.SUCCEEDED)
-    hosts = f"{done}/{len(state.hosts)}" if state.hosts else ""
+    total = max(total, len(state.hosts))
+    hosts = f"{done}/{total}" if total else ""
     duration = f"{state.duration:.1f}s" if state.duration is not None else ""
     return Text(symbol, style), label, hosts, duration, state.error or ""
 

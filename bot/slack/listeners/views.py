@@ -57,7 +57,7 @@ def register(app: App, bot: Bot) -> None:
 def _submit_yaml(ack: Ack, bot: Bot, plan: Plan, run_id: str, text: str, user: str) -> None:
     """Validate the edit before acking, so problems show inside the modal."""
     try:
-        revised = plan_from_yaml(plan, text)
+        revised = plan_from_yaml(plan, text, edited_by=user)
         bot.services.check(revised)
     except (ValueError, PlanInvalid) as exc:
         ack(response_action="errors", errors={"yaml": bk.trim(str(exc), 2000)})

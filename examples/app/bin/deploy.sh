@@ -8,7 +8,7 @@ if [ "${1:-}" = "--check" ]; then  # dry run: say what would change, change noth
   echo "would install $version on $dir and switch from $live to $version"
   exit 0
 fi
-artifact="$1"; version="$2"; dir="$3"; port="$4"
+artifact="$1"; version="$2"; dir="$3"; port=$(port_for "$3" "$4")
 mkdir -p "$dir/releases"
 # What rollback.sh returns to if this deploy must be undone: recorded before anything
 # changes, so a deploy that fails half-way is rolled back to what was live, not older.

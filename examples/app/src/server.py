@@ -1,6 +1,7 @@
 """The sample app: a tiny HTTP server that reports the version it was released as.
 
-GET /version -> the release's VERSION file.  GET /health -> 200 "ok", or 500 for a
+GET /version -> the release's VERSION file.  GET /health -> 200 "ok instance=TOKEN"
+(the host's instance token, so smoke tests know they reached *this* deployment), or 500 for a
 release built as broken (versions ending in "-broken"), which is how the demo shows
 a bad release failing its smoke test.  GET /metrics -> Prometheus counters of requests
 served and failed; a release ending in "-errors" stays healthy but fails its requests,
@@ -23,6 +24,7 @@ def serve_traffic():
         COUNTS["requests"] += 1
         COUNTS["errors"] += 1 if VERSION.endswith("-errors") else 0
         time.sleep(0.1)
+INSTANCE = "unknown"  # set from --instance: which deployment this server belongs to
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -36,7 +38,8 @@ class Handler(BaseHTTPRequestHandler):
                              f"app_errors_total {COUNTS['errors']}")
         elif self.path == "/health":
             healthy = not VERSION.endswith("-broken")
-            self._reply(200 if healthy else 500, "ok" if healthy else "database migration failed")
+            text = "ok" if healthy else "database migration failed"
+            self._reply(200 if healthy else 500, f"{text} instance={INSTANCE}")
         else:
             self._reply(404, "not found")
 
@@ -55,6 +58,8 @@ class Handler(BaseHTTPRequestHandler):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--instance", default="unknown", help="token /health reports")
     args = parser.parse_args()
     threading.Thread(target=serve_traffic, daemon=True).start()
+    INSTANCE = args.instance
     ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()

@@ -1,0 +1,56 @@
+"""Examples shown under ``deckhand COMMAND --help``, kept in one place so every command has some."""
+
+from __future__ import annotations
+
+import argparse
+from importlib import metadata
+
+EXAMPLES: dict[str, list[str]] = {
+    "init": ["deckhand init                 # writes ./deckhand.yml",
+             "deckhand init ops/deckhand    # or into a directory"],
+    "demo": ["deckhand demo", "deckhand demo --keep   # leave the sample app running"],
+    "run": ['deckhand run "deploy v1.0.0"', 'deckhand run "deploy v1.0.0" --yes',
+            'deckhand run "status of production" -c ops/deckhand.yml'],
+    "plan": ['deckhand plan "deploy v1.0.0"', 'deckhand plan "roll back production" '
+             '--format yaml'],
+    "check": ["deckhand check deckhand.yml"],
+    "worker": ["REDIS_URL=redis://localhost:6379/0 deckhand worker"],
+    "runs": ["deckhand runs", "deckhand runs show RUN_ID --timeline run.png"],
+    "audit": ["deckhand audit --run RUN_ID", "deckhand audit --json > audit.jsonl"],
+    "approve": ["deckhand approve RUN_ID --user alice"],
+    "cancel": ["deckhand cancel RUN_ID"],
+    "hosts": ["deckhand hosts check production", "deckhand hosts trust web-1"],
+    "serve": ["deckhand serve", "deckhand serve --http --port 3000"],
+    "schedules": ['deckhand schedules add "every weekday at 02:00" deploy v1.0.0 to staging'],
+    "completion": ['eval "$(deckhand completion bash)"   # in ~/.bashrc',
+                   "deckhand completion zsh > ~/.zfunc/_deckhand"],
+}
+
+TOP = """\
+examples:
+  deckhand init                          write a commented, working ./deckhand.yml
+  deckhand plan "deploy v1.0.0"          show the plan, run nothing
+  deckhand run "deploy v1.0.0"           plan, approve here, run
+  deckhand run "status of production"    read-only: runs at once and prints the output
+  deckhand demo                          the sample app deployed twice, no servers needed
+
+The config is --config PATH, else $DECKHAND_CONFIG, else ./deckhand.yml.
+`deckhand COMMAND --help` shows each command's options and examples."""
+
+
+def version() -> str:
+    """The installed distribution's version (or "unknown" when run from a bare tree)."""
+    try:
+        return metadata.version("deckhand")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand an ``examples:`` epilog (kept verbatim by the formatter)."""
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        choices = getattr(action, "choices", None) or {}
+        for name, sub in choices.items():
+            if name in EXAMPLES and sub.epilog is None:
+                sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name])
+                sub.formatter_class = argparse.RawDescriptionHelpFormatter

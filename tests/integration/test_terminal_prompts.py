@@ -1,0 +1,91 @@
+"""The terminal's prompts as a person meets them, through a pty: Modify keeps a refused edit,
+a missing editor and the end of input each give one clear line, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from bot.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EDITOR = """#!/usr/bin/env python3
+import os, pathlib, sys
+path, log = pathlib.Path(sys.argv[1]), pathlib.Path(os.environ["EDIT_LOG"])
+n = len(list(log.glob("*.yml")))
+text = path.read_text()
+(log / f"{n}.yml").write_text(text)
+fixed = text.replace("run_testz", "run_tests") if n else text.replace("tool: run_tests", "tool: run_testz")
+path.write_text(fixed.replace("Deploy v1.0.0", "Deploy v1.0.0 (edited)"))
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DECKHAND_CONFIG", raising=False)
+    assert main(["init"]) == 0
+    (tmp_path / "edits").mkdir()
+    editor = tmp_path / "editor.py"
+    editor.write_text(EDITOR)
+    editor.chmod(0o755)
+    return tmp_path
+
+
+def _spawn(workspace: Path, editor: str) -> pexpect.spawn:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EDITOR": editor, "VISUAL": "",
+           "EDIT_LOG": str(workspace / "edits"), "COLUMNS": "100", "TERM": "dumb"}
+    return pexpect.spawn(sys.executable, ["-m", "bot.cli", "run", "deploy v1.0.0"],
+                         cwd=str(workspace), env=env, encoding="utf-8", timeout=60)
+
+
+def test_modify_reopens_the_refused_edit_with_errors_on_top(workspace: Path) -> None:
+    child = _spawn(workspace, str(workspace / "editor.py"))
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendline("m")
+    child.expect("not accepted")
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendline("m")
+    child.expect("Plan updated to version 2")
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendline("a")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    second = (workspace / "edits" / "1.yml").read_text()
+    assert second.startswith("# ! This edit was not accepted:")
+    assert "unknown tool 'run_testz'" in second.split("\ngoal:")[0]
+    assert "tool: run_testz" in second  # the user's edit, not the old plan
+    assert (workspace / ".deckhand/hosts/prod-1/current").read_text().strip() == "v1.0.0"
+
+
+def test_missing_editor_then_end_of_input(workspace: Path) -> None:
+    child = _spawn(workspace, "/nonexistent/editor")
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendline("m")
+    child.expect("Cannot start the editor")
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendeof()
+    child.expect("No answer")
+    child.expect(pexpect.EOF)
+    output = child.before or ""
+    child.close()
+    assert child.exitstatus == 0  # rejected: nothing ran
+    assert "Traceback" not in output
+    assert not (workspace / ".deckhand/hosts/prod-1/current").exists()
+
+
+def test_no_input_at_all_rejects_with_one_line(workspace: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "bot.cli", "run", "deploy v1.0.0"],
+                          cwd=workspace, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert "No answer (end of input): rejecting" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
