@@ -54,7 +54,6 @@ def services(sample_config: Config) -> Iterator[Services]:
     ("deploy v2.3.1", "deploy"), ("ship v2.3.1 to production", "deploy"),
     ("DEPLOY V2.3.1", "deploy"), ("deploy v2.3.1 to staging only", "deploy-staging"),
     ("ship v2.3.1 to staging", "deploy-staging"), ("roll back production", "rollback"),
-    ("roll back production to v2.3.0", "rollback"),
     ("roll back production to the previous release", "rollback"),
     ("what's running in production?", "status"), ("status of production", "status"),
     ("Status of Production", "status")])
@@ -62,6 +61,11 @@ def test_sample_playbooks_understand_phrasings(services: Services, request_: str
                                                playbook: str) -> None:
     plan = services.make_plan(request_, requested_by="alice")
     assert plan.planner.name == f"playbook {playbook}"
+
+
+def test_rolling_back_to_a_version_never_live_there_is_refused(services: Services) -> None:
+    with pytest.raises(PlanInvalid, match="v2.3.0 was never live in production"):
+        services.make_plan("roll back production to v2.3.0", requested_by="alice")
 
 
 def test_unknown_environment_is_named_with_the_known_ones(services: Services) -> None:
@@ -88,7 +92,8 @@ def test_one_error_per_problem(services: Services) -> None:
 
 def test_rollback_to_previous_and_to_a_named_version(services: Services,
                                                      sample_config: Config) -> None:
-    flow = ConsoleFlow(services, Console(record=True, width=100), user="alice")
+    flow = ConsoleFlow(services, Console(record=True, width=100), user="alice",
+                       confirm=lambda word: word)
     for request in ("deploy v2.3.0", "deploy v2.3.1", "roll back production to v2.3.0"):
         run = flow.handle(request, yes=True)
         assert run is not None and run.status is RunStatus.SUCCEEDED, request
