@@ -76,7 +76,7 @@ def test_missing_editor_then_end_of_input(workspace: Path) -> None:
     child.expect(pexpect.EOF)
     output = child.before or ""
     child.close()
-    assert child.exitstatus == 0  # rejected: nothing ran
+    assert child.exitstatus == 3  # rejected (ExitCode.REFUSED): nothing ran
     assert "Traceback" not in output
     assert not (workspace / ".deckhand/hosts/prod-1/current").exists()
 
@@ -86,6 +86,6 @@ def test_no_input_at_all_rejects_with_one_line(workspace: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "bot.cli", "run", "deploy v1.0.0"],
                           cwd=workspace, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0
+    assert done.returncode == 3  # rejected (ExitCode.REFUSED)
     assert "No answer (end of input): rejecting" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

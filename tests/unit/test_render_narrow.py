@@ -33,8 +33,8 @@ def _render(renderable: object, width: int) -> list[str]:
 
 
 def test_plan_table_fits_80_columns_without_breaking_a_pair() -> None:
-    _, plan = _plan()
-    lines = _render(plan_table(plan), 80)
+    services, plan = _plan()
+    lines = _render(plan_table(plan, services.targets(plan)), 80)
     assert max(len(line) for line in lines) <= 80
     text = "\n".join(lines)
     for step in plan.steps:
@@ -44,14 +44,14 @@ def test_plan_table_fits_80_columns_without_breaking_a_pair() -> None:
 
 
 def test_params_are_whole_when_they_fit() -> None:
-    _, plan = _plan()
-    text = "\n".join(_render(plan_table(plan), 120))
+    services, plan = _plan()
+    text = "\n".join(_render(plan_table(plan, services.targets(plan)), 120))
     assert "artifact=${steps.build_docker.artifact}" in text and "…" not in text
 
 
 def test_host_counts_use_the_rollout_size() -> None:
     services, plan = _plan()
-    run = Run.for_plan(plan)
+    run = Run.for_plan(plan, services.targets(plan))
     first = HostResult(host="prod-1", status=StepStatus.RUNNING)
     run.steps["deploy_production"] = StepState(id="deploy_production",
                                                status=StepStatus.RUNNING,
@@ -64,10 +64,11 @@ def test_host_counts_use_the_rollout_size() -> None:
 
 
 def test_footer_names_who_edited_a_version() -> None:
-    _, plan = _plan()
+    services, plan = _plan()
     edited = plan_from_yaml(plan, plan_to_yaml(plan).replace("Deploy", "Ship"), edited_by="bob")
     assert edited.planner.footer().startswith("edited by bob · planned by playbook deploy")
-    assert "edited by bob" in "\n".join(_render(plan_table(edited), 100))
+    table = plan_table(edited, services.targets(edited))
+    assert "edited by bob" in "\n".join(_render(table, 100))
 
 
 def test_piped_run_puts_status_on_its_own_line(tmp_path: Path) -> None:
