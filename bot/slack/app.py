@@ -1,8 +1,10 @@
 """``build_app(services, settings)`` → the Bolt App, for Socket Mode or HTTP.
 
-Listeners ack first and then work (Bolt runs them on its thread pool and answers Slack as
-soon as ``ack()`` is called). Errors from any listener reach the one ``@app.error``
-handler, which logs the traceback and tells the user what failed.
+Listeners parse, authorize against Redis, hand the rest to the Bot's own work pool and ack
+last: nothing raised after an ack can reach Bolt (whose error path would reset the ack and
+answer 404 after 3 s), and no Web API call ever runs on Bolt's listener threads. Errors
+before the ack reach the one ``@app.error`` handler; errors in handed-off work are told to
+the user by the work pool.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slack_bolt import App
+from slack_bolt import App, BoltResponse
 from slack_sdk import WebClient
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
@@ -51,7 +53,12 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
 
 
 def _error_handler(bot: Bot) -> Any:
-    def handle(error: Exception, body: dict[str, Any]) -> None:
+    """Log a listener's failure and tell its user from deckhand's own work pool.
+
+    Listeners ack last, so an error here came before the ack: Bolt would answer 500 and
+    Slack would show the user a generic failure. The response becomes an empty 200 instead
+    and the user reads what failed in an ephemeral message."""
+    def handle(error: Exception, body: dict[str, Any], response: BoltResponse | None) -> None:
         if isinstance(error, DeckhandError):
             log.info("user-facing error: %s", error)
             message = f"⚠️ {error}"
@@ -59,10 +66,10 @@ def _error_handler(bot: Bot) -> Any:
             log.error("listener failed", exc_info=error)
             message = (f"⚠️ Something went wrong handling that ({type(error).__name__}). "
                        f"It was logged; try again, or ask the deckhand admins.")
-        try:
-            bot.tell(body, bot.services.redact(message))
-        except Exception:  # the error path itself must not raise into Bolt
-            log.exception("could not tell the user about an error")
+        if response is not None:
+            response.status, response.body = 200, ""
+        tell = bot.teller(body)
+        bot.work.submit("error notice", lambda: tell(message))
     return handle
 
 

@@ -121,14 +121,14 @@ def diff_blocks(diff: PlanDiff) -> list[Block]:
     for line in diff.lines()[:MAX_DIFF_LINES]:
         where = "rollback " if line.rollback else ""
         step = f"{where}`{line.step}` " if line.step else where
-        lines.append(f"{DIFF_EMOJI[line.mark]} {step}{_escape(line.text)}")
+        lines.append(f"{DIFF_EMOJI[line.mark]} {step}{escape(line.text)}")
     hidden = len(diff.lines()) - MAX_DIFF_LINES
     if hidden > 0:
         lines.append(f"…and {hidden} more changes: the full plan is below")
     return [section(trim("\n".join(lines), MAX_SECTION - 100)), {"type": "divider"}]
 
 
-def _escape(text: str) -> str:
+def escape(text: str) -> str:
     """Slack mrkdwn control characters, so parameter values show as typed."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

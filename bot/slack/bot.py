@@ -12,8 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
@@ -25,37 +26,74 @@ from agents.runs import Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk
+from bot.slack.work import Tell, WorkQueue
+from tools.errors import DeckhandError
+
+T = TypeVar("T")
 
 log = logging.getLogger("deckhand.slack")
 
 READ_ONLY = "👀 Read-only: running now, no approval needed."
+PATIENCE = 3
+"""Rounds of the client's own 429 retries (each honours Retry-After) before giving up."""
+
+
+class PlanNotPosted(DeckhandError):
+    """Slack would not take the plan message; the run was closed."""
+
+
+def patiently(post: Callable[[], T]) -> T:
+    """Call ``post`` again while Slack answers 429 (the client already slept Retry-After)."""
+    for _ in range(PATIENCE - 1):
+        try:
+            return post()
+        except SlackApiError as exc:
+            if exc.response.status_code != 429:
+                raise
+            log.warning("still rate-limited after the client's retries; trying again")
+    return post()
 
 
 
 @dataclass
 class Directory:
-    """Which Slack user groups a user is in (cached; needs ``usergroups:read``)."""
+    """Which Slack user groups a user is in (cached; needs ``usergroups:read``).
+
+    A failed lookup (a 429, a network error) keeps the last good membership and is retried
+    after ``retry`` seconds, so one rate-limited call never locks group approvers out. While
+    one thread reloads, others read the last good membership instead of waiting.
+    """
 
     client: WebClient
     ttl: float = 300.0
+    retry: float = 15.0
     _groups: dict[str, list[str]] = field(default_factory=dict)
-    _loaded: float = 0.0
+    _next: float = 0.0
+    _loaded: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def groups_of(self, user: str) -> list[str]:
-        with self._lock:
-            if time.monotonic() - self._loaded > self.ttl:
-                self._groups = self._load()
-                self._loaded = time.monotonic()
-            return self._groups.get(user, [])
+        if time.monotonic() >= self._next and self._lock.acquire(blocking=not self._loaded):
+            try:
+                if time.monotonic() >= self._next:
+                    self._refresh()
+            finally:
+                self._lock.release()
+        return self._groups.get(user, [])
+
+    def _refresh(self) -> None:
+        try:
+            self._groups = self._load()
+        except SlackApiError as exc:
+            log.warning("cannot list user groups (%s); keeping the last membership, retrying "
+                        "in %.0f s", exc.response.get("error"), self.retry)
+            self._next = time.monotonic() + self.retry
+            return
+        self._loaded = True
+        self._next = time.monotonic() + self.ttl
 
     def _load(self) -> dict[str, list[str]]:
-        try:
-            reply = self.client.usergroups_list(include_users=True)
-        except SlackApiError as exc:
-            log.warning("cannot list user groups (%s); group approvers will not match",
-                        exc.response.get("error"))
-            return {}
+        reply = self.client.usergroups_list(include_users=True)
         members: dict[str, list[str]] = {}
         groups: list[dict[str, Any]] = reply.get("usergroups", [])
         for group in groups:
@@ -96,6 +134,8 @@ class Bot:
     """The App Home tab, set by bot.slack.listeners.home."""
     watchers: list[Callable[[Run], None]] = field(default_factory=list)
     """Told about every run change (e.g. the App Home); must return quickly."""
+    work: WorkQueue = field(default_factory=WorkQueue)
+    """Where listeners hand off everything that calls the Web API (never Bolt's threads)."""
 
     @property
     def store(self) -> Store:
@@ -118,7 +158,20 @@ class Bot:
         self.store.save_plan(plan)
         run = self.store.create_run(Run.for_plan(plan))
         self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
-        return self.post_plan(plan, run, channel=channel)
+        try:
+            return patiently(lambda: self.post_plan(plan, run, channel=channel))
+        except SlackApiError as exc:
+            raise self._unposted(run, user, exc) from exc
+
+    def _unposted(self, run: Run, user: str, exc: SlackApiError) -> PlanNotPosted:
+        """Close a run whose plan could not be posted: nobody could ever approve it."""
+        error = str(exc.response.get("error", "unknown"))
+        self.store.transition(run.id, RunStatus.EXPIRED, expect={RunStatus.AWAITING_APPROVAL},
+                              reason=f"the plan could not be posted to Slack ({error})")
+        self.store.audit("plan_not_posted", actor="deckhand", run_id=run.id,
+                         plan_id=run.plan_id, error=error, requested_by=user)
+        return PlanNotPosted(f"Slack refused the plan message ({error}), so run `{run.id}` "
+                             f"was closed. Try again in a minute.")
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
                   note: str | None = None, diff: PlanDiff | None = None) -> Run:
@@ -176,14 +229,16 @@ class Bot:
         return run
 
     def reject(self, run_id: str, reason: str, *, user: str) -> Run:
+        reason = bk.trim(reason, 500)
+        shown = bk.escape(reason)  # trimmed first, so the cut never falls inside an entity
         run = self.store.transition(run_id, RunStatus.REJECTED,
                                     expect={RunStatus.AWAITING_APPROVAL},
                                     reason=f"rejected by {user}: {reason}")
         self.store.audit("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
                          reason=reason)
         self.refresh_plan_message(run, actions=False,
-                                  note=f"🚫 Rejected by {bk.mention(user)}: {reason}")
-        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {reason}")
+                                  note=f"🚫 Rejected by {bk.mention(user)}: {shown}")
+        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {shown}")
         self.changed(run)
         return run
 
@@ -234,6 +289,16 @@ class Bot:
         previous = versions[versions.index(run.plan_version) - 1]
         return diff_plans(self.store.plan(run.plan_id, previous),
                           self.store.plan(run.plan_id, run.plan_version))
+
+    def teller(self, body: dict[str, Any], respond: Respond | None = None) -> Tell:
+        """How a job tells whoever sent ``body`` that it failed (redacted, escaped)."""
+        def tell(text: str) -> None:
+            text = bk.trim(self.services.redact(text), 3000)
+            if respond is not None and body.get("response_url"):
+                respond(text=text, response_type="ephemeral")
+            else:
+                self.tell(body, text)
+        return tell
 
     def tell(self, body: dict[str, Any], text: str) -> None:
         """Tell whoever sent ``body`` (a command, click or event): ephemerally in its channel,

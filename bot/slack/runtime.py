@@ -105,6 +105,7 @@ class BotRuntime:
             self._server.close()
         for thread in self._threads:
             thread.join(30)
+        self.bot.work.stop()
         self.services.close()
 
 

@@ -155,9 +155,9 @@ def test_reject_records_reason(world: SlackWorld) -> None:
 def test_unknown_request_and_invalid_params_get_clear_answers(world: SlackWorld) -> None:
     world.deploy("make me a sandwich")
     world.deploy("v2.3.1;reboot")
-    found = world.standin.wait_for(lambda: len(world.standin.of("chat.postEphemeral")) >= 2
-                                   and world.standin.of("chat.postEphemeral"))
-    texts = " ".join(c.payload["text"] for c in found)
+    found = world.standin.wait_for(lambda: len(world.standin.responses) >= 2
+                                   and world.standin.responses)
+    texts = " ".join(r["text"] for r in found)
     assert "don't know how to plan" in texts and "does not match the pattern" in texts
     assert world.store.runs() == []
 
@@ -185,16 +185,16 @@ def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
     run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
     world.signer.command("/deckhand", f"cancel {run_id}", user="UMALLORY",
                          response_url=f"{world.standin.url}/response/c")
-    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
-    assert "only the requester (UALICE) or an approver" in refusal[0].payload["text"]
+    refusal = world.standin.wait_for(lambda: world.standin.responses[1:])
+    assert "only the requester (UALICE) or an approver" in refusal[0]["text"]
     assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
     world.signer.command("/deckhand", f"cancel {run_id}", user="UALICE",
                          response_url=f"{world.standin.url}/response/c")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
     assert world.store.run(run_id).status is RunStatus.CANCELLED
     world.signer.command("/deckhand", "runs", user="UBOB",
                          response_url=f"{world.standin.url}/response/r")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 4)
     assert run_id in world.standin.responses[-1]["text"]
 
 

@@ -11,6 +11,7 @@ from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.listeners.common import first_delivery
 from bot.slack.listeners.schedules import schedule_reply
+from bot.slack.work import BUSY
 
 DEPLOY_USAGE = ("Usage: `/deploy v2.3.1` — or any request the planner knows, e.g. "
                 "`/deploy v2.3.1 to staging`. `/deckhand help` lists everything.")
@@ -27,15 +28,25 @@ def register(app: App, bot: Bot) -> None:
         if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
             ack()
             return
-        ack(f"Planning `{bk.trim(text, 200)}`…")
-        bot.propose(f"deploy {text}", user=command["user_id"], channel=command["channel_id"])
+        user, channel = command["user_id"], command["channel_id"]
+        queued = bot.work.submit("/deploy", lambda: bot.propose(f"deploy {text}", user=user,
+                                                                channel=channel),
+                                 tell=bot.teller(command, respond), tell_busy=False)
+        ack(f"Planning `{bk.escape(bk.trim(text, 200))}`…" if queued else BUSY)
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
-        ack()
-        text = command.get("text", "")
-        user = command["user_id"]
-        respond(bk.trim(answer(bot, text, user=user, channel=command["channel_id"]), 3900))
+        text, user, channel = command.get("text", ""), command["user_id"], command["channel_id"]
+
+        def reply() -> None:
+            respond(text=bk.trim(answer(bot, text, user=user, channel=channel), 3900),
+                    response_type="ephemeral")
+        queued = bot.work.submit("/deckhand", reply, tell=bot.teller(command, respond),
+                                 tell_busy=False)
+        if queued:
+            ack()
+        else:
+            ack(BUSY)
 
 
 def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
@@ -47,7 +58,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
     if verb == "status" and args:
         run = bot.store.run(args[0])
         return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value} — "
-                f"{run.goal}" + (f"\nwhy: {run.reason}" if run.reason else ""))
+                f"{bk.escape(run.goal)}" + (f"\nwhy: {bk.escape(run.reason)}" if run.reason
+                                            else ""))
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
@@ -60,12 +72,13 @@ def _runs_text(bot: Bot) -> str:
     runs = bot.store.runs(limit=10)
     if not runs:
         return "No runs yet. Start one with `/deploy v2.3.1`."
-    return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{r.id}` {r.status.value} — {r.goal} "
+    return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{r.id}` {r.status.value} — "
+                     f"{bk.escape(r.goal)} "
                      f"({bk.mention(r.requested_by)})" for r in runs)
 
 
 def _cancel_text(bot: Bot, run_id: str, *, user: str) -> str:
-    bot.check_may_steer(bot.store.run(run_id), user)  # refusal reaches the error handler
+    bot.check_may_steer(bot.store.run(run_id), user)  # a refusal is told by the work queue
     after = bot.cancel(run_id, user=user)
     return f"`{run_id}` is {after.status.value}."
 

@@ -57,11 +57,13 @@ def post_occurrence(bot: Bot, occurrence: Occurrence) -> None:
 def register(app: App, bot: Bot) -> None:
     @app.action(bk.ActionId.SCHEDULE_CONFIRM)
     def confirm(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        ack()
         words = json.loads(action["value"])
         user, channel = body["user"]["id"], body["channel"]["id"]
-        bot.ephemeral(channel=channel, user=user,
-                      text=schedule_reply(bot, _requote(words), user=user, channel=channel))
+        bot.work.submit("schedule confirm", lambda: bot.ephemeral(
+            channel=channel, user=user,
+            text=schedule_reply(bot, _requote(words), user=user, channel=channel)),
+            tell=bot.teller(body))
+        ack()
 
 
 def _requote(words: list[str]) -> str:
