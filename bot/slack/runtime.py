@@ -14,7 +14,7 @@ from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.metrics import Metrics
 from bot.slack.app import build_app
 from bot.slack.home import change_listener_factory
-from bot.slack.http import Router, serve_http
+from bot.slack.http import HttpLimits, Router, serve_http
 from bot.slack.observe import observe_slack
 from bot.slack.thread import thread_listener_factory
 from bot.slack.timeline_upload import timeline_listener_factory
@@ -42,6 +42,7 @@ class BotRuntime:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: Any = None
+        self.metrics_server: Any = None
 
     def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
@@ -71,15 +72,23 @@ class BotRuntime:
     def workers_alive(self) -> bool:
         return not self.workers or any(t.is_alive() for t in self._threads)
 
-    def router(self, extra: dict[str, Any] | None = None) -> Router:
-        routes = {"/metrics": self.metrics.wsgi_app(), **(extra or {})}
-        return Router(self.app, self.services.store, ready=self.workers_alive, extra=routes)
+    def router(self, extra: dict[str, Any] | None = None, *, public_metrics: bool = False
+               ) -> Router:
+        """The public routes; ``/metrics`` only when the operator puts it here explicitly."""
+        routes = {"/metrics": self.metrics.wsgi_app()} if public_metrics else {}
+        return Router(self.app, self.services.store, ready=self.workers_alive,
+                      extra={**routes, **(extra or {})})
 
-    def start_http(self, *, host: str, port: int) -> Any:
-        """Serve HTTP in a background thread; returns the server (``.effective_port``)."""
-        self._server = serve_http(self.router(), host=host, port=port)
-        thread = threading.Thread(target=self._serve_http, daemon=True, name="http")
-        thread.start()
+    def start_http(self, *, host: str, port: int, limits: HttpLimits | None = None,
+                   metrics: tuple[str, int] | None = None, public_metrics: bool = False) -> Any:
+        """Serve HTTP in a background thread; returns the server (``.effective_port``).
+
+        ``metrics`` (host, port) serves ``/metrics`` on a listener of its own."""
+        self._server = serve_http(self.router(public_metrics=public_metrics), host=host,
+                                  port=port, limits=limits)
+        threading.Thread(target=self._serve_http, daemon=True, name="http").start()
+        if metrics is not None:
+            self.metrics_server = self.metrics.serve(host=metrics[0], port=metrics[1])
         return self._server
 
     def serve_socket_mode(self, app_token: str) -> None:
@@ -103,6 +112,9 @@ class BotRuntime:
             self.bot.scheduler.shutdown()
         if self._server is not None:
             self._server.close()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         for thread in self._threads:
             thread.join(30)
         self.bot.work.stop()
