@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -85,11 +86,16 @@ class WorkQueue:
         return self.depth() == 0
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Drop jobs not yet started, let running ones finish within ``timeout`` seconds."""
+        dropped = _drop_all(self._jobs) + _drop_all(self._notices)
+        if dropped:
+            log.warning("stopping: %d queued Slack jobs dropped", dropped)
         for _ in self._threads[:-1]:
             self._jobs.put(_STOP)
         self._notices.put(_STOP)
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _drain(self, jobs: queue.Queue[Job]) -> None:
         while (job := jobs.get()) is not _STOP:
@@ -100,6 +106,16 @@ class WorkQueue:
             finally:
                 with self._lock:
                     self._busy -= 1
+
+
+def _drop_all(jobs: queue.Queue[Job]) -> int:
+    dropped = 0
+    while True:
+        try:
+            jobs.get_nowait()
+        except queue.Empty:
+            return dropped
+        dropped += 1
 
 
 def _perform(job: Job) -> None:
