@@ -17,6 +17,8 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_plan_latency_seconds``      planner latency by ``planner``
 ``deckhand_llm_tokens_total``          LLM tokens by ``model`` and ``kind`` (prompt/completion)
 ``deckhand_timeline_uploads_total``    run timeline uploads by ``result`` (ok/failed)
+``deckhand_slack_work_depth``          Slack jobs waiting or running in the bot's own pool
+``deckhand_slack_work_refused_total``  Slack jobs refused because that pool was full
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agents.errors import StoreError
@@ -84,6 +86,10 @@ class Metrics:
         return server
 
     # -- hooks --------------------------------------------------------------------------------
+
+    def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
+        """Export the Slack work pool's depth and refusals, read at scrape time."""
+        self.registry.register(_WorkCollector(depth, refused))
 
     def watch_queue(self, store: Store) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
@@ -143,6 +149,23 @@ class _RunRecorder:
         tool = self.tools.get(state.id, "unknown")
         self.metrics.step_seconds.labels(tool, event.phase.value,
                                          state.status.value).observe(took)
+
+
+class _WorkCollector(Collector):
+    """The Slack work pool: how far behind it is, and how often it told users it was full."""
+
+    def __init__(self, depth: Callable[[], int], refused: Callable[[], int]):
+        self.depth, self.refused = depth, refused
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily("deckhand_slack_work_depth",
+                                  "Slack jobs waiting or running in the bot's work pool")
+        depth.add_metric([], self.depth())
+        refused = CounterMetricFamily("deckhand_slack_work_refused",
+                                      "Slack jobs refused because the work pool was full")
+        refused.add_metric([], self.refused())
+        yield depth
+        yield refused
 
 
 class _QueueCollector(Collector):

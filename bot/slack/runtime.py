@@ -35,6 +35,8 @@ class BotRuntime:
         self.app, self.bot = build_app(services, settings, client=client)
         observe_slack(self.bot.client, self.metrics)
         self.metrics.watch_queue(services.store)
+        work = self.bot.work
+        self.metrics.watch_work(work.depth, lambda: work.refused)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))

@@ -77,5 +77,6 @@ def test_metrics_are_not_on_the_public_port(world: SlackWorld) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(world.http + "/metrics", timeout=5)
     assert refused.value.code == 404
-    assert world.get("/metrics")[0] == 200 and "deckhand" in world.get("/metrics")[1]
+    status, text = world.get("/metrics")
+    assert status == 200 and "deckhand_slack_work_depth" in text
     assert world.get("/healthz")[0] == 200
