@@ -187,11 +187,17 @@ class Bot:
 
     # -- buttons ----------------------------------------------------------------------------
 
-    def approve(self, run_id: str, version: int, plan_hash: str, *, user: str) -> Run:
-        """Record an approval (ApprovalRefused if not allowed) and tell the thread."""
+    def approve(self, run_id: str, version: int, plan_hash: str, *, user: str,
+                origin: dict[str, str] | None = None) -> Run:
+        """Record an approval (ApprovalRefused if not allowed) and tell the thread.
+
+        ``origin`` is where the clicked message is: Slack can show a plan (and deliver a
+        click on it) before the bot has stored where it posted it; replies then go there."""
         run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
                                  plan_version=version, plan_hash=plan_hash,
                                  policy=self.services.config.policy)
+        if origin and not run.meta.get("slack"):
+            run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         self.store.audit("approved", actor=user, run_id=run_id, plan_id=run.plan_id,
                          version=version)
         needed = approvals_needed(run, self.services.config.policy)

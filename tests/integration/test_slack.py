@@ -56,11 +56,14 @@ def test_deploy_posts_plan_then_two_approvals_run_it(world: SlackWorld) -> None:
                                               if "SUCCEEDED" in c.text_of_blocks()],
                                      what="the summary")
     assert "critical path" in summary[0].text_of_blocks()
-    updates = world.standin.of("chat.update")
-    status_updates = [u for u in updates if "Run `" in u.text_of_blocks()]
-    assert status_updates and "succeeded" in status_updates[-1].text_of_blocks()
+    # The status message is posted once, then edited. A loaded machine may run the whole run
+    # before the sender first wakes, so its only appearance can be the post (this flaked when
+    # the test looked at edits alone).
+    statuses = [c for c in world.standin.calls if c.method in ("chat.postMessage", "chat.update")
+                and "*Run `" in c.text_of_blocks()]
+    assert statuses and "succeeded" in statuses[-1].text_of_blocks()
     span = max(run.duration or 0, 1.0)
-    assert len(status_updates) <= span / 1.0 + 2  # coalesced to about one edit per second
+    assert len(statuses) <= span / 1.0 + 3  # coalesced to about one edit per second
     assert world.standin.violations == []
 
 
@@ -171,7 +174,8 @@ def test_rate_limited_updates_still_deliver_the_final_status(world: SlackWorld) 
     assert run.status is RunStatus.SUCCEEDED
     world.standin.wait_for(lambda: any("succeeded" in c.text_of_blocks() and "Run `" in
                                        c.text_of_blocks()
-                                       for c in world.standin.of("chat.update")),
+                                       for c in world.standin.of("chat.update")
+                                       + world.standin.of("chat.postMessage")),
                            what="the final status edit")
 
 

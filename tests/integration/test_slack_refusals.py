@@ -117,3 +117,23 @@ def test_reject_reason_cannot_mention_or_link(world: SlackWorld) -> None:
         text = call.text_of_blocks() + str(call.payload.get("text"))
         assert "<!channel>" not in text and "<https://evil" not in text
         assert "&lt;!channel&gt;" in text
+
+
+def test_an_approval_clicked_before_the_bot_heard_back_is_replied_in_its_thread(
+        world: SlackWorld) -> None:
+    release = world.standin.hold("chat.postMessage")  # the plan shows; its poster waits
+    try:
+        world.deploy("v2.3.1 to staging")
+        plan = world.plan_message()
+        world.signer.interaction({
+            "type": "block_actions", "user": {"id": "UBOB"}, "team": {"id": "T1"},
+            "api_app_id": "A1", "trigger_id": "t", "channel": {"id": "CDEPLOY"},
+            "container": {"type": "message", "message_ts": plan.reply["ts"]},
+            "actions": [{"type": "button", "action_id": "approve", "block_id": "b",
+                         "value": button(plan, "approve"), "action_ts": "1"}]})
+        approved = world.standin.wait_for(
+            lambda: [c for c in world.standin.of("chat.postMessage")
+                     if "Approved by" in str(c.payload.get("text"))], what="the approval")
+    finally:
+        release.set()
+    assert approved[0].payload["thread_ts"] == plan.reply["ts"]

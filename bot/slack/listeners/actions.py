@@ -39,11 +39,20 @@ def register(app: App, bot: Bot) -> None:
 def _approve(bot: Bot, body: dict[str, Any], run_id: str, version: int, plan_hash: str
              ) -> None:
     try:
-        bot.approve(run_id, version, plan_hash, user=body["user"]["id"])
+        bot.approve(run_id, version, plan_hash, user=body["user"]["id"], origin=_origin(body))
     except ApprovalRefused as exc:
         bot.tell(body, f"🚫 Not approved: {exc}")
         if not body.get("channel"):  # clicked in the App Home: show it as it is now
             bot.changed(bot.store.run(run_id))
+
+
+def _origin(body: dict[str, Any]) -> dict[str, str] | None:
+    """The clicked top-level message, as the run's ``meta["slack"]`` would record it."""
+    container, channel = body.get("container") or {}, (body.get("channel") or {}).get("id")
+    ts = container.get("message_ts")
+    if not channel or not ts or container.get("thread_ts"):
+        return None
+    return {"channel": channel, "thread_ts": ts, "plan_ts": ts}
 
 
 def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int) -> None:
