@@ -178,8 +178,8 @@ class Bot:
         """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
         blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
                                 note=note, diff=diff)
-        reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
-                                             blocks=blocks)
+        reply = self.client.chat_postMessage(
+            channel=channel, text=f"Plan: {bk.shown(plan.goal, 300)}", blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
         run = self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
         self.changed(run)
@@ -226,7 +226,7 @@ class Bot:
         slack = run.meta["slack"]
         reply = self.client.chat_postMessage(
             channel=slack["channel"], thread_ts=slack["thread_ts"],
-            text=f"Plan v{plan.version}: {plan.goal}",
+            text=f"Plan v{plan.version}: {bk.shown(plan.goal, 300)}",
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                   note=f"Version {plan.version}, modified by {bk.mention(user)}",
                                   diff=self.diff_from_previous(run)))
@@ -282,7 +282,7 @@ class Bot:
             return
         plan = self.store.plan(run.plan_id, run.plan_version)
         self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
-                                text=f"Plan: {plan.goal}",
+                                text=f"Plan: {bk.shown(plan.goal, 300)}",
                                 blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                                       actions=actions, note=note,
                                                       diff=self.diff_from_previous(run)))

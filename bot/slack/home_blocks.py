@@ -90,7 +90,8 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
     rule = policy.strictest(run.environments)
     have = rule.min_approvals - approvals_needed(run, policy)
     where = ", ".join(run.environments) or "no environment"
-    return bk.trim(f"*{run.goal}*\n`{run.id}` · plan v{run.plan_version} · {where} · "
+    return bk.trim(f"*{bk.shown(run.goal, 300)}*\n`{run.id}` · plan v{run.plan_version} · "
+                   f"{where} · "
                    f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
                    f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
@@ -131,7 +132,8 @@ def _active_line(run: Run, now: float) -> str:
     running = [s for s in run.steps.values() if s.status is StepStatus.RUNNING]
     now_doing = ", ".join(_running_step(s.id, run) for s in running[:3])
     state = run.status.value.replace("_", " ")
-    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` *{state}* — {run.goal}",
+    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` *{state}* — "
+             f"{bk.shown(run.goal, 300)}",
              f"{done}/{len(run.steps)} steps"]
     if now_doing:
         parts.append(f"now: {now_doing}")
@@ -151,7 +153,8 @@ def _running_step(step_id: str, run: Run) -> str:
 def _recent_line(run: Run, now: float) -> str:
     took = f" in {run.duration:.0f}s" if run.duration is not None else ""
     return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value.replace('_', ' ')}"
-            f"{took} — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
+            f"{took} — {bk.shown(run.goal, 300)} · "
+            f"{_ago(run.finished_at or run.created_at, now)}")
 
 
 def _env_line(environment: str, lock: LockInfo | None) -> str:

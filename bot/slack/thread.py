@@ -86,7 +86,7 @@ class ThreadUpdater:
         """Show the revised plan and what changed; buttons when it needs approval."""
         diff, self.plan = diff_plans(self.plan, plan), plan
         approval = event.status == "needs_approval"
-        note = (f"🔁 Replanned after {bk.trim(event.error or 'a failure', 300)}. "
+        note = (f"🔁 Replanned after {bk.shown(event.error or 'a failure', 300)}. "
                 + ("It changes what runs on hosts, so it needs approval again."
                    if approval else "Only read-only steps changed: continuing."))
         if self.policy is None:
