@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from slack_bolt import App, BoltResponse
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk import WebClient
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
@@ -44,12 +45,31 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     secret = _required(settings.slack_signing_secret, "SLACK_SIGNING_SECRET",
                        "the app's signing secret (Basic Information page)")
     app = App(client=client, signing_secret=secret, process_before_response=False,
-              logger=logging.getLogger("deckhand.bolt"))
+              logger=_bolt_logger())
     bot = Bot(services, client, Directory(client))
     for module in (commands, actions, views, events, home, slack_schedules):
         module.register(app, bot)
     app.error(_error_handler(bot))
     return app, bot
+
+
+def _bolt_logger() -> logging.Logger:
+    """Bolt's logger, without its start-up warning that SLACK_BOT_TOKEN goes unused: the
+    client it is given was built from that very token."""
+    logger = logging.getLogger("deckhand.bolt")
+    skipped = warning_client_prioritized_and_token_skipped()
+    if not any(isinstance(f, _Drop) for f in logger.filters):
+        logger.addFilter(_Drop(skipped))
+    return logger
+
+
+class _Drop(logging.Filter):
+    def __init__(self, message: str):
+        super().__init__()
+        self.message = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.message
 
 
 def _error_handler(bot: Bot) -> Any:
