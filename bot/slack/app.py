@@ -10,11 +10,14 @@ the user by the work pool.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from slack_bolt import App, BoltResponse
+from slack_bolt.error import BoltError
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -44,13 +47,36 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     client = client or make_client(settings)
     secret = _required(settings.slack_signing_secret, "SLACK_SIGNING_SECRET",
                        "the app's signing secret (Basic Information page)")
-    app = App(client=client, signing_secret=secret, process_before_response=False,
-              logger=_bolt_logger())
+    app = _connect(lambda: App(client=client, signing_secret=secret,
+                               process_before_response=False, logger=_bolt_logger()),
+                   client, token_name="SLACK_BOT_TOKEN")
     bot = Bot(services, client, Directory(client))
     for module in (commands, actions, views, events, home, slack_schedules):
         module.register(app, bot)
     app.error(_error_handler(bot))
     return app, bot
+
+
+T = TypeVar("T")
+
+
+def _connect(call: Callable[[], T], client: WebClient, *, token_name: str) -> T:
+    """``call`` (which talks to Slack), with one-line errors that say what to fix."""
+    try:
+        return call()
+    except (BoltError, SlackApiError) as exc:
+        raise ConfigError([Problem("environment", f"Slack refused {token_name} ({_why(exc)}); "
+                                   f"check the token and the app's installation")]) from exc
+    except OSError as exc:
+        raise ConfigError([Problem("network", f"cannot reach Slack at {client.base_url} "
+                                   f"({getattr(exc, 'reason', exc)}); check the network, "
+                                   f"proxy or SLACK_API_URL")]) from exc
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error", "refused"))
+    return str(exc).splitlines()[0][:200]
 
 
 def _bolt_logger() -> logging.Logger:

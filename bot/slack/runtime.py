@@ -97,6 +97,7 @@ class BotRuntime:
         """Connect to Slack over Socket Mode and handle events until interrupted."""
         from slack_bolt.adapter.socket_mode import SocketModeHandler
 
+        check_app_token(self.bot.client.base_url, app_token)
         SocketModeHandler(self.app, app_token).start()  # type: ignore[no-untyped-call]
 
     def _serve_http(self) -> None:
@@ -121,6 +122,32 @@ class BotRuntime:
             thread.join(30)
         self.bot.work.stop()
         self.services.close()
+
+
+def check_app_token(base_url: str, app_token: str) -> str:
+    """The WebSocket URL Slack offers this app token; a ConfigError in one line otherwise
+    (a bad token, no network, an answer with no URL), never a traceback or a retry loop."""
+    from slack_sdk.errors import SlackApiError
+
+    from tools.errors import ConfigError, Problem
+
+    if not app_token.startswith("xapp-"):
+        raise ConfigError([Problem("environment", "SLACK_APP_TOKEN must be the app-level "
+                                   "token (xapp-…, Basic Information → App-Level Tokens)")])
+    client = WebClient(base_url=base_url)
+    try:
+        url = client.apps_connections_open(app_token=app_token).get("url")
+    except SlackApiError as exc:
+        raise ConfigError([Problem("environment", f"Slack refused SLACK_APP_TOKEN "
+                                   f"({exc.response.get('error')}); it needs the "
+                                   f"connections:write scope and Socket Mode enabled")]) from exc
+    except OSError as exc:
+        raise ConfigError([Problem("network", f"cannot reach Slack at {base_url} "
+                                   f"({getattr(exc, 'reason', exc)})")]) from exc
+    if not url:
+        raise ConfigError([Problem("slack", "Slack opened no Socket Mode connection (no URL "
+                                   "in apps.connections.open); is Socket Mode enabled?")])
+    return str(url)
 
 
 def _host() -> str:
