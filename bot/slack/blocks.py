@@ -265,6 +265,13 @@ def rollback_text(run: Run, plan: Plan) -> str:
                 f"Rollback steps: {steps}. {who}")
 
 
+def outcome_text(plan: Plan, run: Run) -> str:
+    """One line for notifications and the plan message: how the run ended, in words."""
+    status = run.status.value.replace("_", " ")
+    took = f" in {run.duration:.0f}s" if run.duration is not None else ""
+    return f"{RUN_EMOJI.get(run.status, '')} {shown(plan.goal, 200)}: {status}{took} (`{run.id}`)"
+
+
 def summary_blocks(plan: Plan, run: Run) -> list[Block]:
     durations = {s: st.duration or 0.0 for s, st in run.steps.items()}
     path, length = plan.critical_path(durations)

@@ -38,8 +38,10 @@ class ThreadUpdater:
 
     def __init__(self, client: WebClient, plan: Plan, *, channel: str, thread_ts: str,
                  interval: float = 1.0, status_ts: str | None = None,
-                 policy: Policy | None = None):
+                 policy: Policy | None = None, plan_ts: str | None = None):
         self.client, self.plan, self.policy = client, plan, policy
+        self.plan_ts = plan_ts
+        """The top-level plan message: it ends showing the outcome, for the channel."""
         self.channel, self.thread_ts = channel, thread_ts
         self.interval = interval
         self.status_ts = status_ts
@@ -80,7 +82,9 @@ class ThreadUpdater:
             self._replanned(Plan.model_validate(event.plan), event, run)
         elif event.kind is EventKind.RUN_FINISHED:
             self._outbox.append(lambda: self._reply(bk.summary_blocks(self.plan, run),
-                                                    f"run {run.id}: {run.status.value}"))
+                                                    bk.outcome_text(self.plan, run),
+                                                    broadcast=True))
+            self._outbox.append(lambda: self._show_outcome(run))
 
     def _replanned(self, plan: Plan, event: Event, run: Run) -> None:
         """Show the revised plan and what changed; buttons when it needs approval."""
@@ -154,6 +158,15 @@ class ThreadUpdater:
             self._safely(lambda: self.client.chat_update(
                 channel=self.channel, ts=status_ts, blocks=blocks, text=text))
 
+    def _show_outcome(self, run: Run) -> None:
+        """Edit the top-level plan message so the channel sees how the run ended."""
+        if self.plan_ts is None or self.policy is None:
+            return
+        blocks = bk.plan_blocks(self.plan, run, self.policy, actions=False,
+                                note=bk.outcome_text(self.plan, run))
+        self.client.chat_update(channel=self.channel, ts=self.plan_ts, blocks=blocks,
+                                text=f"Plan: {bk.shown(self.plan.goal, 300)}")
+
     def _reply(self, blocks: list[bk.Block], text: str, *, broadcast: bool = False) -> Any:
         return self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts,
                                             blocks=blocks, text=text, reply_broadcast=broadcast)
@@ -181,7 +194,8 @@ def thread_listener_factory(client: WebClient, store: Store, *, interval: float 
             return None
         plan = store.plan(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
-                             thread_ts=slack["thread_ts"], interval=interval, policy=policy)
+                             thread_ts=slack["thread_ts"], interval=interval, policy=policy,
+                             plan_ts=slack.get("plan_ts"))
     return factory
 
 

@@ -265,3 +265,20 @@ def test_read_only_request_runs_without_approval(world: SlackWorld) -> None:
                                  r[0].status.terminal and r[0], what="the status run")
     assert run.status is RunStatus.SUCCEEDED and run.approvals == []
     assert "queued_read_only" in [e.action for e in world.store.audit_log(run_id=run.id)]
+
+
+def test_the_channel_sees_the_outcome(world: SlackWorld) -> None:
+    world.deploy("v2.3.1 to staging")
+    plan = world.plan_message()
+    value = button(plan, "approve")
+    world.click("approve", value, user="UBOB")
+    run = world.wait_run(bk.parse_button_value(value)[0])
+    assert run.status is RunStatus.SUCCEEDED
+    plan_ts = plan.reply["ts"]
+    last = world.standin.wait_for(
+        lambda: (u := [c for c in world.standin.of("chat.update") if c.payload["ts"] == plan_ts])
+        and "succeeded" in u[-1].text_of_blocks() and u[-1], what="the plan message's outcome")
+    assert not _actions(last)
+    summary = [c for c in world.standin.of("chat.postMessage") if "SUCCEEDED" in c.text_of_blocks()]
+    assert summary[0].payload.get("reply_broadcast") in (True, "true", "1", 1)
+    assert "succeeded" in summary[0].payload["text"] and "run run-" not in summary[0].payload["text"]
