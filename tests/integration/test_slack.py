@@ -282,3 +282,21 @@ def test_the_channel_sees_the_outcome(world: SlackWorld) -> None:
     summary = [c for c in world.standin.of("chat.postMessage") if "SUCCEEDED" in c.text_of_blocks()]
     assert summary[0].payload.get("reply_broadcast") in (True, "true", "1", 1)
     assert "succeeded" in summary[0].payload["text"] and "run run-" not in summary[0].payload["text"]
+
+
+def test_announcements_do_not_wait_behind_rate_limited_status_edits(world: SlackWorld) -> None:
+    world.deploy("v2.4.0-broken to staging")
+    value = button(world.plan_message(), "approve")
+    world.standin.rate_limit("chat.update", times=12, retry_after=1)  # about 12 s of 429s
+    world.click("approve", value, user="UBOB")
+    run = world.wait_run(bk.parse_button_value(value)[0])
+    assert run.status is RunStatus.ROLLED_BACK
+    announce = world.standin.wait_for(
+        lambda: [c for c in world.standin.of("chat.postMessage")
+                 if "Rolling back run" in c.text_of_blocks()], what="the rollback broadcast")
+    final = world.standin.wait_for(
+        lambda: [c for c in world.standin.of("chat.update") if "*Run `" in c.text_of_blocks()
+                 and "rolled back" in c.text_of_blocks()], timeout=60, what="the final status")
+    edits = [c for c in world.standin.of("chat.update") if "*Run `" in c.text_of_blocks()]
+    assert announce[0].at < edits[0].at  # not queued behind the edit stuck in 429s
+    assert final[-1] is edits[-1]  # and the status ends final
