@@ -8,6 +8,8 @@ trimmed with an "and N more" line instead of being rejected by Slack.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -64,6 +66,32 @@ def trim(text: str, limit: int = MAX_SECTION) -> str:
     return cut + "…"
 
 
+_OUTPUT_REF = re.compile(r"\$\{steps\.(\w+)\.(\w+)\}")
+_USER_ID = re.compile(r"(?<![<@\w])([UW][A-Z0-9]{4,})\b")
+
+
+def params_text(params: Mapping[str, object], limit: int = 120) -> str:
+    """Parameters as ``k=v`` for people: a step output reads as "the artifact of `build`"."""
+    text = format_params(params, limit * 4)
+    text = _OUTPUT_REF.sub(lambda m: f"{m.group(2)} of ⟨{m.group(1)}⟩", text)
+    return shown(text, limit).replace("⟨", "`").replace("⟩", "`")
+
+
+def people(text: str) -> str:
+    """Bare Slack user IDs in a message from deckhand's own rules, shown as mentions."""
+    return _USER_ID.sub(lambda m: f"<@{m.group(1)}>", text)
+
+
+def notice(text: str) -> str:
+    """A refusal or notice for one user: escaped like any text, keeping deckhand's own
+    mentions, with bare user IDs shown as mentions (an ephemeral one notifies nobody)."""
+    text = _OWN_MENTION.sub(r"<@\1>", escape(text))
+    return people(text)
+
+
+_OWN_MENTION = re.compile(r"&lt;@([UW][A-Z0-9]+)&gt;")
+
+
 def shown(text: object, limit: int = MAX_SECTION) -> str:
     """Text from users, configs, planners or commands, cut and escaped for mrkdwn: it reads
     as typed and can never mention anyone or link anywhere (deckhand alone makes those)."""
@@ -113,7 +141,8 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
         blocks += diff_blocks(diff)
     blocks += _step_sections(plan, budget=MAX_BLOCKS - 10)
     if plan.rollback:
-        lines = [f"{i}. `{r.id}` {r.tool} {shown(format_params(r.params))}"
+        lines = [f"{i}. `{r.id}`{'' if r.tool == r.id else ' ' + r.tool} "
+                 f"{params_text(r.params)}"
                  for i, r in enumerate(plan.rollback, start=1)]
         blocks.append(section("*On failure, roll back in order:*\n" + "\n".join(lines)))
     blocks.append(context(f"{shown(plan.planner.footer(), 300)} · plan `{plan.id}` "
@@ -155,8 +184,8 @@ def _step_sections(plan: Plan, *, budget: int) -> list[Block]:
         for step_id in layer:
             step = plan.step(step_id)
             after = f" ← {', '.join(step.depends_on)}" if step.depends_on else ""
-            lines.append(f"   • `{step.id}` {step.tool} {shown(format_params(step.params, 80))}"
-                         f"{after}")
+            tool = "" if step.tool == step.id else f" {step.tool}"
+            lines.append(f"   • `{step.id}`{tool} {params_text(step.params)}{after}")
     return _pack_lines(lines, budget=budget, more_hint="steps (see `deckhand plan`)")
 
 
@@ -239,8 +268,10 @@ def _step_line(step_id: str, state: StepState) -> str:
         parts.append(f"{done}/{len(state.hosts)} hosts")
     if state.duration is not None and state.status is not StepStatus.PENDING:
         parts.append(f"{state.duration:.1f}s")
-    if state.error and state.status in (StepStatus.FAILED, StepStatus.SKIPPED):
+    if state.error and state.status is StepStatus.FAILED:
         parts.append(f"— {shown(state.error, 160)}")
+    elif state.status is StepStatus.SKIPPED:
+        parts.append("— skipped")  # why is on the failed step's line, said once
     return " ".join(parts)
 
 

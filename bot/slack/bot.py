@@ -299,9 +299,9 @@ class Bot:
     def teller(self, body: dict[str, Any], respond: Respond | None = None) -> Tell:
         """How a job tells whoever sent ``body`` that it failed (redacted, escaped)."""
         def tell(text: str) -> None:
-            text = bk.trim(self.services.redact(text), 3000)
             if respond is not None and body.get("response_url"):
-                respond(text=text, response_type="ephemeral")
+                respond(text=bk.trim(bk.notice(self.services.redact(text)), 3000),
+                        response_type="ephemeral")
             else:
                 self.tell(body, text)
         return tell
@@ -315,6 +315,7 @@ class Bot:
             or (body.get("event") or {}).get("channel")
         if not user:
             return
+        text = bk.trim(bk.notice(self.services.redact(text)), 3000)
         if channel:
             self.ephemeral(channel=channel, user=user, text=text)
         else:

@@ -56,3 +56,18 @@ def test_trim_never_cuts_inside_a_link_mention_or_entity() -> None:
             body = cut.removesuffix("…")
             assert body.count("<") == body.count(">")
             assert body.rfind("&") <= body.rfind(";")
+
+
+def test_step_outputs_read_as_words_and_ids_are_not_repeated() -> None:
+    plan = Plan.model_validate({"goal": "g", "steps": [
+        {"id": "build", "tool": "build", "params": {}},
+        {"id": "ship", "tool": "deploy", "depends_on": ["build"],
+         "params": {"artifact": "${steps.build.artifact}"}}]})
+    text = _mrkdwn(bk.plan_blocks(plan, Run.for_plan(plan), Policy()))
+    assert "`build` build" not in text and "`ship` deploy" in text
+    assert "artifact=artifact of `build`" in text and "${" not in text
+
+
+def test_notices_mention_people_but_never_let_user_text_mention() -> None:
+    text = bk.notice("only the requester (UALICE) may; ask <@UBOB>. You typed <!here>")
+    assert "(<@UALICE>)" in text and "<@UBOB>" in text and "&lt;!here&gt;" in text

@@ -29,7 +29,8 @@ def register(app: App, bot: Bot) -> None:
             ack()
             return
         user, channel = command["user_id"], command["channel_id"]
-        queued = bot.work.submit("/deploy", lambda: bot.propose(f"deploy {text}", user=user,
+        request = text if text.lower().startswith("deploy ") else f"deploy {text}"
+        queued = bot.work.submit("/deploy", lambda: bot.propose(request, user=user,
                                                                 channel=channel),
                                  tell=bot.teller(command, respond), tell_busy=False)
         ack(f"Planning `{bk.escape(bk.trim(text, 200))}`…" if queued else BUSY)

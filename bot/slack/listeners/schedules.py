@@ -23,8 +23,8 @@ def schedule_reply(bot: Bot, text: str, *, user: str, channel: str) -> str:
                                     channel=channel, services=bot.services,
                                     now=datetime.now(UTC))
     _follow_up(bot, reply, user=user, channel=channel)
-    lines = [reply.text, *(view.describe() for view in reply.schedules)]
-    return "\n".join(line for line in lines if line)
+    described = [v.describe() for v in reply.schedules if v.describe() not in reply.text]
+    return "\n".join(bk.escape(line) for line in (reply.text, *described) if line)
 
 
 def _follow_up(bot: Bot, reply: ScheduleReply, *, user: str, channel: str) -> None:

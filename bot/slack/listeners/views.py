@@ -51,7 +51,8 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
         bot.revise(run_id, revised, user=user)
         text = f"Posted version {revised.version} in the thread."
     except DeckhandError as exc:
-        text = f"⚠️ Could not revise the plan: {bk.escape(str(exc))}"
+        text = (f"⚠️ Could not revise the plan: {bk.escape(str(exc))}\n"
+                f"Your instruction, to try again: _{bk.escape(instruction)}_")
     bot.client.views_update(view_id=body["view"]["id"],
                             view=bk.notice_modal("Modify plan", bk.trim(text, 2900)))
 
