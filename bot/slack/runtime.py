@@ -94,11 +94,21 @@ class BotRuntime:
         return self._server
 
     def serve_socket_mode(self, app_token: str) -> None:
-        """Connect to Slack over Socket Mode and handle events until interrupted."""
+        """Connect to Slack over Socket Mode and handle events until stopped or interrupted."""
+        handler = self.connect_socket_mode(app_token)
+        try:
+            self._stop.wait()
+        finally:
+            handler.close()
+
+    def connect_socket_mode(self, app_token: str) -> Any:
+        """Open the Socket Mode link (after checking the token); returns the handler."""
         from slack_bolt.adapter.socket_mode import SocketModeHandler
 
         check_app_token(self.bot.client.base_url, app_token)
-        SocketModeHandler(self.app, app_token).start()  # type: ignore[no-untyped-call]
+        handler = SocketModeHandler(self.app, app_token)
+        handler.connect()  # type: ignore[no-untyped-call]
+        return handler
 
     def _serve_http(self) -> None:
         try:
