@@ -206,8 +206,10 @@ class Bot:
                                    f"approval(s) needed.")
         else:
             approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
-            self.refresh_plan_message(run, actions=False,
-                                      note=f"✅ Approved by {approvers} — queued as `{run.id}`")
+            if not self.store.run(run_id).status.terminal:  # never hide an outcome shown
+                self.refresh_plan_message(run, actions=False,
+                                          note=f"✅ Approved by {approvers} — queued as "
+                                               f"`{run.id}`")
             self.thread_reply(run, f"✅ Approved by {approvers}. Run `{run.id}` is queued.")
         self.changed(run)
         return run

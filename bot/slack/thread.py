@@ -135,10 +135,12 @@ class ThreadUpdater:
                 if self._dirty and due > 0 and not self._finished:
                     self._wake.wait(due)  # coalesce: at most one edit per interval
                     continue
-                final = self._finished
-            if self._dirty:
+                final, dirty = self._finished, self._dirty
+            if dirty:
                 self._flush_status(attempts=FINAL_ATTEMPTS if final else 3)
-            if final and not self._dirty:
+            with self._wake:
+                done = final and not self._dirty
+            if done:
                 self._final_sent.set()
                 return
 
