@@ -137,3 +137,15 @@ def test_an_approval_clicked_before_the_bot_heard_back_is_replied_in_its_thread(
     finally:
         release.set()
     assert approved[0].payload["thread_ts"] == plan.reply["ts"]
+
+
+def test_an_error_before_the_ack_still_answers_200_and_tells_the_user(world: SlackWorld
+                                                                      ) -> None:
+    meta = json.dumps({"run": "run-doesnotexist", "v": 1, "channel": "CDEPLOY"})
+    status, body, took = world.submit("modify_submit", meta, {"instruction": "skip"},
+                                      user="UBOB")
+    assert status == 200 and body == "" and took < FAST
+    told = world.standin.wait_for(
+        lambda: [c for c in world.standin.of("chat.postMessage")
+                 if "run-doesnotexist" in str(c.payload.get("text"))], what="the refusal")
+    assert told[0].payload["channel"] == "UBOB"
