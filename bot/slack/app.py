@@ -26,7 +26,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 from agents.services import Services
 from agents.settings import Settings
 from bot.slack.bot import Bot, Directory
-from bot.slack.listeners import actions, commands, events, home, views
+from bot.slack.listeners import actions, commands, events, home, views, workflow
 from bot.slack.listeners import schedules as slack_schedules
 from tools.errors import ConfigError, DeckhandError, Problem
 
@@ -51,7 +51,7 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
                                process_before_response=False, logger=_bolt_logger()),
                    client, token_name="SLACK_BOT_TOKEN")
     bot = Bot(services, client, Directory(client))
-    for module in (commands, actions, views, events, home, slack_schedules):
+    for module in (commands, actions, views, events, home, slack_schedules, workflow):
         module.register(app, bot)
     app.error(_error_handler(bot))
     return app, bot
