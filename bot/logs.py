@@ -77,4 +77,6 @@ def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # APScheduler logs two INFO lines per job run (every 10 s): quiet by default
+    logging.getLogger("apscheduler").setLevel(max(level, logging.WARNING))
     return handler

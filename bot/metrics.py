@@ -20,6 +20,8 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_deploys_per_day``           deploys per ``environment``, last 30 days (history)
 ``deckhand_change_failure_rate``       failed or undone deploys / deploys, per ``environment``
 ``deckhand_time_to_restore_seconds``   mean failed deploy → next good one, per ``environment``
+``deckhand_slack_work_depth``          Slack jobs waiting or running in the bot's own pool
+``deckhand_slack_work_refused_total``  Slack jobs refused because that pool was full
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agents.errors import StoreError
@@ -95,6 +97,9 @@ class Metrics:
                       undo_window: float) -> None:
         """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
         self.registry.register(_HistoryCollector(store, environments, undo_window))
+    def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
+        """Export the Slack work pool's depth and refusals, read at scrape time."""
+        self.registry.register(_WorkCollector(depth, refused))
 
     def watch_queue(self, store: Store) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
@@ -194,6 +199,21 @@ class _HistoryCollector(Collector):
                 GaugeMetricFamily("deckhand_time_to_restore_seconds",
                                   "Mean time from a failed deploy to the next good one",
                                   labels=["environment"])]
+class _WorkCollector(Collector):
+    """The Slack work pool: how far behind it is, and how often it told users it was full."""
+
+    def __init__(self, depth: Callable[[], int], refused: Callable[[], int]):
+        self.depth, self.refused = depth, refused
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily("deckhand_slack_work_depth",
+                                  "Slack jobs waiting or running in the bot's work pool")
+        depth.add_metric([], self.depth())
+        refused = CounterMetricFamily("deckhand_slack_work_refused",
+                                      "Slack jobs refused because the work pool was full")
+        refused.add_metric([], self.refused())
+        yield depth
+        yield refused
 
 
 class _QueueCollector(Collector):

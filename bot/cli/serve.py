@@ -27,6 +27,18 @@ def register(commands: Commands) -> None:
                         help="serve /slack/events over HTTP instead of Socket Mode")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=None, help="HTTP port (default $PORT or 3000)")
+    parser.add_argument("--metrics-port", type=int, default=9102,
+                        help="serve /metrics on this port of its own (default 9102; 0: off)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address for --metrics-port (default loopback only)")
+    parser.add_argument("--public-metrics", action="store_true",
+                        help="also serve /metrics on the public HTTP port")
+    parser.add_argument("--max-body", type=int, default=1 << 20,
+                        help="refuse request bodies above this many bytes with 413 (1 MiB)")
+    parser.add_argument("--read-timeout", type=float, default=5.0,
+                        help="close a request not fully received within this many seconds")
+    parser.add_argument("--connection-limit", type=int, default=4096,
+                        help="open HTTP connections at once (capped below the fd limit)")
     parser.add_argument("--workers", type=int, default=1,
                         help="executor workers in this process (0: use `deckhand worker`)")
     add_config_arg(parser)
@@ -56,10 +68,18 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Settings,
                 console: Console) -> None:
+    from bot.slack.http import HttpLimits
+
     port = args.port or settings.http_port
-    server = runtime.start_http(host=args.host, port=port)
+    limits = HttpLimits(max_body=args.max_body, read_timeout=args.read_timeout,
+                        connection_limit=args.connection_limit)
+    metrics = (args.metrics_host, args.metrics_port) if args.metrics_port else None
+    server = runtime.start_http(host=args.host, port=port, limits=limits, metrics=metrics,
+                                public_metrics=args.public_metrics)
     console.print(f"deckhand listening on http://{args.host}:{port}/slack/events "
                   f"(/healthz, /readyz); store: {runtime.services.store.where}")
+    if metrics:
+        console.print(f"metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,17 +1,23 @@
 """``build_app(services, settings)`` → the Bolt App, for Socket Mode or HTTP.
 
-Listeners ack first and then work (Bolt runs them on its thread pool and answers Slack as
-soon as ``ack()`` is called). Errors from any listener reach the one ``@app.error``
-handler, which logs the traceback and tells the user what failed.
+Listeners parse, authorize against Redis, hand the rest to the Bot's own work pool and ack
+last: nothing raised after an ack can reach Bolt (whose error path would reset the ack and
+answer 404 after 3 s), and no Web API call ever runs on Bolt's listener threads. Errors
+before the ack reach the one ``@app.error`` handler; errors in handed-off work are told to
+the user by the work pool.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from slack_bolt import App
+from slack_bolt import App, BoltResponse
+from slack_bolt.error import BoltError
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -20,7 +26,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 from agents.services import Services
 from agents.settings import Settings
 from bot.slack.bot import Bot, Directory
-from bot.slack.listeners import actions, commands, events, home, views
+from bot.slack.listeners import actions, commands, events, home, views, workflow
 from bot.slack.listeners import schedules as slack_schedules
 from tools.errors import ConfigError, DeckhandError, Problem
 
@@ -41,17 +47,64 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     client = client or make_client(settings)
     secret = _required(settings.slack_signing_secret, "SLACK_SIGNING_SECRET",
                        "the app's signing secret (Basic Information page)")
-    app = App(client=client, signing_secret=secret, process_before_response=False,
-              logger=logging.getLogger("deckhand.bolt"))
+    app = _connect(lambda: App(client=client, signing_secret=secret,
+                               process_before_response=False, logger=_bolt_logger()),
+                   client, token_name="SLACK_BOT_TOKEN")
     bot = Bot(services, client, Directory(client))
-    for module in (commands, actions, views, events, home, slack_schedules):
+    for module in (commands, actions, views, events, home, slack_schedules, workflow):
         module.register(app, bot)
     app.error(_error_handler(bot))
     return app, bot
 
 
+T = TypeVar("T")
+
+
+def _connect(call: Callable[[], T], client: WebClient, *, token_name: str) -> T:
+    """``call`` (which talks to Slack), with one-line errors that say what to fix."""
+    try:
+        return call()
+    except (BoltError, SlackApiError) as exc:
+        raise ConfigError([Problem("environment", f"Slack refused {token_name} ({_why(exc)}); "
+                                   f"check the token and the app's installation")]) from exc
+    except OSError as exc:
+        raise ConfigError([Problem("network", f"cannot reach Slack at {client.base_url} "
+                                   f"({getattr(exc, 'reason', exc)}); check the network, "
+                                   f"proxy or SLACK_API_URL")]) from exc
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error", "refused"))
+    return str(exc).splitlines()[0][:200]
+
+
+def _bolt_logger() -> logging.Logger:
+    """Bolt's logger, without its start-up warning that SLACK_BOT_TOKEN goes unused: the
+    client it is given was built from that very token."""
+    logger = logging.getLogger("deckhand.bolt")
+    skipped = warning_client_prioritized_and_token_skipped()
+    if not any(isinstance(f, _Drop) for f in logger.filters):
+        logger.addFilter(_Drop(skipped))
+    return logger
+
+
+class _Drop(logging.Filter):
+    def __init__(self, message: str):
+        super().__init__()
+        self.message = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.message
+
+
 def _error_handler(bot: Bot) -> Any:
-    def handle(error: Exception, body: dict[str, Any]) -> None:
+    """Log a listener's failure and tell its user from deckhand's own work pool.
+
+    Listeners ack last, so an error here came before the ack: Bolt would answer 500 and
+    Slack would show the user a generic failure. The response becomes an empty 200 instead
+    and the user reads what failed in an ephemeral message."""
+    def handle(error: Exception, body: dict[str, Any], response: BoltResponse | None) -> None:
         if isinstance(error, DeckhandError):
             log.info("user-facing error: %s", error)
             message = f"⚠️ {error}"
@@ -59,10 +112,10 @@ def _error_handler(bot: Bot) -> Any:
             log.error("listener failed", exc_info=error)
             message = (f"⚠️ Something went wrong handling that ({type(error).__name__}). "
                        f"It was logged; try again, or ask the deckhand admins.")
-        try:
-            bot.tell(body, bot.services.redact(message))
-        except Exception:  # the error path itself must not raise into Bolt
-            log.exception("could not tell the user about an error")
+        if response is not None:
+            response.status, response.body = 200, ""
+        tell = bot.teller(body)
+        bot.work.submit("error notice", lambda: tell(message))
     return handle
 
 

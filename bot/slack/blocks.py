@@ -8,7 +8,9 @@ trimmed with an "and N more" line instead of being rejected by Slack.
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -57,7 +59,47 @@ RUN_EMOJI = {
 
 
 def trim(text: str, limit: int = MAX_SECTION) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """Cut ``text`` to ``limit`` characters, never inside an entity, mention or link."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    for opener, closer in (("<", ">"), ("&", ";")):
+        start = cut.rfind(opener)
+        if start > cut.rfind(closer):
+            cut = cut[:start]
+    return cut + "…"
+
+
+_OUTPUT_REF = re.compile(r"\$\{steps\.(\w+)\.(\w+)\}")
+_USER_ID = re.compile(r"(?<![<@\w])([UW][A-Z0-9]{4,})\b")
+
+
+def params_text(params: Mapping[str, object], limit: int = 120) -> str:
+    """Parameters as ``k=v`` for people: a step output reads as "the artifact of `build`"."""
+    text = format_params(params, limit * 4)
+    text = _OUTPUT_REF.sub(lambda m: f"{m.group(2)} of ⟨{m.group(1)}⟩", text)
+    return shown(text, limit).replace("⟨", "`").replace("⟩", "`")
+
+
+def people(text: str) -> str:
+    """Bare Slack user IDs in a message from deckhand's own rules, shown as mentions."""
+    return _USER_ID.sub(lambda m: f"<@{m.group(1)}>", text)
+
+
+def notice(text: str) -> str:
+    """A refusal or notice for one user: escaped like any text, keeping deckhand's own
+    mentions, with bare user IDs shown as mentions (an ephemeral one notifies nobody)."""
+    text = _OWN_MENTION.sub(r"<@\1>", escape(text))
+    return people(text)
+
+
+_OWN_MENTION = re.compile(r"&lt;@([UW][A-Z0-9]+)&gt;")
+
+
+def shown(text: object, limit: int = MAX_SECTION) -> str:
+    """Text from users, configs, planners or commands, cut and escaped for mrkdwn: it reads
+    as typed and can never mention anyone or link anywhere (deckhand alone makes those)."""
+    return escape(trim(str(text), limit))
 
 
 def section(text: str) -> Block:
@@ -104,11 +146,12 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
         blocks += diff_blocks(diff)
     blocks += _step_sections(plan, budget=MAX_BLOCKS - 10)
     if plan.rollback:
-        lines = [f"{i}. `{r.id}` {r.tool} {format_params(r.params)}"
+        lines = [f"{i}. `{r.id}`{'' if r.tool == r.id else ' ' + r.tool} "
+                 f"{params_text(r.params)}"
                  for i, r in enumerate(plan.rollback, start=1)]
         blocks.append(section("*On failure, roll back in order:*\n" + "\n".join(lines)))
-    blocks.append(context(f"{plan.planner.footer()} · plan `{short_id(plan.id)}` v{plan.version} · "
-                          f"hash `{plan.hash[:12]}` · run `{short_id(run.id)}`"))
+    blocks.append(context(f"{shown(plan.planner.footer(), 300)} · plan `{short_id(plan.id)}` "
+                          f"v{plan.version} · hash `{plan.hash[:12]}` · run `{short_id(run.id)}`"))
     if note:
         blocks.append(context(note))
     if actions:
@@ -194,7 +237,8 @@ def _step_sections(plan: Plan, *, budget: int) -> list[Block]:
         for step_id in layer:
             step = plan.step(step_id)
             after = f" ← {', '.join(step.depends_on)}" if step.depends_on else ""
-            lines.append(f"   • `{step.id}` {step.tool} {format_params(step.params, 80)}{after}")
+            tool = "" if step.tool == step.id else f" {step.tool}"
+            lines.append(f"   • `{step.id}`{tool} {params_text(step.params)}{after}")
     return _pack_lines(lines, budget=budget, more_hint="steps (see `deckhand plan`)")
 
 
@@ -277,17 +321,19 @@ def _step_line(step_id: str, state: StepState) -> str:
         parts.append(f"{done}/{len(state.hosts)} hosts")
     if state.duration is not None and state.status is not StepStatus.PENDING:
         parts.append(f"{state.duration:.1f}s")
-    if state.error and state.status in (StepStatus.FAILED, StepStatus.SKIPPED):
-        parts.append(f"— {trim(state.error, 160)}")
+    if state.error and state.status is StepStatus.FAILED:
+        parts.append(f"— {shown(state.error, 160)}")
+    elif state.status is StepStatus.SKIPPED:
+        parts.append("— skipped")  # why is on the failed step's line, said once
     return " ".join(parts)
 
 
 def failure_blocks(step_id: str, state: StepState) -> list[Block]:
     """A failed step with its (already redacted) output tail, trimmed to fit."""
-    blocks = [section(f"❌ *`{step_id}` failed*: {trim(state.error or 'failed', 1000)}")]
+    blocks = [section(f"❌ *`{step_id}` failed*: {shown(state.error or 'failed', 1000)}")]
     for host in state.hosts.values():
         if host.status is StepStatus.FAILED and host.tail.strip():
-            tail = host.tail.strip()[-1800:].replace("```", "'''")
+            tail = escape(host.tail.strip()[-1500:].replace("```", "'''"))
             blocks.append(section(f"*{host.host}* (exit {host.exit_code}):\n```{tail}```"))
         if len(blocks) >= 6:
             break
@@ -304,8 +350,16 @@ def rollback_text(run: Run, plan: Plan) -> str:
     people = {run.requested_by, *(a.user for a in run.approvals)}
     who = " ".join(mention(p) for p in sorted(people))
     steps = ", ".join(f"`{r.id}`" for r in plan.rollback)
-    return trim(f"🚨 *Rolling back run `{short_id(run.id)}`* ({plan.goal}) — {run.reason}. "
+    return trim(f"🚨 *Rolling back run `{short_id(run.id)}`* ({shown(plan.goal, 300)}) — "
+                f"{shown(run.reason or 'a step failed', 500)}. "
                 f"Rollback steps: {steps}. {who}")
+
+
+def outcome_text(plan: Plan, run: Run) -> str:
+    """One line for notifications and the plan message: how the run ended, in words."""
+    status = run.status.value.replace("_", " ")
+    took = f" in {run.duration:.0f}s" if run.duration is not None else ""
+    return f"{RUN_EMOJI.get(run.status, '')} {shown(plan.goal, 200)}: {status}{took} (`{run.id}`)"
 
 
 def summary_blocks(plan: Plan, run: Run) -> list[Block]:
@@ -313,12 +367,12 @@ def summary_blocks(plan: Plan, run: Run) -> list[Block]:
     path, length = plan.critical_path(durations)
     approvers = ", ".join(mention(a.user) for a in run.approvals) or "nobody"
     lines = [f"{RUN_EMOJI.get(run.status, '')} *{run.status.value.replace('_', ' ').upper()}* "
-             f"— {plan.goal}",
+             f"— {shown(plan.goal, 300)}",
              f"wall time {run.duration or 0:.1f}s · critical path {length:.1f}s: "
              f"{' → '.join(path)}",
              f"requested by {mention(run.requested_by)} · approved by {approvers}"]
     if run.reason:
-        lines.append(f"why: {trim(run.reason, 500)}")
+        lines.append(f"why: {shown(run.reason, 500)}")
     if run.changed_hosts:
         lines.append(f"hosts changed: {', '.join(run.changed_hosts)}")
     return [section("\n".join(lines))]

@@ -12,8 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
@@ -26,37 +27,74 @@ from agents.runs import Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk
+from bot.slack.work import Tell, WorkQueue
+from tools.errors import DeckhandError
+
+T = TypeVar("T")
 
 log = logging.getLogger("deckhand.slack")
 
 READ_ONLY = "👀 Read-only: running now, no approval needed."
+PATIENCE = 3
+"""Rounds of the client's own 429 retries (each honours Retry-After) before giving up."""
+
+
+class PlanNotPosted(DeckhandError):
+    """Slack would not take the plan message; the run was closed."""
+
+
+def patiently(post: Callable[[], T]) -> T:
+    """Call ``post`` again while Slack answers 429 (the client already slept Retry-After)."""
+    for _ in range(PATIENCE - 1):
+        try:
+            return post()
+        except SlackApiError as exc:
+            if exc.response.status_code != 429:
+                raise
+            log.warning("still rate-limited after the client's retries; trying again")
+    return post()
 
 
 
 @dataclass
 class Directory:
-    """Which Slack user groups a user is in (cached; needs ``usergroups:read``)."""
+    """Which Slack user groups a user is in (cached; needs ``usergroups:read``).
+
+    A failed lookup (a 429, a network error) keeps the last good membership and is retried
+    after ``retry`` seconds, so one rate-limited call never locks group approvers out. While
+    one thread reloads, others read the last good membership instead of waiting.
+    """
 
     client: WebClient
     ttl: float = 300.0
+    retry: float = 15.0
     _groups: dict[str, list[str]] = field(default_factory=dict)
-    _loaded: float = 0.0
+    _next: float = 0.0
+    _loaded: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def groups_of(self, user: str) -> list[str]:
-        with self._lock:
-            if time.monotonic() - self._loaded > self.ttl:
-                self._groups = self._load()
-                self._loaded = time.monotonic()
-            return self._groups.get(user, [])
+        if time.monotonic() >= self._next and self._lock.acquire(blocking=not self._loaded):
+            try:
+                if time.monotonic() >= self._next:
+                    self._refresh()
+            finally:
+                self._lock.release()
+        return self._groups.get(user, [])
+
+    def _refresh(self) -> None:
+        try:
+            self._groups = self._load()
+        except SlackApiError as exc:
+            log.warning("cannot list user groups (%s); keeping the last membership, retrying "
+                        "in %.0f s", exc.response.get("error"), self.retry)
+            self._next = time.monotonic() + self.retry
+            return
+        self._loaded = True
+        self._next = time.monotonic() + self.ttl
 
     def _load(self) -> dict[str, list[str]]:
-        try:
-            reply = self.client.usergroups_list(include_users=True)
-        except SlackApiError as exc:
-            log.warning("cannot list user groups (%s); group approvers will not match",
-                        exc.response.get("error"))
-            return {}
+        reply = self.client.usergroups_list(include_users=True)
         members: dict[str, list[str]] = {}
         groups: list[dict[str, Any]] = reply.get("usergroups", [])
         for group in groups:
@@ -97,6 +135,8 @@ class Bot:
     """The App Home tab, set by bot.slack.listeners.home."""
     watchers: list[Callable[[Run], None]] = field(default_factory=list)
     """Told about every run change (e.g. the App Home); must return quickly."""
+    work: WorkQueue = field(default_factory=WorkQueue)
+    """Where listeners hand off everything that calls the Web API (never Bolt's threads)."""
 
     @property
     def store(self) -> Store:
@@ -124,7 +164,20 @@ class Bot:
                          break_glass=break_glass)
         note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
             if break_glass else None
-        return self.post_plan(plan, run, channel=channel, note=note)
+        try:
+            return patiently(lambda: self.post_plan(plan, run, channel=channel, note=note))
+        except SlackApiError as exc:
+            raise self._unposted(run, user, exc) from exc
+
+    def _unposted(self, run: Run, user: str, exc: SlackApiError) -> PlanNotPosted:
+        """Close a run whose plan could not be posted: nobody could ever approve it."""
+        error = str(exc.response.get("error", "unknown"))
+        self.store.transition(run.id, RunStatus.EXPIRED, expect={RunStatus.AWAITING_APPROVAL},
+                              reason=f"the plan could not be posted to Slack ({error})")
+        self.store.audit("plan_not_posted", actor="deckhand", run_id=run.id,
+                         plan_id=run.plan_id, error=error, requested_by=user)
+        return PlanNotPosted(f"Slack refused the plan message ({error}), so run `{run.id}` "
+                             f"was closed. Try again in a minute.")
 
     def dry_run(self, request: str, *, user: str, channel: str) -> Run:
         """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
@@ -148,8 +201,8 @@ class Bot:
         note = "\n".join(part for part in (note, changes) if part) or None
         blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
                                 note=note, diff=diff)
-        reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
-                                             blocks=blocks)
+        reply = self.client.chat_postMessage(
+            channel=channel, text=f"Plan: {bk.shown(plan.goal, 300)}", blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
         run = self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
         self.changed(run)
@@ -157,21 +210,29 @@ class Bot:
 
     # -- buttons ----------------------------------------------------------------------------
 
-    def approve(self, run_id: str, version: int, plan_hash: str, *, user: str) -> Run:
-        """Record an approval (ApprovalRefused if not allowed) and tell the thread."""
+    def approve(self, run_id: str, version: int, plan_hash: str, *, user: str,
+                origin: dict[str, str] | None = None) -> Run:
+        """Record an approval (ApprovalRefused if not allowed) and tell the thread.
+
+        ``origin`` is where the clicked message is: Slack can show a plan (and deliver a
+        click on it) before the bot has stored where it posted it; replies then go there."""
         run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
                                  plan_version=version, plan_hash=plan_hash,
                                  policy=self.services.config.policy)
+        if origin and not run.meta.get("slack"):
+            run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         needed = approvals_needed(run, self.services.config.policy)
         if run.status is RunStatus.AWAITING_APPROVAL:
             self.thread_reply(run, f"👍 {bk.mention(user)} approved — {needed} more "
                                    f"approval(s) needed.")
         else:
             approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
-            shown = short_id(run.id)
-            self.refresh_plan_message(run, actions=False,
-                                      note=f"✅ Approved by {approvers} — queued as `{shown}`")
-            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{shown}` is queued.")
+            if not self.store.run(run_id).status.terminal:  # never hide an outcome shown
+                self.refresh_plan_message(run, actions=False,
+                                          note=f"✅ Approved by {approvers} — queued as "
+                                               f"`{short_id(run.id)}`")
+            self.thread_reply(run, f"✅ Approved by {approvers}. "
+                                   f"Run `{short_id(run.id)}` is queued.")
         self.changed(run)
         return run
 
@@ -189,7 +250,7 @@ class Bot:
         slack = run.meta["slack"]
         reply = self.client.chat_postMessage(
             channel=slack["channel"], thread_ts=slack["thread_ts"],
-            text=f"Plan v{plan.version}: {plan.goal}",
+            text=f"Plan v{plan.version}: {bk.shown(plan.goal, 300)}",
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                   note=f"Version {plan.version}, modified by {bk.mention(user)}",
                                   diff=self.diff_from_previous(run)))
@@ -198,14 +259,16 @@ class Bot:
         return run
 
     def reject(self, run_id: str, reason: str, *, user: str) -> Run:
+        reason = bk.trim(reason, 500)
+        shown = bk.escape(reason)  # trimmed first, so the cut never falls inside an entity
         run = self.store.transition(run_id, RunStatus.REJECTED,
                                     expect={RunStatus.AWAITING_APPROVAL},
                                     reason=f"rejected by {user}: {reason}")
         self.store.audit("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
                          reason=reason)
         self.refresh_plan_message(run, actions=False,
-                                  note=f"🚫 Rejected by {bk.mention(user)}: {reason}")
-        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {reason}")
+                                  note=f"🚫 Rejected by {bk.mention(user)}: {shown}")
+        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {shown}")
         self.changed(run)
         return run
 
@@ -243,7 +306,7 @@ class Bot:
             return
         plan = self.store.plan(run.plan_id, run.plan_version)
         self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
-                                text=f"Plan: {plan.goal}",
+                                text=f"Plan: {bk.shown(plan.goal, 300)}",
                                 blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                                       actions=actions, note=note,
                                                       diff=self.diff_from_previous(run)))
@@ -257,6 +320,16 @@ class Bot:
         return diff_plans(self.store.plan(run.plan_id, previous),
                           self.store.plan(run.plan_id, run.plan_version))
 
+    def teller(self, body: dict[str, Any], respond: Respond | None = None) -> Tell:
+        """How a job tells whoever sent ``body`` that it failed (redacted, escaped)."""
+        def tell(text: str) -> None:
+            if respond is not None and body.get("response_url"):
+                respond(text=bk.trim(bk.notice(self.services.redact(text)), 3000),
+                        response_type="ephemeral")
+            else:
+                self.tell(body, text)
+        return tell
+
     def tell(self, body: dict[str, Any], text: str) -> None:
         """Tell whoever sent ``body`` (a command, click or event): ephemerally in its channel,
         or by DM when it has none (the App Home, modals)."""
@@ -266,6 +339,7 @@ class Bot:
             or (body.get("event") or {}).get("channel")
         if not user:
             return
+        text = bk.trim(bk.notice(self.services.redact(text)), 3000)
         if channel:
             self.ephemeral(channel=channel, user=user, text=text)
         else:

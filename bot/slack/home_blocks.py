@@ -94,7 +94,8 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
     rule = policy.strictest(run.scopes)
     have = rule.min_approvals - approvals_needed(run, policy)
     where = ", ".join(run.scopes)
-    return bk.trim(f"*{run.goal}*\n`{short_id(run.id)}` · plan v{run.plan_version} · {where} · "
+    return bk.trim(f"*{bk.shown(run.goal, 300)}*\n`{short_id(run.id)}` · plan "
+                   f"v{run.plan_version} · {where} · "
                    f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
                    f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
@@ -135,7 +136,8 @@ def _active_line(run: Run, now: float) -> str:
     running = [s for s in run.steps.values() if s.status is StepStatus.RUNNING]
     now_doing = ", ".join(_running_step(s.id, run) for s in running[:3])
     state = run.status.value.replace("_", " ")
-    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` *{state}* — {run.goal}",
+    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` *{state}* — "
+             f"{bk.shown(run.goal, 300)}",
              f"{done}/{len(run.steps)} steps"]
     if now_doing:
         parts.append(f"now: {now_doing}")
@@ -156,7 +158,7 @@ def _recent_line(run: Run, now: float) -> str:
     took = f" in {run.duration:.0f}s" if run.duration is not None else ""
     state = run.status.value.replace('_', ' ')
     return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {state}{took}"
-            f" — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
+            f" — {bk.shown(run.goal, 300)} · {_ago(run.finished_at or run.created_at, now)}")
 
 
 def _env_line(environment: str, lock: LockInfo | None, deployed: Where | None) -> str:

@@ -14,7 +14,7 @@ from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.metrics import Metrics
 from bot.slack.app import build_app
 from bot.slack.home import change_listener_factory
-from bot.slack.http import Router, serve_http
+from bot.slack.http import HttpLimits, Router, serve_http
 from bot.slack.observe import observe_slack
 from bot.slack.thread import thread_listener_factory
 from bot.slack.timeline_upload import timeline_listener_factory
@@ -37,6 +37,8 @@ class BotRuntime:
         self.metrics.watch_queue(services.store)
         self.metrics.watch_history(services.store, list(services.config.inventory.environments),
                                    undo_window=services.config.history.undo_window_hours * 3600)
+        work = self.bot.work
+        self.metrics.watch_work(work.depth, lambda: work.refused)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))
@@ -44,6 +46,7 @@ class BotRuntime:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: Any = None
+        self.metrics_server: Any = None
 
     def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
@@ -73,22 +76,41 @@ class BotRuntime:
     def workers_alive(self) -> bool:
         return not self.workers or any(t.is_alive() for t in self._threads)
 
-    def router(self, extra: dict[str, Any] | None = None) -> Router:
-        routes = {"/metrics": self.metrics.wsgi_app(), **(extra or {})}
-        return Router(self.app, self.services.store, ready=self.workers_alive, extra=routes)
+    def router(self, extra: dict[str, Any] | None = None, *, public_metrics: bool = False
+               ) -> Router:
+        """The public routes; ``/metrics`` only when the operator puts it here explicitly."""
+        routes = {"/metrics": self.metrics.wsgi_app()} if public_metrics else {}
+        return Router(self.app, self.services.store, ready=self.workers_alive,
+                      extra={**routes, **(extra or {})})
 
-    def start_http(self, *, host: str, port: int) -> Any:
-        """Serve HTTP in a background thread; returns the server (``.effective_port``)."""
-        self._server = serve_http(self.router(), host=host, port=port)
-        thread = threading.Thread(target=self._serve_http, daemon=True, name="http")
-        thread.start()
+    def start_http(self, *, host: str, port: int, limits: HttpLimits | None = None,
+                   metrics: tuple[str, int] | None = None, public_metrics: bool = False) -> Any:
+        """Serve HTTP in a background thread; returns the server (``.effective_port``).
+
+        ``metrics`` (host, port) serves ``/metrics`` on a listener of its own."""
+        self._server = serve_http(self.router(public_metrics=public_metrics), host=host,
+                                  port=port, limits=limits)
+        threading.Thread(target=self._serve_http, daemon=True, name="http").start()
+        if metrics is not None:
+            self.metrics_server = self.metrics.serve(host=metrics[0], port=metrics[1])
         return self._server
 
     def serve_socket_mode(self, app_token: str) -> None:
-        """Connect to Slack over Socket Mode and handle events until interrupted."""
+        """Connect to Slack over Socket Mode and handle events until stopped or interrupted."""
+        handler = self.connect_socket_mode(app_token)
+        try:
+            self._stop.wait()
+        finally:
+            handler.close()
+
+    def connect_socket_mode(self, app_token: str) -> Any:
+        """Open the Socket Mode link (after checking the token); returns the handler."""
         from slack_bolt.adapter.socket_mode import SocketModeHandler
 
-        SocketModeHandler(self.app, app_token).start()  # type: ignore[no-untyped-call]
+        check_app_token(self.bot.client.base_url, app_token)
+        handler = SocketModeHandler(self.app, app_token)
+        handler.connect()  # type: ignore[no-untyped-call]
+        return handler
 
     def _serve_http(self) -> None:
         try:
@@ -105,9 +127,39 @@ class BotRuntime:
             self.bot.scheduler.shutdown()
         if self._server is not None:
             self._server.close()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         for thread in self._threads:
             thread.join(30)
+        self.bot.work.stop()
         self.services.close()
+
+
+def check_app_token(base_url: str, app_token: str) -> str:
+    """The WebSocket URL Slack offers this app token; a ConfigError in one line otherwise
+    (a bad token, no network, an answer with no URL), never a traceback or a retry loop."""
+    from slack_sdk.errors import SlackApiError
+
+    from tools.errors import ConfigError, Problem
+
+    if not app_token.startswith("xapp-"):
+        raise ConfigError([Problem("environment", "SLACK_APP_TOKEN must be the app-level "
+                                   "token (xapp-…, Basic Information → App-Level Tokens)")])
+    client = WebClient(base_url=base_url)
+    try:
+        url = client.apps_connections_open(app_token=app_token).get("url")
+    except SlackApiError as exc:
+        raise ConfigError([Problem("environment", f"Slack refused SLACK_APP_TOKEN "
+                                   f"({exc.response.get('error')}); it needs the "
+                                   f"connections:write scope and Socket Mode enabled")]) from exc
+    except OSError as exc:
+        raise ConfigError([Problem("network", f"cannot reach Slack at {base_url} "
+                                   f"({getattr(exc, 'reason', exc)})")]) from exc
+    if not url:
+        raise ConfigError([Problem("slack", "Slack opened no Socket Mode connection (no URL "
+                                   "in apps.connections.open); is Socket Mode enabled?")])
+    return str(url)
 
 
 def _host() -> str:

@@ -1,10 +1,12 @@
 """Live thread updates for a run: one status message edited in place, plus announcements.
 
 Executor listeners must be quick (they run under the executor's lock), so the listener only
-records what happened; a sender thread per run does all Slack I/O in order: failure
-replies, the rollback announcement (broadcast to the channel), and the status message,
-which it edits at most once per ``interval`` seconds. The final status and the summary are
-always sent, through Slack's rate limits (the client honours Retry-After).
+records what happened. Two sender threads per run do the Slack I/O, so announcements are
+never queued behind rate-limited status edits: one posts failure replies, the rollback
+announcement (broadcast to the channel) and the summary in order; the other edits the
+status message at most once per ``interval`` seconds. The final status edit is retried
+until it lands (each try honours Retry-After), and the summary waits for it a bounded time,
+so the status reads final before the summary when Slack allows it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from slack_sdk.errors import SlackApiError
 
 from agents import logcontext
 from agents.executor import Listener
-from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.policy import Policy
@@ -33,6 +34,8 @@ from bot.slack import blocks as bk
 log = logging.getLogger("deckhand.slack.thread")
 
 Post = Callable[[], Any]
+FINAL_ATTEMPTS = 12
+"""Tries of the final status edit (each after the client's own Retry-After retries)."""
 
 
 class ThreadUpdater:
@@ -40,21 +43,29 @@ class ThreadUpdater:
 
     def __init__(self, client: WebClient, plan: Plan, *, channel: str, thread_ts: str,
                  interval: float = 1.0, status_ts: str | None = None,
-                 policy: Policy | None = None):
+                 policy: Policy | None = None, plan_ts: str | None = None):
         self.client, self.plan, self.policy = client, plan, policy
+        self.plan_ts = plan_ts
+        self.final_wait = 15.0
+        """Seconds the summary waits for the final status edit to land."""
+        """The top-level plan message: it ends showing the outcome, for the channel."""
         self.channel, self.thread_ts = channel, thread_ts
         self.interval = interval
         self.status_ts = status_ts
         self._snapshot: Run | None = None
         self._dirty = False
         self._finished = False
-        self._outbox: deque[Post] = deque()
+        self._outbox: deque[tuple[Post, bool]] = deque()
+        """Announcements, each with whether it waits for the final status (the summary)."""
         self._wake = threading.Condition()
+        self._final_sent = threading.Event()
         self._last_update = 0.0
-        self._inherit = logcontext.inherit()  # the sender's log lines name the run too
-        self._sender = threading.Thread(target=self._send_loop, daemon=True,
-                                        name=f"slack-thread-{thread_ts}")
-        self._sender.start()
+        self._inherit = logcontext.inherit()  # the senders' log lines name the run too
+        self._senders = [threading.Thread(target=target, daemon=True, name=f"{name}-{thread_ts}")
+                         for target, name in ((self._status_loop, "slack-status"),
+                                              (self._announce_loop, "slack-announce"))]
+        for sender in self._senders:
+            sender.start()
 
     # -- listener side (fast, under the executor's lock) --------------------------------------
 
@@ -67,23 +78,25 @@ class ThreadUpdater:
             self._queue_announcements(event, snapshot)
             if event.kind is EventKind.RUN_FINISHED:
                 self._finished = True
-            self._wake.notify()
+            self._wake.notify_all()
 
     def _queue_announcements(self, event: Event, run: Run) -> None:
         failed = event.kind is EventKind.STEP_FINISHED and event.status == StepStatus.FAILED
         if failed and event.step_id:
             state = run.states(event.phase)[event.step_id]
-            self._outbox.append(lambda: self._reply(bk.failure_blocks(event.step_id or "", state),
-                                                    f"{event.step_id} failed"))
+            self._announce(lambda: self._reply(bk.failure_blocks(event.step_id or "", state),
+                                               f"{event.step_id} failed"))
         elif event.kind is EventKind.ROLLBACK_STARTED and event.phase is Phase.ROLLBACK:
             text = bk.rollback_text(run, self.plan)
-            self._outbox.append(lambda: self._reply([bk.section(text)], text, broadcast=True))
+            self._announce(lambda: self._reply([bk.section(text)], text, broadcast=True))
         elif event.kind is EventKind.REPLANNED and event.plan is not None:
             self._replanned(Plan.model_validate(event.plan), event, run)
         elif event.kind is EventKind.RUN_FINISHED:
             self._queue_output(run)
-            self._outbox.append(lambda: self._reply(bk.summary_blocks(self.plan, run),
-                                                    f"run {short_id(run.id)}: {run.status.value}"))
+            self._announce(lambda: self._reply(bk.summary_blocks(self.plan, run),
+                                               bk.outcome_text(self.plan, run), broadcast=True),
+                           after_final=True)
+            self._announce(lambda: self._show_outcome(run))
 
     def _queue_output(self, run: Run) -> None:
         """A read-only run (status…) answers with its output, posted before the summary."""
@@ -91,87 +104,108 @@ class ThreadUpdater:
             return
         output = step_output(run)
         blocks = bk.output_blocks(", ".join(s.id for s in self.plan.steps), output)
-        self._outbox.append(lambda: self._reply(blocks, output[:2000] or "(no output)"))
+        self._announce(lambda: self._reply(blocks, output[:2000] or "(no output)"),
+                       after_final=True)
 
     def _replanned(self, plan: Plan, event: Event, run: Run) -> None:
         """Show the revised plan and what changed; buttons when it needs approval."""
         diff, self.plan = diff_plans(self.plan, plan), plan
         approval = event.status == "needs_approval"
-        note = (f"🔁 Replanned after {bk.trim(event.error or 'a failure', 300)}. "
+        note = (f"🔁 Replanned after {bk.shown(event.error or 'a failure', 300)}. "
                 + ("It changes what runs on hosts, so it needs approval again."
                    if approval else "Only read-only steps changed: continuing."))
         if self.policy is None:
-            self._outbox.append(lambda: self._reply([bk.section(note)], note))
+            self._announce(lambda: self._reply([bk.section(note)], note))
             return
         blocks = bk.plan_blocks(plan, run, self.policy, actions=approval, note=note, diff=diff)
-        self._outbox.append(lambda: self._reply(blocks, f"Replanned: version {plan.version}",
-                                                broadcast=approval))
+        self._announce(lambda: self._reply(blocks, f"Replanned: version {plan.version}",
+                                           broadcast=approval))
+
+    def _announce(self, post: Post, *, after_final: bool = False) -> None:
+        self._outbox.append((post, after_final))
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait until everything queued (the final status and summary included) is sent."""
         with self._wake:
             self._finished = True
-            self._wake.notify()
-        self._sender.join(timeout)
+            self._wake.notify_all()
+        deadline = time.monotonic() + timeout
+        for sender in self._senders:
+            sender.join(max(0.0, deadline - time.monotonic()))
 
-    # -- sender side (its own thread) -----------------------------------------------------------
+    # -- senders (threads of their own) -------------------------------------------------------
 
-    def _send_loop(self) -> None:
+    def _status_loop(self) -> None:
+        """Edit the status message, coalesced; the final edit is retried until it lands."""
         self._inherit()
         while True:
             with self._wake:
-                while not (self._outbox or self._dirty or self._finished):
+                while not (self._dirty or self._finished):
                     self._wake.wait()
-                final_edit = self._finished and self._dirty
-            if final_edit:  # the status reaches its final state before the summary is posted
-                self._flush_status()
-            self._drain_outbox()  # announcements go out first, in order
-            with self._wake:
-                dirty, finished = self._dirty, self._finished
                 due = self._last_update + self.interval - time.monotonic()
-                if dirty and due > 0 and not finished:
+                if self._dirty and due > 0 and not self._finished:
                     self._wake.wait(due)  # coalesce: at most one edit per interval
                     continue
+                final, dirty = self._finished, self._dirty
             if dirty:
-                self._flush_status()
+                self._flush_status(attempts=FINAL_ATTEMPTS if final else 3)
             with self._wake:
-                if self._finished and not self._outbox and not self._dirty:
-                    return
+                done = final and not self._dirty
+            if done:
+                self._final_sent.set()
+                return
 
-    def _flush_status(self) -> None:
+    def _announce_loop(self) -> None:
+        """Post announcements in order, never behind a status edit."""
+        self._inherit()
+        while True:
+            with self._wake:
+                while not (self._outbox or self._finished):
+                    self._wake.wait()
+                if not self._outbox:
+                    return
+                post, after_final = self._outbox.popleft()
+            if after_final and not self._final_sent.wait(self.final_wait):
+                log.warning("the final status edit is still being retried; summary goes first")
+            self._safely(post)
+
+    def _flush_status(self, *, attempts: int) -> None:
         with self._wake:
             snapshot, self._dirty = self._snapshot, False
         if snapshot is not None:
-            self._send_status(snapshot)
+            self._send_status(snapshot, attempts=attempts)
             self._last_update = time.monotonic()
 
-    def _drain_outbox(self) -> None:
-        while True:
-            with self._wake:
-                if not self._outbox:
-                    return
-                post = self._outbox.popleft()
-            self._safely(post)
-
-    def _send_status(self, run: Run) -> None:
+    def _send_status(self, run: Run, *, attempts: int) -> None:
         blocks = bk.status_blocks(self.plan, run)
-        text = f"run {short_id(run.id)}: {run.status.value}"
+        text = bk.outcome_text(self.plan, run)
         if self.status_ts is None:
             reply = self._safely(lambda: self.client.chat_postMessage(
-                channel=self.channel, thread_ts=self.thread_ts, blocks=blocks, text=text))
+                channel=self.channel, thread_ts=self.thread_ts, blocks=blocks, text=text),
+                attempts=attempts)
             self.status_ts = reply["ts"] if reply else None
         else:
             status_ts = self.status_ts
             self._safely(lambda: self.client.chat_update(
-                channel=self.channel, ts=status_ts, blocks=blocks, text=text))
+                channel=self.channel, ts=status_ts, blocks=blocks, text=text),
+                attempts=attempts)
+
+    def _show_outcome(self, run: Run) -> None:
+        """Edit the top-level plan message so the channel sees how the run ended."""
+        if self.plan_ts is None or self.policy is None:
+            return
+        blocks = bk.plan_blocks(self.plan, run, self.policy, actions=False,
+                                note=bk.outcome_text(self.plan, run))
+        self.client.chat_update(channel=self.channel, ts=self.plan_ts, blocks=blocks,
+                                text=f"Plan: {bk.shown(self.plan.goal, 300)}")
 
     def _reply(self, blocks: list[bk.Block], text: str, *, broadcast: bool = False) -> Any:
         return self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts,
                                             blocks=blocks, text=text, reply_broadcast=broadcast)
 
-    def _safely(self, post: Post) -> Any:
-        """Send, retrying transient failures a few times; a deploy never waits on Slack forever."""
-        for attempt in range(3):
+    def _safely(self, post: Post, *, attempts: int = 3) -> Any:
+        """Send, retrying transient failures; a deploy never waits on Slack forever."""
+        for attempt in range(attempts):
             try:
                 return post()
             except SlackApiError as exc:
@@ -179,7 +213,7 @@ class ThreadUpdater:
                           exc.response.get("error"), attempt + 1)
             except OSError as exc:
                 log.error("cannot reach Slack (%s), attempt %d", exc, attempt + 1)
-            time.sleep(0.5 * (attempt + 1))
+            time.sleep(min(0.5 * (attempt + 1), 5.0))
         return None
 
 
@@ -192,7 +226,8 @@ def thread_listener_factory(client: WebClient, store: Store, *, interval: float 
             return None
         plan = store.plan(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
-                             thread_ts=slack["thread_ts"], interval=interval, policy=policy)
+                             thread_ts=slack["thread_ts"], interval=interval, policy=policy,
+                             plan_ts=slack.get("plan_ts"))
     return factory
 
 

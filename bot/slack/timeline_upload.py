@@ -71,7 +71,8 @@ class TimelineUploader:
                 channel=self.channel, thread_ts=self.thread_ts, content=picture.png,
                 filename=f"{run.id}-timeline.png", title=f"Timeline of {run.id}",
                 alt_txt=_alt_text(run, len(picture.bars)))
-        except (SlackApiError, SlackRequestError, OSError) as exc:
+        except (SlackApiError, SlackRequestError, OSError, ValueError) as exc:
+            # ValueError: urllib refuses an upload URL Slack answered with (e.g. no scheme)
             log.warning("could not upload the timeline of %s: %s", run.id, exc)
             return False
         return True

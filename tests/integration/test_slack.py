@@ -57,11 +57,14 @@ def test_deploy_posts_plan_then_two_approvals_run_it(world: SlackWorld) -> None:
                                               if "SUCCEEDED" in c.text_of_blocks()],
                                      what="the summary")
     assert "critical path" in summary[0].text_of_blocks()
-    updates = world.standin.of("chat.update")
-    status_updates = [u for u in updates if "Run `" in u.text_of_blocks()]
-    assert status_updates and "succeeded" in status_updates[-1].text_of_blocks()
+    # The status message is posted once, then edited. A loaded machine may run the whole run
+    # before the sender first wakes, so its only appearance can be the post (this flaked when
+    # the test looked at edits alone).
+    statuses = [c for c in world.standin.calls if c.method in ("chat.postMessage", "chat.update")
+                and "*Run `" in c.text_of_blocks()]
+    assert statuses and "succeeded" in statuses[-1].text_of_blocks()
     span = max(run.duration or 0, 1.0)
-    assert len(status_updates) <= span / 1.0 + 2  # coalesced to about one edit per second
+    assert len(statuses) <= span / 1.0 + 3  # coalesced to about one edit per second
     assert world.standin.violations == []
 
 
@@ -156,9 +159,9 @@ def test_reject_records_reason(world: SlackWorld) -> None:
 def test_unknown_request_and_invalid_params_get_clear_answers(world: SlackWorld) -> None:
     world.deploy("make me a sandwich")
     world.deploy("v2.3.1;reboot")
-    found = world.standin.wait_for(lambda: len(world.standin.of("chat.postEphemeral")) >= 2
-                                   and world.standin.of("chat.postEphemeral"))
-    texts = " ".join(c.payload["text"] for c in found)
+    found = world.standin.wait_for(lambda: len(world.standin.responses) >= 2
+                                   and world.standin.responses)
+    texts = " ".join(r["text"] for r in found)
     assert "don't know how to plan" in texts and "does not match the pattern" in texts
     assert world.store.runs() == []
 
@@ -172,7 +175,8 @@ def test_rate_limited_updates_still_deliver_the_final_status(world: SlackWorld) 
     assert run.status is RunStatus.SUCCEEDED
     world.standin.wait_for(lambda: any("succeeded" in c.text_of_blocks() and "Run `" in
                                        c.text_of_blocks()
-                                       for c in world.standin.of("chat.update")),
+                                       for c in world.standin.of("chat.update")
+                                       + world.standin.of("chat.postMessage")),
                            what="the final status edit")
 
 
@@ -186,16 +190,16 @@ def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
     run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
     world.signer.command("/deckhand", f"cancel {run_id}", user="UMALLORY",
                          response_url=f"{world.standin.url}/response/c")
-    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
-    assert "only the requester (UALICE) or an approver" in refusal[0].payload["text"]
+    refusal = world.standin.wait_for(lambda: world.standin.responses[1:])
+    assert "only the requester (<@UALICE>) or an approver" in refusal[0]["text"]
     assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
     world.signer.command("/deckhand", f"cancel {short_id(run_id)}", user="UALICE",
                          response_url=f"{world.standin.url}/response/c")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
     assert world.store.run(run_id).status is RunStatus.CANCELLED
     world.signer.command("/deckhand", "runs", user="UBOB",
                          response_url=f"{world.standin.url}/response/r")
-    world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
+    world.standin.wait_for(lambda: len(world.standin.responses) >= 4)
     assert short_id(run_id) in world.standin.responses[-1]["text"]
 
 
@@ -262,3 +266,38 @@ def test_read_only_request_runs_without_approval(world: SlackWorld) -> None:
                                  r[0].status.terminal and r[0], what="the status run")
     assert run.status is RunStatus.SUCCEEDED and run.approvals == []
     assert "queued_read_only" in [e.action for e in world.store.audit_log(run_id=run.id)]
+
+
+def test_the_channel_sees_the_outcome(world: SlackWorld) -> None:
+    world.deploy("v2.3.1 to staging")
+    plan = world.plan_message()
+    value = button(plan, "approve")
+    world.click("approve", value, user="UBOB")
+    run = world.wait_run(bk.parse_button_value(value)[0])
+    assert run.status is RunStatus.SUCCEEDED
+    plan_ts = plan.reply["ts"]
+    last = world.standin.wait_for(
+        lambda: (u := [c for c in world.standin.of("chat.update") if c.payload["ts"] == plan_ts])
+        and "succeeded" in u[-1].text_of_blocks() and u[-1], what="the plan message's outcome")
+    assert not _actions(last)
+    summary = [c for c in world.standin.of("chat.postMessage") if "SUCCEEDED" in c.text_of_blocks()]
+    assert summary[0].payload.get("reply_broadcast") in (True, "true", "1", 1)
+    assert "succeeded" in summary[0].payload["text"] and "run run-" not in summary[0].payload["text"]
+
+
+def test_announcements_do_not_wait_behind_rate_limited_status_edits(world: SlackWorld) -> None:
+    world.deploy("v2.4.0-broken to staging")
+    value = button(world.plan_message(), "approve")
+    world.standin.rate_limit("chat.update", times=12, retry_after=1)  # about 12 s of 429s
+    world.click("approve", value, user="UBOB")
+    run = world.wait_run(bk.parse_button_value(value)[0])
+    assert run.status is RunStatus.ROLLED_BACK
+    announce = world.standin.wait_for(
+        lambda: [c for c in world.standin.of("chat.postMessage")
+                 if "Rolling back run" in c.text_of_blocks()], what="the rollback broadcast")
+    final = world.standin.wait_for(
+        lambda: [c for c in world.standin.of("chat.update") if "*Run `" in c.text_of_blocks()
+                 and "rolled back" in c.text_of_blocks()], timeout=60, what="the final status")
+    edits = [c for c in world.standin.of("chat.update") if "*Run `" in c.text_of_blocks()]
+    assert announce[0].at < edits[0].at  # not queued behind the edit stuck in 429s
+    assert final[-1] is edits[-1]  # and the status ends final

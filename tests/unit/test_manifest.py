@@ -22,7 +22,11 @@ def test_manifest_matches_the_listeners() -> None:
     commands = {c["command"] for c in manifest["features"]["slash_commands"]}
     events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
     assert commands == _used(r'@app\.command\("([^"]+)"\)')
-    assert events == _used(r'@app\.event\("([^"]+)"\)')
+    functions = _used(r'FUNCTION = "([^"]+)"')
+    assert events == _used(r'@app\.event\("([^"]+)"\)') | ({"function_executed"} & events)
+    assert set(manifest.get("functions", {})) == functions
+    assert ("function_executed" in events) == bool(functions)
+    assert manifest["settings"]["org_deploy_enabled"] is bool(functions)
     actions = _used(r'@app\.action\(bk\.ActionId\.(\w+)\)')
     views = _used(r'@app\.view\(bk\.ViewId\.(\w+)\)')
     assert actions == {a.name for a in ActionId}, "every action id has exactly one listener"

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from slack_bolt import Ack, App
-from slack_sdk import WebClient
 
 from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
@@ -18,46 +17,69 @@ from bot.slack.bot import Bot
 def register(app: App, bot: Bot) -> None:
     @app.action(bk.ActionId.APPROVE)
     def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        value = bk.parse_button_value(action["value"])
+        bot.work.submit("Approve", lambda: _approve(bot, body, *value), tell=bot.teller(body))
         ack()
-        run_id, version, plan_hash = bk.parse_button_value(action["value"])
-        try:
-            bot.approve(run_id, version, plan_hash, user=body["user"]["id"])
-        except ApprovalRefused as exc:
-            bot.tell(body, f"🚫 Not approved: {exc}")
-            if not body.get("channel"):  # clicked in the App Home: show it as it is now
-                bot.changed(bot.store.run(run_id))
 
     @app.action(bk.ActionId.ROLLBACK_TO)
     def rollback_to(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        ack()  # an ordinary plan: validated, posted for approval like any other
-        bot.propose(rollback_request(action), user=body["user"]["id"],
-                    channel=body["channel"]["id"])
+        request = rollback_request(action)  # an ordinary plan, approved like any other
+        bot.work.submit("Roll back", lambda: bot.propose(request, user=body["user"]["id"],
+                                                         channel=body["channel"]["id"]),
+                        tell=bot.teller(body))
+        ack()
 
     @app.action(bk.ActionId.MODIFY)
-    def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any],
-               client: WebClient) -> None:
-        ack()
+    def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         run_id, version, _ = bk.parse_button_value(action["value"])
-        run = bot.store.run(run_id)
-        if not _may_steer(bot, run, body):
-            return
-        if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
-            bot.ephemeral(channel=body["channel"]["id"], user=body["user"]["id"],
-                          text=f"This plan can no longer be modified (run is "
-                               f"{run.status.value}, plan version {run.plan_version}).")
-            return
-        plan = bot.store.plan(run.plan_id, run.plan_version)
-        client.views_open(trigger_id=body["trigger_id"],
-                          view=bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)))
+        bot.work.submit("Modify", lambda: _open_modify(bot, body, run_id, version),
+                        tell=bot.teller(body))
+        ack()
 
     @app.action(bk.ActionId.REJECT)
-    def reject(ack: Ack, body: dict[str, Any], action: dict[str, Any],
-               client: WebClient) -> None:
-        ack()
+    def reject(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         run_id, _, _ = bk.parse_button_value(action["value"])
-        run = bot.store.run(run_id)
-        if _may_steer(bot, run, body):
-            client.views_open(trigger_id=body["trigger_id"],
+        bot.work.submit("Reject", lambda: _open_reject(bot, body, run_id),
+                        tell=bot.teller(body))
+        ack()
+
+
+def _approve(bot: Bot, body: dict[str, Any], run_id: str, version: int, plan_hash: str
+             ) -> None:
+    try:
+        bot.approve(run_id, version, plan_hash, user=body["user"]["id"], origin=_origin(body))
+    except ApprovalRefused as exc:
+        bot.tell(body, f"🚫 Not approved: {exc}")
+        if not body.get("channel"):  # clicked in the App Home: show it as it is now
+            bot.changed(bot.store.run(run_id))
+
+
+def _origin(body: dict[str, Any]) -> dict[str, str] | None:
+    """The clicked top-level message, as the run's ``meta["slack"]`` would record it."""
+    container, channel = body.get("container") or {}, (body.get("channel") or {}).get("id")
+    ts = container.get("message_ts")
+    if not channel or not ts or container.get("thread_ts"):
+        return None
+    return {"channel": channel, "thread_ts": ts, "plan_ts": ts}
+
+
+def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int) -> None:
+    run = bot.store.run(run_id)
+    if not _may_steer(bot, run, body):
+        return
+    if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
+        bot.tell(body, f"This plan can no longer be modified (run is {run.status.value}, "
+                       f"plan version {run.plan_version}).")
+        return
+    plan = bot.store.plan(run.plan_id, run.plan_version)
+    bot.client.views_open(trigger_id=body["trigger_id"],
+                          view=bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)))
+
+
+def _open_reject(bot: Bot, body: dict[str, Any], run_id: str) -> None:
+    run = bot.store.run(run_id)
+    if _may_steer(bot, run, body):
+        bot.client.views_open(trigger_id=body["trigger_id"],
                               view=bk.reject_modal(_metadata(run, body)))
 
 

@@ -12,6 +12,7 @@ from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.listeners.common import first_delivery
 from bot.slack.listeners.schedules import schedule_reply
+from bot.slack.work import BUSY
 
 DEPLOY_USAGE = ("Usage: `/deploy v2.3.1` — or any request the planner knows, e.g. "
                 "`/deploy v2.3.1 to staging`. `/deckhand help` lists everything.")
@@ -28,25 +29,37 @@ def register(app: App, bot: Bot) -> None:
         if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
             ack()
             return
+        user, channel = command["user_id"], command["channel_id"]
         request, glass = _break_glass_flag(text)
         request, dry = _dry_run_flag(request)
-        ack(f"{'Dry-running' if dry else 'Planning'} `{bk.trim(request, 200)}`…")
-        user, channel = command["user_id"], command["channel_id"]
-        if dry:
-            bot.dry_run(f"deploy {request}", user=user, channel=channel)
-        else:
-            bot.propose(f"deploy {request}", user=user, channel=channel, break_glass=glass)
+        request = request if request.lower().startswith("deploy ") else f"deploy {request}"
+
+        def work() -> None:
+            if dry:
+                bot.dry_run(request, user=user, channel=channel)
+            else:
+                bot.propose(request, user=user, channel=channel, break_glass=glass)
+        queued = bot.work.submit("/deploy", work, tell=bot.teller(command, respond),
+                                 tell_busy=False)
+        doing = "Dry-running" if dry else "Planning"
+        ack(f"{doing} `{bk.escape(bk.trim(text, 200))}`…" if queued else BUSY)
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
-        ack()
-        text = command.get("text", "")
-        user = command["user_id"]
-        reply = answer(bot, text, user=user, channel=command["channel_id"])
-        if isinstance(reply, list):
-            respond(blocks=reply, text="deckhand")
+        text, user, channel = command.get("text", ""), command["user_id"], command["channel_id"]
+
+        def reply() -> None:
+            answered = answer(bot, text, user=user, channel=channel)
+            if isinstance(answered, list):
+                respond(blocks=answered, text="deckhand", response_type="ephemeral")
+            else:
+                respond(text=bk.trim(answered, 3900), response_type="ephemeral")
+        queued = bot.work.submit("/deckhand", reply, tell=bot.teller(command, respond),
+                                 tell_busy=False)
+        if queued:
+            ack()
         else:
-            respond(bk.trim(reply, 3900))
+            ack(BUSY)
 
 
 def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Block]:
@@ -58,7 +71,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
     if verb == "status" and args:
         run = bot.store.find_run(args[0])
         return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {run.status.value} — "
-                f"{run.goal}" + (f"\nwhy: {run.reason}" if run.reason else ""))
+                f"{bk.escape(run.goal)}" + (f"\nwhy: {bk.escape(run.reason)}" if run.reason
+                                            else ""))
     if verb == "where":
         env = args[0] if args else None
         states = ([bot.store.deployed_state(env)] if env else bot.store.deployed_states())
@@ -79,12 +93,13 @@ def _runs_text(bot: Bot) -> str:
     if not runs:
         return "No runs yet. Start one with `/deploy v2.3.1`."
     return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{short_id(r.id)}` {r.status.value} — "
-                     f"{r.goal} ({bk.mention(r.requested_by)})" for r in runs)
+                     f"{bk.escape(r.goal)} "
+                     f"({bk.mention(r.requested_by)})" for r in runs)
 
 
 def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:
     run = bot.store.find_run(typed)  # a unique prefix is enough
-    bot.check_may_steer(run, user)  # refusal reaches the error handler
+    bot.check_may_steer(run, user)  # a refusal is told by the work queue
     after = bot.cancel(run.id, user=user)
     return f"`{short_id(run.id)}` is {after.status.value}."
 

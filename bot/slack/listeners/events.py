@@ -19,4 +19,6 @@ def register(app: App, bot: Bot) -> None:
         text = _MENTION.sub("", event.get("text", "")).strip()
         if not text or not first_delivery(bot, f"evt:{body.get('event_id')}"):
             return
-        bot.propose(text, user=event["user"], channel=event["channel"])
+        user, channel = event["user"], event["channel"]
+        bot.work.submit("@deckhand", lambda: bot.propose(text, user=user, channel=channel),
+                        tell=bot.teller(body))

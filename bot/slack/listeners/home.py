@@ -17,4 +17,5 @@ def register(app: App, bot: Bot) -> None:
     @app.event("app_home_opened")
     def home_opened(event: dict[str, Any]) -> None:
         if event.get("tab", "home") == "home":  # the Messages tab fires this event too
-            home.opened(event["user"])
+            user = event["user"]
+            bot.work.submit("App Home", lambda: home.opened(user))

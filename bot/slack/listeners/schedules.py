@@ -23,8 +23,8 @@ def schedule_reply(bot: Bot, text: str, *, user: str, channel: str) -> str:
                                     channel=channel, services=bot.services,
                                     now=datetime.now(UTC))
     _follow_up(bot, reply, user=user, channel=channel)
-    lines = [reply.text, *(view.describe() for view in reply.schedules)]
-    return "\n".join(line for line in lines if line)
+    described = [v.describe() for v in reply.schedules if v.describe() not in reply.text]
+    return "\n".join(bk.escape(line) for line in (reply.text, *described) if line)
 
 
 def _follow_up(bot: Bot, reply: ScheduleReply, *, user: str, channel: str) -> None:
@@ -57,11 +57,13 @@ def post_occurrence(bot: Bot, occurrence: Occurrence) -> None:
 def register(app: App, bot: Bot) -> None:
     @app.action(bk.ActionId.SCHEDULE_CONFIRM)
     def confirm(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        ack()
         words = json.loads(action["value"])
         user, channel = body["user"]["id"], body["channel"]["id"]
-        bot.ephemeral(channel=channel, user=user,
-                      text=schedule_reply(bot, _requote(words), user=user, channel=channel))
+        bot.work.submit("schedule confirm", lambda: bot.ephemeral(
+            channel=channel, user=user,
+            text=schedule_reply(bot, _requote(words), user=user, channel=channel)),
+            tell=bot.teller(body))
+        ack()
 
 
 def _requote(words: list[str]) -> str:

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from slack_bolt import Ack, App
-from slack_sdk import WebClient
 
 from agents.errors import PlanInvalid
 from agents.plan import Plan
@@ -18,52 +17,68 @@ from tools.errors import DeckhandError
 
 def register(app: App, bot: Bot) -> None:
     @app.view(bk.ViewId.MODIFY_SUBMIT)
-    def modify_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any],
-                      client: WebClient) -> None:
-        meta = json.loads(view["private_metadata"])
-        user = body["user"]["id"]
-        run = bot.store.run(meta["run"])
-        bot.check_may_steer(run, user)
+    def modify_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
+        run = bot.store.run(json.loads(view["private_metadata"])["run"])
         plan = bot.store.plan(run.plan_id, run.plan_version)
-        instruction = _value(view, "instruction")
-        edited = _value(view, "yaml")
+        instruction, edited = _value(view, "instruction"), _value(view, "yaml")
         if edited and edited.strip() != plan_to_yaml(plan).strip():
-            _submit_yaml(ack, bot, plan, run.id, edited, user)
+            _submit_yaml(ack, bot, body, plan, run.id, edited)
             return
         if not instruction:
             ack(response_action="errors",
                 errors={"instruction": "Describe the change, or edit the YAML below."})
             return
-        ack(response_action="update", view=bk.notice_modal("Revising…",
-                                                           f"Re-planning: _{instruction}_"))
-        try:
-            revised = bot.services.planner.modify(plan, instruction, requested_by=user)
-            bot.revise(run.id, revised, user=user)
-            text = f"Posted version {revised.version} in the thread."
-        except DeckhandError as exc:
-            text = f"⚠️ Could not revise the plan: {exc}"
-        client.views_update(view_id=body["view"]["id"],
-                            view=bk.notice_modal("Modify plan", bk.trim(text, 2900)))
+        bot.work.submit("Modify", lambda: _replan(bot, body, plan, run.id, instruction),
+                        tell=bot.teller(body))
+        ack(response_action="update",
+            view=bk.notice_modal("Revising…", f"Re-planning: _{bk.escape(instruction)}_"))
 
     @app.view(bk.ViewId.REJECT_SUBMIT)
     def reject_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
+        run_id = json.loads(view["private_metadata"])["run"]
+        reason = _value(view, "reason") or "no reason given"
+        bot.work.submit("Reject", lambda: _reject(bot, body, run_id, reason),
+                        tell=bot.teller(body))
         ack()
-        meta = json.loads(view["private_metadata"])
-        user = body["user"]["id"]
-        bot.check_may_steer(bot.store.run(meta["run"]), user)
-        bot.reject(meta["run"], _value(view, "reason") or "no reason given", user=user)
 
 
-def _submit_yaml(ack: Ack, bot: Bot, plan: Plan, run_id: str, text: str, user: str) -> None:
+def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction: str) -> None:
+    """Ask the planner for a revision and show the outcome in the modal."""
+    user = body["user"]["id"]
+    try:
+        bot.check_may_steer(bot.store.run(run_id), user)
+        revised = bot.services.planner.modify(plan, instruction, requested_by=user)
+        bot.revise(run_id, revised, user=user)
+        text = f"Posted version {revised.version} in the thread."
+    except DeckhandError as exc:
+        text = (f"⚠️ Could not revise the plan: {bk.escape(str(exc))}\n"
+                f"Your instruction, to try again: _{bk.escape(instruction)}_")
+    bot.client.views_update(view_id=body["view"]["id"],
+                            view=bk.notice_modal("Modify plan", bk.trim(text, 2900)))
+
+
+def _reject(bot: Bot, body: dict[str, Any], run_id: str, reason: str) -> None:
+    user = body["user"]["id"]
+    bot.check_may_steer(bot.store.run(run_id), user)
+    bot.reject(run_id, reason, user=user)
+
+
+def _submit_yaml(ack: Ack, bot: Bot, body: dict[str, Any], plan: Plan, run_id: str,
+                 text: str) -> None:
     """Validate the edit before acking, so problems show inside the modal."""
+    user = body["user"]["id"]
     try:
         revised = plan_from_yaml(plan, text, edited_by=user)
         bot.services.check(revised)
     except (ValueError, PlanInvalid) as exc:
         ack(response_action="errors", errors={"yaml": bk.trim(str(exc), 2000)})
         return
+
+    def revise() -> None:
+        bot.check_may_steer(bot.store.run(run_id), user)
+        bot.revise(run_id, revised, user=user)
+    bot.work.submit("Modify", revise, tell=bot.teller(body))
     ack()
-    bot.revise(run_id, revised, user=user)
 
 
 def _value(view: dict[str, Any], block_id: str) -> str:
