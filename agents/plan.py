@@ -11,27 +11,70 @@ import json
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents import graph
 from agents.errors import PlanInvalid
 from agents.policy import Policy
-from tools.catalog import NAME, OUTPUT_REF, Catalog, ParamValue, Tool, unknown_tool_message
+from tools.catalog import (
+    NAME,
+    OUTPUT_REF,
+    Catalog,
+    ParamSpec,
+    ParamType,
+    ParamValue,
+    Tool,
+    unknown_tool_message,
+)
 from tools.inventory import Inventory
+from tools.regex import compile_safe
 
 MAX_STEPS = 60
 
 
 class Success(BaseModel):
-    """How the executor decides a step succeeded (checked deterministically)."""
+    """Checks a plan adds to its tool's own (tools.yml ``success``); it can never relax them.
+
+    ``exit_code`` may only restate the tool's exit code; anything else is refused.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    exit_code: int = 0
+    exit_code: int | None = Field(default=None, description="null: the tool's exit code")
     output_pattern: str | None = Field(default=None, max_length=200,
                                        description="regex that must match a line of output")
+
+    @field_validator("output_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_safe(value)  # ValueError: a validation error naming the problem
+        return value
+
+    def describe(self) -> str:
+        """For approvers, e.g. ``exit 0 · output matches 'ok$'``."""
+        parts = [f"exit {self.exit_code}"] if self.exit_code is not None else []
+        if self.output_pattern:
+            parts.append(f"output matches {self.output_pattern!r}")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What the executor checks for one step: the tool's exit code, every required pattern."""
+
+    exit_code: int
+    patterns: tuple[str, ...] = ()
+
+
+def success_criteria(tool: Tool, step: Step | RollbackStep) -> Criteria:
+    """The tool's own checks plus the plan's extra patterns (a plan only adds, never relaxes)."""
+    extra = step.success if isinstance(step, Step) and step.success else Success()
+    patterns = (tool.success.output_pattern, extra.output_pattern)
+    return Criteria(tool.success.exit_code, tuple(p for p in patterns if p))
 
 
 class Step(BaseModel):
@@ -186,6 +229,7 @@ class PlanChecker:
             tool = self.catalog.get(step.tool)
             out += [f"step {step.id}: {p}" for p in self.catalog.param_problems(tool, step.params)]
             out += self._environment_problem(step.id, tool, step.params)
+            out += _success_problem(step, tool)
         return out
 
     def _environment_problem(self, step_id: str, tool: Tool,
@@ -236,7 +280,8 @@ class PlanChecker:
         tool = self.catalog.get(self.plan.step(source).tool)
         if output not in tool.outputs:
             return [f"step {step_id}: tool {tool.name} (step {source}) has no output {output!r}"]
-        return []
+        consumer = self.catalog.get(self.plan.step(step_id).tool)
+        return _ref_type_problem(step_id, key, consumer.params.get(key), tool.name, output)
 
     def _rollback_coverage(self) -> list[str]:
         if not self.policy.require_rollback:
@@ -273,13 +318,40 @@ class PlanChecker:
         return out
 
 
-def is_read_only(plan: Plan, catalog: Catalog) -> bool:
-    """Whether ``plan`` is one read-only tool call (e.g. status): no approval needed.
+def _ref_type_problem(step_id: str, key: str, spec: ParamSpec | None, source_tool: str,
+                      output: str) -> list[str]:
+    """An output is a string caught by its tool's pattern; it may feed a constrained parameter
+    only of the same name (the operator paired them), so a mismatch fails here, not mid-run."""
+    if spec is None:
+        return []  # reported as an unknown parameter
+    if spec.type is not ParamType.STRING:
+        why = f"is {spec.type.value}, but outputs are strings"
+    elif (spec.pattern or spec.enum) and key != output:
+        why = "has a pattern or allowed values that this output is not declared to meet"
+    else:
+        return []
+    return [f"step {step_id}: parameter {key!r} cannot take output {output!r} of tool "
+            f"{source_tool}: it {why}"]
 
-    The over-planning guard: front ends may run such a plan at once. A plan of several
-    steps, or with any step whose tool changes hosts (or is unknown), is not.
+
+def _success_problem(step: Step | RollbackStep, tool: Tool) -> list[str]:
+    """A plan may add an output pattern; the exit code that means success is the tool's."""
+    wanted = step.success.exit_code if isinstance(step, Step) and step.success else None
+    if wanted is None or wanted == tool.success.exit_code:
+        return []
+    return [f"step {step.id}: success.exit_code {wanted} would relax tool {tool.name}'s check "
+            f"(exit code {tool.success.exit_code}); a plan may only add an output_pattern"]
+
+
+def is_read_only(plan: Plan, catalog: Catalog) -> bool:
+    """Whether ``plan`` may run at once, without approval: one call of a tool that tools.yml
+    marks ``approval: none`` (e.g. status).
+
+    The over-planning guard answers read-only questions only: a plan of several steps, with
+    rollback steps, or whose tool is unknown or not opted out of approval (notifications
+    included: they change what people see) is not.
     """
     if len(plan.steps) != 1 or plan.rollback:
         return False
     tool = catalog.tools.get(plan.steps[0].tool)
-    return tool is not None and not tool.mutates
+    return tool is not None and tool.approval == "none" and not tool.mutates

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.errors import NoPlanFound
 from agents.plan import Plan, PlannerInfo, RollbackStep, Step
+from tools.regex import compile_safe
 
 _PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
 
@@ -37,16 +38,13 @@ class Playbook(BaseModel):
     @classmethod
     def _patterns_compile(cls, patterns: list[str]) -> list[str]:
         for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {pattern!r} is not a valid regex: {exc}") from exc
+            compile_safe(pattern, ignore_case=True)  # ValueError names the problem
         return patterns
 
     def groups_for(self, request: str) -> dict[str, str] | None:
         """The named groups of the first pattern that matches ``request`` in full."""
         for pattern in self.match:
-            found = re.fullmatch(pattern, request.strip(), flags=re.IGNORECASE)
+            found = compile_safe(pattern, ignore_case=True).fullmatch(request.strip())
             if found:
                 values = dict(self.defaults)
                 values.update({k: v for k, v in found.groupdict().items() if v is not None})

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agents.approvals import approvals_needed
 from agents.runs import Run
@@ -123,7 +124,8 @@ def runs_table(runs: list[Run]) -> Table:
     for run in runs:
         started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at or run.created_at))
         took = f"{run.duration:.0f}s" if run.duration is not None else ""
-        table.add_row(run.id, run.status.value, run.goal, run.requested_by, started, took)
+        table.add_row(run.id, run.status.value, Text(run.goal), Text(run.requested_by),
+                      started, took)
     return table
 
 
@@ -136,8 +138,8 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     table = Table("when", "who", "action", "run", "details")
     for entry in entries:
         details = ", ".join(f"{k}={v}" for k, v in entry.details.items() if v is not None)
-        table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)), entry.actor,
-                      entry.action, entry.run_id or "", details)
+        table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)),
+                      Text(entry.actor), entry.action, entry.run_id or "", Text(details))
     console.print(table)
     return 0
 

@@ -11,7 +11,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from agents.plan import Plan, format_params
+from agents.plan import Plan, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepState, StepStatus
@@ -141,8 +141,16 @@ def _step_sections(plan: Plan, *, budget: int) -> list[Block]:
         for step_id in layer:
             step = plan.step(step_id)
             after = f" ← {', '.join(step.depends_on)}" if step.depends_on else ""
-            lines.append(f"   • `{step.id}` {step.tool} {format_params(step.params, 80)}{after}")
+            lines.append(f"   • `{step.id}` {step.tool} {format_params(step.params, 80)}{after}"
+                         f"{_checks(step)}")
     return _pack_lines(lines, budget=budget, more_hint="steps (see `deckhand plan`)")
+
+
+def _checks(step: Step) -> str:
+    """The plan's own success criteria (beyond the tool's), shown to every approver."""
+    if step.success is None or not step.success.describe():
+        return ""
+    return f"\n      _success also needs:_ {_escape(step.success.describe())}"
 
 
 def _pack_lines(lines: list[str], *, budget: int, more_hint: str) -> list[Block]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.prompt import Prompt
 
 from agents.approvals import approvals_needed
@@ -95,7 +96,7 @@ class ConsoleFlow:
             revised = plan_from_yaml(plan, text)
             self.services.check(revised)
         except (PlanInvalid, ValueError) as exc:
-            self.console.print(f"[red]The edited plan was not accepted:[/]\n{exc}")
+            self.console.print(f"[red]The edited plan was not accepted:[/]\n{escape(str(exc))}")
             return plan
         if revised.hash == plan.hash:
             self.console.print("[dim]No change.[/]")
@@ -110,7 +111,7 @@ class ConsoleFlow:
             run = store.approve(run_id, user=self.user, plan_version=plan.version,
                                 plan_hash=plan.hash, policy=self.services.config.policy)
         except ApprovalRefused as exc:
-            self.console.print(f"[red]Approval refused:[/] {exc}")
+            self.console.print(f"[red]Approval refused:[/] {escape(str(exc))}")
             return None
         store.audit("approved", actor=self.user, run_id=run_id, plan_id=plan.id,
                     version=plan.version)

@@ -30,17 +30,19 @@ RUN_STYLE = {
 
 
 def plan_table(plan: Plan) -> Group:
-    """The plan as a table: steps with layers (steps in one layer run in parallel), rollback."""
-    table = Table(title=f"{plan.goal}  (plan {plan.id} v{plan.version}, "
-                        f"hash {plan.hash[:12]})", title_justify="left")
-    for column in ("layer", "step", "tool", "params", "after"):
+    """The plan as a table: steps with layers (steps in one layer run in parallel), each
+    step's extra success checks, rollback. Every text from a plan is data, never markup."""
+    title = Text(f"{plan.goal}  (plan {plan.id} v{plan.version}, hash {plan.hash[:12]})")
+    table = Table(title=title, title_justify="left")
+    for column in ("layer", "step", "tool", "params", "after", "checks"):
         table.add_column(column, overflow="fold")
     for index, layer in enumerate(plan.layers(), start=1):
         mark = f"{index} ∥" if len(layer) > 1 else str(index)
         for step_id in layer:
             step = plan.step(step_id)
-            table.add_row(mark, step.id, step.tool, format_params(step.params),
-                          ", ".join(step.depends_on) or "—")
+            checks = step.success.describe() if step.success else ""
+            table.add_row(*_plain(mark, step.id, step.tool, format_params(step.params),
+                                  ", ".join(step.depends_on) or "—", checks or "tool's own"))
     parts: list[Table | Text] = [table]
     if plan.rollback:
         parts.append(_rollback_table(plan))
@@ -48,12 +50,17 @@ def plan_table(plan: Plan) -> Group:
     return Group(*parts)
 
 
+def _plain(*cells: str) -> list[Text]:
+    """Cells as Text: a goal or parameter like ``[/x]`` is shown, never parsed as markup."""
+    return [Text(cell) for cell in cells]
+
+
 def _rollback_table(plan: Plan) -> Table:
     table = Table(title="on failure, roll back in this order", title_justify="left")
     for column in ("#", "step", "tool", "params"):
         table.add_column(column)
     for index, step in enumerate(plan.rollback, start=1):
-        table.add_row(str(index), step.id, step.tool, format_params(step.params))
+        table.add_row(*_plain(str(index), step.id, step.tool, format_params(step.params)))
     return table
 
 
@@ -72,12 +79,12 @@ def status_table(plan: Plan, run: Run) -> Table:
     return table
 
 
-def _status_row(label: str, state: StepState) -> tuple[Text, str, str, str, str]:
+def _status_row(label: str, state: StepState) -> tuple[Text, Text, str, str, Text]:
     symbol, style = STATUS_STYLE[state.status]
     done = sum(1 for h in state.hosts.values() if h.status is StepStatus.SUCCEEDED)
     hosts = f"{done}/{len(state.hosts)}" if state.hosts else ""
     duration = f"{state.duration:.1f}s" if state.duration is not None else ""
-    return Text(symbol, style), label, hosts, duration, state.error or ""
+    return Text(symbol, style), Text(label), hosts, duration, Text(state.error or "")
 
 
 def summary(plan: Plan, run: Run) -> Text:
