@@ -33,6 +33,8 @@ from tools.inventory import Inventory
 from tools.regex import compile_safe
 
 MAX_STEPS = 60
+MAX_REQUEST = 2000
+"""Longest request any front end may plan: what reaches the model is never silently cut."""
 
 
 class Success(BaseModel):

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from agents.config import Config
 from agents.errors import PlanError
 from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan, is_read_only, validate_plan
+from agents.plan import MAX_REQUEST, Plan, is_read_only, validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
@@ -41,7 +41,14 @@ class Services:
     clock: Callable[[], float] = field(default=time.time)
 
     def make_plan(self, request: str, *, requested_by: str) -> Plan:
-        """Plan ``request`` and validate the result; raises PlanError subclasses."""
+        """Plan ``request`` and validate the result; raises PlanError subclasses.
+
+        A request longer than MAX_REQUEST is refused here, once for every front end, rather
+        than cut before the model or failing later as an invalid goal.
+        """
+        if len(request) > MAX_REQUEST:
+            raise PlanError(f"the request is {len(request)} characters long; at most "
+                            f"{MAX_REQUEST} can be planned")
         plan = self.planner.plan(request, requested_by=requested_by)
         self.check(plan)
         return plan

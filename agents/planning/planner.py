@@ -17,6 +17,7 @@ from agents.planning.playbooks import PlaybookPlanner
 from agents.runs import Run
 from agents.settings import Settings
 from tools.catalog import Catalog
+from tools.redact import Redactor
 
 if TYPE_CHECKING:
     from agents.planning.llm import LLMPlanner
@@ -101,7 +102,8 @@ class CompositePlanner:
 
 def build_planner(config: Config, settings: Settings) -> CompositePlanner:
     """The planner for this deployment: playbooks, plus the LLM when OPENAI_API_KEY is set."""
-    playbooks = PlaybookPlanner(config.playbooks)
+    redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
+    playbooks = PlaybookPlanner(config.playbooks, redact=redact)
     if settings.openai_api_key is None:
         log.info("no OPENAI_API_KEY: planning with playbooks only")
         return CompositePlanner(playbooks)

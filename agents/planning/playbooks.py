@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.errors import NoPlanFound
+from agents.errors import NoPlanFound, PlanInvalid
 from agents.plan import Plan, PlannerInfo, RollbackStep, Step
 from tools.regex import compile_safe
 
@@ -60,14 +61,19 @@ class Playbook(BaseModel):
         }
         latency = (time.perf_counter() - started) * 1000
         info = PlannerInfo(name=f"playbook {self.name}", latency_ms=latency)
-        return Plan.model_validate({**body, "requested_by": requested_by, "planner": info})
+        try:
+            return Plan.model_validate({**body, "requested_by": requested_by, "planner": info})
+        except ValidationError as exc:  # e.g. a 10,000-digit version makes too long a goal
+            raise PlanInvalid([f"playbook {self.name}: {_where(e['loc'])}{e['msg']}"
+                               for e in exc.errors()[:10]]) from None
 
 
 class PlaybookPlanner:
     """Plans a request with the first playbook that matches it."""
 
-    def __init__(self, playbooks: list[Playbook]):
-        self.playbooks = playbooks
+    def __init__(self, playbooks: list[Playbook], *,
+                 redact: Callable[[str], str] = lambda text: text):
+        self.playbooks, self.redact = playbooks, redact
 
     def match(self, request: str) -> tuple[Playbook, dict[str, str]] | None:
         for playbook in self.playbooks:
@@ -90,11 +96,18 @@ class PlaybookPlanner:
                           "(set OPENAI_API_KEY); edit the plan as YAML instead")
 
     def help_text(self, request: str) -> str:
-        lines = [f"I don't know how to plan {request.strip()!r}. I can do:"]
+        """What can be asked; the request is echoed redacted and cut (help is shown to users)."""
+        shown = self.redact(request.strip())
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        lines = [f"I don't know how to plan {shown!r}. I can do:"]
         for playbook in self.playbooks:
             example = playbook.examples[0] if playbook.examples else playbook.match[0]
             lines.append(f"  • {example} — {playbook.description or playbook.name}")
         return "\n".join(lines)
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(map(str, loc)) + ": " if loc else ""
 
 
 def _fill(value: Any, values: dict[str, str]) -> Any:

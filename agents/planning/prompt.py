@@ -25,14 +25,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.config import Config
 from agents.errors import PlanInvalid
-from agents.plan import Plan, RollbackStep, Step
+from agents.plan import MAX_REQUEST, Plan, RollbackStep, Step
 from agents.planning.playbooks import Playbook
 from agents.runs import Run, StepStatus
 from tools.catalog import NAME, ParamSpec, Tool
 
 MAX_WIRE_STEPS = 30
 MAX_WIRE_ROLLBACK = 10
-MAX_REQUEST_CHARS = 2000
+MAX_REQUEST_CHARS = MAX_REQUEST
 TAIL_LINES = 20
 MAX_REFUSED_CHARS = 4000
 
