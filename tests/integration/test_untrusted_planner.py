@@ -309,3 +309,28 @@ def test_9_a_coalesced_firing_says_how_many_occurrences_it_stands_for(
                             o.message)))
     replica.tick(T0 + timedelta(minutes=45))
     assert len(said) == 1 and "stands for 3 occurrences, 2 missed one(s) coalesced" in said[0]
+
+
+# -- 1 and 4 in Slack: a notification waits for approval; added criteria are on the plan ------
+
+
+def test_slack_shows_criteria_and_holds_a_notification_for_approval(
+        sample_config: Config, store: Store, slack_standin: Any, openai_standin: OpenAIStandin,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fixtures.slack_world import start_world
+
+    for name, value in (("OPENAI_API_KEY", API_KEY), ("OPENAI_MODEL", "standin-model"),
+                        ("OPENAI_BASE_URL", openai_standin.base_url)):
+        monkeypatch.setenv(name, value)
+    openai_standin.reply_json(wire([step("say", "notify_team", {"message": "all done"},
+                                         success={"exit_code": 0,
+                                                  "output_pattern": "^notified: all"})]))
+    world = start_world(sample_config, store, slack_standin)
+    try:
+        world.deploy("announce that it is done")
+        shown = world.plan_message().text_of_blocks()
+        assert "success also needs" in shown and "^notified: all" in shown
+        assert [r.status for r in store.runs()] == [RunStatus.AWAITING_APPROVAL]
+        assert notifications(sample_config) == ""
+    finally:
+        world.runtime.stop()
