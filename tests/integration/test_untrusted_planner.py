@@ -113,7 +113,8 @@ def test_1_added_criteria_are_enforced_and_shown_everywhere(
     relaxed = plan.revised(steps=[s.model_copy(update={"success": None}).model_dump()
                                   for s in plan.steps])
     lines = [line.text for line in diff_plans(plan, relaxed).lines()]
-    assert any("success: output matches '^GET /health -> 299' → tool only" in t for t in lines)
+    assert any("success: exit 0 · output matches '^GET /health -> 299' → tool only" in t
+               for t in lines)
 
 
 # -- 3. regexes are RE2: linear time, compiled at validation ---------------------------------
