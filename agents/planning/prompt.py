@@ -39,7 +39,6 @@ MAX_REFUSED_CHARS = 4000
 _DECLINE = json.dumps({"cannot_plan": "no tool runs arbitrary shell commands or deletes logs",
                        "goal": "", "steps": [], "rollback": []}, separators=(",", ":"))
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.S)  # reasoning models served by vLLM, Ollama
 
 
@@ -173,8 +172,18 @@ def parse_wire(content: str, model: type[BaseModel]) -> Any:
         ValueError: the text is not JSON (json.JSONDecodeError) or breaks the model
             (pydantic.ValidationError).
     """
-    text = _FENCE.sub("", _THINK.sub("", content).strip())
-    return model.model_validate(json.loads(text))
+    return model.model_validate(json.loads(_unfenced(_THINK.sub("", content).strip())))
+
+
+def _unfenced(text: str) -> str:
+    """Without a surrounding code fence. String operations, not a regex: ``\\s*```$`` is
+    quadratic on a long run of spaces, and the answer is hostile input."""
+    if text.startswith("```"):
+        text = text[3:]
+        text = text[4:] if text.startswith("json") else text
+    if text.endswith("```"):
+        text = text[:-3]
+    return text.strip()
 
 
 def wire_params(params: list[WireParam], step_id: str) -> dict[str, Any]:

@@ -272,6 +272,16 @@ def test_8_repair_requests_stay_bounded(services: Services,
     assert "more characters cut" in json.dumps(openai_standin.requests[2].body)
 
 
+def test_8_a_huge_whitespace_answer_is_refused_in_linear_time(
+        services: Services, openai_standin: OpenAIStandin) -> None:
+    for _ in range(3):
+        openai_standin.reply_content("{" + " " * 300_000 + "x```")
+    started = time.perf_counter()
+    with pytest.raises(PlannerError, match="not valid JSON"):
+        services.make_plan("do something new", requested_by="alice")
+    assert time.perf_counter() - started < 10  # the fence regex took minutes here
+
+
 # -- 9. smaller: output types, input lengths, coalesced firings ------------------------------
 
 
