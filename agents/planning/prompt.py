@@ -311,10 +311,18 @@ def describe_tool(tool: Tool, hide: Callable[[ParamSpec], bool] = lambda spec: s
                   for name, spec in tool.params.items()]
     else:
         lines.append("  params: none")
+    lines.append(f"  success: {_success_text(tool)} (a step may add an output_pattern, "
+                 f"never change these)")
     if tool.outputs:
         outs = ", ".join(f'{o} (use as "${{steps.STEP_ID.{o}}}")' for o in tool.outputs)
         lines.append(f"  outputs: {outs}")
     return "\n".join(lines)
+
+
+def _success_text(tool: Tool) -> str:
+    pattern = tool.success.output_pattern
+    return f"exit code {tool.success.exit_code}" + (
+        f" and a line matching {pattern}" if pattern else "")
 
 
 def describe_param(spec: ParamSpec, *, hide_default: bool = False) -> str:
