@@ -345,3 +345,15 @@ def test_slack_shows_criteria_and_holds_a_notification_for_approval(
         assert notifications(sample_config) == ""
     finally:
         world.runtime.stop()
+
+
+def test_4_a_replan_that_adds_a_notification_is_approved_again(sample_config: Config) -> None:
+    from agents.plan import Plan
+    from agents.planning.planner import changes_mutating_steps
+
+    look = {"id": "look", "tool": "status", "params": {"environment": "staging"}}
+    say = {"id": "say", "tool": "notify_team", "params": {"message": "done"}}
+    old = Plan(goal="g", steps=[look])
+    catalog = sample_config.catalog
+    assert changes_mutating_steps(old, old.revised(steps=[look, say]), catalog)
+    assert not changes_mutating_steps(old, old.revised(steps=[look]), catalog)
