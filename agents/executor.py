@@ -13,7 +13,6 @@ only on the hosts this run changed.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -21,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents import logcontext, tracing
-from agents.plan import Plan, RollbackStep, Step, Success
+from agents.plan import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from agents.targets import environment_of, resolve
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
 from tools.redact import redact as default_redact
+from tools.regex import compile_safe
 from tools.runners.base import CancelToken, CommandResult, Runner
 from tools.runners.gate import GateRunner
 
@@ -378,12 +378,12 @@ class _Execution:
 
     def _attempts_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                           host: Host, command: str, token: CancelToken) -> _HostOutcome:
-        success = getattr(step, "success", None) or Success()
+        success = success_criteria(tool, step)  # the tool's checks plus the plan's additions
         ids = {"step_id": step.id, "phase": phase, "host": host.name}
         outcome = _HostOutcome(ok=False)
         for attempt in range(1, tool.retries + 2):
             self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
-            watch = _OutputWatch(tool.outputs, success.output_pattern,
+            watch = _OutputWatch(tool.outputs, success.patterns,
                                  lambda line: self._output(line, ids))
             result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
@@ -443,27 +443,36 @@ class _Execution:
 
 
 class _OutputWatch:
-    """Watches output lines for declared outputs and the success pattern."""
+    """Watches output lines for declared outputs and the required success patterns (RE2:
+    linear time, so no pattern can stall the step or starve the lease heartbeat)."""
 
-    def __init__(self, outputs: dict[str, str], success_pattern: str | None,
+    def __init__(self, outputs: dict[str, str], success_patterns: tuple[str, ...],
                  sink: Callable[[str], None]):
-        self._outputs = {k: re.compile(p) for k, p in outputs.items()}
-        self._success = re.compile(success_pattern) if success_pattern else None
+        self._outputs = {k: compile_safe(p) for k, p in outputs.items()}
+        self._missing = {p: compile_safe(p) for p in success_patterns}
         self._sink = sink
         self.outputs: dict[str, str] = {}
-        self.matched_success = self._success is None
+
+    @property
+    def matched_success(self) -> bool:
+        return not self._missing
+
+    @property
+    def unmatched(self) -> list[str]:
+        return list(self._missing)
 
     def feed(self, line: str) -> None:
         for key, pattern in self._outputs.items():
             found = pattern.search(line)
             if found:
                 self.outputs[key] = found.group(1)
-        if self._success is not None and not self.matched_success:
-            self.matched_success = bool(self._success.search(line))
+        for text, pattern in list(self._missing.items()):
+            if pattern.search(line):
+                del self._missing[text]
         self._sink(line)
 
 
-def _judge(result: CommandResult | None, success: Success, watch: _OutputWatch,
+def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
            timeout: float) -> str | None:
     """Why this result is a failure, or None if it succeeded."""
     if result is None:
@@ -477,7 +486,7 @@ def _judge(result: CommandResult | None, success: Success, watch: _OutputWatch,
         return f"exit code {result.exit_code} (expected {success.exit_code})" + (
             f": {last}" if last else "")
     if not watch.matched_success:
-        return f"output never matched {success.output_pattern!r}"
+        return f"output never matched {watch.unmatched[0]!r}"
     return None
 
 

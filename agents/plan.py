@@ -11,25 +11,61 @@ import json
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents import graph
 from agents.ids import new_id
-from tools.catalog import NAME, Catalog, ParamValue
+from tools.catalog import NAME, Catalog, ParamValue, Tool
+from tools.regex import compile_safe
 
 MAX_STEPS = 60
+MAX_REQUEST = 2000
+"""Longest request any front end may plan: what reaches the model is never silently cut."""
 
 
 class Success(BaseModel):
-    """How the executor decides a step succeeded (checked deterministically)."""
+    """Checks a plan adds to its tool's own (tools.yml ``success``); it can never relax them.
+
+    ``exit_code`` may only restate the tool's exit code; anything else is refused.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    exit_code: int = 0
+    exit_code: int | None = Field(default=None, description="null: the tool's exit code")
     output_pattern: str | None = Field(default=None, max_length=200,
                                        description="regex that must match a line of output")
+
+    @field_validator("output_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_safe(value)  # ValueError: a validation error naming the problem
+        return value
+
+    def describe(self) -> str:
+        """For approvers, e.g. ``exit 0 · output matches 'ok$'``."""
+        parts = [f"exit {self.exit_code}"] if self.exit_code is not None else []
+        if self.output_pattern:
+            parts.append(f"output matches {self.output_pattern!r}")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What the executor checks for one step: the tool's exit code, every required pattern."""
+
+    exit_code: int
+    patterns: tuple[str, ...] = ()
+
+
+def success_criteria(tool: Tool, step: Step | RollbackStep) -> Criteria:
+    """The tool's own checks plus the plan's extra patterns (a plan only adds, never relaxes)."""
+    extra = step.success if isinstance(step, Step) and step.success else Success()
+    patterns = (tool.success.output_pattern, extra.output_pattern)
+    return Criteria(tool.success.exit_code, tuple(p for p in patterns if p))
 
 
 class Step(BaseModel):
@@ -142,12 +178,14 @@ PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
 
 
 def is_read_only(plan: Plan, catalog: Catalog) -> bool:
-    """Whether ``plan`` is one read-only tool call (e.g. status): no approval needed.
+    """Whether ``plan`` may run at once, without approval: one call of a tool that tools.yml
+    marks ``approval: none`` (e.g. status).
 
-    The over-planning guard: front ends may run such a plan at once. A plan of several
-    steps, or with any step whose tool changes hosts (or is unknown), is not.
+    The over-planning guard answers read-only questions only: a plan of several steps, with
+    rollback steps, or whose tool is unknown or not opted out of approval (notifications
+    included: they change what people see) is not.
     """
     if len(plan.steps) != 1 or plan.rollback:
         return False
     tool = catalog.tools.get(plan.steps[0].tool)
-    return tool is not None and not tool.mutates
+    return tool is not None and tool.approval == "none" and not tool.mutates

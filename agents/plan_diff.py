@@ -51,6 +51,8 @@ class StepChange:
     deps_removed: tuple[str, ...] = ()
     other: tuple[str, ...] = ()
     """Names of other fields that changed (description, success)."""
+    success: tuple[str, str] | None = None
+    """The step's extra success criteria before and after, when they changed."""
 
     def describe(self) -> str:
         """Every change of the step, ``; ``-separated."""
@@ -59,7 +61,10 @@ class StepChange:
         if self.deps_added or self.deps_removed:
             deps = [f"+{d}" for d in self.deps_added] + [f"−{d}" for d in self.deps_removed]
             parts.append(f"after: {' '.join(deps)}")
-        parts += [f"{name} changed" for name in self.other]
+        parts += [f"{name} changed" for name in self.other if name != "success"]
+        if self.success:
+            parts.append(f"success: {self.success[0] or 'tool only'} → "
+                         f"{self.success[1] or 'tool only'}")
         return "; ".join(parts)
 
 
@@ -162,9 +167,20 @@ def _step_change(old: Step | RollbackStep, new: Step | RollbackStep) -> StepChan
         params=_param_changes(old.params, new.params),
         deps_added=tuple(d for d in new_deps if d not in old_deps),
         deps_removed=tuple(d for d in old_deps if d not in new_deps),
-        other=other)
+        other=other, success=_success_change(old, new))
     same = StepChange(id=new.id)
     return None if change == same else change
+
+
+def _success_change(old: Step | RollbackStep, new: Step | RollbackStep
+                    ) -> tuple[str, str] | None:
+    before, after = _criteria(old), _criteria(new)
+    return (before, after) if before != after else None
+
+
+def _criteria(step: Step | RollbackStep) -> str:
+    success = step.success if isinstance(step, Step) else None
+    return success.describe() if success else ""
 
 
 def _param_changes(old: Mapping[str, object], new: Mapping[str, object]
@@ -178,7 +194,8 @@ def _step_text(step: Step | RollbackStep) -> str:
     params = " ".join(f"{k}={_value(v)}" for k, v in step.params.items())
     deps = getattr(step, "depends_on", [])
     after = f" after {', '.join(deps)}" if deps else ""
-    return f"{step.tool} {params}".strip() + after
+    checks = _criteria(step)
+    return f"{step.tool} {params}".strip() + after + (f" (success: {checks})" if checks else "")
 
 
 def _value(value: object) -> str:

@@ -121,7 +121,8 @@ class _Done:
 
     def __call__(self, outcome: Outcome, text: str, **parts: Any) -> Occurrence:
         when = "run now" if self.manual else self.schedule.local(self.fire_time)
-        message = f"Schedule {self.schedule.id} ({self.schedule.spec}, {when}): {text}"
+        where = f"{self.schedule.spec}, {when}{self._stands_for}"
+        message = f"Schedule {self.schedule.id} ({where}): {text}"
         occurrence = Occurrence(self.schedule, self.fire_time, outcome, message,
                                 manual=self.manual, **parts)
         run, plan = occurrence.run, occurrence.plan
@@ -130,6 +131,14 @@ class _Done:
                          schedule=self.schedule.id, fire_time=self.fire_time.isoformat(),
                          manual=self.manual, message=message)
         return occurrence
+
+    @property
+    def _stands_for(self) -> str:
+        """How many occurrences a coalesced firing stands for (missed ones folded into it)."""
+        schedule, count = self.schedule, self.schedule.last_coalesced
+        if self.manual or count <= 0 or schedule.last_fire != self.fire_time:
+            return ""
+        return f"; stands for {count + 1} occurrences, {count} missed one(s) coalesced into it"
 
 
 def _held_lock(store: Store, environments: Iterable[str]) -> LockInfo | None:

@@ -17,7 +17,7 @@ from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
 from agents.executor import Executor, ExecutorDeps, Listener
 from agents.freeze import Frozen, frozen
 from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
-from agents.plan import Plan, is_read_only
+from agents.plan import MAX_REQUEST, Plan, is_read_only
 from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
@@ -56,7 +56,14 @@ class Services:
     def make_plan(self, request: str, *, requested_by: str,
                   break_glass: str | None = None) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
-        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given)."""
+        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given).
+
+        A request longer than MAX_REQUEST is refused here, once for every front end, rather
+        than cut before the model or failing later as an invalid goal.
+        """
+        if len(request) > MAX_REQUEST:
+            raise PlanError(f"the request is {len(request)} characters long; at most "
+                            f"{MAX_REQUEST} can be planned")
         with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
                                             "deckhand.request.length": len(request)}) as span:
             plan = self.planner.plan(request, requested_by=requested_by)

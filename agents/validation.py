@@ -13,7 +13,15 @@ from agents.errors import PlanInvalid
 from agents.plan import PLACEHOLDER, Plan, RollbackStep, Step
 from agents.policy import Policy
 from agents.targets import resolve
-from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool, unknown_tool_message
+from tools.catalog import (
+    OUTPUT_REF,
+    Catalog,
+    ParamSpec,
+    ParamType,
+    ParamValue,
+    Tool,
+    unknown_tool_message,
+)
 from tools.inventory import Inventory
 
 
@@ -84,6 +92,8 @@ class PlanChecker:
                     self._add(step.id, problem)
             if env is not None:
                 self._add(step.id, env)
+            for problem in _success_problem(step, tool):
+                self._add(step.id, problem)
 
     def _templated(self, value: ParamValue) -> bool:
         return self.templated and isinstance(value, str) and bool(PLACEHOLDER.search(value))
@@ -139,6 +149,11 @@ class PlanChecker:
         tool = self.catalog.tools.get(self.plan.step(source).tool)
         if tool is not None and output not in tool.outputs:
             self._add(step_id, f"tool {tool.name} (step {source}) has no output {output!r}")
+            return
+        consumer = self.catalog.tools.get(self.plan.step(step_id).tool)
+        if tool is not None and consumer is not None:
+            for problem in _ref_type_problem(key, consumer.params.get(key), tool.name, output):
+                self._add(step_id, problem)
 
     def _rollback_coverage(self) -> None:
         if not self.policy.require_rollback:
@@ -173,3 +188,27 @@ class PlanChecker:
                     self._add(step.id, f"changes {env} without first passing {previous}: no "
                                        f"step it depends on changes {previous} (promotion "
                                        f"order: {' -> '.join(self.policy.promotion)})")
+
+
+def _ref_type_problem(key: str, spec: ParamSpec | None, source_tool: str,
+                      output: str) -> list[str]:
+    """An output is a string caught by its tool's pattern; it may feed a constrained parameter
+    only of the same name (the operator paired them), so a mismatch fails here, not mid-run."""
+    if spec is None:
+        return []  # reported as an unknown parameter
+    if spec.type is not ParamType.STRING:
+        why = f"is {spec.type.value}, but outputs are strings"
+    elif (spec.pattern or spec.enum) and key != output:
+        why = "has a pattern or allowed values that this output is not declared to meet"
+    else:
+        return []
+    return [f"parameter {key!r} cannot take output {output!r} of tool {source_tool}: it {why}"]
+
+
+def _success_problem(step: Step | RollbackStep, tool: Tool) -> list[str]:
+    """A plan may add an output pattern; the exit code that means success is the tool's."""
+    wanted = step.success.exit_code if isinstance(step, Step) and step.success else None
+    if wanted is None or wanted == tool.success.exit_code:
+        return []
+    return [f"success.exit_code {wanted} would relax tool {tool.name}'s check (exit code "
+            f"{tool.success.exit_code}); a plan may only add an output_pattern"]

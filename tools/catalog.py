@@ -14,12 +14,13 @@ import shlex
 import string
 from collections.abc import Callable, Collection
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tools.errors import ParamError, UnknownTool
 from tools.gates import GATE_TEMPLATE_FIELDS, SAFE_VALUE, GateSpec
+from tools.regex import compile_safe
 
 ParamValue = str | int | bool
 
@@ -51,15 +52,13 @@ class ParamSpec(BaseModel):
     max_length: int = Field(default=200, ge=1, le=4000)
     minimum: int | None = None
     maximum: int | None = None
+    secret: bool = Field(default=False, description="the default is never shown to a planner")
 
     @field_validator("pattern")
     @classmethod
     def _pattern_compiles(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"pattern is not a valid regular expression: {exc}") from exc
+            compile_safe(value)  # ValueError names the problem
         return value
 
     def check(self, value: Any) -> str | None:
@@ -90,10 +89,27 @@ class ParamSpec(BaseModel):
             return f"is longer than {self.max_length} characters"
         if self.enum is not None and value not in self.enum:
             return f"must be one of {', '.join(map(str, self.enum))}"
-        # re.ASCII: \d and \w must not accept look-alike digits and letters from other scripts
-        if self.pattern is not None and not re.fullmatch(self.pattern, value, re.ASCII):
+        # RE2: linear time, and \d, \w are ASCII (no look-alike digits from other scripts)
+        if self.pattern is not None and not compile_safe(self.pattern).fullmatch(value):
             return f"{value!r} does not match the pattern {self.pattern}"
         return None
+
+
+class ToolSuccess(BaseModel):
+    """What success means for a tool; plans may add to it, never relax it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int = 0
+    output_pattern: str | None = Field(default=None, max_length=500,
+                                       description="regex a line of output must match")
+
+    @field_validator("output_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_safe(value)
+        return value
 
 
 class Tool(BaseModel):
@@ -117,6 +133,9 @@ class Tool(BaseModel):
     idempotent: bool = False
     rollback: str | None = None
     outputs: dict[str, str] = Field(default_factory=dict)
+    success: ToolSuccess = Field(default_factory=ToolSuccess)
+    approval: Literal["required", "none"] = "required"
+    """``none``: a one-step plan of this tool runs at once. Only for tools that merely read."""
 
     @field_validator("target")
     @classmethod
@@ -131,7 +150,7 @@ class Tool(BaseModel):
         for key, pattern in value.items():
             if not re.fullmatch(NAME, key):
                 raise ValueError(f"output name {key!r} must match {NAME}")
-            if re.compile(pattern).groups != 1:
+            if compile_safe(pattern).groups != 1:
                 raise ValueError(f"output {key!r}: pattern needs exactly one capture group")
         return value
 
@@ -141,6 +160,12 @@ class Tool(BaseModel):
             raise ValueError("a tool has either a command or a gate (not both, not neither)")
         if self.gate is not None and (self.mutates or self.rollback):
             raise ValueError("a gate only reads: it cannot mutate or have a rollback")
+        return self
+
+    @model_validator(mode="after")
+    def _approval_only_when_read_only(self) -> Tool:
+        if self.approval == "none" and self.mutates:
+            raise ValueError("approval: none is only for tools that do not mutate")
         return self
 
     @model_validator(mode="after")

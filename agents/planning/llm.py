@@ -209,10 +209,10 @@ class LLMPlanner:
     def _converse(self, answer: type[W], user: str,
                   build: Callable[[W], T]) -> tuple[T, _Usage]:
         """Ask, check, and send problems back until an answer builds or repairs run out."""
-        messages: list[Message] = [
-            {"role": "system", "content": prompt.system_prompt(self.config, answer)},
+        asked: list[Message] = [
+            {"role": "system", "content": prompt.system_prompt(self.config, answer, self.redact)},
             {"role": "user", "content": user}]
-        usage, problems = _Usage(), []
+        messages, usage, problems = list(asked), _Usage(), []
         for attempt in range(self.max_repairs + 1):
             completion = self._complete(messages, answer)
             usage.add(completion)
@@ -224,8 +224,10 @@ class LLMPlanner:
             log.info("planner answer refused (attempt %d): %s", attempt + 1, problems)
             if attempt < self.max_repairs:
                 usage.repairs += 1
-                messages += [{"role": "assistant", "content": content or "(no answer)"},
-                             {"role": "user", "content": prompt.repair_message(problems)}]
+                # Only the last refused answer, as a bounded excerpt: requests stay bounded.
+                messages = [*asked,
+                            {"role": "assistant", "content": prompt.refused_excerpt(content)},
+                            {"role": "user", "content": prompt.repair_message(problems)}]
         listed = "\n".join(f"  - {p}" for p in problems[:10])
         raise PlannerError(f"the model {self.model} gave no valid plan after "
                            f"{self.max_repairs} repair(s); the last answer had:\n{listed}")
@@ -265,10 +267,14 @@ class LLMPlanner:
         attempt = 0
         while True:
             try:
-                return self.client.chat.completions.create(
+                return self._checked_completion(self.client.chat.completions.create(
                     model=self.model, messages=cast(list[ChatCompletionMessageParam], messages),
                     temperature=0, max_tokens=self.max_tokens,
-                    response_format=cast(ResponseFormat, fmt))
+                    response_format=cast(ResponseFormat, fmt)))
+            except ValueError as exc:  # a 200 whose body is not JSON (an HTML error page)
+                raise PlannerError(f"the LLM endpoint {self.endpoint} answered with a body "
+                                   f"that is not JSON ({type(exc).__name__}); is "
+                                   f"OPENAI_BASE_URL an OpenAI-compatible API?") from exc
             except (openai.APIConnectionError, openai.RateLimitError,
                     openai.InternalServerError) as exc:
                 wait = self._retry_wait(exc, attempt)
@@ -278,6 +284,18 @@ class LLMPlanner:
                 log.warning("LLM endpoint %s: %s; retry %d of %d in %.1f s", self.endpoint,
                             _kind(exc), attempt, self.retry.attempts - 1, wait)
                 self.retry.sleep(wait)
+
+    def _checked_completion(self, completion: object) -> ChatCompletion:
+        """The completion, or PlannerError when the 200 answer is not one (text/html, a
+        message of null...): model output is data, never a traceback."""
+        if not isinstance(completion, ChatCompletion):
+            raise PlannerError(f"the LLM endpoint {self.endpoint} did not answer with a chat "
+                               f"completion (got {type(completion).__name__}); is "
+                               f"OPENAI_BASE_URL an OpenAI-compatible API?")
+        if any(c.message is None for c in completion.choices or []):
+            raise PlannerError(f"the LLM endpoint {self.endpoint} answered a choice without "
+                               f"a message")
+        return completion
 
     def _retry_wait(self, exc: openai.APIError, attempt: int) -> float | None:
         """Seconds to wait before the next try, or None to give up."""

@@ -17,6 +17,7 @@ from agents.planning.playbooks import PlaybookPlanner
 from agents.runs import Run
 from agents.settings import Settings
 from tools.catalog import Catalog
+from tools.redact import Redactor
 
 if TYPE_CHECKING:
     from agents.planning.llm import LLMPlanner
@@ -41,9 +42,10 @@ def __getattr__(name: str) -> Any:
 
 
 def changes_mutating_steps(old: Plan, new: Plan, catalog: Catalog) -> bool:
-    """Whether ``new`` adds, drops or changes a step that changes hosts (then re-approve).
+    """Whether ``new`` adds, drops or changes a step that needs approval (then re-approve).
 
-    Steps with an unknown tool count as mutating: when unsure, ask a person.
+    That is every step but those of tools opted out in tools.yml (``approval: none``): a
+    notification has side effects too. Unknown tools count: when unsure, ask a person.
     """
     return _mutating(old, catalog) != _mutating(new, catalog)
 
@@ -51,7 +53,8 @@ def changes_mutating_steps(old: Plan, new: Plan, catalog: Catalog) -> bool:
 def _mutating(plan: Plan, catalog: Catalog) -> set[str]:
     out = set()
     for step in plan.all_steps:
-        if step.tool not in catalog or catalog.get(step.tool).mutates:
+        tool = catalog.tools.get(step.tool)
+        if tool is None or tool.mutates or tool.approval != "none":
             body = step.model_dump(include={"id", "tool", "params", "depends_on"})
             out.add(json.dumps(body, sort_keys=True))
     return out
@@ -101,7 +104,8 @@ class CompositePlanner:
 
 def build_planner(config: Config, settings: Settings) -> CompositePlanner:
     """The planner for this deployment: playbooks, plus the LLM when OPENAI_API_KEY is set."""
-    playbooks = PlaybookPlanner(config.playbooks,
+    redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
+    playbooks = PlaybookPlanner(config.playbooks, redact=redact,
                                 environments=list(config.inventory.environments))
     if settings.openai_api_key is None:
         log.info("no OPENAI_API_KEY: planning with playbooks only")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import difflib
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.errors import NoPlanFound
+from agents.errors import NoPlanFound, PlanInvalid
 from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
+from tools.regex import compile_safe
 
 _TARGET = re.compile(r"\b(?:to|in|on|of)\s+(\w+)\W*$", re.IGNORECASE)
 """The environment a request names at its end ("... to mars"), to name it when unknown."""
@@ -39,10 +41,7 @@ class Playbook(BaseModel):
     @classmethod
     def _patterns_compile(cls, patterns: list[str]) -> list[str]:
         for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {pattern!r} is not a valid regex: {exc}") from exc
+            compile_safe(pattern, ignore_case=True)  # ValueError names the problem
         return patterns
 
     def groups_for(self, request: str) -> dict[str, str] | None:
@@ -52,7 +51,7 @@ class Playbook(BaseModel):
         then plans exactly what ``deploy v2.3.1`` does instead of failing a version pattern.
         """
         for pattern in self.match:
-            found = re.fullmatch(pattern, request.strip(), flags=re.IGNORECASE)
+            found = compile_safe(pattern, ignore_case=True).fullmatch(request.strip())
             if found:
                 values = dict(self.defaults)
                 values.update({k: v.lower() for k, v in found.groupdict().items()
@@ -69,14 +68,19 @@ class Playbook(BaseModel):
         }
         latency = (time.perf_counter() - started) * 1000
         info = PlannerInfo(name=f"playbook {self.name}", latency_ms=latency)
-        return Plan.model_validate({**body, "requested_by": requested_by, "planner": info})
+        try:
+            return Plan.model_validate({**body, "requested_by": requested_by, "planner": info})
+        except ValidationError as exc:  # e.g. a 10,000-digit version makes too long a goal
+            raise PlanInvalid([f"playbook {self.name}: {_where(e['loc'])}{e['msg']}"
+                               for e in exc.errors()[:10]]) from None
 
 
 class PlaybookPlanner:
     """Plans a request with the first playbook that matches it."""
 
-    def __init__(self, playbooks: list[Playbook], *, environments: list[str] | None = None):
-        self.playbooks = playbooks
+    def __init__(self, playbooks: list[Playbook], *, environments: list[str] | None = None,
+                 redact: Callable[[str], str] = lambda text: text):
+        self.playbooks, self.redact = playbooks, redact
         self.environments = environments or []
 
     def match(self, request: str) -> tuple[Playbook, dict[str, str]] | None:
@@ -110,10 +114,13 @@ class PlaybookPlanner:
                           "(set OPENAI_API_KEY); edit the plan as YAML instead")
 
     def help_text(self, request: str) -> str:
-        """Why nothing matched: an unknown environment named, then the closest playbooks."""
+        """Why nothing matched: an unknown environment named, then the closest playbooks.
+        The request is echoed redacted and cut (help is shown to users)."""
+        shown = self.redact(request.strip())
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
         found = _TARGET.search(request.strip())
         unknown = self._unknown_environment(found.group(1) if found else None)
-        lines = [f"I don't know how to plan {request.strip()!r}."]
+        lines = [f"I don't know how to plan {shown!r}."]
         if unknown:
             lines[0] += f" It names an {unknown}."
         lines.append("Closest requests I know:" if self.playbooks else "No playbooks are set up.")
@@ -130,6 +137,10 @@ class PlaybookPlanner:
                        for t in texts)
 
         return sorted(self.playbooks, key=score, reverse=True)[:limit]
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(map(str, loc)) + ": " if loc else ""
 
 
 def _fill(value: Any, values: dict[str, str]) -> Any:

@@ -25,20 +25,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.config import Config
 from agents.errors import PlanInvalid
-from agents.plan import Plan, RollbackStep, Step
+from agents.plan import MAX_REQUEST, Plan, RollbackStep, Step
 from agents.planning.playbooks import Playbook
 from agents.runs import Run, StepStatus
 from tools.catalog import NAME, ParamSpec, Tool
 
 MAX_WIRE_STEPS = 30
 MAX_WIRE_ROLLBACK = 10
-MAX_REQUEST_CHARS = 2000
+MAX_REQUEST_CHARS = MAX_REQUEST
 TAIL_LINES = 20
+MAX_REFUSED_CHARS = 4000
 
 _DECLINE = json.dumps({"cannot_plan": "no tool runs arbitrary shell commands or deletes logs",
                        "goal": "", "steps": [], "rollback": []}, separators=(",", ":"))
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.S)  # reasoning models served by vLLM, Ollama
 
 
@@ -55,9 +55,11 @@ class WireParam(BaseModel):
 class WireSuccess(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    exit_code: int = Field(description="exit code that means success, normally 0")
+    exit_code: int | None = Field(description="null: the tool's own exit code (a plan cannot "
+                                              "change what success means, only add a pattern)")
     output_pattern: str | None = Field(max_length=200,
-                                       description="regex a line of output must match, or null")
+                                       description="regex (RE2) a line of output must also "
+                                                   "match, or null")
 
 
 class WireStep(BaseModel):
@@ -69,7 +71,7 @@ class WireStep(BaseModel):
     depends_on: list[Annotated[str, Field(max_length=63)]] = Field(
         max_length=20, description="ids of steps that must succeed before this one starts")
     description: str = Field(max_length=200, description="one short line for humans")
-    success: WireSuccess | None = Field(description="null to use the default (exit code 0)")
+    success: WireSuccess | None = Field(description="null: the tool's own checks only")
 
 
 class WireRollbackStep(BaseModel):
@@ -170,8 +172,18 @@ def parse_wire(content: str, model: type[BaseModel]) -> Any:
         ValueError: the text is not JSON (json.JSONDecodeError) or breaks the model
             (pydantic.ValidationError).
     """
-    text = _FENCE.sub("", _THINK.sub("", content).strip())
-    return model.model_validate(json.loads(text))
+    return model.model_validate(json.loads(_unfenced(_THINK.sub("", content).strip())))
+
+
+def _unfenced(text: str) -> str:
+    """Without a surrounding code fence. String operations, not a regex: ``\\s*```$`` is
+    quadratic on a long run of spaces, and the answer is hostile input."""
+    if text.startswith("```"):
+        text = text[3:]
+        text = text[4:] if text.startswith("json") else text
+    if text.endswith("```"):
+        text = text[:-3]
+    return text.strip()
 
 
 def wire_params(params: list[WireParam], step_id: str) -> dict[str, Any]:
@@ -238,11 +250,16 @@ an output of that step's tool. Rollback steps cannot use outputs.
 """
 
 
-def system_prompt(config: Config, answer: type[BaseModel]) -> str:
-    """The stable system message: rules, catalog, inventory, policy, examples, answer format."""
-    parts = [_INTRO, _policy_text(config), _tools_text(config), _inventory_text(config),
+def system_prompt(config: Config, answer: type[BaseModel],
+                  redact: Callable[[str], str] = lambda text: text) -> str:
+    """The stable system message: rules, catalog, inventory, policy, examples, answer format.
+
+    Built from a redacted view of the catalog (secret defaults never shown), then redacted
+    whole again: the model never sees a secret.
+    """
+    parts = [_INTRO, _policy_text(config), _tools_text(config, redact), _inventory_text(config),
              _examples_text(config.playbooks), _format_text(config, answer)]
-    return "\n".join(p for p in parts if p)
+    return redact("\n".join(p for p in parts if p))
 
 
 def _policy_text(config: Config) -> str:
@@ -261,14 +278,27 @@ def _policy_text(config: Config) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 1 else ""
 
 
-def _tools_text(config: Config) -> str:
-    blocks = [describe_tool(tool) for tool in sorted(config.catalog.tools.values(),
-                                                     key=lambda t: t.name)]
+def _tools_text(config: Config, redact: Callable[[str], str]) -> str:
+    hide = _secret_default(config.secrets, redact)
+    blocks = [describe_tool(tool, hide) for tool in sorted(config.catalog.tools.values(),
+                                                           key=lambda t: t.name)]
     return "Tools:\n" + "\n".join(blocks)
 
 
-def describe_tool(tool: Tool) -> str:
-    """One tool, as the model needs to know it (never its command template)."""
+def _secret_default(secrets: list[str], redact: Callable[[str], str]
+                    ) -> Callable[[ParamSpec], bool]:
+    """Whether a parameter's default must not be shown: marked secret, a configured secret,
+    containing one, or shaped like a credential (the redactor would change it)."""
+    def hide(spec: ParamSpec) -> bool:
+        text = str(spec.default)
+        return (spec.secret or redact(text) != text
+                or any(s and s in text for s in secrets))
+    return hide
+
+
+def describe_tool(tool: Tool, hide: Callable[[ParamSpec], bool] = lambda spec: spec.secret
+                  ) -> str:
+    """One tool, as the model needs to know it (never its command template or a secret)."""
     lines = [f"- {tool.name}: {tool.description}", f"  runs on: {_target_text(tool.target)}"]
     if tool.mutates:
         undo = f"; undo with tool {tool.rollback}" if tool.rollback else ""
@@ -277,18 +307,28 @@ def describe_tool(tool: Tool) -> str:
         lines.append("  changes hosts: no (read-only)")
     if tool.params:
         lines.append("  params:")
-        lines += [f"    - {name}: {describe_param(spec)}" for name, spec in tool.params.items()]
+        lines += [f"    - {name}: {describe_param(spec, hide_default=hide(spec))}"
+                  for name, spec in tool.params.items()]
     else:
         lines.append("  params: none")
+    lines.append(f"  success: {_success_text(tool)} (a step may add an output_pattern, "
+                 f"never change these)")
     if tool.outputs:
         outs = ", ".join(f'{o} (use as "${{steps.STEP_ID.{o}}}")' for o in tool.outputs)
         lines.append(f"  outputs: {outs}")
     return "\n".join(lines)
 
 
-def describe_param(spec: ParamSpec) -> str:
+def _success_text(tool: Tool) -> str:
+    pattern = tool.success.output_pattern
+    return f"exit code {tool.success.exit_code}" + (
+        f" and a line matching {pattern}" if pattern else "")
+
+
+def describe_param(spec: ParamSpec, *, hide_default: bool = False) -> str:
+    default = "set by the operator" if hide_default else repr(spec.default)
     bits = [spec.type.value, "required" if spec.required and spec.default is None
-            else f"optional (default {spec.default!r})"]
+            else f"optional (default {default})"]
     if spec.enum:
         bits.append("one of: " + ", ".join(map(str, spec.enum)))
     if spec.pattern:
@@ -396,9 +436,18 @@ def _failure_lines(state: Any) -> list[str]:
     return lines
 
 
+def refused_excerpt(content: str, limit: int = MAX_REFUSED_CHARS) -> str:
+    """The refused answer as sent back for repair: bounded, so repairs cannot grow without
+    end (a 300 KB answer must not make a 600 KB request)."""
+    if len(content) <= limit:
+        return content or "(no answer)"
+    return f"{content[:limit]}… ({len(content) - limit} more characters cut)"
+
+
 def repair_message(problems: list[str]) -> str:
-    listed = "\n".join(f"- {p}" for p in problems[:20])
-    return (f"That answer was refused:\n{listed}\n"
+    listed = "\n".join(f"- {clean_text(p, 300)}" for p in problems[:20])
+    more = f"\n(and {len(problems) - 20} more)" if len(problems) > 20 else ""
+    return (f"That answer was refused:\n{listed}{more}\n"
             "Fix every problem and answer with the complete corrected JSON object only. If the "
             "request cannot be done with these tools and rules, set cannot_plan instead.")
 

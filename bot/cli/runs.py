@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.prompt import Prompt
 from rich.table import Table
+from rich.text import Text
 
 from agents.approvals import approval_problem, approvals_needed
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
@@ -155,7 +156,8 @@ def runs_table(runs: list[Run]) -> Table:
     for run in runs:
         started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at or run.created_at))
         took = f"{run.duration:.0f}s" if run.duration is not None else ""
-        table.add_row(short_id(run.id), run.status.value, run.goal, run.requested_by, started, took)
+        table.add_row(short_id(run.id), run.status.value, Text(run.goal),
+                      Text(run.requested_by), started, took)
     return table
 
 
@@ -171,8 +173,9 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     table = Table("when", "who", "action", "run", "details")
     for entry in entries:
         details = ", ".join(f"{k}={v}" for k, v in entry.details.items() if v is not None)
-        table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)), entry.actor,
-                      entry.action, short_id(entry.run_id) if entry.run_id else "", details)
+        table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)),
+                      Text(entry.actor), entry.action,
+                      short_id(entry.run_id) if entry.run_id else "", Text(details))
     console.print(table)
     return 0
 

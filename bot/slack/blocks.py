@@ -16,7 +16,7 @@ from typing import Any
 
 from agents.history import Deploy, Where
 from agents.ids import short_id
-from agents.plan import Plan, format_params
+from agents.plan import Plan, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepState, StepStatus
@@ -238,8 +238,16 @@ def _step_sections(plan: Plan, *, budget: int) -> list[Block]:
             step = plan.step(step_id)
             after = f" ← {', '.join(step.depends_on)}" if step.depends_on else ""
             tool = "" if step.tool == step.id else f" {step.tool}"
-            lines.append(f"   • `{step.id}`{tool} {params_text(step.params)}{after}")
+            lines.append(f"   • `{step.id}`{tool} {params_text(step.params)}{after}"
+                         f"{_checks(step)}")
     return _pack_lines(lines, budget=budget, more_hint="steps (see `deckhand plan`)")
+
+
+def _checks(step: Step) -> str:
+    """The plan's own success criteria (beyond the tool's), shown to every approver."""
+    if step.success is None or not step.success.describe():
+        return ""
+    return f"\n      _success also needs:_ {escape(step.success.describe())}"
 
 
 def _pack_lines(lines: list[str], *, budget: int, more_hint: str) -> list[Block]:

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.ids import short_id
-from agents.plan import Plan, format_params
+from agents.plan import Plan, RollbackStep, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.runs import Run, RunStatus, StepState, StepStatus
 from agents.targets import PlanTargets
@@ -48,8 +48,8 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
         for step_id in layer:
             step = plan.step(step_id)
             table.add_row(mark, _step_cell(step.id, step.tool, step.depends_on,
-                                           targets.of(step.id).describe()),
-                          format_params(step.params, PARAMS_LIMIT))
+                                           targets.of(step.id).describe(), _checks(step)),
+                          Text(format_params(step.params, PARAMS_LIMIT)))
     parts: list[Table | Text] = [table]
     if plan.rollback:
         parts.append(_rollback_table(plan, targets))
@@ -59,13 +59,22 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
     return Group(*parts)
 
 
-def _step_cell(step_id: str, tool: str, after: list[str], where: str) -> Text:
-    """Step id, then its tool, where it runs and its dependencies on a dim line: four
-    columns in one, so the table fits 80 columns without breaking a word."""
+def _step_cell(step_id: str, tool: str, after: list[str], where: str,
+               checks: str = "") -> Text:
+    """Step id, then its tool, where it runs, its dependencies and any success checks the
+    plan adds, on a dim line: several columns in one, so the table fits 80 columns without
+    breaking a word. Text, not markup: a plan's ``[/x]`` is shown as written."""
     cell = Text(step_id, "bold")
     cell.append(f"\n{tool} · {where}" + (f" · after {', '.join(after)}" if after else ""),
                 "dim")
+    if checks:
+        cell.append(f"\nchecks: {checks}", "yellow")
     return cell
+
+
+def _checks(step: Step | RollbackStep) -> str:
+    """The success checks a plan adds to its tool's own (shown to approvers)."""
+    return step.success.describe() if isinstance(step, Step) and step.success else ""
 
 
 PARAMS_LIMIT = 400
@@ -86,7 +95,7 @@ def _rollback_table(plan: Plan, targets: PlanTargets) -> Table:
     for index, step in enumerate(plan.rollback, start=1):
         table.add_row(str(index), _step_cell(step.id, step.tool, [],
                                              targets.of(step.id).describe()),
-                      format_params(step.params, PARAMS_LIMIT))
+                      Text(format_params(step.params, PARAMS_LIMIT)))
     return table
 
 
@@ -113,13 +122,13 @@ def status_table(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None) -
 
 
 def _status_row(label: str, state: StepState,
-                total: int = 0) -> tuple[Text, str, str, str, str]:
+                total: int = 0) -> tuple[Text, Text, str, str, Text]:
     symbol, style = STATUS_STYLE[state.status]
     done = sum(1 for h in state.hosts.values() if h.status is StepStatus.SUCCEEDED)
     total = max(total, len(state.hosts))
     hosts = f"{done}/{total}" if total else ""
     duration = f"{state.duration:.1f}s" if state.duration is not None else ""
-    return Text(symbol, style), label, hosts, duration, state.error or ""
+    return Text(symbol, style), Text(label), hosts, duration, Text(state.error or "")
 
 
 def summary(plan: Plan, run: Run) -> Text:

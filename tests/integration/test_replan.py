@@ -25,6 +25,7 @@ PROBE = """
     description: succeeds when value is ok (read-only)
     command: "test {value} = ok"
     params: {value: {type: string, pattern: '^[a-z]+$'}}
+    approval: none
 """
 
 
