@@ -17,11 +17,12 @@ from agents.store.audit import AuditEntry, AuditStore
 from agents.store.leases import LeaseStore, LostOwnership
 from agents.store.locks import LockInfo, LockStore
 from agents.store.plans import PlanStore
+from agents.store.proposals import Proposal, ProposalStore
 from agents.store.queue import QueueStore
 from agents.store.runs import Change
 
 
-class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore):
+class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, ProposalStore):
     """Redis-backed state shared by every bot replica and worker."""
 
     @classmethod
@@ -35,4 +36,4 @@ class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore):
 
 
 __all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "Change", "Keys", "LockInfo", "LostOwnership",
-           "Store", "Write"]
+           "Proposal", "Store", "Write"]

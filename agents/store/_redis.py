@@ -5,7 +5,8 @@ Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``r
 ``runs`` (zset), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``lock:ENV``,
 ``lockq:ENV`` (waiting runs), ``queue`` (stream, group ``workers``), ``audit`` (stream),
 ``dedupe:KEY``, ``schedule:ID``, ``schedules`` (zset), ``schedules:version``,
-``schedule:ID:KIND:ISO`` (fire claims).
+``schedule:ID:KIND:ISO`` (fire claims), ``proposal:HASH:REQUESTER`` (validated plans not
+yet requested, with a TTL).
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class Keys:
 
     def schedule_claim(self, schedule_id: str, kind: str, fire_time_iso: str) -> str:
         return self("schedule", schedule_id, kind, fire_time_iso)
+
+    def proposal(self, plan_hash: str, requester: str) -> str:
+        return self("proposal", plan_hash, requester)
 
 
 class RedisBase:

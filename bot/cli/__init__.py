@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot.cli import hosts, runs, schedules, serve
+    from bot.cli import hosts, mcp, runs, schedules, serve
 
-    return [runs.register, hosts.register, serve.register, schedules.register]
+    return [runs.register, hosts.register, serve.register, schedules.register, mcp.register]
 
 
 def _add_demo(commands: Commands) -> None:
