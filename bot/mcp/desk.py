@@ -15,7 +15,7 @@ from typing import Protocol
 from agents.approvals import approvals_needed
 from agents.errors import NotFound, PlanError, PlanInvalid
 from agents.plan import Plan
-from agents.runs import Run, StepState
+from agents.runs import Run, RunStatus, StepState
 from agents.services import Services
 from bot.mcp.views import (
     CatalogView,
@@ -130,7 +130,7 @@ class Desk:
             run = Run.for_plan(proposal.plan, meta={"via": "mcp", "client": client})
             proposal = store.take_proposal(plan_hash, requester, run_id=run.id)
         if proposal.run_id is not None:  # requested before (or a concurrent twin won)
-            return self._already(proposal.run_id)
+            return self._already(proposal.run_id, channel)
         store.save_plan(proposal.plan)
         run = store.create_run(run)
         store.audit("planned", actor=requester, run_id=run.id, plan_id=run.plan_id,
@@ -139,12 +139,17 @@ class Desk:
             run = self.poster.post_plan(proposal.plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)
 
-    def _already(self, run_id: str) -> DeployRequest:
+    def _already(self, run_id: str, channel: str | None) -> DeployRequest:
+        """The run an earlier request made; posted now if posting failed back then."""
         try:
             run = self.services.store.run(run_id)
         except NotFound:
             raise Refused("an earlier request of this plan failed before its run was "
                           "stored; call `plan` again") from None
+        unposted = not run.meta.get("slack") and run.status is RunStatus.AWAITING_APPROVAL
+        if self.poster is not None and channel and unposted:
+            plan = self.services.store.plan(run.plan_id, run.plan_version)
+            run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=True, slack=bool(run.meta.get("slack")))
 
 

@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 
 from agents.config import load_config
-from agents.errors import NotFound, PlanInvalid
+from agents.errors import ApprovalRefused, NotFound, PlanInvalid
 from agents.plan import Plan, Step
+from agents.policy import Policy
 from agents.runs import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.mcp.desk import Desk, Refused
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sample import copy_examples
+from tests.fixtures.slack_world import POLICY
 from tools.catalog import Catalog
 
 AGENT = "mcp:pytest-agent"
@@ -29,12 +31,17 @@ def services(tmp_path: Path, store: Store) -> Services:
 class Poster:
     """Records what would be posted to Slack (the real poster is tested over the protocol)."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store, *, fail: int = 0) -> None:
+        self.store, self.fail = store, fail
         self.posted: list[tuple[str, str]] = []
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str) -> Run:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("Slack is down")
         self.posted.append((plan.hash, channel))
-        return run
+        slack = {"channel": channel, "thread_ts": "1.1", "plan_ts": "1.1"}
+        return self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
 
 
 def test_plan_lists_environments_and_hosts_and_is_remembered(services: Services) -> None:
@@ -63,7 +70,7 @@ def test_an_unplannable_or_invalid_request_is_refused_with_its_problems(services
 
 
 def test_request_stores_a_run_awaiting_approval_once(services: Services) -> None:
-    poster = Poster()
+    poster = Poster(services.store)
     desk = Desk(services, poster=poster)
     view = desk.plan("deploy v2.3.1 to staging", requester=AGENT)
     assert view.plan_hash is not None
@@ -77,6 +84,31 @@ def test_request_stores_a_run_awaiting_approval_once(services: Services) -> None
     assert len(services.store.runs()) == 1
     planned = [e for e in services.store.audit_log() if e.action == "planned"]
     assert planned[0].actor == AGENT and planned[0].details["via"] == "mcp"
+
+
+def test_a_request_whose_slack_post_failed_is_posted_on_retry(services: Services) -> None:
+    poster = Poster(services.store, fail=1)
+    desk = Desk(services, poster=poster)
+    view = desk.plan("deploy v2.3.1 to staging", requester=AGENT)
+    assert view.plan_hash is not None
+    with pytest.raises(ConnectionError):
+        desk.request_deploy(view.plan_hash, "CDEPLOY", requester=AGENT, client="x")
+    retried = desk.request_deploy(view.plan_hash, "CDEPLOY", requester=AGENT, client="x")
+    assert retried.already_requested and retried.slack_channel == "CDEPLOY"
+    assert poster.posted == [(view.plan_hash, "CDEPLOY")] and len(services.store.runs()) == 1
+
+
+def test_an_http_user_is_held_to_the_same_policy(services: Services) -> None:
+    """A request made as UBOB cannot be approved by UBOB where self-approval is off."""
+    services.config.policy = Policy.model_validate(POLICY)
+    desk = Desk(services)
+    view = desk.plan("deploy v2.3.1", requester="UBOB")
+    assert view.plan_hash is not None
+    run = services.store.run(desk.request_deploy(view.plan_hash, None, requester="UBOB",
+                                                 client="x").run_id)
+    with pytest.raises(ApprovalRefused, match="your own request"):
+        services.store.approve(run.id, user="UBOB", plan_version=run.plan_version,
+                               plan_hash=run.plan_hash, policy=services.config.policy)
 
 
 def test_unknown_changed_or_foreign_hashes_are_refused(services: Services) -> None:
@@ -115,7 +147,7 @@ def test_a_remembered_plan_expires(services: Services) -> None:
 
 
 def test_with_slack_a_channel_is_required(services: Services) -> None:
-    desk = Desk(services, poster=Poster())
+    desk = Desk(services, poster=Poster(services.store))
     view = desk.plan("deploy v2.3.1", requester=AGENT)
     assert view.plan_hash is not None
     with pytest.raises(Refused, match="channel"):
