@@ -12,6 +12,7 @@ from agents.errors import PlanError
 from agents.plan import PlanChecker
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
+from tools import gantz
 from tools.catalog import Catalog, Tool
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
@@ -90,6 +91,8 @@ class _Loader:
                 self.problems += exc.problems
                 return None
             raw, prefix = (doc.data or {}).get("tools"), ("tools",)
+        if gantz.is_gantz(raw):
+            return self._gantz_tools(raw, doc, prefix)
         if not isinstance(raw, dict):
             self._add(doc, prefix, "must map tool names to tool definitions")
             return None
@@ -100,6 +103,14 @@ class _Loader:
             if tool is not None:
                 tools[name] = tool
         return tools if len(tools) == len(raw) else None
+
+    def _gantz_tools(self, raw: list[Any], doc: Located, prefix: tuple[str, ...]
+                     ) -> dict[str, Tool] | None:
+        """A gantz-style list: every entry that cannot be converted is a problem, with why."""
+        tools, problems = gantz.convert(raw)
+        for index, why in problems:
+            self._add(doc, (*prefix, index), f"cannot convert this gantz tool: {why}")
+        return None if problems else tools
 
     def _playbooks(self, raw: Any) -> list[Playbook] | None:
         if not isinstance(raw, list):
