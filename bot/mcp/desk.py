@@ -17,16 +17,21 @@ from agents.errors import NotFound, PlanError, PlanInvalid
 from agents.plan import Plan
 from agents.runs import Run, RunStatus, StepState
 from agents.services import Services
+from agents.store import LockInfo
 from bot.mcp.views import (
     CatalogView,
     DeployRequest,
     EnvironmentView,
     Hints,
+    LockView,
     ParamView,
     PlanView,
+    RunRef,
     RunView,
     StepView,
     ToolView,
+    WhereReport,
+    WhereView,
 )
 from tools.catalog import Tool
 from tools.errors import DeckhandError
@@ -105,6 +110,21 @@ class Desk:
             rollback=[step_view(s) for s in run.rollback.values()],
             changed_hosts=run.changed_hosts, reason=run.reason)
 
+    def where(self, *, recent: int = 100) -> WhereReport:
+        """Each environment's lock, runs in flight and last success (from the newest runs)."""
+        store, inventory = self.services.store, self.services.config.inventory
+        locks = {lock.environment: lock for lock in store.locks()}
+        runs = store.runs(limit=recent)
+        return WhereReport(environments=[
+            WhereView(environment=env, hosts=list(spec.hosts),
+                      lock=_lock_view(locks.get(env)),
+                      active=[run_ref(r) for r in runs
+                              if env in r.environments and not r.status.terminal],
+                      last_success=next((run_ref(r, at=r.finished_at) for r in runs
+                                         if env in r.environments
+                                         and r.status is RunStatus.SUCCEEDED), None))
+            for env, spec in inventory.environments.items()])
+
     def request_deploy(self, plan_hash: str, channel: str | None, *, requester: str,
                        client: str) -> DeployRequest:
         """Store the remembered plan ``plan_hash`` as a run awaiting a human's approval.
@@ -169,6 +189,17 @@ def tool_view(tool: Tool) -> ToolView:
                     mutates=tool.mutates, rollback=tool.rollback, params=params,
                     hints=Hints(read_only=not tool.mutates, destructive=tool.mutates,
                                 idempotent=tool.idempotent))
+
+
+def run_ref(run: Run, *, at: float | None = None) -> RunRef:
+    return RunRef(run_id=run.id, status=run.status.value, goal=run.goal,
+                  requested_by=run.requested_by, at=at or run.created_at)
+
+
+def _lock_view(lock: LockInfo | None) -> LockView | None:
+    if lock is None:
+        return None
+    return LockView(run_id=lock.run_id, worker=lock.worker, since=lock.since)
 
 
 def step_view(state: StepState) -> StepView:

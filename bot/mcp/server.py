@@ -25,7 +25,7 @@ from pydantic import AnyHttpUrl, Field
 
 from bot.mcp.auth import StaticTokens
 from bot.mcp.desk import Desk
-from bot.mcp.views import CatalogView, DeployRequest, PlanView, RunView
+from bot.mcp.views import CatalogView, DeployRequest, PlanView, RunView, WhereReport
 from tools.errors import DeckhandError
 
 T = TypeVar("T")
@@ -76,6 +76,10 @@ class DeskTools:
         """Where a run stands: status, approvals still needed and who may give them, steps."""
         return await _off_loop(self.desk.run_status, run_id)
 
+    async def where(self) -> WhereReport:
+        """Per environment: its hosts, who holds its lock, runs in flight, the last success."""
+        return await _off_loop(self.desk.where)
+
     async def request_deploy(self, ctx: Context, plan_hash: PlanHash,
                              channel: Channel = None) -> DeployRequest:
         """Ask humans to approve the plan `plan` returned with this hash: it is stored and
@@ -104,6 +108,7 @@ def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
     server.add_tool(tools.catalog, annotations=READ_ONLY)
     server.add_tool(tools.plan, annotations=READ_ONLY)
     server.add_tool(tools.run_status, annotations=READ_ONLY)
+    server.add_tool(tools.where, annotations=READ_ONLY)
     server.add_tool(tools.request_deploy, annotations=request_annotations(desk))
     return server
 

@@ -96,3 +96,31 @@ class DeployRequest(BaseModel):
     awaiting: str = Field(description="where a human approves it")
     slack_channel: str | None = None
     slack_ts: str | None = None
+
+
+class RunRef(BaseModel):
+    run_id: str
+    status: str
+    goal: str
+    requested_by: str
+    at: float | None = Field(default=None, description="finished (last success) or created")
+
+
+class LockView(BaseModel):
+    run_id: str
+    worker: str
+    since: float
+
+
+class WhereView(BaseModel):
+    """One environment: its hosts, who holds its lock, what is in flight, what last shipped."""
+
+    environment: str
+    hosts: list[str]
+    lock: LockView | None = None
+    active: list[RunRef] = Field(default_factory=list)
+    last_success: RunRef | None = None
+
+
+class WhereReport(BaseModel):
+    environments: list[WhereView]

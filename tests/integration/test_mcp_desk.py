@@ -162,6 +162,32 @@ def test_catalog_hints_come_from_tools_yml(services: Services) -> None:
     assert {e.name: e.hosts for e in view.environments}["production"] == ["prod-1", "prod-2"]
 
 
+def test_where_shows_locks_runs_in_flight_and_the_last_success(services: Services) -> None:
+    store, desk = services.store, Desk(services)
+    shipped = _requested(desk, "deploy v2.3.1 to staging")
+    store.update_run(shipped, _succeed)
+    waiting = _requested(desk, "deploy v2.4.0")
+    store.acquire_locks(["production"], run_id=waiting, worker="w1", ttl=60)
+    report = {e.environment: e for e in desk.where().environments}
+    staging, production = report["staging"], report["production"]
+    assert staging.last_success is not None and staging.last_success.run_id == shipped
+    assert staging.lock is None and [r.run_id for r in staging.active] == [waiting]
+    assert production.lock is not None and production.lock.run_id == waiting
+    assert production.last_success is None and production.hosts == ["prod-1", "prod-2"]
+
+
+def _succeed(run: Run) -> None:
+    for status in (RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SUCCEEDED):
+        run.move(status)
+    run.finished_at = run.created_at + 1
+
+
+def _requested(desk: Desk, request: str) -> str:
+    view = desk.plan(request, requester=AGENT)
+    assert view.plan_hash is not None
+    return desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x").run_id
+
+
 class FixedPlanner:
     """Returns one fixed plan, to reach validation with a plan no playbook would write."""
 

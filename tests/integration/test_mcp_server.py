@@ -36,7 +36,7 @@ from tests.fixtures.slack_world import actions_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t0ken-for-alice-0123456789abcdef"
-TOOLS = {"catalog", "plan", "run_status", "request_deploy"}
+TOOLS = {"catalog", "plan", "run_status", "where", "request_deploy"}
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_stdio_plan_and_request_reaches_slack_and_only_a_human_approves(
         async with stdio_session(env) as session:
             listed = {t.name: t for t in (await session.list_tools()).tools}
             assert set(listed) == TOOLS
-            for name in ("catalog", "plan", "run_status"):
+            for name in ("catalog", "plan", "run_status", "where"):
                 assert listed[name].annotations.read_only_hint is True
                 assert listed[name].output_schema is not None
             deploy = listed["request_deploy"].annotations
