@@ -26,10 +26,17 @@ def register(commands: Commands) -> None:
                         help="streamable HTTP at /mcp; bearer tokens from DECKHAND_MCP_TOKENS")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--plan-ttl", type=float, default=DEFAULT_PLAN_TTL,
+    parser.add_argument("--plan-ttl", type=_positive, default=DEFAULT_PLAN_TTL,
                         help="seconds a plan's hash may be requested after `plan`")
     add_config_arg(parser)
     parser.set_defaults(handler=_mcp)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
 
 
 def _mcp(args: argparse.Namespace, console: Console) -> int:
