@@ -5,7 +5,9 @@ compare-and-set, so an answer holds when it is written."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
+from agents.freeze import frozen
 from agents.policy import Policy
 from agents.runs import Run, RunStatus
 
@@ -24,7 +26,11 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
                 f"{run.plan_version}. Review the new version and approve that one.")
     envs = run.environments
     rule = policy.strictest(envs)
-    if not policy.may_approve(user, user_groups, envs):
+    blocked = frozen(policy.freeze, envs, datetime.fromtimestamp(now, UTC))
+    if blocked is not None and not run.break_glass:
+        return blocked.describe()
+    glass = run.break_glass is not None and policy.break_glass.allows(user, user_groups)
+    if not policy.may_approve(user, user_groups, envs) and not glass:
         return f"you are not allowed to approve this plan. Who can: {policy.approvers_text(envs)}"
     if not rule.self_approval and user == run.requested_by:
         return "you asked for this deploy, and policy forbids approving your own request here"
@@ -36,8 +42,13 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
 
 
 def approvals_needed(run: Run, policy: Policy) -> int:
-    """How many more distinct approvals ``run`` needs."""
-    return max(0, policy.strictest(run.environments).min_approvals - len(run.approvals))
+    """How many more distinct approvals ``run`` needs (break-glass: one more, and one of
+    them from ``policy.break_glass``)."""
+    wanted = policy.strictest(run.environments).min_approvals
+    if run.break_glass is None:
+        return max(0, wanted - len(run.approvals))
+    granted = any(a.break_glass for a in run.approvals)
+    return max(wanted + 1 - len(run.approvals), 0 if granted else 1)
 
 
 def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Policy

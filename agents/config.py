@@ -9,16 +9,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.errors import PlanError
+from agents.history import HistorySettings
 from agents.plan import PlanChecker
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
 from tools import gantz
-from tools.catalog import Catalog, Tool
+from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
 from tools.yamlsrc import Located, load_yaml_file
 
-SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets"}
+SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history"}
 BUILTIN_SCOPES = ("host.", "vars.")
 
 
@@ -33,6 +34,7 @@ class Config:
     playbooks: list[Playbook]
     vars: dict[str, Any] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
+    history: HistorySettings = field(default_factory=lambda: HistorySettings())
 
 
 def load_config(path: Path | str) -> Config:
@@ -60,7 +62,7 @@ class _Loader:
             if key not in SECTIONS:
                 self._add(self.doc, (key,), f"unknown section (expected one of "
                                              f"{', '.join(sorted(SECTIONS))})")
-        for section in ("vars", "inventory"):
+        for section in ("vars", "inventory", "history"):
             data[section] = _expand(data.get(section) or {}, str(self.path.parent))
         config_vars = self._vars(data["vars"])
         tools = self._tools(data.get("tools") or {})
@@ -68,10 +70,12 @@ class _Loader:
         policy = self._model(Policy, data.get("policy") or {}, ("policy",))
         playbooks = self._playbooks(data.get("playbooks") or [])
         secrets = [str(s) for s in data.get("secrets") or []]
-        if tools is None or inventory is None or policy is None or playbooks is None:
+        history = self._model(HistorySettings, data.get("history") or {}, ("history",))
+        if tools is None or inventory is None or policy is None or playbooks is None \
+                or history is None:
             return None
         config = Config(self.path, Catalog(tools), inventory, policy, playbooks, config_vars,
-                        secrets)
+                        secrets, history)
         _bind_environments(config.catalog, inventory)
         self._cross_check(config)
         return config
@@ -136,6 +140,9 @@ class _Loader:
         for index, book in enumerate(config.playbooks):
             for problem in _playbook_problems(book, config):
                 self._add(self.doc, ("playbooks", index), problem)
+        for env_name, env in config.inventory.environments.items():
+            for problem in _batch_gate_problems(env.rollout.after_each_batch, config.catalog):
+                self._add(self.doc, ("inventory", "environments", env_name, "rollout"), problem)
 
     def _add(self, doc: Located, path: tuple[str | int, ...], message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))
@@ -152,6 +159,20 @@ def _tool_problems(tool: Tool, config: Config) -> list[str]:
         out.append(f"rollback tool {tool.rollback!r} is not defined")
     if tool.target.startswith("group:") and tool.target[6:] not in config.inventory.groups:
         out.append(f"target {tool.target!r}: no such host group in the inventory")
+    return out
+
+
+def _batch_gate_problems(names: list[str], catalog: Catalog) -> list[str]:
+    """``after_each_batch`` may name only gates (read-only checks deckhand evaluates)."""
+    out = []
+    for name in names:
+        if name not in catalog:
+            out.append(f"after_each_batch: {unknown_tool_message(name, list(catalog.tools))}")
+        elif catalog.get(name).gate is None:
+            out.append(f"after_each_batch: {name} is not a gate (a tool with gate:)")
+        elif catalog.get(name).target != "local":
+            out.append(f"after_each_batch: gate {name} must have target local (it judges the "
+                       f"environment as a whole, between batches)")
     return out
 
 

@@ -11,6 +11,7 @@ Extends the tree in ``tools.errors``:
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     └── StoreError                     durable state refused or failed a change
         ├── NotFound                   no such plan / run / schedule
+        │   └── AmbiguousId            a typed id prefix names several records
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
         ├── LockHeld                   the environment is locked by another run
@@ -38,6 +39,10 @@ class PlanInvalid(PlanError):
         super().__init__(f"the plan is invalid ({len(problems)} problem(s)):\n{listed}")
 
 
+class FreezeRefused(PlanError):
+    """An environment the plan touches is frozen; the message says until when and why."""
+
+
 class NoPlanFound(PlanError):
     """Nothing can plan this request; the message lists what can be asked instead."""
 
@@ -56,6 +61,10 @@ class StoreError(DeckhandError):
 
 class NotFound(StoreError):
     """No plan, run or schedule with that id."""
+
+
+class AmbiguousId(NotFound):
+    """A typed prefix matches several records; the message lists them to pick from."""
 
 
 class IllegalTransition(StoreError):

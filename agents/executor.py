@@ -20,14 +20,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agents import logcontext
+from agents import logcontext, tracing
 from agents.plan import Plan, RollbackStep, Step, Success
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
-from tools.errors import DeckhandError
+from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
 from tools.redact import redact as default_redact
 from tools.runners.base import CancelToken, CommandResult, Runner
+from tools.runners.gate import GateRunner
 
 log = logging.getLogger("deckhand.executor")
 
@@ -49,6 +50,8 @@ class ExecutorDeps:
     """The adaptive variant: after a failure, revised remaining steps, or None to roll back."""
     needs_approval: Callable[[Plan, Plan], bool] = lambda old, new: True
     """Whether a revised plan must be approved again (it changes a mutating step)."""
+    gate_runner: Runner = field(default_factory=GateRunner)
+    """Evaluates tools that are gates (on this machine, whatever the target)."""
 
 
 class Executor:
@@ -73,7 +76,17 @@ class Executor:
         run = run or Run.for_plan(plan, status=RunStatus.APPROVED)  # caller approved it
         execution = _Execution(self, plan, run, cancel or CancelToken(),
                                [*self.listeners, *listeners])
-        return execution.go()
+        parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
+        with tracing.span("deckhand.run", {
+                "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
+                "deckhand.plan.version": plan.version, "deckhand.worker": run.worker,
+                "deckhand.run.environments": ",".join(run.environments)},
+                parent=parent) as span:
+            final = execution.go()
+            tracing.finish(span, ok=final.status is RunStatus.SUCCEEDED,
+                           **{"deckhand.run.status": final.status.value,
+                              "deckhand.run.hosts_changed": len(final.changed_hosts)})
+        return final
 
 
 @dataclass
@@ -241,13 +254,19 @@ class _Execution:
 
     def _run_step(self, step: Step | RollbackStep, phase: Phase, token: CancelToken) -> bool:
         """Run one step on all its hosts; emits its STEP_FINISHED and returns success."""
-        try:
-            status, error, outputs = self._attempt_step(step, phase, token)
-        except DeckhandError as exc:
-            status, error, outputs = StepStatus.FAILED, str(exc), {}
-        except Exception as exc:  # a bug must fail the step, never leave the run "running"
-            log.exception("step %s crashed", step.id)
-            status, error, outputs = StepStatus.FAILED, f"internal error: {exc!r}", {}
+        with tracing.span("deckhand.step", {"deckhand.step.id": step.id,
+                                            "deckhand.tool": step.tool,
+                                            "deckhand.phase": phase.value}) as span:
+            try:
+                status, error, outputs = self._attempt_step(step, phase, token)
+            except DeckhandError as exc:
+                status, error, outputs = StepStatus.FAILED, str(exc), {}
+            except Exception as exc:  # a bug must fail the step, never leave the run "running"
+                log.exception("step %s crashed", step.id)
+                status, error, outputs = StepStatus.FAILED, f"internal error: {exc!r}", {}
+            tracing.finish(span, ok=status is not StepStatus.FAILED,
+                           **{"deckhand.step.status": status.value,
+                              "deckhand.error": self.deps.redact(error) if error else None})
         self.emit(EventKind.STEP_FINISHED, step_id=step.id, phase=phase, status=status.value,
                   error=error, outputs=outputs)
         return status is not StepStatus.FAILED
@@ -264,6 +283,11 @@ class _Execution:
             if not hosts:
                 return StepStatus.SKIPPED, "no host was changed by this run", {}
         rollout = self.deps.inventory.rollout_of(env)
+        if tool.mutates and phase is Phase.PLAN and len(hosts) > 1:
+            problems = self._preflight(hosts)
+            if problems:
+                return StepStatus.FAILED, ("not started on any host: " + "; ".join(problems)
+                                           + " — fix that host, then run it again"), {}
         outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, rollout)
         failed = [o.error for o in outcomes if not o.ok]
         if token.cancelled and failed:
@@ -275,11 +299,33 @@ class _Execution:
             return StepStatus.FAILED, f"{failed[0]}{more}", outputs
         return StepStatus.SUCCEEDED, None, outputs
 
+    def _preflight(self, hosts: list[Host]) -> list[str]:
+        """Every host a rollout will touch is reachable with a verified key, checked before
+        the first one changes, so one bad host does not get the others deployed and then
+        rolled back. Connections opened here are the ones the commands then use."""
+        def problem(host: Host) -> str | None:
+            try:
+                self.deps.runner_for(host).check_ready()
+            except DeckhandError as exc:
+                return f"{host.name}: {exc}"
+            return None
+
+        workers = min(len(hosts), 32)
+        with ThreadPoolExecutor(workers, thread_name_prefix="preflight",
+                                initializer=logcontext.inherit()) as pool:
+            return [p for p in pool.map(problem, hosts) if p is not None]
+
     def _fan_out(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                  params: dict[str, ParamValue], hosts: list[Host], token: CancelToken,
                  rollout: Rollout) -> list[_HostOutcome]:
         outcomes: list[_HostOutcome] = []
-        for batch in rollout.batches(hosts):
+        batches = rollout.batches(hosts)
+        for number, batch in enumerate(batches, start=1):
+            if number > 1 and phase is Phase.PLAN and tool.mutates:
+                failure = self._batch_gates(step, params, rollout, number - 1, token)
+                if failure is not None:
+                    outcomes.append(_HostOutcome(ok=False, error=failure))
+                    break
             if len(batch) == 1:
                 outcomes.append(self._run_on_host(step, phase, tool, params, batch[0], token))
             else:
@@ -292,20 +338,49 @@ class _Execution:
                 break
         return outcomes
 
+    def _batch_gates(self, step: Step | RollbackStep, params: dict[str, ParamValue],
+                     rollout: Rollout, done: int, token: CancelToken) -> str | None:
+        """Run the rollout's gates after batch ``done``; why the rollout stops, or None."""
+        ids = {"step_id": step.id, "phase": Phase.PLAN, "host": LOCAL_HOST.name}
+        for name in rollout.after_each_batch:
+            gate = self.deps.catalog.get(name)
+            shared = {k: v for k, v in params.items() if k in gate.params}
+            self._output(f"gate {name} after batch {done}:", ids)
+            try:
+                spec = self.deps.catalog.render(gate, shared, host_vars={},
+                                                config_vars=self.deps.config_vars)
+                result = self.deps.gate_runner.run(
+                    spec, timeout=gate.timeout, cancel=token,
+                    on_output=lambda line: self._output(line, ids))
+            except DeckhandError as exc:  # a gate that cannot run fails closed
+                return f"gate {name} could not run after batch {done}: {exc}"
+            if not result.ok:
+                return f"gate {name} failed after batch {done}: {_last_line(result.tail)}"
+        return None
+
     def _run_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                      params: dict[str, ParamValue], host: Host,
                      token: CancelToken) -> _HostOutcome:
         host_vars = {"name": host.name, "address": host.address, **host.vars}
         command = self.deps.catalog.render(tool, params, host_vars=host_vars,
                                            config_vars=self.deps.config_vars)
+        with tracing.span("deckhand.host", {"deckhand.host": host.name,
+                                            "deckhand.step.id": step.id}) as span:
+            outcome = self._attempts_on_host(step, phase, tool, host, command, token)
+            tracing.finish(span, ok=outcome.ok, **{
+                "deckhand.error": self.deps.redact(outcome.error) if outcome.error else None})
+        return outcome
+
+    def _attempts_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
+                          host: Host, command: str, token: CancelToken) -> _HostOutcome:
         success = getattr(step, "success", None) or Success()
         ids = {"step_id": step.id, "phase": phase, "host": host.name}
         outcome = _HostOutcome(ok=False)
         for attempt in range(1, tool.retries + 2):
-            self.emit(EventKind.HOST_STARTED, attempt=attempt, **ids)
+            self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
             watch = _OutputWatch(tool.outputs, success.output_pattern,
                                  lambda line: self._output(line, ids))
-            result, error = self._invoke(host, command, tool.timeout, watch, token)
+            result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout)
@@ -314,23 +389,34 @@ class _Execution:
                       exit_code=result.exit_code if result else None,
                       tail=self.deps.redact(result.tail) if result else "",
                       error=outcome.error, attempt=attempt,
-                      # a host we never reached was not changed; one that ran the command was
-                      mutating=tool.mutates and result is not None, **ids)
+                      # a host we never reached was not changed; one that may have run the
+                      # command was (a connection that dropped mid-command included)
+                      mutating=tool.mutates and (result is not None or maybe_ran), **ids)
             if outcome.ok or token.cancelled or attempt > tool.retries:
                 break
+            if maybe_ran and tool.mutates and not tool.idempotent:
+                break  # it may have run once already: running it again could do it twice
             self.emit(EventKind.STEP_RETRY, attempt=attempt, error=outcome.error, **ids)
             if token.wait(tool.retry_backoff * 2 ** (attempt - 1)):
                 break
         return outcome
 
-    def _invoke(self, host: Host, command: str, timeout: float, watch: _OutputWatch,
-                token: CancelToken) -> tuple[CommandResult | None, str | None]:
+    def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
+                token: CancelToken, ids: dict[str, Any]
+                ) -> tuple[CommandResult | None, str | None, bool]:
+        """(result, error, whether the command may have run although no result came)."""
+        def started(pid: int) -> None:  # recorded, so a takeover can stop what is left
+            self.emit(EventKind.HOST_PID, pid=pid, **ids)
+
         try:
-            runner = self.deps.runner_for(host)
-            result = runner.run(command, timeout=timeout, on_output=watch.feed, cancel=token)
+            runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)
+            result = runner.run(command, timeout=tool.timeout, on_output=watch.feed,
+                                cancel=token, on_start=started)
+        except CommandInterrupted as exc:
+            return None, f"{host.name}: {exc}", True
         except DeckhandError as exc:
-            return None, f"{host.name}: {exc}"
-        return result, None
+            return None, f"{host.name}: {exc}", False
+        return result, None, False
 
     def _output(self, line: str, ids: dict[str, Any]) -> None:
         self.emit(EventKind.STEP_OUTPUT, line=self.deps.redact(line), **ids)

@@ -1,4 +1,5 @@
-"""Which run and plan the current code works for, for log lines (``bot.logs`` formats them).
+"""Which run and plan the current code works for, for log lines (``bot.logs`` formats them)
+and for traces (the current OpenTelemetry span).
 
 Context variables follow the code that set them, but not into new threads: threads a run
 starts (step pools, heartbeats, front-end senders) take the values with ``inherit()``.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+
+from opentelemetry import context as otel_context
 
 _RUN: ContextVar[str | None] = ContextVar("deckhand_run_id", default=None)
 _PLAN: ContextVar[str | None] = ContextVar("deckhand_plan_id", default=None)
@@ -36,9 +39,11 @@ def inherit() -> Callable[[], None]:
     Works as a ``ThreadPoolExecutor(initializer=...)``.
     """
     run_id, plan_id = _RUN.get(), _PLAN.get()
+    trace_context = otel_context.get_current()  # spans made there belong to the same trace
 
     def apply() -> None:
         _RUN.set(run_id)
         _PLAN.set(plan_id)
+        otel_context.attach(trace_context)
 
     return apply

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents import graph
 from agents.errors import PlanInvalid
+from agents.ids import new_id
 from agents.policy import Policy
 from tools.catalog import NAME, OUTPUT_REF, Catalog, ParamValue, Tool, unknown_tool_message
 from tools.inventory import Inventory
@@ -68,6 +68,8 @@ class PlannerInfo(BaseModel):
     latency_ms: float = 0.0
     repairs: int = 0
     note: str = ""
+    traceparent: str | None = None
+    """The trace the plan was made in (agents.tracing): its run continues it."""
 
     def footer(self) -> str:
         if self.model is None:
@@ -82,7 +84,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(default_factory=lambda: "plan-" + secrets.token_hex(4))
+    id: str = Field(default_factory=lambda: new_id("plan"))
     version: int = 1
     goal: str = Field(min_length=1, max_length=500)
     steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS)

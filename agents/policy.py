@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.freeze import BreakGlass, FreezeWindow
+
 
 class Approvers(BaseModel):
     """People allowed to approve: Slack user ids and user-group ids (or terminal user names)."""
@@ -56,6 +58,9 @@ class Policy(BaseModel):
     on_failure: Literal["finish", "cancel"] = "finish"
     default: EnvPolicy = Field(default_factory=EnvPolicy)
     environments: dict[str, EnvPolicy] = Field(default_factory=dict)
+    freeze: list[FreezeWindow] = Field(default_factory=list)
+    break_glass: BreakGlass = Field(default_factory=BreakGlass)
+    """Who grants the extra approval a break-glass run needs during a freeze."""
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)

@@ -6,7 +6,6 @@ into the record. The same events feed the terminal, Slack threads, the store and
 
 from __future__ import annotations
 
-import secrets
 import time
 from enum import StrEnum
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agents.errors import IllegalTransition
+from agents.ids import new_id
 from agents.plan import Plan
 
 
@@ -83,6 +83,8 @@ class EventKind(StrEnum):
     RUN_STARTED = "run_started"
     STEP_STARTED = "step_started"
     HOST_STARTED = "host_started"
+    HOST_PID = "host_pid"
+    """The command's process group on the host: what a takeover must stop."""
     STEP_OUTPUT = "step_output"
     STEP_RETRY = "step_retry"
     HOST_FINISHED = "host_finished"
@@ -109,6 +111,7 @@ class Event(BaseModel):
     tail: str | None = None
     error: str | None = None
     mutating: bool = False
+    pid: int | None = None
     outputs: dict[str, str] = Field(default_factory=dict)
     plan: dict[str, Any] | None = None
     """REPLANNED: the revised plan (agents.plan.Plan as JSON) and its hash."""
@@ -123,6 +126,10 @@ class Event(BaseModel):
 
 class HostResult(BaseModel):
     host: str
+    pid: int | None = None
+    """The running command's process group on the host (until it finishes)."""
+    provisional: bool = False
+    """Counted as changed when its mutating command started; withdrawn if it never ran."""
     status: StepStatus = StepStatus.RUNNING
     started_at: float | None = None
     finished_at: float | None = None
@@ -160,12 +167,14 @@ class Approval(BaseModel):
     at: float = Field(default_factory=time.time)
     plan_version: int
     plan_hash: str
+    break_glass: bool = False
+    """The approver may grant a break-glass override (policy.break_glass)."""
 
 
 class Run(BaseModel):
     """Everything known about one execution of one plan version."""
 
-    id: str = Field(default_factory=lambda: "run-" + secrets.token_hex(4))
+    id: str = Field(default_factory=lambda: new_id("run"))
     plan_id: str
     plan_version: int
     plan_hash: str
@@ -183,11 +192,15 @@ class Run(BaseModel):
     finished_at: float | None = None
     worker: str | None = None
     plan_versions: list[int] = Field(default_factory=list)
+    break_glass: str | None = None
+    """Why this run must go ahead during a freeze (it then needs one more approval)."""
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def for_plan(cls, plan: Plan, **fields: Any) -> Run:
         """A new run record for ``plan`` with every step pending."""
+        if plan.planner.traceparent:  # the run continues the trace it was planned in
+            fields["meta"] = {"traceparent": plan.planner.traceparent, **fields.get("meta", {})}
         return cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
                    goal=plan.goal, environments=plan.environments(),
                    requested_by=plan.requested_by, plan_versions=[plan.version],
@@ -237,6 +250,15 @@ def _host_started(run: Run, ev: Event) -> None:
     host = state.hosts.setdefault(ev.host or "", HostResult(host=ev.host or ""))
     host.status, host.started_at, host.attempts = StepStatus.RUNNING, ev.at, ev.attempt
     state.attempts = max(state.attempts, ev.attempt)
+    if ev.mutating and host.host not in run.changed_hosts:
+        # changed from the moment a mutating command may start: a crash from here on
+        # leaves a record whose rollback visits this host
+        run.mark_changed(host.host)
+        host.provisional = True
+
+
+def _host_pid(run: Run, ev: Event) -> None:
+    run.states(ev.phase)[ev.step_id or ""].hosts[ev.host or ""].pid = ev.pid
 
 
 def _host_finished(run: Run, ev: Event) -> None:
@@ -246,6 +268,9 @@ def _host_finished(run: Run, ev: Event) -> None:
     host.tail, host.error = ev.tail or "", ev.error
     if ev.mutating:
         run.mark_changed(ev.host or "")
+    elif host.provisional:  # the command never started there (e.g. host unreachable)
+        run.changed_hosts.remove(host.host)
+    host.provisional, host.pid = False, None  # ended: nothing left to stop
 
 
 def _step_finished(run: Run, ev: Event) -> None:
@@ -288,6 +313,7 @@ _APPLY = {
     EventKind.RUN_STARTED: _run_started,
     EventKind.STEP_STARTED: _step_started,
     EventKind.HOST_STARTED: _host_started,
+    EventKind.HOST_PID: _host_pid,
     EventKind.HOST_FINISHED: _host_finished,
     EventKind.STEP_FINISHED: _step_finished,
     EventKind.ROLLBACK_STARTED: _rollback_started,

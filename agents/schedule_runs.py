@@ -169,8 +169,6 @@ def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
         return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: not run unattended ({problem}); "
                     f"approve it to run", plan=plan, run=run, lock=lock)
     queued = approve_unattended(services.store, run.id, schedule=schedule, plan=plan)
-    services.store.audit("approved", actor=schedule.approver_label, run_id=run.id,
-                         plan_id=plan.id, version=plan.version, hash=plan.hash)
     wait = f" — {lock.describe()}; it starts when that run finishes" if lock else ""
     return done(Outcome.QUEUED, f"{plan.goal}: unchanged since approved by "
                 f"{schedule.created_by} at creation; queued without a click{wait}",
@@ -234,6 +232,8 @@ def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: P
                                       plan_version=plan.version, plan_hash=plan.hash))
         run.move(RunStatus.APPROVED)
         run.move(RunStatus.QUEUED)
-        return [store.queue_step(run_id)]
+        audit = store.audit_write("approved", actor=schedule.approver_label, run_id=run_id,
+                                  plan_id=plan.id, version=plan.version, hash=plan.hash)
+        return [audit, store.queue_step(run_id)]  # approval, audit and queue: one EXEC
 
     return store.update_run(run_id, change)

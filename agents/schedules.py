@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import functools
 import re
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -64,6 +63,7 @@ from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, Field
 
 from agents.errors import ScheduleError
+from agents.ids import new_id
 
 DEFAULT_GRACE = timedelta(minutes=30)
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -390,7 +390,7 @@ def _zone_hint(name: str) -> str:
 
 
 def new_schedule_id() -> str:
-    return "sch-" + secrets.token_hex(3)
+    return new_id("sch")
 
 
 @dataclass(frozen=True)

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
+from agents import tracing
 from agents.config import Config
-from agents.errors import PlanError
-from agents.executor import Executor, ExecutorDeps
+from agents.dryrun import DryPlan, dry_plan
+from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
+from agents.executor import Executor, ExecutorDeps, Listener
+from agents.freeze import Frozen, frozen
+from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.plan import Plan, is_read_only, validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
 from agents.runs import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
+from agents.verify import Observed, VersionProbe
+from tools.gitlog import GitRepo
 from tools.redact import Redactor
 from tools.runners.pool import RunnerPool
+
+log = logging.getLogger("deckhand.services")
 
 
 class Planner(Protocol):
@@ -40,11 +51,34 @@ class Services:
     store: Store
     clock: Callable[[], float] = field(default=time.time)
 
-    def make_plan(self, request: str, *, requested_by: str) -> Plan:
-        """Plan ``request`` and validate the result; raises PlanError subclasses."""
-        plan = self.planner.plan(request, requested_by=requested_by)
-        self.check(plan)
+    def make_plan(self, request: str, *, requested_by: str,
+                  break_glass: str | None = None) -> Plan:
+        """Plan ``request`` and validate the result; raises PlanError subclasses
+        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given)."""
+        with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
+                                            "deckhand.request.length": len(request)}) as span:
+            plan = self.planner.plan(request, requested_by=requested_by)
+            plan.planner.traceparent = tracing.current_traceparent()
+            span.set_attributes(_plan_attributes(plan))
+            self.check(plan)
+        blocked = self.frozen(plan.environments())
+        if blocked is not None and not break_glass:
+            raise FreezeRefused(blocked.describe())
         return plan
+
+    def break_glass_note(self, plan: Plan, reason: str) -> str:
+        """What approvers of a break-glass plan are told (the freeze, why, who grants it)."""
+        blocked = self.frozen(plan.environments())
+        grant = self.config.policy.break_glass
+        who = ", ".join([*grant.users, *grant.groups]) or "nobody (set policy.break_glass)"
+        during = f"{blocked.environment} is frozen ({blocked.reason}); " if blocked else ""
+        return (f"Break-glass: {during}requested because: {reason}. Needs one more "
+                f"approval, from {who}.")
+
+    def frozen(self, environments: list[str]) -> Frozen | None:
+        """The freeze that blocks a change to ``environments`` now, if any."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        return frozen(self.config.policy.freeze, environments, now)
 
     def is_read_only(self, plan: Plan) -> bool:
         """The over-planning guard: one read-only tool call needs no approval."""
@@ -76,9 +110,67 @@ class Services:
     def check(self, plan: Plan) -> None:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
+        problems = rollback_target_problems(plan, self.config.catalog,
+                                            self.store.deployed_versions)
+        if problems:
+            raise PlanInvalid(problems)
+
+    def dry_run(self, plan: Plan, *, user: str,
+                listeners: Iterable[Listener] = ()) -> tuple[Run, DryPlan]:
+        """Execute ``plan``'s checks (no approval, no locks, no rollback); see agents.dryrun."""
+        dry = dry_plan(plan, self.config.catalog)
+        executor = Executor(replace(self.executor.deps, catalog=dry.catalog, replan=None))
+        run = Run.for_plan(dry.plan, status=RunStatus.APPROVED,
+                           meta={"dry_run": True, "unchecked": dry.unchecked})
+        self.store.audit("dry_run", actor=user, plan_id=plan.id, goal=plan.goal,
+                         unchecked=dry.unchecked)
+        return executor.execute(dry.plan, run, listeners=listeners), dry
+
+    def changelog(self, plan: Plan) -> list[str]:
+        """What ``plan`` ships over what is live, from the app's git repository (if set)."""
+        settings = self.config.history
+        target = shipped(plan, self.config.catalog)
+        if settings.repo is None or target is None:
+            return []
+        env, version = target
+        try:
+            live = self.store.deployed_state(env).version
+        except StoreError:
+            live = None
+        log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
+        return changelog_lines(log, env, settings.compare_url)
+
+    def observe_versions(self, environment: str) -> list[Observed]:
+        """Each host's live version, asked with ``history.version_tool`` (PlanError if unset)."""
+        probe = VersionProbe(self.config.history, self.config.catalog, self.config.inventory,
+                             self.runners, self.config.vars)
+        return probe.observe(environment)
+
+    def record_history(self, run: Run) -> None:
+        """Add a finished run to the deployment history (once; a failure is only logged:
+        the run's own record is already written and stays the truth)."""
+        try:
+            plan = self.store.plan(run.plan_id, run.plan_version)  # the last replan's
+            deploys = deploys_of(plan, run, self.config.catalog)
+            if deploys:
+                self.store.record_deploys(run.id, deploys)
+        except StoreError as exc:
+            log.error("run %s: could not record deployment history (%s)", run.id, exc)
 
     def close(self) -> None:
         self.runners.close()
+
+
+def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
+    info = plan.planner
+    found: dict[str, str | int | float | None] = {
+        "deckhand.plan.id": plan.id, "deckhand.plan.steps": len(plan.steps),
+        "deckhand.plan.environments": ",".join(plan.environments()),
+        "deckhand.planner": info.name, "gen_ai.request.model": info.model,
+        "gen_ai.usage.input_tokens": info.prompt_tokens or None,
+        "gen_ai.usage.output_tokens": info.completion_tokens or None,
+        "deckhand.planner.latency_ms": info.latency_ms, "deckhand.planner.repairs": info.repairs}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def build_services(config: Config, settings: Settings | None = None, *,

@@ -21,9 +21,12 @@ from agents import logcontext
 from agents.errors import IllegalTransition, LockHeld, NotFound, StoreError
 from agents.executor import Listener
 from agents.plan import Plan
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.runs import Event, EventKind, Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import LostOwnership, Store
+from agents.store.check import ACTIVE, StoreCheck
+from tools.errors import DeckhandError
+from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
 
 log = logging.getLogger("deckhand.worker")
@@ -86,6 +89,7 @@ class Worker:
             if time.monotonic() - self._swept >= SWEEP_EVERY:
                 self._swept = time.monotonic()
                 self.expire_stale()
+                self.reconcile()
             return False
         entry_id, run_id = entry
         _, done = self._process(run_id, entry_id, [])
@@ -95,8 +99,15 @@ class Worker:
 
     def process(self, run_id: str, *, entry_id: str | None = None,
                 listeners: Iterable[Listener] = ()) -> Run | None:
-        """Lock, claim and execute one run. None if it cannot or need not run now."""
-        return self._process(run_id, entry_id, list(listeners))[0]
+        """Lock, claim and execute one run. None if it cannot or need not run now.
+
+        Called without ``entry_id`` (in-process, e.g. ``deckhand run``), it settles the
+        run's queue entry once done with it, so no worker counts it as waiting.
+        """
+        run, done = self._process(run_id, entry_id, list(listeners))
+        if done and entry_id is None:
+            self.store.settle_run(run_id)
+        return run
 
     def _process(self, run_id: str, entry_id: str | None,
                  listeners: list[Listener]) -> tuple[Run | None, bool]:
@@ -106,7 +117,7 @@ class Worker:
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
             return None, True
-        if run.status.terminal:
+        if run.status.terminal or self._frozen_out(run):
             return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if not self._lock(run):
@@ -117,6 +128,20 @@ class Worker:
                 # taken over if that worker is in fact dead (its lease will have expired).
                 return None, not self._still_running(run_id)
             return self._execute(claimed, entry_id, listeners), True
+
+    def _frozen_out(self, run: Run) -> bool:
+        """A queued run whose environment froze after its approval does not start."""
+        blocked = self.services.frozen(run.environments)
+        if run.status is not RunStatus.QUEUED or blocked is None or run.break_glass:
+            return False
+        try:
+            self.store.transition(run.id, RunStatus.CANCELLED, expect=[RunStatus.QUEUED],
+                                  reason=f"not started: {blocked.describe()}")
+        except IllegalTransition:
+            return False  # taken meanwhile: the claim decides
+        self.store.audit("frozen", actor=self.name, run_id=run.id, plan_id=run.plan_id,
+                         environment=blocked.environment, until=blocked.until.isoformat())
+        return True
 
     def _still_running(self, run_id: str) -> bool:
         status = self.store.run(run_id).status
@@ -143,6 +168,21 @@ class Worker:
             self.store.audit("expired", actor=self.name, run_id=run.id, plan_id=run.plan_id)
             expired.append(run.id)
         return expired
+
+    def reconcile(self) -> list[str]:
+        """Re-queue active runs that nothing will ever move: no live lease, no queue entry
+        (a worker died after acknowledging, an entry was lost with a failed-over primary).
+        A worker then resumes or rolls them back like any takeover."""
+        recent = self.store.runs(limit=200, statuses=ACTIVE)
+        done = []
+        for violation in StoreCheck(self.store).orphaned(recent):
+            run_id = violation.key.rsplit(":", 1)[-1]
+            outcome = violation.repair() if violation.repair else "not repairable"
+            log.warning("reconciler: run %s %s: %s", run_id, violation.problem, outcome)
+            self.store.audit("reconciled", actor=self.name, run_id=run_id,
+                             problem=violation.problem, outcome=outcome)
+            done.append(run_id)
+        return done
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -179,9 +219,7 @@ class Worker:
     def _unlock(self, run: Run) -> None:
         self.store.release_locks(run.environments, run_id=run.id)
         for env in run.environments:
-            waiting = self.store.next_waiting(env)
-            if waiting:
-                self.store.enqueue(waiting)
+            self.store.wake_next(env)  # pops and queues in one EXEC
 
     # -- execution -------------------------------------------------------------------------
 
@@ -197,12 +235,16 @@ class Worker:
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
         beat = _Heartbeat(self, run, entry_id, token)
-        beat.start()
+        beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
+            if previous:
+                self._stop_leftovers(run)
             final = self.services.executor.execute(
                 plan, run, cancel=token,
                 listeners=[self._persist(token), *front_ends, *listeners])
             log.info("run %s ended %s", run.id, final.status.value)
+            if final.status.terminal:
+                self.services.record_history(final)
             return final
         finally:
             beat.stop()
@@ -212,6 +254,28 @@ class Worker:
                 close = getattr(front_end, "close", None)
                 if close is not None:
                     close()
+
+    def _stop_leftovers(self, run: Run) -> None:
+        """Taking a run over: stop what the dead worker's commands left running, on every
+        host, before anything is re-run or rolled back — so nothing lands after it."""
+        for phase in Phase:
+            for state in run.states(phase).values():
+                for result in state.hosts.values():
+                    if result.pid is not None:
+                        self._stop_leftover(run, state.id, result.host, result.pid)
+
+    def _stop_leftover(self, run: Run, step_id: str, host_name: str, pid: int) -> None:
+        host = self.services.config.inventory.hosts.get(host_name) or LOCAL_HOST
+        try:
+            self.services.runners.for_host(host).kill_group(pid)
+            outcome = "stopped"
+        except DeckhandError as exc:  # unreachable: the rollback will say so on that host
+            outcome = f"could not stop it: {exc}"
+        log.warning("run %s: leftover of step %s on %s (process group %d): %s", run.id,
+                    step_id, host_name, pid, outcome)
+        self.store.audit("leftover_stopped", actor=self.name, run_id=run.id,
+                         plan_id=run.plan_id, step=step_id, host=host_name, pid=pid,
+                         outcome=outcome)
 
     def _persist(self, token: CancelToken) -> Listener:
         def persist(event: Event, run: Run) -> None:

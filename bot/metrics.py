@@ -17,6 +17,9 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_plan_latency_seconds``      planner latency by ``planner``
 ``deckhand_llm_tokens_total``          LLM tokens by ``model`` and ``kind`` (prompt/completion)
 ``deckhand_timeline_uploads_total``    run timeline uploads by ``result`` (ok/failed)
+``deckhand_deploys_per_day``           deploys per ``environment``, last 30 days (history)
+``deckhand_change_failure_rate``       failed or undone deploys / deploys, per ``environment``
+``deckhand_time_to_restore_seconds``   mean failed deploy → next good one, per ``environment``
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -25,6 +28,7 @@ planner wrapper, and an observing retry handler on the Slack client.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,9 +38,11 @@ from prometheus_client.registry import Collector
 
 from agents.errors import StoreError
 from agents.executor import Listener
+from agents.history import stats
 from agents.plan import Plan
 from agents.runs import Event, EventKind, Run, StepStatus
 from agents.store import Store
+from agents.store.history import HISTORY_READ
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 DELAY_BUCKETS = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600)
@@ -84,6 +90,11 @@ class Metrics:
         return server
 
     # -- hooks --------------------------------------------------------------------------------
+
+    def watch_history(self, store: Store, environments: list[str], *,
+                      undo_window: float) -> None:
+        """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
+        self.registry.register(_HistoryCollector(store, environments, undo_window))
 
     def watch_queue(self, store: Store) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
@@ -143,6 +154,46 @@ class _RunRecorder:
         tool = self.tools.get(state.id, "unknown")
         self.metrics.step_seconds.labels(tool, event.phase.value,
                                          state.status.value).observe(took)
+
+
+class _HistoryCollector(Collector):
+    """Deploy frequency, change-failure rate and time to restore from the recorded history."""
+
+    DAYS = 30.0
+
+    def __init__(self, store: Store, environments: list[str], undo_window: float):
+        self.store, self.environments, self.undo_window = store, environments, undo_window
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()  # no samples: registering must not call Redis
+
+    def collect(self) -> Iterator[Metric]:
+        per_day, failure, restore = self._families()
+        now = time.time()
+        for env in self.environments:
+            try:
+                deploys = self.store.history(env, limit=HISTORY_READ)
+            except StoreError:
+                return  # deckhand_redis_up says why
+            figures = stats(deploys, environment=env, now=now, days=self.DAYS,
+                            undo_window=self.undo_window)
+            per_day.add_metric([env], figures.per_day)
+            if figures.change_failure_rate is not None:
+                failure.add_metric([env], figures.change_failure_rate)
+            if figures.time_to_restore is not None:
+                restore.add_metric([env], figures.time_to_restore)
+        yield from (per_day, failure, restore)
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily("deckhand_deploys_per_day", "Deploys per day, last 30 days",
+                                  labels=["environment"]),
+                GaugeMetricFamily("deckhand_change_failure_rate",
+                                  "Failed or undone deploys / deploys, last 30 days",
+                                  labels=["environment"]),
+                GaugeMetricFamily("deckhand_time_to_restore_seconds",
+                                  "Mean time from a failed deploy to the next good one",
+                                  labels=["environment"])]
 
 
 class _QueueCollector(Collector):

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from agents.errors import NotFound, PlanError, ScheduleError
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.schedule_runs import Occurrence, auto_problem, run_occurrence
 from agents.schedules import Schedule, split_spec, zone_named
@@ -57,7 +58,8 @@ class ScheduleView:
         flags = "".join(f" [{f}]" for f, on in (("auto", s.auto), ("paused", s.paused)) if on)
         upcoming = ", ".join(s.local(t) for t in self.next_fires) or "—"
         where = f" in {s.channel}" if s.channel else ""
-        return (f"{s.id}{flags}  {s.spec}  ({s.cron}, {s.timezone})  → {s.request!r}{where}\n"
+        return (f"{short_id(s.id)}{flags}  {s.spec}  ({s.cron}, {s.timezone})  → "
+                f"{s.request!r}{where}\n"
                 f"    next: {'paused' if s.paused else upcoming}")
 
 
@@ -260,7 +262,7 @@ def _confirm_text(schedule: Schedule, plan: Plan) -> str:
 def _created(ctx: _Ctx, schedule: Schedule) -> str:
     where = f", posted to {schedule.channel}" if schedule.channel else ""
     upcoming = " · ".join(schedule.local(t) for t in schedule.next_fires(ctx.now, 3))
-    return (f"Scheduled {schedule.id}: {schedule.spec} (cron {schedule.cron}, "
+    return (f"Scheduled {short_id(schedule.id)}: {schedule.spec} (cron {schedule.cron}, "
             f"{schedule.timezone}) → {schedule.request!r}{where}.\nNext: {upcoming}")
 
 
@@ -284,14 +286,14 @@ def _pause(ctx: _Ctx, words: list[str]) -> ScheduleReply:
     def change(schedule: Schedule) -> None:
         schedule.paused = True
 
-    schedule = _change(ctx, _one_id(words, "pause"), change)
+    schedule = _change(ctx, _one_id(ctx, words, "pause"), change)
     _audit(ctx, "schedule_paused", schedule)
-    return ScheduleReply(True, f"Paused {schedule.id} ({schedule.spec} → "
+    return ScheduleReply(True, f"Paused {short_id(schedule.id)} ({schedule.spec} → "
                          f"{schedule.request!r}).", schedule=schedule, changed=True)
 
 
 def _resume(ctx: _Ctx, words: list[str]) -> ScheduleReply:
-    schedule_id = _one_id(words, "resume")
+    schedule_id = _one_id(ctx, words, "resume")
     _check_rights(ctx, ctx.book.get(schedule_id), "resume")
 
     def change(schedule: Schedule) -> None:
@@ -301,21 +303,21 @@ def _resume(ctx: _Ctx, words: list[str]) -> ScheduleReply:
     schedule = _change(ctx, schedule_id, change)
     _audit(ctx, "schedule_resumed", schedule)
     upcoming = ", ".join(schedule.local(t) for t in schedule.next_fires(ctx.now, 1))
-    return ScheduleReply(True, f"Resumed {schedule.id}; next: {upcoming or '—'}.",
+    return ScheduleReply(True, f"Resumed {short_id(schedule.id)}; next: {upcoming or '—'}.",
                          schedule=schedule, changed=True)
 
 
 def _remove(ctx: _Ctx, words: list[str]) -> ScheduleReply:
-    schedule_id = _one_id(words, "remove")
+    schedule_id = _one_id(ctx, words, "remove")
     _check_rights(ctx, ctx.book.get(schedule_id), "remove")
     schedule = ctx.book.remove(schedule_id)
     _audit(ctx, "schedule_removed", schedule)
-    return ScheduleReply(True, f"Removed {schedule.id} ({schedule.spec} → "
+    return ScheduleReply(True, f"Removed {short_id(schedule.id)} ({schedule.spec} → "
                          f"{schedule.request!r}).", schedule=schedule, changed=True)
 
 
 def _run(ctx: _Ctx, words: list[str]) -> ScheduleReply:
-    schedule = ctx.book.get(_one_id(words, "run"))
+    schedule = ctx.book.get(_one_id(ctx, words, "run"))
     _check_rights(ctx, schedule, "run")
     _audit(ctx, "schedule_run_now", schedule)
     occurrence = run_occurrence(ctx.services, schedule, ctx.now, manual=True)
@@ -323,10 +325,11 @@ def _run(ctx: _Ctx, words: list[str]) -> ScheduleReply:
                          plan=occurrence.plan, occurrence=occurrence)
 
 
-def _one_id(words: list[str], action: str) -> str:
+def _one_id(ctx: _Ctx, words: list[str], action: str) -> str:
+    """The whole id of the schedule named by ``words`` (an id or a unique prefix)."""
     if len(words) != 1:
         raise ScheduleError(f"usage: schedule {action} ID (`schedule list` shows the ids)")
-    return words[0]
+    return ctx.book.find(words[0]).id
 
 
 def _change(ctx: _Ctx, schedule_id: str, change: Callable[[Schedule], None]) -> Schedule:
@@ -339,8 +342,8 @@ def _check_rights(ctx: _Ctx, schedule: Schedule, action: str) -> None:
     """Only approvers of its environments may resume, run or remove an --auto schedule."""
     policy, envs = ctx.services.config.policy, schedule.environments
     if schedule.auto and not policy.may_approve(ctx.user, ctx.user_groups, envs):
-        raise ScheduleError(f"{schedule.id} runs unattended, so only people who may approve "
-                            f"{', '.join(envs) or 'its plans'} can {action} it. Who can: "
+        raise ScheduleError(f"{short_id(schedule.id)} runs unattended, so only people who may "
+                            f"approve {', '.join(envs) or 'its plans'} can {action} it. Who can: "
                             f"{policy.approvers_text(envs)}")
 
 

@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.runs import Phase, Run, StepState, StepStatus
 
@@ -173,7 +174,7 @@ def _decorate(ax: Axes, rows: list[Row], span: float, plan: Plan, run: Run,
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
-    title = f"{run.id} · {run.status.value.replace('_', ' ')} · {plan.goal}"
+    title = f"{short_id(run.id)} · {run.status.value.replace('_', ' ')} · {plan.goal}"
     ax.set_title(title if len(title) <= 60 else title[:59] + "…",
                  fontsize=11, loc="left", fontweight="bold")
     kinds = {b.kind for r in rows for b in r.bars}

@@ -4,6 +4,8 @@ pytest_plugins = [
     "tests.fixtures.sample",
     "tests.fixtures.sshd",
     "tests.fixtures.redis_server",
+    "tests.fixtures.otlp",
+    "tests.fixtures.redis_sentinel",
     "tests.fixtures.slack_standin",
     "tests.fixtures.slack_world",
     "tests.fixtures.openai_standin",

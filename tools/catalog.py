@@ -12,12 +12,14 @@ import difflib
 import re
 import shlex
 import string
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tools.errors import ParamError, UnknownTool
+from tools.gates import GATE_TEMPLATE_FIELDS, SAFE_VALUE, GateSpec
 
 ParamValue = str | int | bool
 
@@ -101,7 +103,11 @@ class Tool(BaseModel):
 
     name: str = Field(pattern=NAME)
     description: str = Field(min_length=1, max_length=500)
-    command: str = Field(min_length=1)
+    command: str | None = Field(default=None, min_length=1)
+    gate: GateSpec | None = None
+    """Instead of a command: a check deckhand evaluates itself (tools.gates)."""
+    check: str | None = Field(default=None, min_length=1)
+    """A command with the same parameters that verifies the tool could run (dry runs)."""
     params: dict[str, ParamSpec] = Field(default_factory=dict)
     target: str = "local"
     timeout: float = Field(default=300.0, gt=0, le=86400)
@@ -130,6 +136,14 @@ class Tool(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _command_or_gate(self) -> Tool:
+        if (self.command is None) == (self.gate is None):
+            raise ValueError("a tool has either a command or a gate (not both, not neither)")
+        if self.gate is not None and (self.mutates or self.rollback):
+            raise ValueError("a gate only reads: it cannot mutate or have a rollback")
+        return self
+
+    @model_validator(mode="after")
     def _environment_param(self) -> Tool:
         # A tool that runs on an environment's hosts is told which one by `environment`.
         if self.target == "environment" and "environment" not in self.params:
@@ -137,9 +151,19 @@ class Tool(BaseModel):
         return self
 
     @property
+    def templates(self) -> dict[str, str]:
+        """The template strings this tool fills: its command, or its gate's fields."""
+        if self.gate is None:
+            checked = {"check": self.check} if self.check else {}
+            return {"command": self.command or "", **checked}
+        return {k: v for k, v in self.gate.model_dump().items()
+                if k in GATE_TEMPLATE_FIELDS and isinstance(v, str)}
+
+    @property
     def placeholders(self) -> list[str]:
-        """Names used in the command template, e.g. ``version`` or ``host.dir``."""
-        return [f for _, f, _, _ in string.Formatter().parse(self.command) if f is not None]
+        """Names used in the templates, e.g. ``version`` or ``host.dir``."""
+        return [f for text in self.templates.values()
+                for _, f, _, _ in string.Formatter().parse(text) if f is not None]
 
 
 class Catalog:
@@ -196,12 +220,36 @@ class Catalog:
         if problems:
             raise ParamError(f"tool {tool.name}: " + "; ".join(problems))
         scopes = {"host": host_vars, "vars": config_vars}
-        out: list[str] = []
-        for literal, field, _, _ in string.Formatter().parse(tool.command):
-            out.append(literal)
-            if field is not None:
-                out.append(quote(_lookup(field, full, scopes, tool.name)))
-        return "".join(out)
+        if tool.gate is not None:
+            return _render_gate(tool, tool.gate, full, scopes)
+        return _fill(tool.command or "", lambda f: quote(_lookup(f, full, scopes, tool.name)))
+
+
+def _fill(template: str, value_of: Callable[[str], str]) -> str:
+    out: list[str] = []
+    for literal, field, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if field is not None:
+            out.append(value_of(field))
+    return "".join(out)
+
+
+def _render_gate(tool: Tool, gate: GateSpec, params: dict[str, Any],
+                 scopes: dict[str, dict[str, Any]]) -> str:
+    """The gate with its templates filled, as JSON (what the gate runner evaluates).
+
+    Plan parameters go into URLs and queries, so each must be a plain token
+    (``SAFE_VALUE``); operator-written vars are used as they are.
+    """
+    def value_of(field: str) -> str:
+        value = str(_lookup(field, params, scopes, tool.name))
+        if "." not in field and not SAFE_VALUE.fullmatch(value):
+            raise ParamError(f"tool {tool.name}: {field}={value!r} cannot go into a gate "
+                             f"(letters, digits and _.:@+- only)")
+        return value
+
+    filled = {k: _fill(v, value_of) for k, v in tool.templates.items()}
+    return gate.model_copy(update=filled).model_dump_json(by_alias=True)
 
 
 def quote(value: Any) -> str:

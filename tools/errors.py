@@ -76,6 +76,13 @@ class SSHConnectError(SSHError):
     """The host could not be reached, refused us, or dropped the connection."""
 
 
+class CommandInterrupted(SSHError):
+    """The connection dropped after the command was sent: it may have run, partly or fully.
+
+    Not retried (it could run twice); the host counts as changed, so rollback visits it.
+    """
+
+
 class SSHAuthError(SSHError):
     """The host refused our credentials."""
 

@@ -42,6 +42,8 @@ class Rollout(BaseModel):
     batch_size: int | str = Field(default="100%", description="hosts per batch, or a percentage")
     max_parallel: int = Field(default=10, ge=1, le=256)
     stop_on_failure: bool = True
+    after_each_batch: list[str] = Field(
+        default_factory=list, description="gates that must pass between batches")
 
     @field_validator("batch_size")
     @classmethod

@@ -18,9 +18,12 @@ _RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), MASK),           # GitHub tokens
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),                   # AWS access key ids
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
-    (re.compile(r"(?i)([\w.-]*(?:password|passwd|secret|token|api[_-]?key)[\w.-]*\s*[=:]\s*)"
-                r"(?:\"[^\"]*\"|'[^']*'|\S+)"), r"\1" + MASK),
-    (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), r"\1" + MASK + "@"),  # user:password@ in URLs
+    # A key starts at a token boundary and every repeat is bounded, so a long run of word
+    # characters costs linear time (unbounded [\w.-]* on both sides was quadratic).
+    (re.compile(r"(?i)((?<![\w.-])[\w.-]{0,64}?(?:password|passwd|secret|token|api[_-]?key)"
+                r"[\w.-]{0,64}\s{0,8}[=:]\s{0,8})(?:\"[^\"]{0,4096}\"|'[^']{0,4096}'|\S+)"),
+     r"\1" + MASK),
+    (re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
 ]
 
 # Environment variables whose values are secrets wherever they show up.

@@ -5,15 +5,19 @@ compare-and-set loop (``cas()``), so double clicks, Slack retries and several re
 never start a run twice. With ``REDIS_URL`` unset the same code runs on an in-process
 fakeredis.
 
-``Store`` combines the parts so callers hold one object; ``ScheduleBook`` wraps a store.
+``Store`` combines the parts so callers hold one object; ``ScheduleBook`` wraps a store;
+``check.StoreCheck`` verifies (and repairs) the invariants the parts keep together.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agents.store._redis import CAS_RETRIES, GROUP, Keys, Write, connect_client, safe_url
+from agents.store._redis import CAS_RETRIES, EMBEDDED, GROUP, Keys, Write
 from agents.store.audit import AuditEntry, AuditStore
+from agents.store.connect import connect_client, safe_url
+from agents.store.health import Finding, HealthStore
+from agents.store.history import HistoryStore
 from agents.store.leases import LeaseStore, LostOwnership
 from agents.store.locks import LockInfo, LockStore
 from agents.store.plans import PlanStore
@@ -22,7 +26,8 @@ from agents.store.queue import QueueStore
 from agents.store.runs import Change
 
 
-class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, ProposalStore):
+class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, HistoryStore,
+            HealthStore, ProposalStore):
     """Redis-backed state shared by every bot replica and worker."""
 
     @classmethod
@@ -31,9 +36,11 @@ class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, ProposalSt
         if url is None:
             import fakeredis
 
-            return cls(fakeredis.FakeRedis(), where="in-process fakeredis", **options)
+            store = cls(fakeredis.FakeRedis(), where=EMBEDDED, **options)
+            store.embedded = True  # one process, no replicas, no INFO: nothing to wait for
+            return store
         return cls(connect_client(url), where=safe_url(url), **options)
 
 
-__all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "Change", "Keys", "LockInfo", "LostOwnership",
-           "Proposal", "Store", "Write"]
+__all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "Change", "Finding", "Keys", "LockInfo",
+           "LostOwnership", "Proposal", "Store", "Write"]

@@ -2,35 +2,49 @@
 translation of redis-py's exceptions, and the one compare-and-set loop.
 
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
-``runs`` (zset), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``lock:ENV``,
-``lockq:ENV`` (waiting runs), ``queue`` (stream, group ``workers``), ``audit`` (stream),
-``dedupe:KEY``, ``schedule:ID``, ``schedules`` (zset), ``schedules:version``,
-``schedule:ID:KIND:ISO`` (fire claims), ``proposal:HASH:REQUESTER`` (validated plans not
-yet requested, with a TTL).
+``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
+prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:audit``
+(list: that run's audit entries, as JSON), ``lock:ENV``, ``locks`` (set of environments
+whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
+``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
+``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
+(fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
+``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
+``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL).
+
+A create writes its record and every companion (indexes, ``latest``) in one MULTI under
+WATCH on the record's key, so either all of it lands or none; a create that finds its id
+taken retries under a fresh id from ``RedisBase.ids`` (see ``RedisBase.create_unique``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 from pydantic import BaseModel
-from redis.backoff import ExponentialBackoff
 from redis.client import Pipeline
-from redis.retry import Retry
 
 from agents.errors import NotFound, StoreError, StoreUnavailable
+from agents.ids import new_id
 
 CAS_RETRIES = 100
+CREATE_RETRIES = 10
+"""Fresh ids tried before a create gives up (one retry is already a once-in-ages event)."""
+REPLICA_CHECK_EVERY = 30.0
+EMBEDDED = "in-process fakeredis"
 GROUP = "workers"
 T = TypeVar("T")
+log = logging.getLogger("deckhand.store")
 M = TypeVar("M", bound=BaseModel)
 Write = Callable[[Pipeline], Any]
 """A command queued in a transaction (e.g. a run's XADD onto the queue)."""
+IdFactory = Callable[[str], str]
+"""Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
 
 
 class Keys:
@@ -54,6 +68,12 @@ class Keys:
     def runs(self) -> str:
         return self("runs")
 
+    def run_ids(self) -> str:
+        return self("runs", "ids")
+
+    def run_audit(self, run_id: str) -> str:
+        return self("run", run_id, "audit")
+
     def owner(self, run_id: str) -> str:
         return self("run", run_id, "owner")
 
@@ -62,6 +82,9 @@ class Keys:
 
     def lock(self, environment: str) -> str:
         return self("lock", environment)
+
+    def locks(self) -> str:
+        return self("locks")
 
     def lock_queue(self, environment: str) -> str:
         return self("lockq", environment)
@@ -84,6 +107,20 @@ class Keys:
     def schedules_version(self) -> str:
         return self("schedules", "version")
 
+    def history(self, environment: str) -> str:
+        """Deploys to an environment, scored by when they finished."""
+        return self("history", "env", environment)
+
+    def history_environments(self) -> str:
+        return self("history", "envs")
+
+    def history_recorded(self, run_id: str) -> str:
+        return self("history", "done", run_id)
+
+    def deployed(self, environment: str) -> str:
+        """An environment's folded state (which version each host serves)."""
+        return self("where", environment)
+
     def schedule_claim(self, schedule_id: str, kind: str, fire_time_iso: str) -> str:
         return self("schedule", schedule_id, kind, fire_time_iso)
 
@@ -95,7 +132,8 @@ class RedisBase:
     """The client and the two helpers every store method uses: ``errors()`` and ``cas()``."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "dh",
-                 clock: Callable[[], float] = time.time, where: str = "redis"):
+                 clock: Callable[[], float] = time.time, where: str = "redis",
+                 ids: IdFactory = new_id):
         # Any: redis-py types replies as bytes | str (it depends on decode_responses); this
         # store always uses bytes, and decodes at the few places it reads text.
         self.r: Any = client
@@ -103,6 +141,10 @@ class RedisBase:
         self.keys = Keys(prefix)
         self.clock = clock
         self.where = where
+        self.ids = ids
+        self.replicate_timeout = 2.0
+        self.embedded = False
+        self._replicas: tuple[float, int] | None = None
 
     def k(self, *parts: str) -> str:
         """A key under this store's prefix (``Keys`` names the ones deckhand uses)."""
@@ -137,6 +179,24 @@ class RedisBase:
                         continue
         raise StoreError(f"{busy} is changing too fast; try again")
 
+    def create_unique(self, kind: str, first_id: str, keys: Callable[[str], Sequence[str]],
+               attempt: Callable[[Pipeline, str], bool]) -> str:
+        """Create a record under ``first_id``, or under a fresh id if that one is taken.
+
+        ``attempt(pipe, id)`` runs under WATCH on ``keys(id)``: it returns False, writing
+        nothing, when the id is taken, else queues the record and all its companions in one
+        MULTI and executes. The caller never sees a collision; it gets the id used.
+        """
+        candidate = first_id
+        for _ in range(CREATE_RETRIES):
+            def once(pipe: Pipeline, chosen: str = candidate) -> bool:
+                return attempt(pipe, chosen)
+
+            if self.cas(keys(candidate), once, busy=f"{kind} {candidate}"):
+                return candidate
+            candidate = self.ids(kind)
+        raise StoreError(f"no free {kind} id after {CREATE_RETRIES} tries; nothing was written")
+
     def update_record(self, key: str, model: type[M],
                       change: Callable[[M], Sequence[Write] | None], *, missing: str) -> M:
         """Read the JSON record at ``key``, let ``change`` edit it, write it back atomically.
@@ -159,23 +219,32 @@ class RedisBase:
 
         return self.cas([key], attempt, busy=key.removeprefix(self.prefix + ":"))
 
+    def replicate(self, what: str) -> bool:
+        """Wait until a replica has everything written so far (True), if there are replicas.
+
+        False when none acknowledged within ``replicate_timeout``: the write is on the
+        primary only, and a failover now could lose it.
+        """
+        if self.embedded or self._replica_count() == 0:
+            return True
+        with self.errors():
+            acked = int(self.r.wait(1, int(self.replicate_timeout * 1000)))
+        if acked < 1:
+            log.warning("%s is not replicated yet (no replica answered within %.1f s)",
+                        what, self.replicate_timeout)
+        return acked >= 1
+
+    def _replica_count(self) -> int:
+        now = time.monotonic()
+        if self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
+            with self.errors():
+                count = int(self.r.info("replication").get("connected_slaves", 0))
+            self._replicas = (now, count)
+        return self._replicas[1]
+
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
-
-
-def connect_client(url: str) -> redis.Redis:
-    """A client for ``url`` that rides out a short Redis restart."""
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=6)
-    return redis.Redis.from_url(url, retry=retry, socket_timeout=5,
-                                retry_on_error=[redis.ConnectionError, redis.TimeoutError])
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path}"
 
 
 def text(value: bytes | str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.errors import LockHeld
-from agents.store._redis import RedisBase
+from agents.store._redis import RedisBase, text
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class LockStore(RedisBase):
             value = json.dumps({"run": run_id, "worker": worker, "since": self.clock()})
             for key in keys:
                 pipe.set(key, value, px=int(ttl * 1000))
+            pipe.sadd(self.keys.locks(), *envs)
             pipe.execute()
 
         self.cas(keys, attempt, busy="locks")
@@ -54,7 +55,13 @@ class LockStore(RedisBase):
 
     def release_locks(self, environments: Iterable[str], *, run_id: str) -> None:
         for env in environments:
-            self._if_lock_owner(env, run_id, lambda p, k: p.delete(k))
+            self._if_lock_owner(env, run_id, self._unlock(env))
+
+    def _unlock(self, environment: str) -> Callable[[Pipeline, str], Any]:
+        def write(pipe: Pipeline, key: str) -> None:
+            pipe.delete(key)
+            pipe.srem(self.keys.locks(), environment)
+        return write
 
     def _if_lock_owner(self, env: str, run_id: str,
                        action: Callable[[Pipeline, str], Any]) -> None:
@@ -70,26 +77,33 @@ class LockStore(RedisBase):
 
         self.cas([key], attempt, busy=f"the lock on {env}")
 
-    def locks(self) -> list[LockInfo]:
+    def lock(self, environment: str) -> LockInfo | None:
+        """Who holds ``environment``'s lock, or None if it is free."""
         with self.errors():
-            keys = sorted(self.r.scan_iter(self.keys.lock("*")))
-            values = self.r.mget(keys) if keys else []
-        prefix = len(self.keys.lock(""))
-        infos = [_lock_info(key.decode()[prefix:], v) for key, v in zip(keys, values, strict=True)]
+            return _lock_info(environment, self.r.get(self.keys.lock(environment)))
+
+    def locks(self) -> list[LockInfo]:
+        """Every lock held now, from the set of environments ever locked (one entry per
+        environment, so bounded), never a SCAN of the keyspace. Members whose lock expired
+        are skipped here (``check --store --repair`` removes them)."""
+        with self.errors():
+            envs = sorted(text(e) for e in self.r.smembers(self.keys.locks()))
+            values = self.r.mget([self.keys.lock(e) for e in envs]) if envs else []
+        infos = [_lock_info(env, v) for env, v in zip(envs, values, strict=True)]
         return [i for i in infos if i is not None]
 
     def wait_for_lock(self, environment: str, run_id: str) -> None:
-        """Queue ``run_id`` behind ``environment``'s lock (first come, first served)."""
+        """Queue ``run_id`` behind ``environment``'s lock (first come, first served, once)."""
         key = self.keys.lock_queue(environment)
-        with self.errors():
-            if run_id.encode() not in self.r.lrange(key, 0, -1):
-                self.r.rpush(key, run_id)
 
-    def next_waiting(self, environment: str) -> str | None:
-        """Pop the first run waiting for ``environment`` (the lock was released)."""
-        with self.errors():
-            raw = self.r.lpop(self.keys.lock_queue(environment))
-        return raw.decode() if raw else None
+        def attempt(pipe: Pipeline) -> None:
+            if run_id.encode() in pipe.lrange(key, 0, -1):
+                return
+            pipe.multi()
+            pipe.rpush(key, run_id)
+            pipe.execute()
+
+        self.cas([key], attempt, busy=f"the queue for {environment}'s lock")
 
 
 def _lock_info(env: str, raw: bytes | str | None) -> LockInfo | None:

@@ -2,21 +2,56 @@
 
 from __future__ import annotations
 
+from redis.client import Pipeline
+
 from agents.errors import NotFound, StoreError
 from agents.plan import Plan
 from agents.store._redis import RedisBase
 
 
 class PlanStore(RedisBase):
-    def save_plan(self, plan: Plan) -> None:
-        """Store a plan version. Versions are immutable: saving one twice is refused."""
-        with self.errors():
-            pipe = self.r.pipeline()
-            pipe.set(self.keys.plan(plan.id, plan.version), plan.model_dump_json(), nx=True)
-            pipe.set(self.keys.plan_latest(plan.id), plan.version)
-            created, _ = pipe.execute()
-        if not created:
+    def save_plan(self, plan: Plan) -> Plan:
+        """Store a plan version; versions are immutable, so saving one twice is refused.
+
+        A new plan (version 1) whose id another plan already has gets a fresh id, set on
+        ``plan`` in place: the other plan is never touched. ``latest`` moves in the same
+        MULTI as the version is written, and only forward.
+        """
+        if plan.version == 1:
+            plan.id = self.create_unique(
+                "plan", plan.id, self._plan_keys,
+                lambda pipe, plan_id: self._write_first(pipe, plan, plan_id))
+            return plan
+        keys = [self.keys.plan_latest(plan.id), self.keys.plan(plan.id, plan.version)]
+        self.cas(keys, lambda pipe: self._write_next(pipe, plan), busy=f"plan {plan.id}")
+        return plan
+
+    def _plan_keys(self, plan_id: str) -> list[str]:
+        return [self.keys.plan_latest(plan_id), self.keys.plan(plan_id, 1)]
+
+    def _write_first(self, pipe: Pipeline, plan: Plan, plan_id: str) -> bool:
+        stored = pipe.get(self.keys.plan(plan_id, 1))
+        if stored is not None and Plan.model_validate_json(stored) == plan:
+            raise StoreError(f"plan {plan.id} version 1 already exists")
+        if stored is not None or pipe.exists(self.keys.plan_latest(plan_id)):
+            return False  # the id belongs to another plan
+        data = plan.model_copy(update={"id": plan_id}).model_dump_json()
+        pipe.multi()
+        pipe.set(self.keys.plan(plan_id, 1), data)
+        pipe.set(self.keys.plan_latest(plan_id), 1)
+        pipe.execute()
+        return True
+
+    def _write_next(self, pipe: Pipeline, plan: Plan) -> None:
+        key = self.keys.plan(plan.id, plan.version)
+        latest = pipe.get(self.keys.plan_latest(plan.id))
+        if pipe.exists(key):
             raise StoreError(f"plan {plan.id} version {plan.version} already exists")
+        pipe.multi()
+        pipe.set(key, plan.model_dump_json())
+        if latest is None or int(latest) < plan.version:
+            pipe.set(self.keys.plan_latest(plan.id), plan.version)
+        pipe.execute()
 
     def plan(self, plan_id: str, version: int | None = None) -> Plan:
         with self.errors():

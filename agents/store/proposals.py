@@ -57,6 +57,23 @@ class ProposalStore(RedisBase):
 
         return self.cas([key], attempt, busy=f"plan {plan_hash[:12]}")
 
+    def rebind_proposal(self, plan_hash: str, requester: str, *, old: str, new: str) -> None:
+        """Point a proposal bound to run ``old`` at ``new`` (the store gave the run another
+        id); a proposal bound elsewhere, or gone, is left alone."""
+        key = self.keys.proposal(plan_hash, requester)
+
+        def attempt(pipe: Pipeline) -> None:
+            raw = pipe.get(key)
+            record = Proposal.model_validate_json(raw) if raw is not None else None
+            if record is None or record.run_id != old:
+                return
+            pipe.multi()
+            pipe.set(key, record.model_copy(update={"run_id": new}).model_dump_json(),
+                     keepttl=True)
+            pipe.execute()
+
+        self.cas([key], attempt, busy=f"plan {plan_hash[:12]}")
+
 
 def _missing(plan_hash: str, requester: str) -> str:
     return (f"no plan with hash {plan_hash[:12]}… was made for {requester} recently (unknown, "

@@ -1,8 +1,14 @@
-"""The run queue: a Redis Stream read by the ``workers`` consumer group."""
+"""The run queue: a Redis Stream read by the ``workers`` consumer group.
+
+An entry is deleted in the same MULTI that acknowledges it, so the stream holds only work
+waiting for a worker or taken by one and not yet done: its length stays bounded by the
+backlog, and the backlog is exact even where Redis cannot compute a group's lag.
+"""
 
 from __future__ import annotations
 
 import redis
+from redis.client import Pipeline
 
 from agents.store._redis import GROUP, text
 from agents.store.runs import RunStore
@@ -12,6 +18,23 @@ class QueueStore(RunStore):
     def enqueue(self, run_id: str) -> None:
         with self.errors():
             self.queue_step(run_id)(self.r)
+
+    def wake_next(self, environment: str) -> str | None:
+        """Move the first run waiting for ``environment``'s lock onto the queue, popping and
+        queueing in one EXEC (a crash in between would strand it); None if none waits."""
+        key = self.keys.lock_queue(environment)
+
+        def attempt(pipe: Pipeline) -> str | None:
+            first = pipe.lindex(key, 0)
+            if first is None:
+                return None
+            pipe.multi()
+            pipe.lpop(key)
+            self.queue_step(text(first))(pipe)
+            pipe.execute()
+            return text(first)
+
+        return self.cas([key], attempt, busy=f"the queue for {environment}'s lock")
 
     def ensure_group(self) -> None:
         with self.errors():
@@ -47,30 +70,40 @@ class QueueStore(RunStore):
             self.r.xclaim(self.keys.queue(), GROUP, consumer, 0, [entry_id], justid=True)
 
     def ack(self, entry_id: str) -> None:
+        """Done with an entry: acknowledge and delete it together."""
         with self.errors():
-            self.r.xack(self.keys.queue(), GROUP, entry_id)
+            self._settle(self.r.pipeline(), [entry_id])
+
+    def settle_run(self, run_id: str) -> int:
+        """Acknowledge and delete every entry naming ``run_id`` (a run executed in-process,
+        so no worker needs to take it); the number settled."""
+        with self.errors():
+            found = [i for i, run in self.queue_entries() if run == run_id]
+            if found:
+                self._settle(self.r.pipeline(), found)
+        return len(found)
+
+
+    def _settle(self, pipe: Pipeline, entry_ids: list[str]) -> None:
+        pipe.xack(self.keys.queue(), GROUP, *entry_ids)
+        pipe.xdel(self.keys.queue(), *entry_ids)
+        pipe.execute()
 
     def queue_depth(self) -> int:
-        with self.errors():
-            return int(self.r.xlen(self.keys.queue()))
+        """Entries no worker has taken yet."""
+        return self.queue_backlog()[0]
 
     def queue_backlog(self) -> tuple[int, int]:
-        """(entries no worker has read yet, entries read but not yet acknowledged).
-
-        ``queue_depth`` counts every entry the stream keeps, finished ones included.
-        """
+        """(entries no worker has taken yet, entries taken but not yet acknowledged)."""
         key = self.keys.queue()
         with self.errors():
             if not self.r.exists(key):
                 return 0, 0
             groups = self.r.xinfo_groups(key)
             group = next((g for g in groups if text(g["name"]) == GROUP), None)
-            if group is None:
-                return int(self.r.xlen(key)), 0
-            lag = group.get("lag")
-            if lag is None:  # Redis < 7, or not computable: count what is past the cursor
-                last = text(group["last-delivered-id"])
-                lag = len(self.r.xrange(key, min=f"({last}", max="+") or [])
-        return int(lag), int(group["pending"])
-
-
+            length = int(self.r.xlen(key))
+        if group is None:
+            return length, 0
+        pending = int(group["pending"])
+        lag = group.get("lag")  # None on Redis < 7, or after deletions it cannot see past
+        return (int(lag) if lag is not None else max(0, length - pending)), pending

@@ -6,29 +6,82 @@ enqueues it in the same EXEC.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Iterator
 
+from redis.client import Pipeline
+
+from agents import tracing
 from agents.approvals import approval_problem, approvals_needed
-from agents.errors import ApprovalRefused, IllegalTransition, NotFound, StoreError
+from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
+from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, Run, RunStatus, StepState
-from agents.store._redis import RedisBase, Write
+from agents.store._redis import GROUP, Write, text
+from agents.store.audit import AuditStore
 
+PAGE = 500
+"""Stream entries read per round trip when scanning the queue."""
 Change = Callable[[Run], "list[Write] | None"]
 """Edits a run in place; may return extra commands to run in the same transaction."""
 
 
-class RunStore(RedisBase):
+ID_TEXT = re.compile(r"[a-z0-9-]+")
+MAX_CANDIDATES = 10
+"""Runs listed when a typed prefix is ambiguous."""
+
+
+class RunStore(AuditStore):
     def create_run(self, run: Run) -> Run:
-        with self.errors():
-            pipe = self.r.pipeline()
-            pipe.set(self.keys.run(run.id), run.model_dump_json(), nx=True)
-            pipe.zadd(self.keys.runs(), {run.id: run.created_at})
-            created, _ = pipe.execute()
-        if not created:
-            raise StoreError(f"run {run.id} already exists")
+        """Store a new run and index it, all or nothing; a taken id is replaced in place."""
+        run.id = self.create_unique(
+            "run", run.id, lambda run_id: [self.keys.run(run_id)],
+            lambda pipe, run_id: self._write_new_run(pipe, run, run_id))
         return run
+
+    def _write_new_run(self, pipe: Pipeline, run: Run, run_id: str) -> bool:
+        if pipe.exists(self.keys.run(run_id)):
+            return False
+        pipe.multi()
+        pipe.set(self.keys.run(run_id), run.model_copy(update={"id": run_id}).model_dump_json())
+        pipe.zadd(self.keys.runs(), {run_id: run.created_at})
+        pipe.zadd(self.keys.run_ids(), {run_id: 0})
+        pipe.execute()
+        return True
+
+    def find_run(self, typed: str) -> Run:
+        """The run a person means by ``typed``: a whole id, or a unique prefix of one.
+
+        NotFound if nothing matches; AmbiguousId (listing the candidates) if several do.
+        """
+        wanted = normalize("run", typed)
+        if not ID_TEXT.fullmatch(wanted):
+            raise NotFound(f"no run {typed.strip()} — run ids are letters, digits and dashes")
+        with self.errors():
+            if self.r.exists(self.keys.run(wanted)):
+                return self.run(wanted)
+            matches = self._ids_with_prefix(wanted)
+        if len(matches) == 1:
+            return self.run(matches[0])
+        if not matches:
+            raise NotFound(f"no run {typed.strip()} — `deckhand runs` lists recent ones")
+        shown = ", ".join(matches[:MAX_CANDIDATES]) + (", …" if len(matches) > MAX_CANDIDATES
+                                                        else "")
+        raise AmbiguousId(f"{typed.strip()} could be any of {shown}; type more of the id")
+
+    def _ids_with_prefix(self, prefix: str) -> list[str]:
+        """Up to MAX_CANDIDATES + 1 ids starting with ``prefix``, from the lexical index
+        (a bounded range read); runs stored before that index existed are scanned for
+        only while the index is incomplete (``deckhand check --store --repair`` fills it)."""
+        after = f"({prefix}~"  # "~" sorts after every character an id may hold
+        raw = self.r.zrangebylex(self.keys.run_ids(), f"[{prefix}", after, start=0,
+                                 num=MAX_CANDIDATES + 1)
+        found = {text(i) for i in raw}
+        if self.r.zcard(self.keys.run_ids()) < self.r.zcard(self.keys.runs()):
+            legacy = self.r.zscan_iter(self.keys.runs(), match=f"{prefix}*", count=1000)
+            found |= {text(i) for i, _ in legacy}
+        return sorted(found)
 
     def run(self, run_id: str) -> Run:
         with self.errors():
@@ -64,11 +117,15 @@ class RunStore(RedisBase):
             if new.terminal:
                 run.finished_at = self.clock()
 
-        return self.update_run(run_id, change)
+        run = self.update_run(run_id, change)
+        return self.durable(run, f"end ({new.value})") if new.terminal else run
 
     def approve(self, run_id: str, *, user: str, user_groups: Iterable[str] = (),
-                plan_version: int, plan_hash: str, policy: Policy) -> Run:
-        """Record an approval; when it is the last one needed, queue the run (same EXEC)."""
+                plan_version: int, plan_hash: str, policy: Policy,
+                actor: str | None = None) -> Run:
+        """Record an approval and its audit entry; when it is the last one needed, queue
+        the run — all in one EXEC. ``actor`` names the approver in the audit log when it is
+        not ``user`` (an unattended schedule)."""
         groups = list(user_groups)
 
         def change(run: Run) -> list[Write]:
@@ -78,19 +135,56 @@ class RunStore(RedisBase):
             if problem:
                 raise ApprovalRefused(problem)
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
-                                          plan_hash=plan_hash))
+                                          plan_hash=plan_hash,
+                                          break_glass=policy.break_glass.allows(user, groups)))
+            audit = self.audit_write("approved", actor=actor or user, run_id=run_id,
+                                     plan_id=run.plan_id, version=plan_version,
+                                     hash=plan_hash)
             if approvals_needed(run, policy) > 0:
-                return []
+                return [audit]
             run.move(RunStatus.APPROVED)
             run.move(RunStatus.QUEUED)
-            return [self.queue_step(run_id)]
+            return [audit, self.queue_step(run_id)]
 
-        return self.update_run(run_id, change)
+        run = self.durable(self.update_run(run_id, change), f"approval by {user}")
+        with tracing.span("deckhand.approval", {
+                "deckhand.run.id": run_id, "deckhand.approver": user,
+                "deckhand.approvals": len(run.approvals), "deckhand.run.status": run.status.value},
+                parent=tracing.context_of(run.meta.get("traceparent"))):
+            return run
+
+    def durable(self, run: Run, what: str) -> Run:
+        """Wait for a replica to have ``run``'s last write; if none confirms in time, say so
+        in the record (an operator reading it knows a failover may have lost that write)."""
+        if self.replicate(f"{what} on run {run.id}"):
+            return run
+        return self.update_run(run.id, lambda r: r.meta.setdefault("unreplicated", [])
+                               .append(what))
 
     def queue_step(self, run_id: str) -> Write:
         """The XADD that queues ``run_id``; return it from an ``update_run`` change to
         queue the run in the same transaction as its state change."""
         return lambda pipe: pipe.xadd(self.keys.queue(), {"run": run_id})
+
+    def queue_entries(self) -> Iterator[tuple[str, str]]:
+        """(entry id, run id) of every entry still in the stream, oldest first, in pages."""
+        start = "-"
+        while True:
+            page = self.r.xrange(self.keys.queue(), min=start, max="+", count=PAGE)
+            for entry_id, fields in page:
+                yield text(entry_id), text(fields.get(b"run", b""))
+            if len(page) < PAGE:
+                return
+            start = f"({text(page[-1][0])}"
+
+    def unqueue_steps(self, run_id: str) -> list[Write]:
+        """The writes that acknowledge and delete ``run_id``'s queue entries (read now, so
+        call it inside a change), for a run that no longer needs a worker."""
+        found = [entry_id for entry_id, run in self.queue_entries() if run == run_id]
+        if not found:
+            return []
+        return [lambda pipe: pipe.xack(self.keys.queue(), GROUP, *found),
+                lambda pipe: pipe.xdel(self.keys.queue(), *found)]
 
     def revise(self, run_id: str, plan: Plan) -> Run:
         """Bind a waiting run to a new plan version; earlier approvals no longer count."""
@@ -107,16 +201,18 @@ class RunStore(RedisBase):
         return self.update_run(run_id, change)
 
     def request_cancel(self, run_id: str, *, user: str) -> Run:
-        """Cancel a waiting run at once; ask the worker of a running one to stop it."""
+        """Cancel a waiting run at once (its queue entry goes with it, so the queue depth
+        stays true); ask the worker of a running one to stop it."""
         def change(run: Run) -> list[Write]:
             if run.status.terminal:
                 raise ApprovalRefused(f"run {run_id} already ended ({run.status.value})")
             if run.status in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
                 return [lambda pipe: pipe.set(self.keys.cancel(run_id), user)]
+            queued = run.status is RunStatus.QUEUED
             run.move(RunStatus.CANCELLED)
             run.reason = f"cancelled by {user}"
             run.finished_at = self.clock()
-            return []
+            return self.unqueue_steps(run_id) if queued else []
 
         return self.update_run(run_id, change)
 

@@ -8,7 +8,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from agents.errors import NotFound, StoreError
+from redis.client import Pipeline
+
+from agents.errors import AmbiguousId, NotFound
+from agents.ids import normalize
 from agents.schedules import Schedule
 from agents.store._redis import RedisBase, Write
 
@@ -29,16 +32,22 @@ class ScheduleBook:
         self.keys = store.keys
 
     def create(self, schedule: Schedule) -> Schedule:
-        """Store a new schedule (StoreError if the id is taken)."""
-        with self.store.errors():
-            pipe = self.r.pipeline()
-            pipe.set(self.keys.schedule(schedule.id), schedule.model_dump_json(), nx=True)
-            pipe.zadd(self.keys.schedules(), {schedule.id: schedule.created_at.timestamp()})
-            pipe.incr(self.keys.schedules_version())
-            created, _, _ = pipe.execute()
-        if not created:
-            raise StoreError(f"schedule {schedule.id} already exists")
+        """Store and index a new schedule, all or nothing; a taken id is replaced in place."""
+        schedule.id = self.store.create_unique(
+            "sch", schedule.id, lambda schedule_id: [self.keys.schedule(schedule_id)],
+            lambda pipe, schedule_id: self._write_new(pipe, schedule, schedule_id))
         return schedule
+
+    def _write_new(self, pipe: Pipeline, schedule: Schedule, schedule_id: str) -> bool:
+        key = self.keys.schedule(schedule_id)
+        if pipe.exists(key):
+            return False
+        pipe.multi()
+        pipe.set(key, schedule.model_copy(update={"id": schedule_id}).model_dump_json())
+        pipe.zadd(self.keys.schedules(), {schedule_id: schedule.created_at.timestamp()})
+        pipe.incr(self.keys.schedules_version())
+        pipe.execute()
+        return True
 
     def get(self, schedule_id: str) -> Schedule:
         with self.store.errors():
@@ -46,6 +55,20 @@ class ScheduleBook:
         if raw is None:
             raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
         return Schedule.model_validate_json(raw)
+
+    def find(self, typed: str) -> Schedule:
+        """The schedule a person means by ``typed``: a whole id or a unique prefix of one
+        (schedules are few, so the prefix is matched against all of them)."""
+        wanted = normalize("sch", typed)
+        with contextlib.suppress(NotFound):
+            return self.get(wanted)
+        matches = [s for s in self.all() if s.id.startswith(wanted)]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise AmbiguousId(f"{typed.strip()} could be any of "
+                              f"{', '.join(s.id for s in matches)}; type more of the id")
+        raise NotFound(f"no schedule {typed.strip()} — `schedules list` shows them")
 
     def all(self) -> list[Schedule]:
         """Every schedule, oldest first."""
@@ -73,17 +96,21 @@ class ScheduleBook:
             return None
 
     def remove(self, schedule_id: str) -> Schedule:
-        """Delete a schedule (NotFound if there is none)."""
-        schedule = self.get(schedule_id)
-        with self.store.errors():
-            pipe = self.r.pipeline()
-            pipe.delete(self.keys.schedule(schedule_id))
+        """Delete a schedule and its index entry together (NotFound if there is none)."""
+        key = self.keys.schedule(schedule_id)
+
+        def attempt(pipe: Pipeline) -> Schedule:
+            raw = pipe.get(key)
+            if raw is None:
+                raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
+            pipe.multi()
+            pipe.delete(key)
             pipe.zrem(self.keys.schedules(), schedule_id)
             pipe.incr(self.keys.schedules_version())
-            deleted, _, _ = pipe.execute()
-        if not deleted:
-            raise NotFound(f"no schedule {schedule_id}")
-        return schedule
+            pipe.execute()
+            return Schedule.model_validate_json(raw)
+
+        return self.store.cas([key], attempt, busy=f"schedule {schedule_id}")
 
     def claim(self, schedule_id: str, fire_time: datetime, *, owner: str,
               ttl: timedelta, kind: str = "fired") -> bool:

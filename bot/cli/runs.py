@@ -14,11 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.approvals import approvals_needed
+from agents.errors import AmbiguousId, NotFound
+from agents.ids import short_id
 from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings
+from agents.store import Store
 from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.health import warn_about_redis
 from bot.logs import add_log_format_arg, configure_logging
 from bot.terminal.render import status_table, summary
 
@@ -68,14 +72,16 @@ def register(commands: Commands) -> None:
 def _worker(args: argparse.Namespace, console: Console) -> int:
     configure_logging(args.log_format or Settings().log_format)
     services = services_for(args)
+    warn_about_redis(services.store)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after)
     worker = Worker(services, services.store, name=args.name, options=options,
                     listener_factories=_worker_metrics(args, services))
     if args.once:
         return 0 if worker.step() else 1
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C to stop")
+    _drain_on_signals(stop, console)
+    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
+                  f"drains: the current run finishes, no new one starts")
     try:
         worker.serve(stop)
     except KeyboardInterrupt:
@@ -83,6 +89,20 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     finally:
         services.close()
     return 0
+
+
+def _drain_on_signals(stop: threading.Event, console: Console) -> None:
+    """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
+    at once; the run is then taken over by another worker when this one's lease runs out."""
+    def handle(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        console.print("draining: finishing the current run (again to stop now; another "
+                      "worker takes the run over after this one's lease)")
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
 
 
 def _worker_metrics(args: argparse.Namespace, services: Services) -> list[ListenerFactory]:
@@ -103,7 +123,7 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
         if not args.run_id:
             console.print("usage: deckhand runs show RUN_ID")
             return 2
-        run = store.run(args.run_id)
+        run = store.find_run(args.run_id)
         plan = store.plan(run.plan_id, run.plan_version)
         console.print(status_table(plan, run))
         console.print(summary(plan, run))
@@ -123,12 +143,14 @@ def runs_table(runs: list[Run]) -> Table:
     for run in runs:
         started = time.strftime("%m-%d %H:%M", time.localtime(run.started_at or run.created_at))
         took = f"{run.duration:.0f}s" if run.duration is not None else ""
-        table.add_row(run.id, run.status.value, run.goal, run.requested_by, started, took)
+        table.add_row(short_id(run.id), run.status.value, run.goal, run.requested_by, started, took)
     return table
 
 
 def _audit(args: argparse.Namespace, console: Console) -> int:
-    entries = services_for(args).store.audit_log(run_id=args.run_id, limit=args.limit)
+    store = services_for(args).store
+    run_id = _audited_run(store, args.run_id) if args.run_id else None
+    entries = store.audit_log(run_id=run_id, limit=args.limit)
     if args.json:
         for entry in entries:
             sys.stdout.write(entry.as_json() + "\n")
@@ -137,21 +159,29 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     for entry in entries:
         details = ", ".join(f"{k}={v}" for k, v in entry.details.items() if v is not None)
         table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)), entry.actor,
-                      entry.action, entry.run_id or "", details)
+                      entry.action, short_id(entry.run_id) if entry.run_id else "", details)
     console.print(table)
     return 0
+
+
+def _audited_run(store: Store, typed: str) -> str:
+    """The run ``--run`` names (a prefix is enough); as typed if no run record has it."""
+    try:
+        return store.find_run(typed).id
+    except AmbiguousId:
+        raise
+    except NotFound:
+        return typed
 
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     store = services.store
-    run = store.run(args.run_id)
+    run = store.find_run(args.run_id)
     run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
                         plan_hash=run.plan_hash, policy=services.config.policy)
-    store.audit("approved", actor=args.user, run_id=run.id, plan_id=run.plan_id,
-                version=run.plan_version)
     needed = approvals_needed(run, services.config.policy)
-    console.print(f"run {run.id}: {run.status.value}"
+    console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))
     return 0
@@ -160,8 +190,8 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
 def _cancel(args: argparse.Namespace, console: Console) -> int:
     store = services_for(args).store
     user = getpass.getuser()
-    run = store.request_cancel(args.run_id, user=user)
+    run = store.request_cancel(store.find_run(args.run_id).id, user=user)
     store.audit("cancel_requested", actor=user, run_id=run.id)
-    console.print(f"run {run.id}: {run.status.value}"
+    console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (" — its worker will stop it and roll back" if not run.status.terminal else ""))
     return 0

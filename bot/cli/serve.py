@@ -14,6 +14,7 @@ from agents.config import load_config
 from agents.services import build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg
+from bot.cli.health import warn_about_redis
 from bot.logs import add_log_format_arg, configure_logging
 from tools.errors import ConfigError, Problem
 
@@ -38,6 +39,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     configure_logging(args.log_format or settings.log_format)
     services = build_services(load_config(args.config or settings.config_path), settings)
+    warn_about_redis(services.store)
     from bot.slack.runtime import BotRuntime
 
     runtime = BotRuntime(services, settings, workers=args.workers)

@@ -98,7 +98,7 @@ class Desk:
         return list(seen)
 
     def run_status(self, run_id: str) -> RunView:
-        run = self.services.store.run(run_id)
+        run = self.services.store.find_run(run_id)
         policy = self.services.config.policy
         return RunView(
             run_id=run.id, status=run.status.value, goal=run.goal, plan_hash=run.plan_hash,
@@ -117,7 +117,7 @@ class Desk:
         runs = store.runs(limit=recent)
         return WhereReport(environments=[
             WhereView(environment=env, hosts=list(spec.hosts),
-                      lock=_lock_view(locks.get(env)),
+                      deployed=store.deployed_state(env), lock=_lock_view(locks.get(env)),
                       active=[run_ref(r) for r in runs
                               if env in r.environments and not r.status.terminal],
                       last_success=next((run_ref(r, at=r.finished_at) for r in runs
@@ -144,19 +144,22 @@ class Desk:
     def _request(self, plan_hash: str, channel: str | None, *, requester: str,
                  client: str) -> DeployRequest:
         store = self.services.store
-        proposal = store.proposal(plan_hash, requester)
+        proposal, run_id = store.proposal(plan_hash, requester), ""
         if proposal.run_id is None:
             self.services.check(proposal.plan)  # the config may have changed since
-            run = Run.for_plan(proposal.plan, meta={"via": "mcp", "client": client})
-            proposal = store.take_proposal(plan_hash, requester, run_id=run.id)
+            run_id = store.ids("run")
+            proposal = store.take_proposal(plan_hash, requester, run_id=run_id)
         if proposal.run_id is not None:  # requested before (or a concurrent twin won)
             return self._already(proposal.run_id, channel)
-        store.save_plan(proposal.plan)
-        run = store.create_run(run)
-        store.audit("planned", actor=requester, run_id=run.id, plan_id=run.plan_id,
-                    via="mcp", client=client, plan_hash=plan_hash)
+        plan = store.save_plan(proposal.plan)  # a taken plan id is replaced in place
+        run = store.create_run(Run.for_plan(plan, id=run_id, meta={"via": "mcp",
+                                                                   "client": client}))
+        if run.id != run_id:  # so was a taken run id: point the proposal at the new one
+            store.rebind_proposal(plan_hash, requester, old=run_id, new=run.id)
+        store.audit("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
+                    client=client, plan_hash=plan_hash)
         if self.poster is not None and channel:
-            run = self.poster.post_plan(proposal.plan, run, channel=channel)
+            run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)
 
     def _already(self, run_id: str, channel: str | None) -> DeployRequest:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from agents.history import Where
 from agents.plan import Plan
 
 
@@ -113,10 +114,12 @@ class LockView(BaseModel):
 
 
 class WhereView(BaseModel):
-    """One environment: its hosts, who holds its lock, what is in flight, what last shipped."""
+    """One environment: what it serves (from deploy history), who holds its lock, what is
+    in flight, and the last run that succeeded there."""
 
     environment: str
     hosts: list[str]
+    deployed: Where = Field(description="the version live there and on each host, by whom")
     lock: LockView | None = None
     active: list[RunRef] = Field(default_factory=list)
     last_success: RunRef | None = None

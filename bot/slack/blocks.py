@@ -8,9 +8,12 @@ trimmed with an "and N more" line instead of being rejected by Slack.
 from __future__ import annotations
 
 import json
+import time
 from enum import StrEnum
 from typing import Any
 
+from agents.history import Deploy, Where
+from agents.ids import short_id
 from agents.plan import Plan, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
@@ -26,6 +29,7 @@ class ActionId(StrEnum):
     MODIFY = "modify"
     REJECT = "reject"
     SCHEDULE_CONFIRM = "schedule_confirm"
+    ROLLBACK_TO = "rollback_to"
 
 
 class ViewId(StrEnum):
@@ -102,8 +106,8 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
         lines = [f"{i}. `{r.id}` {r.tool} {format_params(r.params)}"
                  for i, r in enumerate(plan.rollback, start=1)]
         blocks.append(section("*On failure, roll back in order:*\n" + "\n".join(lines)))
-    blocks.append(context(f"{plan.planner.footer()} · plan `{plan.id}` v{plan.version} · "
-                          f"hash `{plan.hash[:12]}` · run `{run.id}`"))
+    blocks.append(context(f"{plan.planner.footer()} · plan `{short_id(plan.id)}` v{plan.version} · "
+                          f"hash `{plan.hash[:12]}` · run `{short_id(run.id)}`"))
     if note:
         blocks.append(context(note))
     if actions:
@@ -121,14 +125,62 @@ def diff_blocks(diff: PlanDiff) -> list[Block]:
     for line in diff.lines()[:MAX_DIFF_LINES]:
         where = "rollback " if line.rollback else ""
         step = f"{where}`{line.step}` " if line.step else where
-        lines.append(f"{DIFF_EMOJI[line.mark]} {step}{_escape(line.text)}")
+        lines.append(f"{DIFF_EMOJI[line.mark]} {step}{escape(line.text)}")
     hidden = len(diff.lines()) - MAX_DIFF_LINES
     if hidden > 0:
         lines.append(f"…and {hidden} more changes: the full plan is below")
     return [section(trim("\n".join(lines), MAX_SECTION - 100)), {"type": "divider"}]
 
 
-def _escape(text: str) -> str:
+def where_text(states: list[Where]) -> str:
+    """``/deckhand where``: each environment's version, then any host that differs."""
+    lines = []
+    for state in states:
+        if not state.hosts:
+            continue
+        since = f" since {_date(state.since)}" if state.since else ""
+        lines.append(f"*{escape(state.environment)}*: `{escape(state.version or 'unknown')}`"
+                     f"{since} ({len(state.hosts)} host(s))")
+        lines += [f"   ⚠️ drift: {escape(host)} serves `{escape(version or 'unknown')}`"
+                  for host, version in sorted(state.drift.items())]
+    return "\n".join(lines) or "No deploys recorded yet."
+
+
+def history_text(environment: str, deploys: list[Deploy]) -> str:
+    """``/deckhand history ENV``: newest first, with outcome and who asked."""
+    if not deploys:
+        return f"No deploys to {escape(environment)} recorded yet."
+    lines = [f"*Deploys to {escape(environment)}*, newest first:"]
+    for deploy in deploys:
+        undo = " (rollback)" if deploy.rollback_of_version else ""
+        lines.append(f"{RUN_EMOJI.get(deploy.outcome, '')} {_date(deploy.finished_at)} "
+                     f"`{escape(deploy.version or '?')}`{undo} {deploy.outcome.value} — "
+                     f"{mention(deploy.requested_by)} `{short_id(deploy.run_id)}`")
+    return "\n".join(lines)
+
+
+def history_blocks(environment: str, deploys: list[Deploy], live: str | None) -> list[Block]:
+    """The history with a "Roll back to this version" button per earlier live version.
+
+    The button only asks for a plan (``roll back ENV to VERSION``): it is posted, approved,
+    locked and audited like any deploy.
+    """
+    blocks = [section(history_text(environment, deploys))]
+    versions = [v for d in deploys if d.took_effect and not d.rollback_of_version
+                for v in [d.version] if v and v != live]
+    for version in list(dict.fromkeys(versions))[:5]:  # one block each: same action_id
+        blocks.append({"type": "actions", "elements": [{
+            "type": "button", "action_id": ActionId.ROLLBACK_TO,
+            "text": {"type": "plain_text", "text": trim(f"Roll back to {version}", 75)},
+            "value": json.dumps({"environment": environment, "version": version})}]})
+    return blocks
+
+
+def _date(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) + " UTC" if at else "-"
+
+
+def escape(text: str) -> str:
     """Slack mrkdwn control characters, so parameter values show as typed."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -206,7 +258,7 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     """The one status message kept up to date in the thread."""
     emoji = RUN_EMOJI.get(run.status, "")
     took = f" · {run.duration:.0f}s" if run.duration is not None else ""
-    blocks = [section(f"{emoji} *Run `{run.id}` — {run.status.value.replace('_', ' ')}*"
+    blocks = [section(f"{emoji} *Run `{short_id(run.id)}` — {run.status.value.replace('_', ' ')}*"
                       f"{took}")]
     lines = [_step_line(s.id, run.steps[s.id]) for s in plan.steps]
     blocks += _pack_lines(lines, budget=MAX_BLOCKS - 5, more_hint="steps")
@@ -245,7 +297,7 @@ def rollback_text(run: Run, plan: Plan) -> str:
     people = {run.requested_by, *(a.user for a in run.approvals)}
     who = " ".join(mention(p) for p in sorted(people))
     steps = ", ".join(f"`{r.id}`" for r in plan.rollback)
-    return trim(f"🚨 *Rolling back run `{run.id}`* ({plan.goal}) — {run.reason}. "
+    return trim(f"🚨 *Rolling back run `{short_id(run.id)}`* ({plan.goal}) — {run.reason}. "
                 f"Rollback steps: {steps}. {who}")
 
 
@@ -263,6 +315,19 @@ def summary_blocks(plan: Plan, run: Run) -> list[Block]:
     if run.changed_hosts:
         lines.append(f"hosts changed: {', '.join(run.changed_hosts)}")
     return [section("\n".join(lines))]
+
+
+def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str]) -> list[Block]:
+    """What a dry run found: each check's last lines, and what it could not check."""
+    lines = [f"🧪 *DRY RUN {run.status.value.replace('_', ' ').upper()}* — nothing was changed"]
+    for step in run.steps.values():
+        for host in step.hosts.values():
+            said = "; ".join(host.tail.splitlines()[-2:]) or host.error or step.status.value
+            lines.append(f"• `{step.id}` on {escape(host.host)}: {escape(trim(said, 300))}")
+    if unchecked:
+        lines.append("not checked (no `check:` in tools.yml): "
+                     + ", ".join(f"`{s}`" for s in unchecked))
+    return _pack_lines(lines, budget=MAX_BLOCKS - 2, more_hint="(see `deckhand run --dry-run`)")
 
 
 # -- modals -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents.approvals import approvals_needed, steer_problem
 from agents.errors import ApprovalRefused
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import PlanDiff, diff_plans
 from agents.runs import Run, RunStatus
@@ -108,21 +109,41 @@ class Bot:
 
     # -- /deploy ----------------------------------------------------------------------------
 
-    def propose(self, request: str, *, user: str, channel: str) -> Run:
+    def propose(self, request: str, *, user: str, channel: str,
+                break_glass: str | None = None) -> Run:
         """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
-        plan = self.services.make_plan(request, requested_by=user)
+        plan = self.services.make_plan(request, requested_by=user, break_glass=break_glass)
         if self.services.is_read_only(plan):  # nothing to approve: post it, then run it
             return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
                                                  self.post_plan(plan, run, channel=channel,
                                                                 actions=False, note=READ_ONLY))
         self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan))
-        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request)
-        return self.post_plan(plan, run, channel=channel)
+        run = self.store.create_run(Run.for_plan(plan, break_glass=break_glass))
+        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request,
+                         break_glass=break_glass)
+        note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
+            if break_glass else None
+        return self.post_plan(plan, run, channel=channel, note=note)
+
+    def dry_run(self, request: str, *, user: str, channel: str) -> Run:
+        """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
+        plan = self.services.make_plan(request, requested_by=user)
+        blocks = bk.plan_blocks(plan, Run.for_plan(plan), self.services.config.policy,
+                                actions=False, note="🧪 Dry run: each step runs its tool's "
+                                                    "check; nothing will change.")
+        posted = self.client.chat_postMessage(channel=channel, blocks=blocks,
+                                              text=f"Dry run: {plan.goal}")
+        run, dry = self.services.dry_run(plan, user=user)
+        self.client.chat_postMessage(channel=channel, thread_ts=posted["ts"],
+                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked),
+                                     text=f"Dry run {run.status.value}")
+        return run
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
                   note: str | None = None, diff: PlanDiff | None = None) -> Run:
         """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
+        changes = bk.escape("\n".join(self.services.changelog(plan)))
+        note = "\n".join(part for part in (note, changes) if part) or None
         blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
                                 note=note, diff=diff)
         reply = self.client.chat_postMessage(channel=channel, text=f"Plan: {plan.goal}",
@@ -139,17 +160,16 @@ class Bot:
         run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
                                  plan_version=version, plan_hash=plan_hash,
                                  policy=self.services.config.policy)
-        self.store.audit("approved", actor=user, run_id=run_id, plan_id=run.plan_id,
-                         version=version)
         needed = approvals_needed(run, self.services.config.policy)
         if run.status is RunStatus.AWAITING_APPROVAL:
             self.thread_reply(run, f"👍 {bk.mention(user)} approved — {needed} more "
                                    f"approval(s) needed.")
         else:
             approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
+            shown = short_id(run.id)
             self.refresh_plan_message(run, actions=False,
-                                      note=f"✅ Approved by {approvers} — queued as `{run.id}`")
-            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{run.id}` is queued.")
+                                      note=f"✅ Approved by {approvers} — queued as `{shown}`")
+            self.thread_reply(run, f"✅ Approved by {approvers}. Run `{shown}` is queued.")
         self.changed(run)
         return run
 
@@ -194,7 +214,7 @@ class Bot:
             if run.status.terminal:
                 self.refresh_plan_message(run, actions=False,
                                           note=f"⏹️ Cancelled by {bk.mention(user)}")
-            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{run.id}`"
+            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{short_id(run.id)}`"
                                    + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
         self.changed(run)

@@ -53,7 +53,8 @@ def home_data(bot: Bot, user: str) -> HomeData:
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
         environments=sorted(bot.services.config.inventory.environments),
         locks={lock.environment: lock for lock in store.locks()},
-        schedules=_schedules(bot))
+        schedules=_schedules(bot),
+        deployed={w.environment: w for w in store.deployed_states()})
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:

@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from agents.approvals import approvals_needed
+from agents.history import Where
+from agents.ids import short_id
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
 from agents.schedules import Schedule
@@ -45,6 +47,8 @@ class HomeData:
     locks: dict[str, LockInfo] = field(default_factory=dict)
     schedules: list[tuple[Schedule, datetime | None]] | None = None
     """Each schedule with its next fire time (None while paused); None: not available."""
+    deployed: dict[str, Where] = field(default_factory=dict)
+    """What history says each environment runs."""
 
 
 def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
@@ -60,7 +64,7 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
     blocks += _titled("🗂️ Your recent runs", [_recent_line(r, data.now) for r in data.recent],
                       limit=MAX_RECENT, empty="You have no finished runs yet.",
                       hint="`deckhand runs`")
-    blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e))
+    blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e), data.deployed.get(e))
                                           for e in data.environments],
                       limit=MAX_ENVIRONMENTS, empty="No environments configured.",
                       hint="`deckhand runs`")
@@ -90,7 +94,7 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
     rule = policy.strictest(run.environments)
     have = rule.min_approvals - approvals_needed(run, policy)
     where = ", ".join(run.environments) or "no environment"
-    return bk.trim(f"*{run.goal}*\n`{run.id}` · plan v{run.plan_version} · {where} · "
+    return bk.trim(f"*{run.goal}*\n`{short_id(run.id)}` · plan v{run.plan_version} · {where} · "
                    f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
                    f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
@@ -131,7 +135,7 @@ def _active_line(run: Run, now: float) -> str:
     running = [s for s in run.steps.values() if s.status is StepStatus.RUNNING]
     now_doing = ", ".join(_running_step(s.id, run) for s in running[:3])
     state = run.status.value.replace("_", " ")
-    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` *{state}* — {run.goal}",
+    parts = [f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` *{state}* — {run.goal}",
              f"{done}/{len(run.steps)} steps"]
     if now_doing:
         parts.append(f"now: {now_doing}")
@@ -150,22 +154,27 @@ def _running_step(step_id: str, run: Run) -> str:
 
 def _recent_line(run: Run, now: float) -> str:
     took = f" in {run.duration:.0f}s" if run.duration is not None else ""
-    return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value.replace('_', ' ')}"
-            f"{took} — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
+    state = run.status.value.replace('_', ' ')
+    return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {state}{took}"
+            f" — {run.goal} · {_ago(run.finished_at or run.created_at, now)}")
 
 
-def _env_line(environment: str, lock: LockInfo | None) -> str:
+def _env_line(environment: str, lock: LockInfo | None, deployed: Where | None) -> str:
+    live = ""
+    if deployed is not None and deployed.hosts:
+        live = f" · runs `{bk.escape(deployed.version or 'unknown')}`"
+        live += f" ⚠️ {len(deployed.drift)} host(s) differ" if deployed.drift else ""
     if lock is None:
-        return f"🟢 *{environment}* — free"
-    return (f"🔒 *{environment}* — locked by `{lock.run_id}` (worker {lock.worker}, "
-            f"since {_clock(lock.since)})")
+        return f"🟢 *{environment}* — free{live}"
+    return (f"🔒 *{environment}* — locked by `{short_id(lock.run_id)}` (worker {lock.worker}, "
+            f"since {_clock(lock.since)}){live}")
 
 
 def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:
     flags = " · auto" if schedule.auto else ""
     when = "⏸️ paused" if schedule.paused else (
         f"next {schedule.local(next_fire)}" if next_fire else "no further runs")
-    return f"⏰ `{schedule.id}` {schedule.spec} → {schedule.request} · {when}{flags}"
+    return f"⏰ `{short_id(schedule.id)}` {schedule.spec} → {schedule.request} · {when}{flags}"
 
 
 def _clock(at: float) -> str:

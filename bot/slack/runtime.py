@@ -35,6 +35,8 @@ class BotRuntime:
         self.app, self.bot = build_app(services, settings, client=client)
         observe_slack(self.bot.client, self.metrics)
         self.metrics.watch_queue(services.store)
+        self.metrics.watch_history(services.store, list(services.config.inventory.environments),
+                                   undo_window=services.config.history.undo_window_hours * 3600)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))

@@ -21,6 +21,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents import logcontext
 from agents.executor import Listener
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.policy import Policy
@@ -80,7 +81,7 @@ class ThreadUpdater:
             self._replanned(Plan.model_validate(event.plan), event, run)
         elif event.kind is EventKind.RUN_FINISHED:
             self._outbox.append(lambda: self._reply(bk.summary_blocks(self.plan, run),
-                                                    f"run {run.id}: {run.status.value}"))
+                                                    f"run {short_id(run.id)}: {run.status.value}"))
 
     def _replanned(self, plan: Plan, event: Event, run: Run) -> None:
         """Show the revised plan and what changed; buttons when it needs approval."""
@@ -144,7 +145,7 @@ class ThreadUpdater:
 
     def _send_status(self, run: Run) -> None:
         blocks = bk.status_blocks(self.plan, run)
-        text = f"run {run.id}: {run.status.value}"
+        text = f"run {short_id(run.id)}: {run.status.value}"
         if self.status_ts is None:
             reply = self._safely(lambda: self.client.chat_postMessage(
                 channel=self.channel, thread_ts=self.thread_ts, blocks=blocks, text=text))

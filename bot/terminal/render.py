@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from agents.ids import short_id
 from agents.plan import Plan, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.runs import Run, RunStatus, StepState, StepStatus
@@ -31,7 +32,7 @@ RUN_STYLE = {
 
 def plan_table(plan: Plan) -> Group:
     """The plan as a table: steps with layers (steps in one layer run in parallel), rollback."""
-    table = Table(title=f"{plan.goal}  (plan {plan.id} v{plan.version}, "
+    table = Table(title=f"{plan.goal}  (plan {short_id(plan.id)} v{plan.version}, "
                         f"hash {plan.hash[:12]})", title_justify="left")
     for column in ("layer", "step", "tool", "params", "after"):
         table.add_column(column, overflow="fold")
@@ -60,7 +61,8 @@ def _rollback_table(plan: Plan) -> Table:
 def status_table(plan: Plan, run: Run) -> Table:
     """Live status: one row per step (and rollback step), with hosts, duration and note."""
     color = RUN_STYLE.get(run.status, "bold")
-    table = Table(title=Text(f"run {run.id} — {run.status.value}", color), title_justify="left")
+    title = Text(f"run {short_id(run.id)} — {run.status.value}", color)
+    table = Table(title=title, title_justify="left")
     for column in ("", "step", "hosts", "time", "note"):
         table.add_column(column, overflow="fold")
     for step in plan.steps:

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.config import Config
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.planning.planner import LLMPlanner
 from agents.planning.playbooks import PlaybookPlanner
@@ -120,11 +121,11 @@ def test_home_shows_approvals_running_runs_locks_and_schedules(world: SlackWorld
     assert len(home.blocks) <= MAX_HOME_BLOCKS and world.standin.violations == []
     assert "Waiting for your approval* (1)" in text
     assert button(home, "approve") == approve_value  # the plan message's button, same value
-    assert "In progress* (1)" in text and f"`{running.id}` *running*" in text
+    assert "In progress* (1)" in text and f"`{short_id(running.id)}` *running*" in text
     assert f"1/{len(running.steps)} steps" in text
     assert f"now: `{list(running.steps)[1]}`" in text
-    assert f"locked by `{running.id}` (worker w-test" in text and "🟢 *production* — free" in text
-    assert f"`{schedule.id}` every day at 09:00 → deploy v2.3.1 to staging · next " in text
+    assert f"locked by `{short_id(running.id)}` (worker w-test" in text and "🟢 *production* — free" in text
+    assert f"`{short_id(schedule.id)}` every day at 09:00 → deploy v2.3.1 to staging · next " in text
     assert "CET" in text or "CEST" in text  # the schedule's own time zone
 
     world.open_home("UALICE")  # the requester may not approve her own production deploy

@@ -9,6 +9,8 @@ import pytest
 
 from agents.config import load_config
 from agents.errors import ApprovalRefused, NotFound, PlanInvalid
+from agents.history import Deploy
+from agents.ids import new_id
 from agents.plan import Plan, Step
 from agents.policy import Policy
 from agents.runs import Run, RunStatus
@@ -111,6 +113,24 @@ def test_an_http_user_is_held_to_the_same_policy(services: Services) -> None:
                                plan_hash=run.plan_hash, policy=services.config.policy)
 
 
+def test_a_taken_run_id_is_replaced_and_the_plan_stays_bound_to_the_real_run(
+        tmp_path: Path, redis_url: str, store: Store) -> None:
+    given = iter(["run-taken", "run-fresh"])
+    store = Store.connect(redis_url, ids=lambda kind: next(given) if kind == "run"
+                          else new_id(kind))
+    services = build_services(load_config(copy_examples(tmp_path / "ids")), store=store)
+    desk = Desk(services)
+    view = desk.plan("deploy v2.3.1 to staging", requester=AGENT)
+    assert view.plan is not None and view.plan_hash is not None
+    store.create_run(Run.for_plan(view.plan, id="run-taken"))
+    first = desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
+    assert first.run_id == "run-fresh"
+    assert store.proposal(view.plan_hash, AGENT).run_id == "run-fresh"
+    again = desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
+    assert again.already_requested and again.run_id == "run-fresh"
+    assert store.run("run-fresh").requested_by == AGENT
+
+
 def test_unknown_changed_or_foreign_hashes_are_refused(services: Services) -> None:
     desk = Desk(services)
     view = desk.plan("deploy v2.3.1", requester=AGENT)
@@ -166,14 +186,20 @@ def test_where_shows_locks_runs_in_flight_and_the_last_success(services: Service
     store, desk = services.store, Desk(services)
     shipped = _requested(desk, "deploy v2.3.1 to staging")
     store.update_run(shipped, _succeed)
+    store.record_deploys(shipped, [Deploy(
+        run_id=shipped, environment="staging", version="v2.3.1", outcome=RunStatus.SUCCEEDED,
+        requested_by=AGENT, started_at=1.0, finished_at=2.0, hosts={"staging-1": "v2.3.1"})])
     waiting = _requested(desk, "deploy v2.4.0")
     store.acquire_locks(["production"], run_id=waiting, worker="w1", ttl=60)
     report = {e.environment: e for e in desk.where().environments}
     staging, production = report["staging"], report["production"]
     assert staging.last_success is not None and staging.last_success.run_id == shipped
     assert staging.lock is None and [r.run_id for r in staging.active] == [waiting]
+    assert staging.deployed.version == "v2.3.1"
+    assert staging.deployed.hosts["staging-1"].version == "v2.3.1"
     assert production.lock is not None and production.lock.run_id == waiting
     assert production.last_success is None and production.hosts == ["prod-1", "prod-2"]
+    assert production.deployed.version is None  # nothing recorded in deploy history yet
 
 
 def _succeed(run: Run) -> None:

@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.parse
 
+from agents.ids import short_id
 from agents.runs import RunStatus
 from bot.cli.demo import probe
 from bot.slack import blocks as bk
@@ -188,14 +189,14 @@ def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
     refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
     assert "only the requester (UALICE) or an approver" in refusal[0].payload["text"]
     assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
-    world.signer.command("/deckhand", f"cancel {run_id}", user="UALICE",
+    world.signer.command("/deckhand", f"cancel {short_id(run_id)}", user="UALICE",
                          response_url=f"{world.standin.url}/response/c")
     world.standin.wait_for(lambda: len(world.standin.responses) >= 2)
     assert world.store.run(run_id).status is RunStatus.CANCELLED
     world.signer.command("/deckhand", "runs", user="UBOB",
                          response_url=f"{world.standin.url}/response/r")
     world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
-    assert run_id in world.standin.responses[-1]["text"]
+    assert short_id(run_id) in world.standin.responses[-1]["text"]
 
 
 def test_mention_plans_like_deploy_once_per_event(world: SlackWorld) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from agents.config import Config
 from agents.errors import ApprovalRefused, LockHeld, StoreUnavailable
+from agents.ids import short_id
 from agents.plan import Plan
 from agents.runs import Run, RunStatus, StepStatus
 from agents.services import Services, build_services
@@ -165,7 +166,7 @@ def test_worker_runs_a_queued_run_and_audits_it(tmp_path: Path, store: Store) ->
     assert final.status is RunStatus.SUCCEEDED and final.worker == "w1"
     assert all(s.status is StepStatus.SUCCEEDED for s in final.steps.values())
     actions = [e.action for e in store.audit_log(run_id=run.id)]
-    assert actions[0] == "started" and actions[-1] == "run_finished"
+    assert actions[:2] == ["approved", "started"] and actions[-1] == "run_finished"
     assert store.locks() == []
     assert not worker.step(block=0.05)  # nothing left; the entry was acknowledged
 
@@ -266,7 +267,7 @@ def test_redis_restart_mid_run(tmp_path: Path, own_redis: RedisServer) -> None:
     final = store.run(run.id)
     assert final.status is RunStatus.SUCCEEDED
     actions = [e.action for e in store.audit_log(run_id=run.id)]
-    assert actions[0] == "started" and "run_finished" in actions
+    assert actions[:2] == ["approved", "started"] and "run_finished" in actions
 
 
 def test_unreachable_redis_is_a_clear_error_and_writes_nothing(
@@ -337,7 +338,9 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     assert "1 more approval" in capsys.readouterr().out
     assert main(["approve", run.id, "--user", "carol", *args]) == 0
     assert store.run(run.id).status is RunStatus.QUEUED
-    assert main(["runs", *args]) == 0 and run.id in capsys.readouterr().out
+    assert main(["runs", *args]) == 0 and short_id(run.id) in capsys.readouterr().out
+    assert main(["runs", "show", short_id(run.id).upper(), *args]) == 0  # any unique prefix
+    assert f"run {short_id(run.id)} — queued" in capsys.readouterr().out
     assert main(["audit", "--json", "--run", run.id, *args]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [entry["action"] for entry in lines] == ["approved", "approved"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -9,9 +10,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 OutputSink = Callable[[str], None]
+PidSink = Callable[[int], None]
 """Receives each complete line of output (without its newline) as it arrives."""
 
 TAIL_BYTES = 8192
+MAX_LINE = 65536
+"""Longer lines reach the sink in pieces of this many characters (memory stays bounded)."""
 
 
 @dataclass(frozen=True)
@@ -91,22 +95,54 @@ class OutputCollector:
         self._tail: deque[str] = deque()
         self._tail_len = 0
         self._tail_bytes = tail_bytes
-        self._partial: dict[str, str] = {}
+        self._partial: dict[str, list[str]] = {}
+        self._partial_len: dict[str, int] = {}
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
         self._lock = threading.Lock()
 
     def feed(self, chunk: bytes, stream: str = "stdout") -> None:
-        text = chunk.decode("utf-8", errors="replace")
         with self._lock:
+            text = self._decoder(stream).decode(chunk)
             self._remember(text)
-            lines = (self._partial.pop(stream, "") + text).split("\n")
-            self._partial[stream] = lines.pop()
+            lines = self._lines(stream, text)
         self._emit(lines)
 
     def close(self) -> None:
         with self._lock:
-            rest = [p for p in self._partial.values() if p]
+            rest = ["".join(p) for p in self._partial.values() if p]
             self._partial.clear()
+            self._partial_len.clear()
         self._emit(rest)
+
+    def _decoder(self, stream: str) -> codecs.IncrementalDecoder:
+        """One per stream, so a character split across two chunks decodes whole."""
+        if stream not in self._decoders:
+            self._decoders[stream] = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return self._decoders[stream]
+
+    def _lines(self, stream: str, text: str) -> list[str]:
+        """Complete lines in ``text`` (joined to what came before); the rest is kept.
+
+        Linear in the output: pieces of an unfinished line are kept in a list, not
+        re-concatenated per chunk, and a line longer than ``MAX_LINE`` is passed on in
+        pieces of that size rather than held without bound.
+        """
+        parts = self._partial.setdefault(stream, [])
+        pieces = text.split("\n")
+        lines: list[str] = []
+        if len(pieces) > 1:
+            lines = ["".join([*parts, pieces[0]]), *pieces[1:-1]]
+            parts.clear()
+            self._partial_len[stream] = 0
+        if pieces[-1]:
+            parts.append(pieces[-1])
+            self._partial_len[stream] = self._partial_len.get(stream, 0) + len(pieces[-1])
+        if self._partial_len.get(stream, 0) >= MAX_LINE:
+            lines.append("".join(parts))
+            parts.clear()
+            self._partial_len[stream] = 0
+        return [line[i:i + MAX_LINE] for line in lines
+                for i in range(0, max(len(line), 1), MAX_LINE)]
 
     def tail(self) -> str:
         with self._lock:
@@ -129,10 +165,21 @@ class Runner(Protocol):
     """Runs one shell command on one host."""
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
-            cancel: CancelToken | None = None) -> CommandResult:
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         """Run ``command`` to completion, its deadline, or cancellation.
 
         Never raises for a command that ran and failed; raises RunnerError when the
-        command could not be run at all (host unreachable, auth refused...).
+        command could not be run at all (host unreachable, auth refused...). ``on_start``
+        learns the command's process-group id as soon as it is known, so whoever takes a
+        run over can stop what is left of it (``kill_group``).
         """
+        ...
+
+    def kill_group(self, pid: int) -> None:
+        """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace)."""
+        ...
+
+    def check_ready(self) -> None:
+        """Raise RunnerError unless a command could start now (reachable, key and login
+        accepted); cheap, and what it opens is reused by the commands that follow."""
         ...

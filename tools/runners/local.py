@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tools.errors import RunnerError
-from tools.runners.base import CancelToken, CommandResult, OutputCollector, OutputSink
+from tools.runners.base import (
+    CancelToken,
+    CommandResult,
+    OutputCollector,
+    OutputSink,
+    PidSink,
+)
 
 KILL_GRACE = 2.0
 """Seconds between SIGTERM and SIGKILL when a command is stopped."""
@@ -30,9 +36,11 @@ class LocalRunner:
         self.env = dict(env) if env is not None else None
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
-            cancel: CancelToken | None = None) -> CommandResult:
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         started = time.monotonic()
         proc = self._spawn(command)
+        if on_start is not None:
+            on_start(proc.pid)  # its own session: the pid is the process-group id
         output = OutputCollector(on_output)
         reader = threading.Thread(target=_pump, args=(proc, output), daemon=True)
         reader.start()
@@ -56,6 +64,17 @@ class LocalRunner:
             timed_out=timed_out,
             cancelled=was_cancelled,
         )
+
+    def check_ready(self) -> None:
+        """This machine is always there."""
+
+    def kill_group(self, pid: int) -> None:
+        """SIGTERM group ``pid``, SIGKILL what is left after the grace period."""
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE
+        while time.monotonic() < deadline and _group_alive(pid):
+            time.sleep(0.05)
+        _signal_group(pid, signal.SIGKILL)
 
     def _spawn(self, command: str) -> subprocess.Popen[bytes]:
         try:

@@ -47,6 +47,7 @@ import paramiko
 from paramiko.hostkeys import InvalidHostKey
 
 from tools.errors import (
+    CommandInterrupted,
     HostKeyError,
     RunnerError,
     SSHAuthError,
@@ -54,7 +55,13 @@ from tools.errors import (
     SSHError,
 )
 from tools.inventory import Host
-from tools.runners.base import CancelToken, CommandResult, OutputCollector, OutputSink
+from tools.runners.base import (
+    CancelToken,
+    CommandResult,
+    OutputCollector,
+    OutputSink,
+    PidSink,
+)
 
 log = logging.getLogger("deckhand.ssh")
 
@@ -62,6 +69,8 @@ T = TypeVar("T")
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+PASSPHRASE_ENV = "DECKHAND_SSH_KEY_PASSPHRASE"
+"""For an encrypted key_file (ssh-agent is the better place for one)."""
 
 # The login shell may be anything (bash, zsh, fish): it only runs `exec`. A POSIX sh then
 # prints its pid (= the session's process group, see the module docstring) and evals the
@@ -165,11 +174,12 @@ class KnownHosts:
             options.key_types = first + [t for t in options.key_types if t not in first]
 
     def _unknown_message(self, host: Host, key: HostKeyInfo) -> str:
-        scan = f"ssh-keyscan -p {host.port} {host.address} >> {self.path}"
+        # Never suggest a blind ssh-keyscan: it trusts whatever key answers, attacker's too.
         return (f"host key of {self.entry_name(host)} is not in {self.path}; refusing to "
-                f"connect. It offered {key.key_type} {key.fingerprint}. If that is the "
-                f"host's real key, trust it with `deckhand hosts trust {host.name}` or "
-                f"`{scan}`")
+                f"connect. It offered {key.key_type} {key.fingerprint}. Compare that "
+                f"fingerprint with the host's own (`ssh-keygen -lf` on its host key, or your "
+                f"provisioning records); if it matches, run `deckhand hosts trust "
+                f"{host.name}`")
 
     def _changed_message(self, host: Host, key: HostKeyInfo) -> str:
         name = self.entry_name(host)
@@ -222,7 +232,7 @@ class SSHRunner:
             transport.close()
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
-            cancel: CancelToken | None = None) -> CommandResult:
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         """Run ``command`` on the host until it ends, its deadline, or ``cancel``.
 
         Raises SSHError subclasses when it could not be started (or the connection dropped
@@ -237,11 +247,17 @@ class SSHRunner:
         try:
             channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
             try:
-                return self._follow(channel, on_output, started, timeout, cancel)
+                return self._follow(channel, on_output, started, timeout, cancel, on_start)
+            except SSHConnectError as exc:  # after the command was sent: it may have run
+                raise CommandInterrupted(str(exc)) from exc
             finally:
                 channel.close()
         finally:
             self._sessions.release()
+
+    def check_ready(self) -> None:
+        """Connect (host key verified, login accepted) unless the pooled connection is up."""
+        self._connection()
 
     def open_tunnel(self, address: str, port: int) -> paramiko.Channel:
         """A TCP stream to ``address:port`` as seen from this host (for hosts behind it)."""
@@ -313,19 +329,25 @@ class SSHRunner:
         with _translate(self.target, "starting a command on"):
             channel = _open_channel(transport, lambda: transport.open_session(
                 timeout=self.options.connect_timeout))
-            try:
+        try:
+            with _translate(self.target, "starting a command on"):
                 channel.exec_command(command)
-            except BaseException:
-                channel.close()
-                raise
+        except SSHConnectError as exc:
+            channel.close()
+            # The request may have reached the host: never retried, counted as a change.
+            raise CommandInterrupted(f"{exc}; the command may have started") from exc
+        except BaseException:
+            channel.close()
+            raise
         return channel
 
     # -- one command ---------------------------------------------------------------------
 
     def _follow(self, channel: paramiko.Channel, on_output: OutputSink | None, started: float,
-                timeout: float, cancel: CancelToken | None) -> CommandResult:
+                timeout: float, cancel: CancelToken | None,
+                on_start: PidSink | None = None) -> CommandResult:
         output = OutputCollector(on_output)
-        pid = _PidLine(output)
+        pid = _PidLine(output, on_start)
         ready = _Ready(channel)
         killer = _Killer(self, pid, ready)
         unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
@@ -399,8 +421,9 @@ class _PidLine:
     Lines a login script printed before it are passed through as ordinary output.
     """
 
-    def __init__(self, output: OutputCollector):
+    def __init__(self, output: OutputCollector, on_pid: PidSink | None = None):
         self.output = output
+        self.on_pid = on_pid
         self.pid: int | None = None
         self.known = threading.Event()
         self._buffer = b""
@@ -421,6 +444,8 @@ class _PidLine:
                 self.pid = int(found.group(1))
                 self._buffer = b""
                 self.known.set()
+                if self.on_pid is not None:
+                    self.on_pid(self.pid)
                 if rest:
                     self.output.feed(rest)
                 return
@@ -588,11 +613,14 @@ def _client_keys(host: Host, agent: paramiko.Agent | None) -> list[paramiko.PKey
 
 
 def _load_key(path: Path) -> paramiko.PKey:
+    passphrase = os.environ.get(PASSPHRASE_ENV, "").encode() or None
     try:
-        return paramiko.PKey.from_path(path)
-    except paramiko.PasswordRequiredException as exc:
-        raise SSHAuthError(f"key file {path} is encrypted; load it into ssh-agent and "
-                           f"drop key_file from the inventory") from exc
+        # the stubs say str, paramiko 5 wants bytes
+        return paramiko.PKey.from_path(path, password=passphrase)  # type: ignore[arg-type]
+    except (paramiko.PasswordRequiredException, TypeError) as exc:
+        # paramiko 3 raises PasswordRequiredException, paramiko 5 a TypeError
+        raise SSHAuthError(f"key file {path} is encrypted: load it into ssh-agent (and drop "
+                           f"key_file from the inventory), or set {PASSPHRASE_ENV}") from exc
     except (OSError, paramiko.SSHException, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SSHAuthError(f"cannot use key file {path}: {reason}") from exc

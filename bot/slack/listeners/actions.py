@@ -27,6 +27,12 @@ def register(app: App, bot: Bot) -> None:
             if not body.get("channel"):  # clicked in the App Home: show it as it is now
                 bot.changed(bot.store.run(run_id))
 
+    @app.action(bk.ActionId.ROLLBACK_TO)
+    def rollback_to(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        ack()  # an ordinary plan: validated, posted for approval like any other
+        bot.propose(rollback_request(action), user=body["user"]["id"],
+                    channel=body["channel"]["id"])
+
     @app.action(bk.ActionId.MODIFY)
     def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any],
                client: WebClient) -> None:
@@ -53,6 +59,12 @@ def register(app: App, bot: Bot) -> None:
         if _may_steer(bot, run, body):
             client.views_open(trigger_id=body["trigger_id"],
                               view=bk.reject_modal(_metadata(run, body)))
+
+
+def rollback_request(action: dict[str, Any]) -> str:
+    """The request a "Roll back to this version" button stands for."""
+    target = json.loads(action["value"])
+    return f"roll back {target['environment']} to {target['version']}"
 
 
 def _may_steer(bot: Bot, run: Run, body: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
+from agents.ids import short_id
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.listeners.common import first_delivery
@@ -27,27 +28,44 @@ def register(app: App, bot: Bot) -> None:
         if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
             ack()
             return
-        ack(f"Planning `{bk.trim(text, 200)}`…")
-        bot.propose(f"deploy {text}", user=command["user_id"], channel=command["channel_id"])
+        request, glass = _break_glass_flag(text)
+        request, dry = _dry_run_flag(request)
+        ack(f"{'Dry-running' if dry else 'Planning'} `{bk.trim(request, 200)}`…")
+        user, channel = command["user_id"], command["channel_id"]
+        if dry:
+            bot.dry_run(f"deploy {request}", user=user, channel=channel)
+        else:
+            bot.propose(f"deploy {request}", user=user, channel=channel, break_glass=glass)
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
         ack()
         text = command.get("text", "")
         user = command["user_id"]
-        respond(bk.trim(answer(bot, text, user=user, channel=command["channel_id"]), 3900))
+        reply = answer(bot, text, user=user, channel=command["channel_id"])
+        if isinstance(reply, list):
+            respond(blocks=reply, text="deckhand")
+        else:
+            respond(bk.trim(reply, 3900))
 
 
-def answer(bot: Bot, text: str, *, user: str, channel: str) -> str:
+def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Block]:
     """The reply to ``/deckhand TEXT`` (ephemeral)."""
     words = _split(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
     if verb == "runs":
         return _runs_text(bot)
     if verb == "status" and args:
-        run = bot.store.run(args[0])
-        return (f"{bk.RUN_EMOJI.get(run.status, '')} `{run.id}` {run.status.value} — "
+        run = bot.store.find_run(args[0])
+        return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {run.status.value} — "
                 f"{run.goal}" + (f"\nwhy: {run.reason}" if run.reason else ""))
+    if verb == "where":
+        env = args[0] if args else None
+        states = ([bot.store.deployed_state(env)] if env else bot.store.deployed_states())
+        return bk.where_text(states)
+    if verb == "history" and args:
+        live = bot.store.deployed_state(args[0]).version
+        return bk.history_blocks(args[0], bot.store.history(args[0], limit=10), live)
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
@@ -60,14 +78,15 @@ def _runs_text(bot: Bot) -> str:
     runs = bot.store.runs(limit=10)
     if not runs:
         return "No runs yet. Start one with `/deploy v2.3.1`."
-    return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{r.id}` {r.status.value} — {r.goal} "
-                     f"({bk.mention(r.requested_by)})" for r in runs)
+    return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{short_id(r.id)}` {r.status.value} — "
+                     f"{r.goal} ({bk.mention(r.requested_by)})" for r in runs)
 
 
-def _cancel_text(bot: Bot, run_id: str, *, user: str) -> str:
-    bot.check_may_steer(bot.store.run(run_id), user)  # refusal reaches the error handler
-    after = bot.cancel(run_id, user=user)
-    return f"`{run_id}` is {after.status.value}."
+def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:
+    run = bot.store.find_run(typed)  # a unique prefix is enough
+    bot.check_may_steer(run, user)  # refusal reaches the error handler
+    after = bot.cancel(run.id, user=user)
+    return f"`{short_id(run.id)}` is {after.status.value}."
 
 
 def help_text(bot: Bot, user: str) -> str:
@@ -79,6 +98,8 @@ def help_text(bot: Bot, user: str) -> str:
     lines = ["*deckhand* — deploys you can read before they run.",
              "• `/deploy REQUEST` — plan a deploy and post it for approval",
              "• `/deckhand runs` — recent runs · `/deckhand status RUN` — one run",
+             "• `/deckhand where [ENV]` — which version runs where · "
+             "`/deckhand history ENV` — the last deploys",
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]
@@ -90,6 +111,19 @@ def help_text(bot: Bot, user: str) -> str:
     if examples:
         lines.append("Requests I know: " + ", ".join(f"`{e}`" for e in examples))
     return "\n".join(lines)
+
+
+def _break_glass_flag(text: str) -> tuple[str, str | None]:
+    """``v2.3.1 --break-glass db is down`` → (``v2.3.1``, ``db is down``)."""
+    request, flag, reason = text.partition("--break-glass")
+    return (request.strip(), reason.strip() or "no reason given") if flag else (text, None)
+
+
+def _dry_run_flag(text: str) -> tuple[str, bool]:
+    """``v2.3.1 --dry-run`` → (``v2.3.1``, True)."""
+    words = text.split()
+    dry = "--dry-run" in words
+    return " ".join(w for w in words if w != "--dry-run"), dry
 
 
 def _split(text: str) -> list[str]:

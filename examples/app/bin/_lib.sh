@@ -41,6 +41,12 @@ start_server() {  # start_server HOST_DIR PORT
   return 1
 }
 
+writable() {  # writable PATH — PATH, or its nearest existing parent, can be written (no mkdir)
+  p="$1"
+  while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+  [ -w "$p" ]
+}
+
 switch_to() {  # switch_to HOST_DIR RELEASE_NAME  (atomic symlink swap)
   ln -sfn "releases/$2" "$1/current.new"
   mv -T "$1/current.new" "$1/current"

@@ -1,0 +1,290 @@
+"""``deckhand check --store``: the invariants the store keeps, verified against live Redis.
+
+Each :class:`Violation` names the key at fault and, when one is safe, the repair: indexes
+and pointers are rebuilt from the records, a stuck run is queued again, a lock or queue
+entry left by an ended run is released. A record (run, plan version, schedule) is never
+deleted. The check reads the whole keyspace (SCAN), so it is for operators, not hot paths;
+with traffic running, re-check before acting on a violation that vanished meanwhile.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+from redis.client import Pipeline
+
+from agents.runs import Run, RunStatus
+from agents.store import Store
+from agents.store._redis import GROUP, text
+
+ACTIVE = frozenset({RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
+                    RunStatus.ROLLING_BACK})
+"""States in which a run needs a worker: one owns it, or its queue entry waits for one."""
+CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Violation:
+    key: str
+    problem: str
+    repair: Callable[[], str] | None = None
+    """Fixes it (conditionally: a key that changed meanwhile is left alone) and says how."""
+
+    def describe(self) -> str:
+        how = "" if self.repair else " (no safe repair; look at it by hand)"
+        return f"{self.key}: {self.problem}{how}"
+
+
+@dataclass
+class _Queue:
+    entries: dict[str, list[str]]
+    """run id → its entry ids still in the stream."""
+    pending: set[str]
+    waiting: set[str]
+    """Entries past the group's cursor: what no worker has taken yet."""
+    acknowledged: list[str]
+    """Entries a worker finished with, left in the stream by older versions."""
+
+
+class StoreCheck:
+    """Finds (and optionally repairs) every violation of the store's invariants."""
+
+    def __init__(self, store: Store):
+        self.store, self.r, self.keys = store, store.r, store.keys
+
+    def violations(self) -> list[Violation]:
+        with self.store.errors():
+            runs = self._runs()
+            queue = self._queue()
+            return [*self._index(runs), *self._plans(), *self._active(runs, queue),
+                    *self._locks(runs), *self._queue_entries(runs, queue)]
+
+    def orphaned(self, runs: Iterable[Run]) -> list[Violation]:
+        """Active runs among ``runs`` with no live worker, no queue entry and no place in
+        a lock queue — what a reconciler re-queues (each violation's repair does it)."""
+        with self.store.errors():
+            return list(self._active({r.id: r for r in runs}, self._queue()))
+
+    def repair(self, found: Iterable[Violation]) -> list[str]:
+        """Apply every safe repair; what was done, one line each."""
+        with self.store.errors():
+            return [f"{v.key}: {v.repair()}" for v in found if v.repair is not None]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _scan(self, pattern: str) -> Iterator[str]:
+        for key in self.r.scan_iter(match=self.keys(pattern), count=1000):
+            yield text(key)
+
+    def _runs(self) -> dict[str, Run]:
+        pattern = re.compile(re.escape(self.keys.run("")) + r"[^:]+$")
+        keys = [k for k in self._scan("run:*") if pattern.match(k)]
+        runs: dict[str, Run] = {}
+        for start in range(0, len(keys), CHUNK):
+            chunk = keys[start:start + CHUNK]
+            for raw in self.r.mget(chunk):
+                if raw is not None:
+                    run = Run.model_validate_json(raw)
+                    runs[run.id] = run
+        return runs
+
+    def _queue(self) -> _Queue:
+        key, entries = self.keys.queue(), defaultdict(list)
+        groups = self.r.xinfo_groups(key) if self.r.exists(key) else []
+        group = next((g for g in groups if text(g["name"]) == GROUP), None)
+        cursor = text(group["last-delivered-id"]) if group else "0-0"
+        pending = {text(p["message_id"]) for p in self._pending()} if group else set()
+        waiting, done = set(), []
+        for entry_id, run_id in self.store.queue_entries():
+            entries[run_id].append(entry_id)
+            if _after(entry_id, cursor):
+                waiting.add(entry_id)
+            elif entry_id not in pending:
+                done.append(entry_id)
+        return _Queue(dict(entries), pending, waiting, done)
+
+    def _pending(self) -> list[dict[str, bytes]]:
+        return list(self.r.xpending_range(self.keys.queue(), GROUP, min="-", max="+",
+                                          count=1_000_000))
+
+    # -- invariants ------------------------------------------------------------------------
+
+    def _index(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """Every id in the runs index has a record, and every record is indexed."""
+        indexed = {text(m) for m in self.r.zrange(self.keys.runs(), 0, -1)}
+        by_prefix = {text(m) for m in self.r.zrange(self.keys.run_ids(), 0, -1)}
+        for run_id in sorted(indexed - runs.keys()):
+            yield Violation(self.keys.runs(), f"names {run_id}, which has no record",
+                            self._unindex(run_id))
+        for run_id in sorted(by_prefix - runs.keys() - indexed):
+            yield Violation(self.keys.run_ids(), f"names {run_id}, which has no record",
+                            self._unindex(run_id))
+        for run_id, run in sorted(runs.items()):
+            if run_id not in indexed or run_id not in by_prefix:
+                yield Violation(self.keys.run(run_id), "is missing from the runs indexes",
+                                self._index_run(run))
+
+    def _plans(self) -> Iterator[Violation]:
+        """Every plan's ``latest`` names its newest version, and that version exists."""
+        versions: dict[str, set[int]] = defaultdict(set)
+        latest: dict[str, int] = {}
+        shape = re.compile(re.escape(self.keys("plan", "")) + r"([^:]+):(v(\d+)|latest)$")
+        for key in self._scan("plan:*"):
+            match = shape.match(key)
+            if match and match.group(3):
+                versions[match.group(1)].add(int(match.group(3)))
+            elif match:
+                latest[match.group(1)] = int(self.r.get(key) or 0)
+        for plan_id in sorted(versions.keys() | latest.keys()):
+            newest, pointer = max(versions[plan_id], default=0), latest.get(plan_id)
+            if pointer != newest:
+                key = self.keys.plan_latest(plan_id)
+                problem = (f"says version {pointer}, but the newest stored is {newest}"
+                           if newest else f"says version {pointer}, but no version is stored")
+                yield Violation(key, problem, self._set_latest(plan_id, newest) if newest
+                                else None)
+
+    def _active(self, runs: dict[str, Run], queue: _Queue) -> Iterator[Violation]:
+        """Every active run has a live owner, a queue entry, or a place in a lock queue."""
+        active = [r for r in runs.values() if r.status in ACTIVE]
+        owners = self.r.mget([self.keys.owner(r.id) for r in active]) if active else []
+        waiting = self._waiting_for_locks()
+        for run, owner in zip(active, owners, strict=True):
+            if owner is None and run.id not in queue.entries and run.id not in waiting:
+                yield Violation(self.keys.run(run.id),
+                                f"is {run.status.value} with no live worker and no queue entry",
+                                self._requeue(run.id))
+
+    def _waiting_for_locks(self) -> set[str]:
+        found: set[str] = set()
+        for key in self._scan("lockq:*"):
+            found |= {text(m) for m in self.r.lrange(key, 0, -1)}
+        return found
+
+    def _locks(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """Every lock names an active run, and the held-locks set lists every lock."""
+        listed = {text(e) for e in self.r.smembers(self.keys.locks())}
+        prefix = self.keys.lock("")
+        held = {k[len(prefix):] for k in self._scan("lock:*")}
+        for env in sorted(held):
+            info = self.store.lock(env)
+            run = runs.get(info.run_id) if info else None
+            if info is not None and (run is None or run.status not in ACTIVE):
+                state = run.status.value if run else "missing"
+                yield Violation(self.keys.lock(env), f"is held by {info.run_id}, which is "
+                                f"{state}", self._unlock(env, info.run_id))
+            elif env not in listed:
+                yield Violation(self.keys.locks(), f"does not list the held lock on {env}",
+                                partial(self._list_lock, env))
+        for env in sorted(listed - held):
+            yield Violation(self.keys.locks(), f"lists {env}, whose lock is free",
+                            partial(self._forget_lock, env))
+
+    def _queue_entries(self, runs: dict[str, Run], queue: _Queue) -> Iterator[Violation]:
+        """The queue holds only work to do, and its depth counts only untaken entries."""
+        reported, done = self.store.queue_backlog()[0], queue.acknowledged
+        if done or reported != len(queue.waiting):
+            yield Violation(self.keys.queue(), f"depth reads {reported} but "
+                            f"{len(queue.waiting)} entries wait; {len(done)} finished entries "
+                            f"remain", partial(self._drop, done) if done else None)
+        for run_id, entry_ids in sorted(queue.entries.items()):
+            run = runs.get(run_id)
+            untaken = [e for e in entry_ids if e in queue.waiting]
+            if untaken and (run is None or run.status.terminal):
+                state = run.status.value if run else "missing"
+                yield Violation(self.keys.queue(), f"entries {', '.join(untaken)} wait for "
+                                f"{run_id}, which is {state}", partial(self._drop, untaken))
+
+    # -- repairs (each conditional: nothing that changed meanwhile is overwritten) ----------
+
+    def _unindex(self, run_id: str) -> Callable[[], str]:
+        def repair() -> str:
+            def attempt(pipe: Pipeline) -> str:
+                if pipe.exists(self.keys.run(run_id)):
+                    return "left alone: the run exists now"
+                pipe.multi()
+                pipe.zrem(self.keys.runs(), run_id)
+                pipe.zrem(self.keys.run_ids(), run_id)
+                pipe.execute()
+                return f"removed {run_id} from the runs indexes"
+            return self.store.cas([self.keys.run(run_id)], attempt, busy=f"run {run_id}")
+        return repair
+
+    def _index_run(self, run: Run) -> Callable[[], str]:
+        def repair() -> str:
+            with self.r.pipeline() as pipe:
+                pipe.zadd(self.keys.runs(), {run.id: run.created_at}, nx=True)
+                pipe.zadd(self.keys.run_ids(), {run.id: 0}, nx=True)
+                pipe.execute()
+            return f"indexed {run.id}"
+        return repair
+
+    def _set_latest(self, plan_id: str, newest: int) -> Callable[[], str]:
+        def repair() -> str:
+            key = self.keys.plan_latest(plan_id)
+
+            def attempt(pipe: Pipeline) -> str:
+                if int(pipe.get(key) or 0) >= newest:
+                    return "left alone: it moved meanwhile"
+                pipe.multi()
+                pipe.set(key, newest)
+                pipe.execute()
+                return f"now says version {newest}"
+            return self.store.cas([key], attempt, busy=f"plan {plan_id}")
+        return repair
+
+    def _requeue(self, run_id: str) -> Callable[[], str]:
+        def repair() -> str:
+            keys = [self.keys.run(run_id), self.keys.owner(run_id)]
+
+            def attempt(pipe: Pipeline) -> str:
+                raw = pipe.get(keys[0])
+                if raw is None or Run.model_validate_json(raw).status not in ACTIVE \
+                        or pipe.exists(keys[1]):
+                    return "left alone: it moved meanwhile"
+                pipe.multi()
+                self.store.queue_step(run_id)(pipe)
+                pipe.execute()
+                return "queued again: a worker will resume it (or roll it back)"
+            return self.store.cas(keys, attempt, busy=f"run {run_id}")
+        return repair
+
+    def _unlock(self, env: str, run_id: str) -> Callable[[], str]:
+        def repair() -> str:
+            self.store.release_locks([env], run_id=run_id)
+            return f"released (it was {run_id}'s)"
+        return repair
+
+    def _list_lock(self, env: str) -> str:
+        self.r.sadd(self.keys.locks(), env)
+        return f"lists {env} now"
+
+    def _forget_lock(self, env: str) -> str:
+        def attempt(pipe: Pipeline) -> str:
+            if pipe.exists(self.keys.lock(env)):
+                return "left alone: the lock is held again"
+            pipe.multi()
+            pipe.srem(self.keys.locks(), env)
+            pipe.execute()
+            return f"no longer lists {env}"
+        return self.store.cas([self.keys.lock(env)], attempt, busy=f"the lock on {env}")
+
+    def _drop(self, entry_ids: list[str]) -> str:
+        if entry_ids:
+            with self.r.pipeline() as pipe:
+                pipe.xack(self.keys.queue(), GROUP, *entry_ids)
+                pipe.xdel(self.keys.queue(), *entry_ids)
+                pipe.execute()
+        return f"deleted {len(entry_ids)} finished entries"
+
+
+def _after(entry_id: str, cursor: str) -> bool:
+    """Whether stream id ``entry_id`` comes after ``cursor``."""
+    def parts(stream_id: str) -> tuple[int, int]:
+        ms, _, seq = stream_id.partition("-")
+        return int(ms), int(seq or 0)
+    return parts(entry_id) > parts(cursor)

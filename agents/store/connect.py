@@ -1,0 +1,116 @@
+"""From ``REDIS_URL`` to a client: plain, TLS, unix socket, or through Sentinel.
+
+Sentinel URLs name every sentinel and the monitored service::
+
+    redis+sentinel://[[user]:password@]host:port[,host:port…]/SERVICE[/DB]
+    rediss+sentinel://…          (TLS to the sentinels and to the primary)
+
+The password (and user) authenticate to the Redis servers; sentinels that require their own
+password take ``DECKHAND_SENTINEL_PASSWORD``. Connection errors, a primary that was demoted
+(``READONLY``) and "no primary yet" during a failover are retried with bounded backoff, so a
+failover is an outage deckhand rides through, not an error it reports.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from agents.errors import StoreError
+
+PLAIN_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+RETRY_ON = [redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError]
+EXAMPLE = "redis://host:6379/0 or redis+sentinel://s1:26379,s2:26379/mymaster/0"
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """A parsed Sentinel URL."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+
+
+def connect_client(url: str, *, failover_seconds: float = 15.0) -> redis.Redis:
+    """A client for ``url`` that rides out a restart or a failover (StoreError if malformed)."""
+    scheme = urlsplit(url).scheme
+    sentinel = scheme in SENTINEL_SCHEMES  # a failover takes seconds; a restart, less
+    retries = _retries(failover_seconds) if sentinel else 6
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries)
+    options = {"retry": retry, "socket_timeout": 5, "socket_connect_timeout": 5,
+               "retry_on_error": RETRY_ON}
+    if sentinel:
+        target = parse_sentinel_url(url)
+        # redis-py's sentinel module is untyped; master_for returns a redis.Redis
+        sentinels = Sentinel(target.sentinels,  # type: ignore[no-untyped-call]
+                             sentinel_kwargs=_sentinel_auth(target), socket_timeout=2,
+                             ssl=target.tls)
+        client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
+            target.service, db=target.db, username=target.username,
+            password=target.password, ssl=target.tls, **options)
+        return client
+    if scheme not in PLAIN_SCHEMES:
+        raise StoreError(f"REDIS_URL: unknown scheme {scheme or '(none)'!r}; use {EXAMPLE}")
+    try:
+        return redis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise StoreError(f"REDIS_URL is malformed ({exc}); use {EXAMPLE}") from exc
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """The sentinels, service and credentials of a ``redis+sentinel://`` URL."""
+    parts = urlsplit(url)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    path = [p for p in parts.path.split("/") if p]
+    if not hosts or not path or len(path) > 2:
+        raise StoreError(f"REDIS_URL: a Sentinel URL names the sentinels and the service, like "
+                         f"redis+sentinel://s1:26379,s2:26379/mymaster/0 (got {safe_url(url)})")
+    return SentinelTarget(sentinels=[_host_port(h, url) for h in hosts.split(",")],
+                          service=path[0], db=_db(path[1] if len(path) > 1 else "0", url),
+                          username=unquote(user) or None, password=unquote(password) or None,
+                          tls=parts.scheme.startswith("rediss"))
+
+
+def _host_port(text: str, url: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise StoreError(f"REDIS_URL: {text!r} is not host:port (in {safe_url(url)})")
+    return host.strip("[]"), int(port)
+
+
+def _db(text: str, url: str) -> int:
+    if not text.isdigit():
+        raise StoreError(f"REDIS_URL: database {text!r} is not a number (in {safe_url(url)})")
+    return int(text)
+
+
+def _sentinel_auth(target: SentinelTarget) -> dict[str, object]:
+    password = os.environ.get("DECKHAND_SENTINEL_PASSWORD")
+    auth: dict[str, object] = {"socket_timeout": 2, "ssl": target.tls}
+    if password:
+        auth["password"] = password
+    return auth
+
+
+def _retries(seconds: float) -> int:
+    """Backoff steps (0.05 s doubling, capped at 0.5 s) that add up to about ``seconds``."""
+    return max(6, int(seconds / 0.5) + 3)
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its credentials, for messages."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{hosts}{parts.path}"

@@ -1,0 +1,93 @@
+"""Deployment history in Redis: per environment a time-ordered index of deploys and the
+folded current state (``agents.history.Where``), written together, once per run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.client import Pipeline
+
+from agents.history import PREVIOUS, Deploy, Where
+from agents.store._redis import RedisBase
+
+HISTORY_READ = 500
+"""Deploys read to answer "what did this host run before" and "which versions were here"."""
+
+
+class HistoryStore(RedisBase):
+    def record_deploys(self, run_id: str, deploys: list[Deploy]) -> bool:
+        """Record what a finished run did; False if it was recorded already (idempotent)."""
+        marker = self.keys.history_recorded(run_id)
+        envs = sorted({d.environment for d in deploys})
+        where_keys = [self.keys.deployed(env) for env in envs]
+
+        def attempt(pipe: Pipeline) -> bool:
+            if pipe.exists(marker):
+                return False
+            states = {env: self._read_where(pipe, env) for env in envs}
+            resolved = [self._resolve(pipe, d) for d in deploys]
+            for deploy in resolved:
+                states[deploy.environment].apply(deploy)
+            pipe.multi()
+            pipe.set(marker, "1")
+            for deploy in resolved:
+                pipe.zadd(self.keys.history(deploy.environment),
+                          {deploy.model_dump_json(): deploy.finished_at})
+            for env, state in states.items():
+                pipe.set(self.keys.deployed(env), state.model_dump_json())
+                pipe.sadd(self.keys.history_environments(), env)
+            pipe.execute()
+            return True
+
+        return self.cas([marker, *where_keys], attempt, busy=f"history of {run_id}")
+
+    def deployed_state(self, environment: str) -> Where:
+        with self.errors():
+            return self._read_where(self.r, environment)
+
+    def deployed_states(self) -> list[Where]:
+        """Every environment deckhand has deployed to, by name."""
+        with self.errors():
+            names = self.r.smembers(self.keys.history_environments())
+        envs = sorted(name.decode() for name in names)
+        return [self.deployed_state(env) for env in envs]
+
+    def history(self, environment: str, *, limit: int = 20) -> list[Deploy]:
+        """The last ``limit`` deploys to ``environment``, newest first."""
+        with self.errors():
+            return self._history(self.r, environment, limit)
+
+    def deployed_versions(self, environment: str) -> list[str]:
+        """Versions that were live in ``environment`` (newest first, each once)."""
+        seen: dict[str, None] = {}
+        for deploy in self.history(environment, limit=HISTORY_READ):
+            for version in deploy.hosts.values():
+                if deploy.took_effect and version is not None:
+                    seen.setdefault(version, None)
+        return list(seen)
+
+    # -- inside the transaction ------------------------------------------------------------
+
+    def _read_where(self, client: Any, environment: str) -> Where:
+        raw = client.get(self.keys.deployed(environment))
+        return Where.model_validate_json(raw) if raw else Where(environment=environment)
+
+    def _history(self, client: Any, environment: str, limit: int) -> list[Deploy]:
+        raws = client.zrevrange(self.keys.history(environment), 0, max(limit, 1) - 1)
+        return [Deploy.model_validate_json(raw) for raw in raws]
+
+    def _resolve(self, pipe: Pipeline, deploy: Deploy) -> Deploy:
+        """``deploy`` with ``previous`` replaced by the version each host ran before."""
+        if PREVIOUS not in deploy.hosts.values():
+            return deploy
+        past = self._history(pipe, deploy.environment, HISTORY_READ)
+        hosts = {h: _before_last_deploy(past, h) if v == PREVIOUS else v
+                 for h, v in deploy.hosts.items()}
+        return deploy.model_copy(update={"hosts": hosts})
+
+
+def _before_last_deploy(past: list[Deploy], host: str) -> str | None:
+    """What ``host`` served before its last forward deploy (None if history does not say)."""
+    timeline = [d.hosts[host] for d in reversed(past)
+                if d.took_effect and host in d.hosts and not d.rollback_of_version]
+    return timeline[-2] if len(timeline) >= 2 else None

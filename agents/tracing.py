@@ -1,0 +1,68 @@
+"""Spans for deckhand's own nouns — plan, approval, run, step, host — through the
+OpenTelemetry API only (STYLE 20). Until a face configures the SDK (``bot/telemetry.py``,
+from the standard ``OTEL_*`` variables) every call here is a no-op costing next to nothing.
+
+One trace per run, whatever processes touch it: the trace context of the span that planned
+a run is kept in the plan (``planner.traceparent``) and the run record
+(``meta["traceparent"]``); whoever approves or executes it later — another replica, a
+worker in another process, a takeover — continues that trace.
+
+Nothing secret goes into a span: ids, names, counts, statuses and redacted errors only
+(never the request text, parameters or output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract, inject
+from opentelemetry.trace import Span, Status, StatusCode
+
+AttributeValue = str | int | float | bool
+Attributes = Mapping[str, AttributeValue | None]
+
+_tracer = trace.get_tracer("deckhand")
+
+
+def current_traceparent() -> str | None:
+    """The W3C ``traceparent`` of the current span (None when tracing is off)."""
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return carrier.get("traceparent")
+
+
+def context_of(traceparent: str | None) -> otel_context.Context | None:
+    """The context to continue a stored trace in (None: start a new one)."""
+    return extract({"traceparent": traceparent}) if traceparent else None
+
+
+@contextmanager
+def span(name: str, attributes: Attributes | None = None, *,
+         parent: otel_context.Context | None = None) -> Iterator[Span]:
+    """A span named ``name``, current inside the block, under ``parent`` if given.
+
+    An exception marks it as an error (its type only: messages may hold secrets).
+    """
+    clean = {k: v for k, v in (attributes or {}).items() if v is not None}
+    with _tracer.start_as_current_span(name, context=parent, attributes=clean,
+                                       record_exception=False,
+                                       set_status_on_exception=False) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def finish(current: Span, *, ok: bool, **attributes: AttributeValue | None) -> None:
+    """Record how a span's work ended."""
+    current.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    current.set_status(Status(StatusCode.OK if ok else StatusCode.ERROR))
+
+
+def captured() -> otel_context.Context:
+    """The current context, to hand to work done on another thread."""
+    return otel_context.get_current()

@@ -1,0 +1,85 @@
+"""Ctrl-C during `deckhand run` cancels the run, runs its rollback and waits for it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.fixtures.builders import make_config
+from tests.fixtures.polling import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = """
+tools:
+  change:
+    description: change the host, then report it started the long part
+    command: "echo changed > {host.dir}.state; echo started > {vars.flag}; for i in $(seq 1 600); do sleep 0.1; done"
+    target: environment
+    mutates: true
+    rollback: undo
+  undo:
+    description: put the host back
+    command: "sleep 0.5; rm -f {host.dir}.state; echo undone >> {vars.log}"
+    target: environment
+    mutates: true
+vars:
+  flag: "{config_dir}/started"
+  log: "{config_dir}/log.txt"
+playbooks:
+  - name: ship
+    match: ['^ship$']
+    goal: ship it to staging
+    steps: [{id: change, tool: change, params: {environment: staging}}]
+    rollback: [{id: undo, tool: undo, params: {environment: staging}}]
+"""
+
+
+def test_ctrl_c_rolls_back_before_it_exits(tmp_path: Path) -> None:
+    config = make_config(tmp_path, tools=TOOLS)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
+        "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "ship", "--yes",
+                             "--config", str(config.path)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the change to start")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (tmp_path / "log.txt").read_text() == "undone\n", out  # rollback ran, once
+    assert not (tmp_path / "web-1.state").exists()  # the host is back
+    assert "CANCELLED" in out and proc.returncode == 1
+
+
+def test_a_second_ctrl_c_says_what_it_leaves_behind(tmp_path: Path) -> None:
+    tools = TOOLS.replace('command: "sleep 0.5; rm -f {host.dir}.state; echo undone >> '
+                          '{vars.log}"',
+                          'command: "while [ ! -e {vars.flag}.release ]; do sleep 0.05; done"')
+    config = make_config(tmp_path, tools=tools)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
+        "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "bot.cli", "run", "ship", "--yes",
+                             "--config", str(config.path)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
+    reader.start()
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the change to start")
+        proc.send_signal(signal.SIGINT)
+        wait_until(lambda: any("Cancelling" in line for line in lines), what="the cancel")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+    finally:
+        (tmp_path / "started.release").touch()  # let the abandoned rollback command end
+        if proc.poll() is None:
+            proc.kill()
+        reader.join(10)
+    text = "".join(lines)
+    assert "Stopping now" in text and "web-1" in text and "deckhand runs show" in text

@@ -1,0 +1,90 @@
+"""Dry runs check a plan on the real hosts without changing anything, in both faces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from agents.config import Config
+from agents.dryrun import dry_plan
+from agents.runs import RunStatus
+from agents.services import build_services
+from bot.cli.demo import probe
+from bot.terminal.console import ConsoleFlow
+from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.slack_world import SlackWorld
+
+
+def _answers(config: Config) -> set[str]:
+    return {p.body for p in probe(config)}
+
+
+def test_terminal_dry_run_checks_everything_and_changes_nothing(sample_config: Config) -> None:
+    services = build_services(sample_config)
+    console = Console(record=True, width=200)
+    flow = ConsoleFlow(services, console, user="alice")
+    deployed = flow.handle("deploy v2.3.1", yes=True)
+    assert deployed is not None and deployed.status is RunStatus.SUCCEEDED
+    hosts = sample_config.path.parent / ".deckhand" / "hosts"
+    before = sorted(str(p) for p in hosts.rglob("*"))
+    notifications = (sample_config.path.parent / ".deckhand" / "notifications.log").read_text()
+
+    run = flow.dry_run("deploy v2.4.0")
+    assert run.status is RunStatus.SUCCEEDED and run.meta["dry_run"] is True
+    text = console.export_text()
+    assert "deploy_production on prod-2: would install v2.4.0" in text
+    assert "switch from v2.3.1 to v2.4.0" in text
+    assert "not checked (no check: in tools.yml): smoke_staging, smoke_production, notify_team" \
+        in text and "DRY RUN — nothing was changed" in text
+    assert _answers(sample_config) == {"v2.3.1"}  # still serving what was deployed
+    assert sorted(str(p) for p in hosts.rglob("*")) == before
+    assert (sample_config.path.parent / ".deckhand" / "notifications.log").read_text() \
+        == notifications  # a tool without a check never runs
+    assert services.store.locks() == [] and run.id not in {r.id for r in services.store.runs()}
+    assert [e.action for e in services.store.audit_log()][-1] == "dry_run"
+
+
+def test_a_failing_check_fails_the_dry_run(tmp_path: Path) -> None:
+    config = make_config(tmp_path, tools="""
+tools:
+  ship:
+    description: ship it
+    command: "echo shipped >> {vars.log}"
+    check: "echo 'disk full' >&2; exit 1"
+    mutates: true
+    rollback: unship
+  unship:
+    description: undo
+    command: "echo unshipped >> {vars.log}"
+    mutates: true
+  tell:
+    description: tell people
+    command: "echo told >> {vars.log}"
+vars:
+  log: "{config_dir}/log.txt"
+""")
+    services = build_services(config)
+    plan = make_plan([{"id": "a", "tool": "ship"}, {"id": "b", "tool": "tell",
+                                                   "depends_on": ["a"]}],
+                     rollback=[{"id": "u", "tool": "unship"}])
+    dry = dry_plan(plan, config.catalog)
+    assert [s.tool for s in dry.plan.steps] == ["ship__check"] and dry.unchecked == ["b"]
+    run, _ = services.dry_run(plan, user="alice")
+    assert run.status is RunStatus.FAILED and "disk full" in run.steps["a"].hosts["local"].tail
+    assert not (tmp_path / "log.txt").exists()  # no rollback, no command, nothing
+
+
+def test_dry_run_from_slack_posts_what_it_would_do(world: SlackWorld) -> None:
+    world.deploy("v2.3.1 --dry-run")
+    reply = world.standin.wait_for(lambda: [c for c in world.standin.of("chat.postMessage")
+                                            if c.payload.get("thread_ts")], what="the result")
+    text = json.dumps(reply[0].payload)
+    assert "DRY RUN SUCCEEDED" in text and "would install v2.3.1" in text
+    assert "not checked" in text and "notify_team" in text
+    plan = world.standin.of("chat.postMessage")[0]
+    assert "Dry run" in plan.text_of_blocks() and not any(
+        b.get("type") == "actions" for b in plan.blocks)  # nothing to approve
+    assert world.store.runs() == [] and not any(p.status for p in probe(world.config))
+    assert world.standin.violations == []

@@ -1,0 +1,90 @@
+"""A freeze refuses a change at planning, at approval and at run start; break-glass needs
+one more approval, from the incident commanders."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from agents.config import Config
+from agents.errors import ApprovalRefused, FreezeRefused
+from agents.freeze import BreakGlass, FreezeWindow
+from agents.runs import Run, RunStatus
+from agents.services import build_services
+from agents.store import Store
+from agents.worker import Worker, WorkerOptions
+from bot.cli.demo import probe
+
+FRIDAY_NOON = datetime(2026, 11, 27, 12, tzinfo=UTC).timestamp()
+FRIDAY_EVENING = datetime(2026, 11, 27, 19, tzinfo=UTC).timestamp()
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def frozen_config(sample_config: Config) -> Config:
+    sample_config.policy.freeze = [FreezeWindow(
+        environments=["production"], reason="weekend: nobody on call", cron="0 18 * * fri",
+        hours=62, timezone="UTC")]
+    sample_config.policy.break_glass = BreakGlass(users=["ic-ann"])
+    return sample_config
+
+
+def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config,
+                                                           redis_url: str) -> None:
+    clock = Clock(FRIDAY_NOON)
+    store = Store.connect(redis_url, clock=clock)
+    store.r.flushdb()
+    services = build_services(frozen_config, store=store)
+    services.clock = clock
+    plan = services.make_plan("deploy v2.3.1", requested_by="alice")  # before the freeze
+    store.save_plan(plan)
+    waiting = store.create_run(Run.for_plan(plan))
+    queued = store.create_run(Run.for_plan(plan))
+    store.approve(queued.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                  policy=frozen_config.policy)
+
+    clock.now = FRIDAY_EVENING  # the weekend freeze has begun
+    with pytest.raises(FreezeRefused, match="production is frozen until Mon 2026-11-30 "
+                                            "08:00 UTC: weekend: nobody on call"):
+        services.make_plan("deploy v2.3.1", requested_by="alice")
+    with pytest.raises(ApprovalRefused, match="production is frozen"):
+        store.approve(waiting.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                      policy=frozen_config.policy)
+    worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
+    assert worker.process(queued.id) is None
+    after = store.run(queued.id)
+    assert after.status is RunStatus.CANCELLED and "frozen" in (after.reason or "")
+    assert not any(p.status for p in probe(frozen_config))  # nothing was deployed
+    store.r.flushdb()
+
+
+def test_break_glass_needs_one_more_approval_from_the_commanders(frozen_config: Config,
+                                                                 redis_url: str) -> None:
+    clock = Clock(FRIDAY_EVENING)
+    store = Store.connect(redis_url, clock=clock)
+    store.r.flushdb()
+    services = build_services(frozen_config, store=store)
+    services.clock = clock
+    plan = services.make_plan("deploy v2.3.1", requested_by="alice",
+                              break_glass="checkout is down, the fix is in v2.3.1")
+    assert "Needs one more approval, from ic-ann" in services.break_glass_note(plan, "x")
+    store.save_plan(plan)
+    run = store.create_run(Run.for_plan(plan, break_glass="checkout is down"))
+    approve = {"plan_version": 1, "plan_hash": plan.hash, "policy": frozen_config.policy}
+    assert store.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
+    assert store.approve(run.id, user="carol", **approve).status is \
+        RunStatus.AWAITING_APPROVAL  # two, but none from an incident commander
+    assert store.approve(run.id, user="ic-ann", **approve).status is RunStatus.QUEUED
+    worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
+    done = worker.process(run.id)
+    assert done is not None and done.status is RunStatus.SUCCEEDED
+    assert {p.body for p in probe(frozen_config)} == {"v2.3.1"}
+    store.r.flushdb()

@@ -1,0 +1,125 @@
+"""Deployment history end to end: the sample app on local hosts, a real redis-server (kept
+across a restart), a real git repository, the terminal flow and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agents.config import Config
+from agents.errors import PlanInvalid
+from agents.runs import RunStatus
+from agents.services import Services, build_services
+from agents.store import Store
+from bot.cli import main
+from bot.cli.demo import probe
+from bot.slack import blocks as bk
+from bot.terminal.console import ConsoleFlow
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.slack_world import SlackWorld, button
+from tests.unit.test_history import make_repo
+
+
+def _deploy(services: Services, request: str) -> RunStatus:
+    console = Console(record=True, width=160)
+    run = ConsoleFlow(services, console, user="alice").handle(request, yes=True)
+    assert run is not None, console.export_text()
+    return run.status
+
+
+def _live(config: Config, prefix: str) -> set[str]:
+    return {p.body for p in probe(config) if p.host.startswith(prefix)}
+
+
+def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redis: RedisServer,
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    repo = make_repo(tmp_path / "app", {"v2.3.1": ["one"], "v2.4.0": ["two", "three"],
+                                        "v2.4.0-broken": ["break"]})
+    sample_config.history = sample_config.history.model_copy(update={"repo": str(repo)})
+    services = build_services(sample_config, store=Store.connect(own_redis.url))
+    assert _deploy(services, "deploy v2.3.1") is RunStatus.SUCCEEDED
+    changes = services.changelog(services.make_plan("deploy v2.4.0", requested_by="alice"))
+    assert changes[0].startswith("📜 v2.4.0 ships 2 commit(s) since v2.3.1 (live in production)")
+    assert _deploy(services, "deploy v2.4.0") is RunStatus.SUCCEEDED
+    assert _deploy(services, "deploy v2.4.0-broken") is RunStatus.ROLLED_BACK
+
+    own_redis.restart()  # history is in Redis (AOF), not in this process
+    store = Store.connect(own_redis.url)
+    production = store.deployed_state("production")
+    assert production.version == "v2.4.0" and production.drift == {}
+    assert set(production.hosts) == {"prod-1", "prod-2"}
+    assert store.deployed_state("staging").version == "v2.4.0"  # the broken one rolled back
+    assert _live(sample_config, "staging") == {"v2.4.0"}  # ...and the host agrees
+    staging = store.history("staging")
+    assert [(d.version, d.outcome) for d in staging] == [
+        ("v2.4.0-broken", RunStatus.ROLLED_BACK), ("v2.4.0", RunStatus.SUCCEEDED),
+        ("v2.3.1", RunStatus.SUCCEEDED)]
+
+    services = build_services(sample_config, store=store)
+    with pytest.raises(PlanInvalid, match=r"v2\.2\.0 was never live in production.*"
+                                          r"v2\.4\.0, v2\.3\.1"):
+        services.make_plan("roll back production to v2.2.0", requested_by="alice")
+    assert _deploy(services, "roll back production to v2.3.1") is RunStatus.SUCCEEDED
+    assert _live(sample_config, "prod") == {"v2.3.1"}
+    assert store.deployed_state("production").version == "v2.3.1"
+    assert store.history("production")[0].rollback_of_version
+
+    monkeypatch.setenv("REDIS_URL", own_redis.url)
+    assert main(["where", "--config", str(sample_config.path)]) == 0
+    assert main(["history", "production", "--config", str(sample_config.path)]) == 0
+    assert main(["stats", "production", "--config", str(sample_config.path)]) == 0
+    out = capsys.readouterr().out
+    assert "v2.3.1" in out and "(rollback)" in out and "Delivery (DORA)" in out
+    assert "33%" in out  # v2.4.0 was undone by the rollback; the first v2.3.1 was not
+
+    assert main(["where", "--verify", "--config", str(sample_config.path)]) == 0
+    assert "host says" in capsys.readouterr().out
+    prod_2 = sample_config.inventory.hosts["prod-2"]  # someone switches a host by hand
+    subprocess.run([str(sample_config.path.parent / "app/bin/rollback.sh"), prod_2.vars["dir"],
+                    str(prod_2.vars["port"]), "v2.4.0"], check=True, capture_output=True)
+    observed = {o.host: o.version for o in services.observe_versions("production")}
+    assert observed == {"prod-1": "v2.3.1", "prod-2": "v2.4.0"}
+    assert main(["where", "production", "--verify", "--config", str(sample_config.path)]) == 1
+
+
+def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None:
+    for number, version in enumerate(("v2.3.1", "v2.4.0")):
+        world.deploy(f"{version} to staging")
+        value = button(world.plan_message(number), "approve")
+        world.click("approve", value, user="UBOB")
+        assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
+
+    world.signer.command("/deckhand", "history staging", user="UBOB",
+                         response_url=f"{world.standin.url}/response/h")
+    reply = world.standin.wait_for(lambda: world.standin.responses, what="the history")[-1]
+    text = json.dumps(reply["blocks"])
+    assert "v2.4.0" in text and "v2.3.1" in text
+    rollback = [e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert [e["text"]["text"] for e in rollback] == ["Roll back to v2.3.1"]  # not the live one
+
+    world.click("rollback_to", rollback[0]["value"], user="UALICE")
+    plan = world.plan_message(2)  # an ordinary plan, posted for approval
+    assert "Roll staging back to v2.3.1" in plan.text_of_blocks()
+    value = button(plan, "approve")
+    world.click("approve", value, user="UBOB")
+    assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
+    assert _live(world.config, "staging") == {"v2.3.1"}
+
+    world.signer.command("/deckhand", "where", user="UBOB",
+                         response_url=f"{world.standin.url}/response/w")
+    where = world.standin.wait_for(lambda: world.standin.responses[1:], what="where")[-1]
+    assert "*staging*: `v2.3.1`" in where["text"]
+    world.open_home("UBOB")
+    home = world.standin.wait_for(lambda: world.standin.of("views.publish"), what="the Home")
+    assert "runs `v2.3.1`" in json.dumps(home[-1].payload)
+    status, metrics = world.get("/metrics")
+    assert status == 200
+    assert 'deckhand_deploys_per_day{environment="staging"} 0.1' in metrics
+    assert 'deckhand_change_failure_rate{environment="staging"} 0.33' in metrics
+    assert world.standin.violations == []

@@ -1,0 +1,96 @@
+"""Redis as a production service: Sentinel failover, settings that lose data, bad URLs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.errors import StoreError
+from agents.plan import Plan
+from agents.policy import Policy
+from agents.runs import Run, RunStatus
+from agents.store import Store
+from agents.store.connect import connect_client, parse_sentinel_url
+from bot.cli import main
+from tests.fixtures.builders import make_plan
+from tests.fixtures.redis_sentinel import SentinelGroup
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.sample import EXAMPLES
+
+POLICY = Policy()
+
+
+def _waiting_run(store: Store) -> tuple[Run, Plan]:
+    plan = make_plan([{"id": "a", "tool": "echo", "params": {"text": "x"}}])
+    store.save_plan(plan)
+    return store.create_run(Run.for_plan(plan)), plan
+
+
+def _approve(store: Store, run: Run, plan: Plan) -> Run:
+    return store.approve(run.id, user="alice", plan_version=plan.version, plan_hash=plan.hash,
+                         policy=POLICY)
+
+
+def test_sentinel_failover_keeps_every_acknowledged_approval(
+        sentinel_group: SentinelGroup) -> None:
+    store = Store.connect(sentinel_group.url)
+    store.replicate_timeout = 0.5
+    runs = [_waiting_run(store) for _ in range(6)]
+    before = [_approve(store, run, plan) for run, plan in runs[:3]]
+    assert all("unreplicated" not in r.meta for r in before)  # WAIT saw the replica
+
+    sentinel_group.kill_primary()  # Sentinel promotes the replica; deckhand retries meanwhile
+    after = [_approve(store, run, plan) for run, plan in runs[3:]]
+
+    assert sentinel_group.current_primary() == sentinel_group.replica_port
+    for run, _ in runs:
+        stored = store.run(run.id)
+        assert stored.status is RunStatus.QUEUED and [a.user for a in stored.approvals] == [
+            "alice"]
+    assert store.queue_depth() == 6  # each run queued exactly once, across the failover
+    # the new primary has no replica: the record says those writes are not replicated
+    assert all(store.run(r.id).meta.get("unreplicated") for r in after)
+
+
+def test_check_refuses_a_redis_that_evicts_and_warns_without_replicas(
+        own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REDIS_URL", own_redis.url)
+    config = str(EXAMPLES / "deckhand.yml")
+    assert main(["check", config]) == 0
+    assert "no replica is connected" in capsys.readouterr().out
+    Store.connect(own_redis.url).r.config_set("maxmemory-policy", "allkeys-lru")
+    assert main(["check", config]) == 1
+    out = capsys.readouterr().out
+    assert "maxmemory-policy is allkeys-lru" in out and "noeviction" in out
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("redis+sentinel://:secret@127.0.0.1:26379", "names the sentinels and the service"),
+    ("redis+sentinel://s1:26379,s2:port/mymaster", "'s2:port' is not host:port"),
+    ("redis+sentinel://s1:26379/mymaster/zero", "database 'zero' is not a number"),
+    ("http://localhost:6379", "unknown scheme 'http'"),
+    ("redis://:secret@localhost:port/0", "REDIS_URL is malformed"),
+])
+def test_malformed_redis_urls_get_one_clear_line(url: str, message: str) -> None:
+    with pytest.raises(StoreError, match=message) as caught:
+        connect_client(url)
+    assert "secret" not in str(caught.value)
+
+
+def test_sentinel_url_carries_credentials_and_tls() -> None:
+    target = parse_sentinel_url("rediss+sentinel://app:s3cr%40t@a:26379,[::1]:26380/main/2")
+    assert target.sentinels == [("a", 26379), ("::1", 26380)]
+    assert (target.service, target.db, target.username, target.password, target.tls) == (
+        "main", 2, "app", "s3cr@t", True)
+
+
+def test_a_bad_redis_url_is_an_error_line_not_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis+sentinel://:hunter2@nohost/")
+    assert main(["runs", "--config", str(EXAMPLES / "deckhand.yml")]) == 2
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "Sentinel URL" in text and "Traceback" not in text and "hunter2" not in text

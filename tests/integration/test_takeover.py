@@ -1,0 +1,121 @@
+"""A worker that dies mid-command: the one that takes the run over first stops what the
+command left running, so nothing lands after the rollback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from agents.runs import RunStatus
+from agents.services import build_services
+from agents.store import Store
+from agents.worker import Worker, WorkerOptions
+from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.polling import wait_until
+from tests.fixtures.redis_server import RedisServer
+from tests.integration.test_store import _spawn_worker, config_for, gated_plan, submit
+
+TOOLS = """
+tools:
+  slow_change:
+    description: start changing the host, finish three seconds later
+    command: "echo started > {vars.flag}; sleep 3; echo landed >> {vars.log}"
+    target: environment
+    mutates: true
+    rollback: undo
+  undo:
+    description: put the host back
+    command: "echo rolled back >> {vars.log}"
+    target: environment
+    mutates: true
+vars:
+  flag: "{config_dir}/started"
+  log: "{config_dir}/log.txt"
+"""
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_takeover_stops_the_dead_workers_command_before_rolling_back(
+        tmp_path: Path, store: Store, redis_url: str) -> None:
+    config = make_config(tmp_path, tools=TOOLS)
+    services = build_services(config, store=store)
+    plan = make_plan([{"id": "change", "tool": "slow_change",
+                       "params": {"environment": "staging"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "staging"}}])
+    run = submit(services, plan)
+    proc = _spawn_worker(config, redis_url, "doomed")
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the slow change to start")
+        wait_until(lambda: store.run(run.id).steps["change"].hosts.get("web-1") is not None
+                   and store.run(run.id).steps["change"].hosts["web-1"].pid is not None,
+                   what="the command's process group in the record")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    pgid = store.run(run.id).steps["change"].hosts["web-1"].pid
+    assert pgid is not None and not _group_gone(pgid)  # orphaned, still running
+
+    rescuer = Worker(services, store, name="rescuer",
+                     options=WorkerOptions(lease=1, claim_after=1, block=0.1))
+    wait_until(lambda: rescuer.step(block=0.1) and store.run(run.id).status.terminal,
+               timeout=30, what="the rescuer to take the run over")
+    final = store.run(run.id)
+    assert final.status is RunStatus.ROLLED_BACK
+    wait_until(lambda: _group_gone(pgid), timeout=10, what="the leftover to be gone")
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["rolled back"]
+    stopped = [e for e in store.audit_log(run_id=run.id) if e.action == "leftover_stopped"]
+    assert stopped and stopped[0].details["outcome"] == "stopped"
+
+
+def test_a_redis_outage_longer_than_the_lease_does_not_cancel_the_run(
+        tmp_path: Path, own_redis: RedisServer) -> None:
+    store = Store.connect(own_redis.url)
+    services = build_services(config_for(tmp_path), store=store)
+    run = submit(services, gated_plan(tmp_path))
+    worker = Worker(services, store, name="steady", options=WorkerOptions(lease=1, block=0.1))
+    box: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", worker.step()))
+    thread.start()
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the gate step to start")
+        own_redis.stop()  # three lease periods without Redis; the owner key expires
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            threading.Event().wait(0.1)  # the outage itself; nothing to poll for
+        own_redis.start()
+        (tmp_path / "go").touch()
+        thread.join(60)
+    finally:
+        (tmp_path / "go").touch()
+    final = store.run(run.id)
+    assert final.status is RunStatus.SUCCEEDED, final.reason
+    assert final.worker == "steady" and store.locks() == []
+
+
+def test_the_reconciler_requeues_a_run_nothing_would_ever_move(tmp_path: Path,
+                                                                store: Store) -> None:
+    services = build_services(config_for(tmp_path), store=store)
+    (tmp_path / "go").touch()
+    run = submit(services, gated_plan(tmp_path))
+    store.ensure_group()
+    entry = store.read_queue("ghost", block=0.1)  # a worker took the entry and died
+    assert entry is not None
+    store.ack(entry[0])
+    worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
+    assert store.run(run.id).status is RunStatus.QUEUED  # with no entry: stuck for good
+    assert worker.reconcile() == [run.id]
+    assert worker.reconcile() == []  # queued again once, not twice
+    assert worker.step(block=0.1)
+    assert store.run(run.id).status is RunStatus.SUCCEEDED
+    assert "reconciled" in [e.action for e in store.audit_log(run_id=run.id)]

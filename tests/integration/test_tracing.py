@@ -1,0 +1,60 @@
+"""One trace per run across processes, exported over OTLP/HTTP to a loopback receiver:
+planned and approved by one command, approved by a second, executed by a worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agents.config import Config
+from agents.store import Store
+from tests.fixtures.otlp import Receiver
+from tests.fixtures.polling import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOWED = ("deckhand.", "gen_ai.")
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store: Store,
+                                                   redis_url: str, otlp: Receiver) -> None:
+    path = sample_config.path
+    path.write_text(path.read_text().replace("min_approvals: 1", "min_approvals: 2"))
+    env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "OTEL_SERVICE_NAME": "deckhand-test", "PYTHONPATH": str(ROOT)}
+    config = ["--config", str(path)]
+    first = _cli(["run", "deploy v2.3.1", "--yes", "--user", "alice", *config], env)
+    assert "1 more approval" in first.stdout, first.stdout + first.stderr
+    (run,) = store.runs()
+    assert _cli(["approve", run.id, "--user", "bob", *config], env).returncode == 0
+    assert _cli(["worker", "--once", *config], env).returncode == 0
+
+    wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")
+    (plan,) = otlp.named("deckhand.plan")
+    (executed,) = otlp.named("deckhand.run")
+    assert executed.trace_id == plan.trace_id and executed.parent_id == plan.span_id
+    approvals = otlp.named("deckhand.approval")
+    assert [a.attributes["deckhand.approver"] for a in approvals] == ["alice", "bob"]
+    assert {a.trace_id for a in approvals} == {plan.trace_id}
+    steps = otlp.named("deckhand.step")
+    assert len(steps) == 8 and {s.parent_id for s in steps} == {executed.span_id}
+    deploy = next(s for s in steps if s.attributes["deckhand.step.id"] == "deploy_production")
+    hosts = [h for h in otlp.named("deckhand.host") if h.parent_id == deploy.span_id]
+    assert sorted(h.attributes["deckhand.host"] for h in hosts) == ["prod-1", "prod-2"]
+    assert executed.attributes["deckhand.run.status"] == "succeeded" and executed.status == 1
+    assert plan.attributes["deckhand.planner"] == "playbook deploy"
+    assert {s.service for s in otlp.spans} == {"deckhand-test"}
+    assert all(k.startswith(ALLOWED) for s in otlp.spans for k in s.attributes)
+
+
+def test_tracing_is_off_without_an_endpoint(sample_config: Config, otlp: Receiver) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = _cli(["run", "status production", "--config", str(sample_config.path)], env)
+    assert done.returncode == 0 and otlp.spans == []

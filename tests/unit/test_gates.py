@@ -1,0 +1,150 @@
+"""Gates judge results with explicit criteria, and fail closed when they cannot judge."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.config import load_config
+from tests.fixtures.builders import make_config
+from tests.fixtures.sample import free_port
+from tools.errors import ConfigError, ParamError
+from tools.runners.gate import GateRunner
+
+
+class Answers(ThreadingHTTPServer):
+    """A loopback HTTP server answering ``routes[path] = (status, body)``; it records the
+    Authorization header of each request."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", free_port()), _Handler)
+        self.routes: dict[str, tuple[int, Any]] = {}
+        self.auth: list[str | None] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Answers
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.server.auth.append(self.headers.get("Authorization"))
+        status, body = self.server.routes.get(self.path.split("?")[0], (404, "nope"))
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def answers() -> Iterator[Answers]:
+    server = Answers()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _gate_config(tmp_path: Path, url: str) -> Any:
+    return make_config(tmp_path, tools=f"""
+tools:
+  healthy:
+    description: the service reports healthy
+    gate:
+      kind: http
+      url: "{url}/health/{{service}}"
+      body_pattern: "ok"
+      json:
+        - {{path: checks.0.status, value: pass}}
+        - {{path: latency_ms, op: lt, value: 200}}
+    params: {{service: {{type: string}}}}
+  ci_green:
+    description: CI passed
+    gate: {{kind: ci_status, repo: acme/app, ref: "{{version}}", api_url: "{url}"}}
+    params: {{version: {{type: string}}}}
+""")
+
+
+def _run(config: Any, tool: str, **params: Any) -> tuple[int | None, str]:
+    spec = config.catalog.render(config.catalog.get(tool), params, host_vars={},
+                                 config_vars=config.vars)
+    lines: list[str] = []
+    result = GateRunner().run(spec, timeout=10, on_output=lines.append)
+    assert result.tail == "\n".join(lines)
+    return result.exit_code, result.tail
+
+
+def test_http_gate_checks_status_body_and_json_paths(tmp_path: Path, answers: Answers) -> None:
+    config = _gate_config(tmp_path, answers.url)
+    answers.routes["/health/api"] = (200, {"status": "ok", "checks": [{"status": "pass"}],
+                                            "latency_ms": 80})
+    assert _run(config, "healthy", service="api") == (0, (
+        f"✓ GET {answers.url}/health/api → 200 (expected 200)\n✓ body matches 'ok'\n"
+        f"✓ checks.0.status = 'pass' (eq 'pass')\n✓ latency_ms = 80 (lt 200)"))
+    answers.routes["/health/api"] = (200, {"status": "ok", "checks": [{"status": "fail"}],
+                                            "latency_ms": 450})
+    code, tail = _run(config, "healthy", service="api")
+    assert code == 1 and "✗ checks.0.status = 'fail'" in tail and "✗ latency_ms = 450" in tail
+    code, tail = _run(config, "healthy", service="db")  # 404: not the expected status
+    assert code == 1 and "→ 404" in tail
+
+
+def test_a_gate_that_cannot_be_evaluated_fails(tmp_path: Path) -> None:
+    config = _gate_config(tmp_path, f"http://127.0.0.1:{free_port()}")  # nothing listens
+    code, tail = _run(config, "healthy", service="api")
+    assert code == 1 and "cannot evaluate: cannot reach 127.0.0.1" in tail
+
+
+def test_plan_values_cannot_rewrite_a_gate(tmp_path: Path, answers: Answers) -> None:
+    config = _gate_config(tmp_path, answers.url)
+    for hostile in ("api/../../admin", 'x"} or vector(1) #', "a b"):
+        with pytest.raises(ParamError, match="cannot go into a gate"):
+            _run(config, "healthy", service=hostile)
+
+
+def test_ci_status_needs_every_check_green_and_never_shows_the_token(
+        tmp_path: Path, answers: Answers, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_supersecret0123456789")
+    config = _gate_config(tmp_path, answers.url)
+    base = "/repos/acme/app/commits/v2.3.1"
+    answers.routes[f"{base}/status"] = (200, {"state": "success",
+                                              "statuses": [{"context": "ci/unit"}]})
+    answers.routes[f"{base}/check-runs"] = (200, {"check_runs": [
+        {"name": "lint", "status": "completed", "conclusion": "success"},
+        {"name": "e2e", "status": "in_progress", "conclusion": None}]})
+    code, tail = _run(config, "ci_green", version="v2.3.1")
+    assert code == 1 and "✗ check e2e: in_progress" in tail and "✓ check lint: success" in tail
+    answers.routes[f"{base}/check-runs"] = (200, {"check_runs": [
+        {"name": "lint", "status": "completed", "conclusion": "success"}]})
+    assert _run(config, "ci_green", version="v2.3.1")[0] == 0
+    assert set(answers.auth) == {"Bearer ghp_supersecret0123456789"}
+    answers.routes[f"{base}/status"] = (502, "bad gateway")
+    code, tail = _run(config, "ci_green", version="v2.3.1")
+    assert code == 1 and "GitHub answered 502" in tail and "ghp_" not in tail
+    assert _run(config, "ci_green", version="v9.9.9")[0] == 1  # no status at all: not green
+
+
+def test_rollouts_may_only_wait_on_gates(tmp_path: Path) -> None:
+    path = tmp_path / "deckhand.yml"
+    text = (Path(__file__).parents[2] / "examples" / "deckhand.yml").read_text()
+    text = text.replace("rollout: {batch_size: 1, stop_on_failure: true}",
+                        "rollout: {batch_size: 1, after_each_batch: [deploy, eror_rate]}", 1)
+    path.write_text(text.replace("tools: tools.yml", "tools: " + str(
+        Path(__file__).parents[2] / "examples" / "tools.yml")))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "deploy is not a gate" in message
+    assert "unknown tool 'eror_rate'. Did you mean 'error_rate'?" in message

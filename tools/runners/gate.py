@@ -1,0 +1,52 @@
+"""Gates run like commands: the executor hands the rendered gate (JSON) to this runner, which
+evaluates it here, streams each measured line as output, and answers exit 0 (passed) or 1.
+
+So a gate gets what a command gets — a deadline, retries, cancel, output in the thread and
+the run record — without the executor knowing what a gate is.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import TypeAdapter, ValidationError
+
+from tools.errors import ToolError
+from tools.gates import GateSpec, evaluate
+from tools.runners.base import CancelToken, CommandResult, OutputSink, PidSink
+
+_SPEC: TypeAdapter[GateSpec] = TypeAdapter(GateSpec)
+
+
+class GateRunner:
+    """Evaluates gates on the deckhand machine (a Runner)."""
+
+    def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
+            cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
+        try:
+            spec = _SPEC.validate_json(command)
+        except ValidationError as exc:
+            raise ToolError(f"not a gate: {exc.error_count()} problem(s)") from exc
+        token = cancel or CancelToken()
+        started = time.monotonic()
+        deadline = started + timeout
+
+        def wait(seconds: float) -> bool:
+            """Sleep, waking for a cancel; past the deadline counts as cancelled."""
+            remaining = deadline - time.monotonic()
+            return seconds >= remaining or token.wait(seconds)
+
+        result = evaluate(spec, wait)
+        for line in result.lines:
+            if on_output is not None:
+                on_output(line)
+        timed_out = time.monotonic() >= deadline
+        return CommandResult(exit_code=0 if result.ok else 1, tail="\n".join(result.lines),
+                             duration=time.monotonic() - started, timed_out=timed_out,
+                             cancelled=token.cancelled)
+
+    def kill_group(self, pid: int) -> None:
+        """Nothing to stop: a gate runs inside deckhand."""
+
+    def check_ready(self) -> None:
+        """A gate needs nothing but deckhand itself."""
