@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agents.approvals import approvals_needed
-from agents.errors import NotFound, PlanError, PlanInvalid
+from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
 from agents.plan import Plan
 from agents.runs import Run, RunStatus, StepState
 from agents.services import Services
@@ -146,7 +146,7 @@ class Desk:
         store = self.services.store
         proposal, run_id = store.proposal(plan_hash, requester), ""
         if proposal.run_id is None:
-            self.services.check(proposal.plan)  # the config may have changed since
+            self._recheck(proposal.plan)
             run_id = store.ids("run")
             proposal = store.take_proposal(plan_hash, requester, run_id=run_id)
         if proposal.run_id is not None:  # requested before (or a concurrent twin won)
@@ -161,6 +161,14 @@ class Desk:
         if self.poster is not None and channel:
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)
+
+    def _recheck(self, plan: Plan) -> None:
+        """The config, or the clock, may have changed since ``plan``: validation again, and
+        no request into a freeze (an MCP client has no break-glass)."""
+        self.services.check(plan)
+        blocked = self.services.frozen(plan.environments())
+        if blocked is not None:
+            raise FreezeRefused(blocked.describe())
 
     def _already(self, run_id: str, channel: str | None) -> DeployRequest:
         """The run an earlier request made; posted now if posting failed back then."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from agents.config import load_config
-from agents.errors import ApprovalRefused, NotFound, PlanInvalid
+from agents.errors import ApprovalRefused, FreezeRefused, NotFound, PlanInvalid
+from agents.freeze import FreezeWindow
 from agents.history import Deploy
 from agents.ids import new_id
 from agents.plan import Plan, Step
@@ -153,6 +155,20 @@ def test_a_plan_the_current_config_refuses_is_not_requested(services: Services) 
     services.config = dataclasses.replace(services.config, catalog=Catalog(tools))
     with pytest.raises(PlanInvalid, match="unknown tool 'smoke_test'"):
         desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
+    assert services.store.runs() == []
+
+
+def test_no_plan_or_request_into_a_freeze(services: Services) -> None:
+    desk = Desk(services)
+    view = desk.plan("deploy v2.3.1", requester=AGENT)
+    assert view.plan_hash is not None
+    services.config.policy.freeze = [FreezeWindow(
+        environments=["production"], reason="launch week",
+        start=datetime(2000, 1, 1, tzinfo=UTC), end=datetime(2999, 1, 1, tzinfo=UTC))]
+    with pytest.raises(FreezeRefused, match="launch week"):
+        desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
+    refused = desk.plan("deploy v2.3.1", requester=AGENT)
+    assert not refused.accepted and "launch week" in refused.problems[0]
     assert services.store.runs() == []
 
 
