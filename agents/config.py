@@ -16,6 +16,7 @@ from agents.plan import PLACEHOLDER, Plan
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
 from agents.validation import PlanChecker
+from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
@@ -116,6 +117,8 @@ class _Loader:
                                               "section")
                 return None
             raw = data["tools"]
+        if gantz.is_gantz(raw):
+            return self._gantz_tools(raw, self.tools_doc, self.tools_prefix)
         if not isinstance(raw, dict):
             self._add(self.tools_doc, self.tools_prefix, "must map tool names to tool "
                                                          "definitions")
@@ -129,6 +132,14 @@ class _Loader:
             else:
                 tools[name] = tool
         return tools
+
+    def _gantz_tools(self, raw: list[Any], doc: Located, prefix: Where
+                     ) -> dict[str, Tool] | None:
+        """A gantz-style list: every entry that cannot be converted is a problem, with why."""
+        tools, problems = gantz.convert(raw)
+        for index, why in problems:
+            self._add(doc, (*prefix, index), f"cannot convert this gantz tool: {why}")
+        return None if problems else tools
 
     def _inventory(self, raw: Any) -> Inventory | None:
         inventory: Inventory | None = self._model(Inventory, raw, ("inventory",),

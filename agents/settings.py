@@ -35,9 +35,11 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_port: int = Field(default=3000, alias="PORT")
     log_format: Literal["text", "json"] = Field(default="text", alias="DECKHAND_LOG_FORMAT")
+    mcp_tokens: SecretStr | None = Field(default=None, alias="DECKHAND_MCP_TOKENS",
+                                         description="USER=TOKEN,… for `deckhand mcp --http`")
 
     def secret_values(self) -> list[str]:
         """Every secret value, for the redactor."""
         fields = (self.redis_url, self.openai_api_key, self.slack_bot_token,
-                  self.slack_app_token, self.slack_signing_secret)
+                  self.slack_app_token, self.slack_signing_secret, self.mcp_tokens)
         return [f.get_secret_value() for f in fields if f is not None]

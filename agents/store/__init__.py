@@ -21,12 +21,13 @@ from agents.store.history import HistoryStore
 from agents.store.leases import LeaseStore, LostOwnership
 from agents.store.locks import LockInfo, LockStore
 from agents.store.plans import PlanStore
+from agents.store.proposals import Proposal, ProposalStore
 from agents.store.queue import QueueStore
 from agents.store.runs import Change
 
 
 class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, HistoryStore,
-            HealthStore):
+            HealthStore, ProposalStore):
     """Redis-backed state shared by every bot replica and worker."""
 
     @classmethod
@@ -42,5 +43,4 @@ class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, HistorySto
 
 
 __all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "Change", "Finding", "Keys", "LockInfo",
-           "LostOwnership",
-           "Store", "Write"]
+           "LostOwnership", "Proposal", "Store", "Write"]

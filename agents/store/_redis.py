@@ -9,7 +9,8 @@ whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
-``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves).
+``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
+``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL).
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
@@ -122,6 +123,9 @@ class Keys:
 
     def schedule_claim(self, schedule_id: str, kind: str, fire_time_iso: str) -> str:
         return self("schedule", schedule_id, kind, fire_time_iso)
+
+    def proposal(self, plan_hash: str, requester: str) -> str:
+        return self("proposal", plan_hash, requester)
 
 
 class RedisBase:

@@ -67,3 +67,9 @@ def test_no_import_cycles() -> None:
     for module in sorted(local):
         if module not in state:
             visit(module, [])
+
+
+def test_only_bot_mcp_speaks_mcp_or_runs_an_event_loop() -> None:
+    """deckhand is sync with threads; the MCP face alone bridges to asyncio."""
+    outside = {m for m in _importers(("mcp", "anyio", "asyncio")) if not m.startswith("bot.mcp")}
+    assert not outside

@@ -1,0 +1,86 @@
+"""``deckhand mcp``: deckhand's MCP server over stdio (default) or streamable HTTP (``--http``).
+
+stdout belongs to the protocol on stdio, so everything said to the operator goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from agents.services import Services, build_services
+from agents.settings import Settings
+from bot.cli.common import Commands, add_config_arg, config_for
+from bot.mcp.desk import DEFAULT_PLAN_TTL, Desk, PlanPoster
+
+if TYPE_CHECKING:  # the SDK loads only when `deckhand mcp` runs
+    from bot.mcp.server import HttpAuth
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add_parser("mcp", help="serve deckhand's MCP tools (stdio, or --http)")
+    parser.add_argument("--http", action="store_true",
+                        help="streamable HTTP at /mcp; bearer tokens from DECKHAND_MCP_TOKENS")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--plan-ttl", type=_positive, default=DEFAULT_PLAN_TTL,
+                        help="seconds a plan's hash may be requested after `plan`")
+    add_config_arg(parser)
+    parser.set_defaults(handler=_mcp)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _mcp(args: argparse.Namespace, console: Console) -> int:
+    from bot.mcp.server import build_server, serve
+
+    settings = Settings()
+    err = Console(stderr=True)
+    auth = _http_auth(settings) if args.http else None
+    services = build_services(config_for(args), settings)
+    desk = Desk(services, poster=_slack_poster(services, settings), plan_ttl=args.plan_ttl)
+    server = build_server(desk, auth=auth)
+    _announce(err, args, desk)
+    try:
+        serve(server, http=(args.host, args.port) if args.http else None)
+    finally:
+        services.close()
+    return 0
+
+
+def _http_auth(settings: Settings) -> HttpAuth:
+    """Fails fast (ConfigError naming DECKHAND_MCP_TOKENS) before anything starts."""
+    from bot.mcp.auth import StaticTokens, parse_tokens
+    from bot.mcp.server import HttpAuth
+
+    raw = settings.mcp_tokens.get_secret_value() if settings.mcp_tokens else None
+    return HttpAuth(StaticTokens(parse_tokens(raw)))
+
+
+def _slack_poster(services: Services, settings: Settings) -> PlanPoster | None:
+    """The Slack bot's own plan poster when SLACK_BOT_TOKEN is set (same blocks, same meta)."""
+    if settings.slack_bot_token is None:
+        return None
+    from bot.slack.app import make_client
+    from bot.slack.bot import Bot, Directory
+
+    client = make_client(settings)
+    return Bot(services, client, Directory(client))
+
+
+def _announce(err: Console, args: argparse.Namespace, desk: Desk) -> None:
+    where = f"http://{args.host}:{args.port}/mcp" if args.http else "stdio"
+    approval = "Slack" if desk.poster is not None else "`deckhand approve`"
+    err.print(f"deckhand mcp on {where}; approvals in {approval}; "
+              f"store: {desk.services.store.where}", markup=False, highlight=False)
+    if desk.services.store.where.startswith("in-process"):
+        err.print("warning: REDIS_URL is unset, so requested deploys live only in this "
+                  "process and no worker or `deckhand approve` can see them",
+                  style="yellow", markup=False)

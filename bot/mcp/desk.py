@@ -1,0 +1,207 @@
+"""The work behind deckhand's MCP tools, synchronous like the rest of deckhand.
+
+A client may look (``catalog``, ``plan``, ``run_status``) and ask (``request_deploy``); it
+can never approve, edit a plan in flight or skip validation. ``plan`` remembers each plan it
+validated under its hash and requester; ``request_deploy`` accepts only such a hash,
+validates the plan again against the current config, stores it as a run awaiting approval
+and posts it where humans approve (Slack, or ``deckhand approve``). Every step is audited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from agents.approvals import approvals_needed
+from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
+from agents.plan import Plan
+from agents.runs import Run, RunStatus, StepState
+from agents.services import Services
+from agents.store import LockInfo
+from bot.mcp.views import (
+    CatalogView,
+    DeployRequest,
+    EnvironmentView,
+    Hints,
+    LockView,
+    ParamView,
+    PlanView,
+    RunRef,
+    RunView,
+    StepView,
+    ToolView,
+    WhereReport,
+    WhereView,
+)
+from tools.catalog import Tool
+from tools.errors import DeckhandError
+
+DEFAULT_PLAN_TTL = 900.0
+"""Seconds a validated plan may be requested after ``plan`` made it."""
+
+
+class Refused(DeckhandError):
+    """A request the MCP face will not carry out; the message says why and what to do."""
+
+
+class PlanPoster(Protocol):
+    """Posts a stored plan where humans approve it (bot.slack.bot.Bot)."""
+
+    def post_plan(self, plan: Plan, run: Run, *, channel: str) -> Run: ...
+
+
+@dataclass
+class Desk:
+    """deckhand's MCP tools over the shared services; ``poster`` None means no Slack."""
+
+    services: Services
+    poster: PlanPoster | None = None
+    plan_ttl: float = DEFAULT_PLAN_TTL
+
+    def catalog(self) -> CatalogView:
+        inventory = self.services.config.inventory
+        return CatalogView(
+            tools=[tool_view(t) for t in self.services.config.catalog.tools.values()],
+            environments=[EnvironmentView(name=n, hosts=list(e.hosts))
+                          for n, e in inventory.environments.items()],
+            groups={n: list(hosts) for n, hosts in inventory.groups.items()})
+
+    def plan(self, request: str, *, requester: str) -> PlanView:
+        """Plan and validate ``request``; remember an accepted plan for ``request_deploy``."""
+        try:
+            plan = self.services.make_plan(request, requested_by=requester)
+        except PlanInvalid as exc:
+            return self._refused(request, requester, exc.problems)
+        except PlanError as exc:
+            return self._refused(request, requester, [str(exc)])
+        self.services.store.propose(plan, ttl=self.plan_ttl)
+        self.services.store.audit("mcp_planned", actor=requester, plan_id=plan.id,
+                                  plan_hash=plan.hash, request=request)
+        targets = self.services.targets(plan)
+        return PlanView(accepted=True, plan_hash=plan.hash, plan=plan,
+                        environments=targets.environments, hosts=targets.hosts,
+                        requested_by=requester, expires_in=self.plan_ttl)
+
+    def _refused(self, request: str, requester: str, problems: list[str]) -> PlanView:
+        self.services.store.audit("mcp_plan_refused", actor=requester, request=request,
+                                  problems=problems)
+        return PlanView(accepted=False, problems=problems, requested_by=requester)
+
+    def run_status(self, run_id: str) -> RunView:
+        run = self.services.store.find_run(run_id)
+        policy = self.services.config.policy
+        return RunView(
+            run_id=run.id, status=run.status.value, goal=run.goal, plan_hash=run.plan_hash,
+            environments=run.environments, requested_by=run.requested_by,
+            approved_by=[a.user for a in run.approvals],
+            approvals_needed=approvals_needed(run, policy),
+            approvers=policy.approvers_text(run.environments),
+            steps=[step_view(s) for s in run.steps.values()],
+            rollback=[step_view(s) for s in run.rollback.values()],
+            changed_hosts=run.changed_hosts, reason=run.reason)
+
+    def where(self, *, recent: int = 100) -> WhereReport:
+        """Each environment's lock, runs in flight and last success (from the newest runs)."""
+        store, inventory = self.services.store, self.services.config.inventory
+        locks = {lock.environment: lock for lock in store.locks()}
+        runs = store.runs(limit=recent)
+        return WhereReport(environments=[
+            WhereView(environment=env, hosts=list(spec.hosts),
+                      deployed=store.deployed_state(env), lock=_lock_view(locks.get(env)),
+                      active=[run_ref(r) for r in runs
+                              if env in r.environments and not r.status.terminal],
+                      last_success=next((run_ref(r, at=r.finished_at) for r in runs
+                                         if env in r.environments
+                                         and r.status is RunStatus.SUCCEEDED), None))
+            for env, spec in inventory.environments.items()])
+
+    def request_deploy(self, plan_hash: str, channel: str | None, *, requester: str,
+                       client: str) -> DeployRequest:
+        """Store the remembered plan ``plan_hash`` as a run awaiting a human's approval.
+
+        Refused (and audited) unless ``requester`` made that plan with ``plan`` recently and
+        it still passes validation; a repeated request returns the first run.
+        """
+        if self.poster is not None and not channel:
+            raise Refused("Slack is configured: name the channel to post the plan in")
+        try:
+            return self._request(plan_hash, channel, requester=requester, client=client)
+        except DeckhandError as exc:
+            self.services.store.audit("mcp_request_refused", actor=requester,
+                                      plan_hash=plan_hash, reason=str(exc))
+            raise
+
+    def _request(self, plan_hash: str, channel: str | None, *, requester: str,
+                 client: str) -> DeployRequest:
+        store = self.services.store
+        proposal, run_id = store.proposal(plan_hash, requester), ""
+        if proposal.run_id is None:
+            self._recheck(proposal.plan)
+            run_id = store.ids("run")
+            proposal = store.take_proposal(plan_hash, requester, run_id=run_id)
+        if proposal.run_id is not None:  # requested before (or a concurrent twin won)
+            return self._already(proposal.run_id, channel)
+        plan = store.save_plan(proposal.plan)  # a taken plan id is replaced in place
+        run = store.create_run(Run.for_plan(plan, self.services.targets(plan), id=run_id,
+                                            meta={"via": "mcp", "client": client}))
+        if run.id != run_id:  # so was a taken run id: point the proposal at the new one
+            store.rebind_proposal(plan_hash, requester, old=run_id, new=run.id)
+        store.audit("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
+                    client=client, plan_hash=plan_hash)
+        if self.poster is not None and channel:
+            run = self.poster.post_plan(plan, run, channel=channel)
+        return deploy_request(run, already=False, slack=self.poster is not None)
+
+    def _recheck(self, plan: Plan) -> None:
+        """The config, or the clock, may have changed since ``plan``: validation again, and
+        no request into a freeze (an MCP client has no break-glass)."""
+        self.services.check(plan)
+        blocked = self.services.frozen(self.services.targets(plan).environments)
+        if blocked is not None:
+            raise FreezeRefused(blocked.describe())
+
+    def _already(self, run_id: str, channel: str | None) -> DeployRequest:
+        """The run an earlier request made; posted now if posting failed back then."""
+        try:
+            run = self.services.store.run(run_id)
+        except NotFound:
+            raise Refused("an earlier request of this plan failed before its run was "
+                          "stored; call `plan` again") from None
+        unposted = not run.meta.get("slack") and run.status is RunStatus.AWAITING_APPROVAL
+        if self.poster is not None and channel and unposted:
+            plan = self.services.store.plan(run.plan_id, run.plan_version)
+            run = self.poster.post_plan(plan, run, channel=channel)
+        return deploy_request(run, already=True, slack=bool(run.meta.get("slack")))
+
+
+def deploy_request(run: Run, *, already: bool, slack: bool) -> DeployRequest:
+    posted = run.meta.get("slack") or {}
+    where = "Slack (Approve in the plan's thread)" if slack else f"`deckhand approve {run.id}`"
+    return DeployRequest(run_id=run.id, status=run.status.value, plan_hash=run.plan_hash,
+                         already_requested=already, awaiting=where,
+                         slack_channel=posted.get("channel"), slack_ts=posted.get("plan_ts"))
+
+
+def tool_view(tool: Tool) -> ToolView:
+    params = [ParamView(name=n, type=s.type.value, description=s.description,
+                        required=s.required and s.default is None, default=s.default,
+                        enum=s.enum, pattern=s.pattern) for n, s in tool.params.items()]
+    return ToolView(name=tool.name, description=tool.description, target=tool.target,
+                    mutates=tool.mutates, rollback=tool.rollback, params=params,
+                    hints=Hints(read_only=not tool.mutates, destructive=tool.mutates,
+                                idempotent=tool.idempotent))
+
+
+def run_ref(run: Run, *, at: float | None = None) -> RunRef:
+    return RunRef(run_id=run.id, status=run.status.value, goal=run.goal,
+                  requested_by=run.requested_by, at=at or run.created_at)
+
+
+def _lock_view(lock: LockInfo | None) -> LockView | None:
+    if lock is None:
+        return None
+    return LockView(run_id=lock.run_id, worker=lock.worker, since=lock.since)
+
+
+def step_view(state: StepState) -> StepView:
+    return StepView(id=state.id, status=state.status.value, error=state.error)

@@ -1,0 +1,151 @@
+"""deckhand's MCP tools on the official SDK's MCPServer, over stdio or streamable HTTP.
+
+Each tool hands its work to the synchronous ``Desk`` on a worker thread and turns
+deckhand's errors into tool errors the client can read. There is deliberately no tool
+that approves, modifies, rejects or runs anything: those stay with humans.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import AnyHttpUrl, Field
+
+from bot.mcp.auth import StaticTokens
+from bot.mcp.desk import Desk
+from bot.mcp.views import CatalogView, DeployRequest, PlanView, RunView, WhereReport
+from tools.errors import DeckhandError
+
+T = TypeVar("T")
+
+INSTRUCTIONS = (
+    "deckhand plans deployments and runs them only after a human approves. Call `plan` "
+    "with a request such as 'deploy v2.3.1'; if accepted, pass its plan_hash to "
+    "`request_deploy`, which posts the plan for approval and returns a run id to follow "
+    "with `run_status`. You cannot approve, edit or start a run yourself.")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
+
+PlanHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from `plan`")]
+RunId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,80}$")]
+Channel = Annotated[str | None, Field(default=None, pattern=r"^#?[A-Za-z0-9_.-]{1,80}$",
+                                      description="Slack channel for the approval post")]
+Request = Annotated[str, Field(min_length=1, max_length=500,
+                               description="what to do, e.g. 'deploy v2.3.1 to staging'")]
+
+
+@dataclass(frozen=True)
+class HttpAuth:
+    """Bearer-token check for streamable HTTP (stdio is the client's own process)."""
+
+    tokens: StaticTokens
+    issuer_url: str = "http://127.0.0.1"
+    """Required by the SDK's AuthSettings; deckhand issues no OAuth tokens itself."""
+
+
+class DeskTools:
+    """The MCP tools; their docstrings are what the client's model reads."""
+
+    def __init__(self, desk: Desk):
+        self.desk = desk
+
+    async def catalog(self) -> CatalogView:
+        """The tools a plan may use (parameters, where they run, whether they change hosts),
+        the environments with their hosts, and host groups."""
+        return await _off_loop(self.desk.catalog)
+
+    async def plan(self, ctx: Context, request: Request) -> PlanView:
+        """Plan a request and validate it. Returns the plan with its hash and the
+        environments and hosts it touches, or the refusal listing every problem."""
+        return await _off_loop(self.desk.plan, request, requester=requester_of(ctx))
+
+    async def run_status(self, run_id: RunId) -> RunView:
+        """Where a run stands: status, approvals still needed and who may give them, steps."""
+        return await _off_loop(self.desk.run_status, run_id)
+
+    async def where(self) -> WhereReport:
+        """Per environment: its hosts, who holds its lock, runs in flight, the last success."""
+        return await _off_loop(self.desk.where)
+
+    async def request_deploy(self, ctx: Context, plan_hash: PlanHash,
+                             channel: Channel = None) -> DeployRequest:
+        """Ask humans to approve the plan `plan` returned with this hash: it is stored and
+        posted for approval (in Slack when configured, else for `deckhand approve`). Returns
+        the run id. Only plans you made with `plan` in the last minutes are accepted."""
+        return await _off_loop(self.desk.request_deploy, plan_hash, channel,
+                               requester=requester_of(ctx), client=client_name(ctx))
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run deckhand's synchronous code on a worker thread; its errors become tool errors."""
+    try:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+    except DeckhandError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
+    """The MCP server for ``desk``; with ``auth``, HTTP requests need a bearer token."""
+    settings = None if auth is None else AuthSettings(issuer_url=AnyHttpUrl(auth.issuer_url),
+                                                        resource_server_url=None)
+    server: MCPServer[Any] = MCPServer(
+        "deckhand", instructions=INSTRUCTIONS, auth=settings,
+        token_verifier=None if auth is None else auth.tokens)
+    tools = DeskTools(desk)
+    server.add_tool(tools.catalog, annotations=READ_ONLY)
+    server.add_tool(tools.plan, annotations=READ_ONLY)
+    server.add_tool(tools.run_status, annotations=READ_ONLY)
+    server.add_tool(tools.where, annotations=READ_ONLY)
+    server.add_tool(tools.request_deploy, annotations=request_annotations(desk))
+    return server
+
+
+def serve(server: MCPServer[Any], *, http: tuple[str, int] | None = None) -> None:
+    """Serve until the client hangs up (stdio) or the process is stopped (``http``)."""
+    if http is None:
+        anyio.run(server.run_stdio_async)
+    else:
+        host, port = http
+        anyio.run(functools.partial(server.run_streamable_http_async, host=host, port=port))
+
+
+def request_annotations(desk: Desk) -> ToolAnnotations:
+    """request_deploy changes deckhand's state, not hosts — but what it asks for may, once a
+    human approves, so it is destructive exactly when tools.yml has mutating tools."""
+    mutating = any(t.mutates for t in desk.services.config.catalog.tools.values())
+    return ToolAnnotations(read_only_hint=False, destructive_hint=mutating,
+                           idempotent_hint=True, open_world_hint=desk.poster is not None)
+
+
+def requester_of(ctx: Context) -> str:
+    """The authenticated user over HTTP, else ``mcp:<client name>``."""
+    return http_user(ctx) or f"mcp:{client_name(ctx)}"
+
+
+def http_user(ctx: Context) -> str | None:
+    token = get_access_token()
+    if token is not None:
+        return token.client_id
+    request = ctx.request_context.request
+    user = getattr(request, "scope", {}).get("user")
+    return user.access_token.client_id if isinstance(user, AuthenticatedUser) else None
+
+
+def client_name(ctx: Context) -> str:
+    """The name the client gave at initialize, reduced to safe characters (it is unverified)."""
+    params = ctx.session.client_params
+    name = params.client_info.name if params is not None else ""
+    return re.sub(r"[^A-Za-z0-9._-]", "", name)[:64] or "unknown"
