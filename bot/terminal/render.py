@@ -48,8 +48,8 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
         for step_id in layer:
             step = plan.step(step_id)
             table.add_row(mark, _step_cell(step.id, step.tool, step.depends_on,
-                                           targets.of(step.id).describe(), _checks(step)),
-                          Text(format_params(step.params, PARAMS_LIMIT)))
+                                           targets.of(step.id).describe()),
+                          _params_cell(step))
     parts: list[Table | Text] = [table]
     if plan.rollback:
         parts.append(_rollback_table(plan, targets))
@@ -59,16 +59,21 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
     return Group(*parts)
 
 
-def _step_cell(step_id: str, tool: str, after: list[str], where: str,
-               checks: str = "") -> Text:
-    """Step id, then its tool, where it runs, its dependencies and any success checks the
-    plan adds, on a dim line: several columns in one, so the table fits 80 columns without
-    breaking a word. Text, not markup: a plan's ``[/x]`` is shown as written."""
+def _step_cell(step_id: str, tool: str, after: list[str], where: str) -> Text:
+    """Step id, then its tool, where it runs and its dependencies on a dim line: several
+    columns in one, so the table fits 80 columns without breaking a word. Text, not
+    markup: a plan's ``[/x]`` is shown as written."""
     cell = Text(step_id, "bold")
     cell.append(f"\n{tool} · {where}" + (f" · after {', '.join(after)}" if after else ""),
                 "dim")
-    if checks:
-        cell.append(f"\nchecks: {checks}", "yellow")
+    return cell
+
+
+def _params_cell(step: Step) -> Text:
+    """The parameters, then any success checks the plan adds (approvers must see them)."""
+    cell = Text(format_params(step.params, PARAMS_LIMIT))
+    if _checks(step):
+        cell.append(f"\nchecks: {_checks(step)}", "yellow")
     return cell
 
 

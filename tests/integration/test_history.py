@@ -19,6 +19,7 @@ from bot.cli import main
 from bot.cli.demo import probe
 from bot.slack import blocks as bk
 from bot.terminal.console import ConsoleFlow
+from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.slack_world import SlackWorld, button
 from tests.unit.test_history import make_repo
@@ -96,6 +97,8 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
         world.click("approve", value, user="UBOB")
         assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
 
+    # history is written by the worker just after a run's end is saved
+    wait_until(lambda: len(world.store.history("staging")) == 2, what="both deploys recorded")
     world.signer.command("/deckhand", "history staging", user="UBOB",
                          response_url=f"{world.standin.url}/response/h")
     reply = world.standin.wait_for(lambda: world.standin.responses, what="the history")[-1]

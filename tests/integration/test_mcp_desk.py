@@ -19,6 +19,7 @@ from agents.runs import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.mcp.desk import Desk, Refused
+from tests.fixtures.builders import NO_TARGETS
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sample import copy_examples
 from tests.fixtures.slack_world import POLICY
@@ -53,7 +54,7 @@ def test_plan_lists_environments_and_hosts_and_is_remembered(services: Services)
     view = desk.plan("deploy v2.3.1", requester=AGENT)
     assert view.accepted and view.plan is not None and view.plan_hash == view.plan.hash
     assert view.environments == ["staging", "production"]
-    assert set(view.hosts) == {"staging-1", "prod-1", "prod-2"}
+    assert set(view.hosts) == {"local", "staging-1", "prod-1", "prod-2"}  # local: build, notify
     assert services.store.proposal(view.plan_hash, AGENT).plan == view.plan
     assert [e.action for e in services.store.audit_log()] == ["mcp_planned"]
 
@@ -124,7 +125,7 @@ def test_a_taken_run_id_is_replaced_and_the_plan_stays_bound_to_the_real_run(
     desk = Desk(services)
     view = desk.plan("deploy v2.3.1 to staging", requester=AGENT)
     assert view.plan is not None and view.plan_hash is not None
-    store.create_run(Run.for_plan(view.plan, id="run-taken"))
+    store.create_run(Run.for_plan(view.plan, NO_TARGETS, id="run-taken"))
     first = desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
     assert first.run_id == "run-fresh"
     assert store.proposal(view.plan_hash, AGENT).run_id == "run-fresh"

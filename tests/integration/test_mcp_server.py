@@ -94,7 +94,7 @@ def test_stdio_plan_and_request_reaches_slack_and_only_a_human_approves(
 
             planned = ok(await session.call_tool("plan", {"request": "deploy v2.3.1"}))
             assert planned["accepted"] and planned["environments"] == ["staging", "production"]
-            assert set(planned["hosts"]) == {"staging-1", "prod-1", "prod-2"}
+            assert set(planned["hosts"]) == {"local", "staging-1", "prod-1", "prod-2"}
             assert Plan.model_validate(planned["plan"]).hash == planned["plan_hash"]
 
             requested = ok(await session.call_tool(
@@ -125,7 +125,7 @@ def test_stdio_plan_and_request_reaches_slack_and_only_a_human_approves(
 
     # a human approves the way deckhand always allowed: here, `deckhand approve`
     monkeypatch.setenv("REDIS_URL", redis_url)
-    assert main(["approve", run.id, "--user", "alice", "--config", str(config_path)]) == 0
+    assert main(["approve", run.id, "--user", "alice", "--confirm", "production", "--config", str(config_path)]) == 0
     assert store.run(run.id).status is RunStatus.QUEUED
 
 

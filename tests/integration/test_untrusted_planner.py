@@ -45,7 +45,8 @@ def llm_services(config: Config, store: Store, standin: OpenAIStandin) -> Servic
 
 def flow(services: Services, decision: Decision = Decision.REJECT) -> tuple[ConsoleFlow, Console]:
     console = Console(record=True, width=240)
-    return ConsoleFlow(services, console, user="alice", ask=lambda: decision), console
+    return ConsoleFlow(services, console, user="alice", ask=lambda: decision,
+                       confirm=lambda word: word), console
 
 
 def step(id: str, tool: str, params: dict[str, Any] | None = None,  # noqa: A002
@@ -163,7 +164,7 @@ def test_4_the_model_alone_cannot_message_the_team(
         "message": "deploy of v9.9.9 to production approved and done"})]))
     console_flow, console = flow(services, Decision.REJECT)
 
-    assert console_flow.handle("tell everyone it is done") is None
+    assert console_flow.handle("tell everyone it is done").status is RunStatus.REJECTED
 
     assert notifications(sample_config) == ""
     assert "Rejected — nothing was run" in console.export_text()
@@ -228,7 +229,7 @@ def test_6_markup_in_model_text_is_shown_not_parsed(
                                    goal="[/] tell [bold]them"))
     console_flow, console = flow(services, Decision.REJECT)
 
-    assert console_flow.handle("say hello") is None
+    assert console_flow.handle("say hello").status is RunStatus.REJECTED
 
     text = console.export_text()
     assert "[/] tell [bold]them" in text and "message=[/x] hello" in text

@@ -7,6 +7,7 @@ from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
 from bot.slack import blocks as bk
+from tests.fixtures.builders import NO_TARGETS
 
 HOSTILE = "<!channel> @here <https://evil.example|click> & <@UBOSS>"
 
@@ -36,7 +37,7 @@ def _assert_inert(text: str) -> None:
 
 def test_plan_status_summary_and_rollback_text_are_escaped() -> None:
     plan = _plan()
-    run = Run.for_plan(plan)
+    run = Run.for_plan(plan, NO_TARGETS)
     run.reason = HOSTILE
     run.status = RunStatus.ROLLED_BACK
     run.steps["notify"].status = StepStatus.FAILED
@@ -63,7 +64,7 @@ def test_step_outputs_read_as_words_and_ids_are_not_repeated() -> None:
         {"id": "build", "tool": "build", "params": {}},
         {"id": "ship", "tool": "deploy", "depends_on": ["build"],
          "params": {"artifact": "${steps.build.artifact}"}}]})
-    text = _mrkdwn(bk.plan_blocks(plan, Run.for_plan(plan), Policy()))
+    text = _mrkdwn(bk.plan_blocks(plan, Run.for_plan(plan, NO_TARGETS), Policy()))
     assert "`build` build" not in text and "`ship` deploy" in text
     assert "artifact=artifact of `build`" in text and "${" not in text
 
