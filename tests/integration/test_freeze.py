@@ -11,7 +11,7 @@ from agents.config import Config
 from agents.errors import ApprovalRefused, FreezeRefused
 from agents.freeze import BreakGlass, FreezeWindow
 from agents.runs import Run, RunStatus
-from agents.services import build_services
+from agents.services import Services, build_services
 from agents.store import Store
 from agents.worker import Worker, WorkerOptions
 from bot.cli.demo import probe
@@ -37,13 +37,19 @@ def frozen_config(sample_config: Config) -> Config:
     return sample_config
 
 
-def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config,
-                                                           redis_url: str) -> None:
-    clock = Clock(FRIDAY_NOON)
+def _at(now: float, config: Config, redis_url: str) -> tuple[Clock, Store, Services]:
+    """Services on an empty real Redis whose clock (store and planning) reads ``now``."""
+    clock = Clock(now)
     store = Store.connect(redis_url, clock=clock)
     store.r.flushdb()
-    services = build_services(frozen_config, store=store)
+    services = build_services(config, store=store)
     services.clock = clock
+    return clock, store, services
+
+
+def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config,
+                                                           redis_url: str) -> None:
+    clock, store, services = _at(FRIDAY_NOON, frozen_config, redis_url)
     plan = services.make_plan("deploy v2.3.1", requested_by="alice")  # before the freeze
     store.save_plan(plan)
     waiting = store.create_run(Run.for_plan(plan, services.targets(plan)))
@@ -68,11 +74,7 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
 
 def test_break_glass_needs_one_more_approval_from_the_commanders(frozen_config: Config,
                                                                  redis_url: str) -> None:
-    clock = Clock(FRIDAY_EVENING)
-    store = Store.connect(redis_url, clock=clock)
-    store.r.flushdb()
-    services = build_services(frozen_config, store=store)
-    services.clock = clock
+    _, store, services = _at(FRIDAY_EVENING, frozen_config, redis_url)
     plan = services.make_plan("deploy v2.3.1", requested_by="alice",
                               break_glass="checkout is down, the fix is in v2.3.1")
     assert "Needs one more approval, from ic-ann" in services.break_glass_note(plan, "x")
