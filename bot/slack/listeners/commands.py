@@ -29,20 +29,8 @@ def register(app: App, bot: Bot) -> None:
         if not first_delivery(bot, f"cmd:{command.get('trigger_id')}"):
             ack()
             return
-        user, channel = command["user_id"], command["channel_id"]
-        request, glass = _break_glass_flag(text)
-        request, dry = _dry_run_flag(request)
-        request = request if request.lower().startswith("deploy ") else f"deploy {request}"
-
-        def work() -> None:
-            if dry:
-                bot.dry_run(request, user=user, channel=channel)
-            else:
-                bot.propose(request, user=user, channel=channel, break_glass=glass)
-        queued = bot.work.submit("/deploy", work, tell=bot.teller(command, respond),
-                                 tell_busy=False)
-        doing = "Dry-running" if dry else "Planning"
-        ack(f"{doing} `{bk.escape(bk.trim(text, 200))}`…" if queued else BUSY)
+        doing = _submit_deploy(bot, command, respond, text)
+        ack(f"{doing} `{bk.escape(bk.trim(text, 200))}`…" if doing else BUSY)
 
     @app.command("/deckhand")
     def deckhand(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
@@ -126,6 +114,24 @@ def help_text(bot: Bot, user: str) -> str:
     if examples:
         lines.append("Requests I know: " + ", ".join(f"`{e}`" for e in examples))
     return "\n".join(lines)
+
+
+def _submit_deploy(bot: Bot, command: dict[str, Any], respond: Respond, text: str) -> str:
+    """Hand ``/deploy TEXT`` (``--dry-run``, ``--break-glass WHY``) to the work pool; what
+    the ack should say it is doing, or "" when the pool is full."""
+    user, channel = command["user_id"], command["channel_id"]
+    request, glass = _break_glass_flag(text)
+    request, dry = _dry_run_flag(request)
+    request = request if request.lower().startswith("deploy ") else f"deploy {request}"
+
+    def work() -> None:
+        if dry:
+            bot.dry_run(request, user=user, channel=channel)
+        else:
+            bot.propose(request, user=user, channel=channel, break_glass=glass)
+    queued = bot.work.submit("/deploy", work, tell=bot.teller(command, respond),
+                             tell_busy=False)
+    return ("Dry-running" if dry else "Planning") if queued else ""
 
 
 def _break_glass_flag(text: str) -> tuple[str, str | None]:
