@@ -58,10 +58,12 @@ def _check_tool(tool: Tool) -> Tool:
 
 
 def _through(depends_on: list[str], dropped: dict[str, list[str]]) -> list[str]:
-    """Dependencies with dropped steps replaced by what they depended on (order kept)."""
+    """Dependencies with dropped steps replaced by what they depended on (order kept).
+
+    ``dropped`` values are already resolved this way (steps come in plan order)."""
     out: dict[str, None] = {}
     for dep in depends_on:
-        for kept in (_through(dropped[dep], dropped) if dep in dropped else [dep]):
+        for kept in dropped.get(dep, [dep]):
             out.setdefault(kept, None)
     return list(out)
 

@@ -128,7 +128,7 @@ class Where(BaseModel):
 
 def deploys_of(plan: Plan, run: Run, catalog: Catalog) -> list[Deploy]:
     """What ``run`` (finished) did to each environment it touched, as history entries."""
-    undo_tools = {t.rollback for t in catalog.tools.values() if t.rollback}
+    undo_tools = catalog.undo_tools
     out: dict[str, Deploy] = {}
     for step in plan.steps:
         env, version = _target(step, catalog)
@@ -180,7 +180,7 @@ def _host_results(run: Run, state: StepState, version: str | None) -> dict[str, 
 
 def shipped(plan: Plan, catalog: Catalog) -> tuple[str, str] | None:
     """(environment, version) of the plan's last forward deploy: what the changelog is for."""
-    undo_tools = {t.rollback for t in catalog.tools.values() if t.rollback}
+    undo_tools = catalog.undo_tools
     found = None
     for step in plan.steps:
         env, version = _target(step, catalog)
@@ -212,7 +212,7 @@ def rollback_target_problems(plan: Plan, catalog: Catalog,
 
     ``deployed(env)`` lists the versions history saw live there, newest first.
     """
-    undo_tools = {t.rollback for t in catalog.tools.values() if t.rollback}
+    undo_tools = catalog.undo_tools
     out = []
     for step in plan.steps:
         env, version = _target(step, catalog)

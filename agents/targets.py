@@ -75,7 +75,7 @@ class PlanTargets:
 
 def resolve(plan: Plan, catalog: Catalog, inventory: Inventory) -> PlanTargets:
     """Targets of every step of ``plan`` (duplicate ids: the first step wins)."""
-    undo = {t.rollback for t in catalog.tools.values() if t.rollback}
+    undo = catalog.undo_tools
     out: dict[str, StepTargets] = {}
     for step in plan.all_steps:
         if step.id not in out:

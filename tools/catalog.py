@@ -200,6 +200,11 @@ class Catalog:
     def __contains__(self, name: object) -> bool:
         return name in self.tools
 
+    @property
+    def undo_tools(self) -> set[str]:
+        """Tools that are another tool's rollback: running one is itself the remedy."""
+        return {t.rollback for t in self.tools.values() if t.rollback}
+
     def get(self, name: str) -> Tool:
         """The tool called ``name``; UnknownTool (with a suggestion) if there is none."""
         try:

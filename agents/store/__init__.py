@@ -36,9 +36,7 @@ class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, HistorySto
         if url is None:
             import fakeredis
 
-            store = cls(fakeredis.FakeRedis(), where=EMBEDDED, **options)
-            store.embedded = True  # one process, no replicas, no INFO: nothing to wait for
-            return store
+            return cls(fakeredis.FakeRedis(), where=EMBEDDED, **options)
         return cls(connect_client(url), where=safe_url(url), **options)
 
 

@@ -143,8 +143,12 @@ class RedisBase:
         self.where = where
         self.ids = ids
         self.replicate_timeout = 2.0
-        self.embedded = False
         self._replicas: tuple[float, int] | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """The in-process fakeredis: one process, no replicas, no INFO, nothing to wait for."""
+        return self.where == EMBEDDED
 
     def k(self, *parts: str) -> str:
         """A key under this store's prefix (``Keys`` names the ones deckhand uses)."""

@@ -15,11 +15,8 @@ from agents.ids import short_id
 from agents.services import Services
 from agents.store.history import HISTORY_READ
 from agents.verify import Observed
-from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
 from tools.gitlog import GitRepo
-
-EMBEDDED_HINT = ("(No REDIS_URL: the embedded store lives only for one process, so it has no "
-                 "history. Set REDIS_URL to the Redis your bot and workers share.)")
 
 
 def register(commands: Commands) -> None:
@@ -50,7 +47,8 @@ def _where(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     states = _states(services, args.environment)
     if not any(s.hosts for s in states):
-        console.print(f"No deploys recorded yet. {_hint(services)}".strip(), markup=False)
+        embedded_store_note()
+        console.print("No deploys recorded yet.", markup=False)
         return 0
     observed = _observe(services, states) if args.verify else None
     console.print(where_table(states, observed))
@@ -108,8 +106,8 @@ def _history(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     deploys = services.store.history(args.environment, limit=args.limit)
     if not deploys:
-        console.print(f"No deploys to {args.environment} recorded. {_hint(services)}".strip(),
-                      markup=False)
+        embedded_store_note()
+        console.print(f"No deploys to {args.environment} recorded.", markup=False)
         return 0
     console.print(history_table(args.environment, deploys))
     return 0
@@ -161,7 +159,3 @@ def _span(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.1f} d"
-
-
-def _hint(services: Services) -> str:
-    return EMBEDDED_HINT if services.store.where == "in-process fakeredis" else ""

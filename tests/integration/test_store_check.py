@@ -4,7 +4,6 @@ with its key, and repaired without deleting a record."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from agents.worker import Worker, WorkerOptions
 from bot.cli import main
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.store_snapshot import snapshot
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    yield client
-    client.flushdb()
 
 
 def log_plan() -> Plan:

@@ -4,7 +4,6 @@ a fresh id, ids are found by prefix, the queue depth is the truth, reads are bou
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from agents.ids import new_id, normalize, short_id
 from agents.plan import Plan
 from agents.runs import Run, RunStatus
 from agents.schedules import Schedule
-from agents.services import build_services
+from agents.services import Services, build_services
 from agents.store import Store
 from agents.store.check import StoreCheck
 from agents.store.schedules import ScheduleBook
@@ -38,14 +37,6 @@ class ScriptedIds:
     def __call__(self, kind: str) -> str:
         self.asked.append(kind)
         return next(self.given)
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    yield client
-    client.flushdb()
 
 
 def a_plan(plan_id: str | None = None, goal: str = "deploy") -> Plan:
@@ -184,13 +175,19 @@ def test_runs_executed_in_process_leave_no_waiting_entry(tmp_path: Path, store: 
     assert not worker.step(block=0.05)  # nothing left for a worker either
 
 
-def test_acknowledged_entries_leave_the_stream(tmp_path: Path, store: Store,
-                                              client: redis.Redis) -> None:
+def _queued_run(tmp_path: Path, store: Store) -> tuple[Services, Run]:
+    """A one-step run, approved and so queued (one entry waiting for a worker)."""
     services = build_services(make_config(tmp_path), store=store)
     plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
     run = store.create_run(Run.for_plan(plan, NO_TARGETS))
     store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
                   policy=services.config.policy)
+    return services, run
+
+
+def test_acknowledged_entries_leave_the_stream(tmp_path: Path, store: Store,
+                                              client: redis.Redis) -> None:
+    services, run = _queued_run(tmp_path, store)
     assert store.queue_backlog() == (1, 0)
     assert Worker(services, store, name="w", options=WorkerOptions(block=0.05)).step()
     assert store.run(run.id).status is RunStatus.SUCCEEDED
@@ -226,11 +223,7 @@ def test_locks_are_listed_from_the_held_set(store: Store) -> None:
 
 
 def test_cancelling_a_queued_run_takes_its_entry_along(tmp_path: Path, store: Store) -> None:
-    services = build_services(make_config(tmp_path), store=store)
-    plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
-    store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                  policy=services.config.policy)
+    _, run = _queued_run(tmp_path, store)
     assert store.queue_backlog() == (1, 0)
     assert store.request_cancel(run.id, user="carol").status is RunStatus.CANCELLED
     assert store.queue_backlog() == (0, 0)
