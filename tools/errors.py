@@ -5,7 +5,8 @@ Library exceptions (paramiko, socket, subprocess, yaml) are translated into thes
 border, always with ``raise ... from exc``.
 
     DeckhandError
-    ├── ConfigError            a config file is unreadable or invalid (carries every problem)
+    ├── ConfigError            a config (or cases) file is unreadable or invalid (carries
+    │                          every problem)
     ├── ConfigNotFound         no config file was named or found (says where it looked)
     └── ToolError
         ├── UnknownTool        a plan names a tool the catalog does not have
@@ -47,10 +48,10 @@ class ConfigNotFound(DeckhandError):
 class ConfigError(DeckhandError):
     """A config file could not be loaded. Lists every problem found, not just the first."""
 
-    def __init__(self, problems: list[Problem]):
+    def __init__(self, problems: list[Problem], *, what: str = "config"):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid config ({len(problems)} problem(s)):\n{lines}")
+        super().__init__(f"invalid {what} ({len(problems)} problem(s)):\n{lines}")
 
 
 class ToolError(DeckhandError):

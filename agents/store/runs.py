@@ -100,6 +100,13 @@ class RunStore(AuditStore):
         runs = [Run.model_validate_json(raw) for raw in raws if raw]
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
 
+    def runs_since(self, since: float, *, limit: int = 10_000) -> list[Run]:
+        """Runs created at or after ``since`` (epoch seconds), newest first, at most ``limit``."""
+        with self.errors():
+            ids = self.r.zrevrangebyscore(self.keys.runs(), "+inf", since, start=0, num=limit)
+            raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
+        return [Run.model_validate_json(raw) for raw in raws if raw]
+
     def update_run(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
         return self.update_record(self.keys.run(run_id), Run, change, missing=f"no run {run_id}")

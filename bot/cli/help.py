@@ -22,6 +22,10 @@ EXAMPLES: dict[str, list[str]] = {
     "hosts": ["deckhand hosts check production", "deckhand hosts trust web-1"],
     "serve": ["deckhand serve", "deckhand serve --http --port 3000"],
     "schedules": ['deckhand schedules add "every weekday at 02:00" deploy v1.0.0 to staging'],
+    "eval": ["deckhand eval --config examples/deckhand.yml --planner playbook",
+             "deckhand eval --compare playbook llm:model=gpt-4o-mini --record evals/",
+             "deckhand eval --planner llm --replay evals/ --min-valid 0.9 --min-edge-f1 0.8",
+             "deckhand eval --from-history --since 30d"],
     "completion": ['eval "$(deckhand completion bash)"   # in ~/.bashrc',
                    "deckhand completion zsh > ~/.zfunc/_deckhand"],
 }

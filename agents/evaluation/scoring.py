@@ -1,0 +1,147 @@
+"""How one plan scores against its case: node and edge F1, and the policy checks.
+
+Pure functions. Nodes are steps matched on tool + parameters (step ids are free;
+``${steps.X.out}`` references are compared by the tool of X; free-text parameters by presence
+only); edges are dependencies matched on the nodes they join; F1 is over multisets.
+
+The policy checks (promotion order, rollback present) are done here independently of
+``agents.validation``, so a hole in validation shows up as a violation on a valid plan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agents.config import Config
+from agents.evaluation.cases import Case
+from agents.graph import ancestors
+from agents.plan import Plan
+from tools.catalog import OUTPUT_REF
+
+FREE_TEXT = {"message"}
+"""Parameters whose wording is free: a plan has them or not."""
+
+Check = Literal["promotion", "rollback"]
+Refusal = Literal["", "declined", "invalid", "planner error", "no recording"]
+"""Why no valid plan came back: the planner said no (declined), validation refused the plan
+(invalid), the planner failed (planner error), or a replay had no answer (no recording)."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A policy check a returned plan fails."""
+
+    check: Check
+    step: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.step}: {self.message}"
+
+
+@dataclass
+class Outcome:
+    """What one planner did with one case."""
+
+    case: str
+    kind: str
+    planned: bool = False
+    valid: bool = False
+    node_f1: float = 0.0
+    edge_f1: float = 0.0
+    violations: list[Violation] = field(default_factory=list)
+    refusal: Refusal = ""
+    reason: str = ""
+    latency_ms: float = 0.0
+    repairs: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def passed(self) -> bool:
+        """A refuse case passes when refused, any other when valid; a missing recording never
+        passes (it would look like a refusal)."""
+        if self.refusal == "no recording":
+            return False
+        return not self.valid if self.kind == "refuse" else self.valid
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def failed(self, check: Check) -> bool:
+        return any(v.check == check for v in self.violations)
+
+
+def score(outcome: Outcome, case: Case, plan: Plan, config: Config) -> None:
+    """Fill ``outcome`` from the plan that came back for ``case`` (validity set by the caller)."""
+    outcome.planned = True
+    outcome.violations = policy_violations(plan, config)
+    if case.refuse:
+        return
+    steps = [s.model_dump() for s in plan.steps]
+    gold = case.gold_steps()
+    outcome.node_f1 = f1(Counter(node_keys(steps).values()), Counter(node_keys(gold).values()))
+    outcome.edge_f1 = f1(edges(steps), edges(gold))
+
+
+def node_keys(steps: list[dict[str, Any]]) -> dict[str, str]:
+    """Step id -> a key made of its tool and parameters (refs by tool, free text by name)."""
+    tool_of = {s["id"]: s["tool"] for s in steps}
+    keys = {}
+    for step in steps:
+        params = {k: _normalise(k, v, tool_of) for k, v in (step.get("params") or {}).items()}
+        keys[step["id"]] = json.dumps([step["tool"], params], sort_keys=True)
+    return keys
+
+
+def _normalise(key: str, value: Any, tool_of: dict[str, str]) -> Any:
+    if key in FREE_TEXT:
+        return "<text>"
+    ref = OUTPUT_REF.match(value) if isinstance(value, str) else None
+    if ref:
+        return f"${{{tool_of.get(ref.group(1), '?')}.{ref.group(2)}}}"
+    return value
+
+
+def edges(steps: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
+    """Dependencies as (node key of the dependency, node key of the step)."""
+    keys = node_keys(steps)
+    return Counter((keys.get(d, "?"), keys[s["id"]]) for s in steps
+                   for d in s.get("depends_on") or [])
+
+
+def f1(predicted: Counter[Any], gold: Counter[Any]) -> float:
+    """Multiset F1; two empty sets agree perfectly."""
+    if not predicted and not gold:
+        return 1.0
+    hits = sum((predicted & gold).values())
+    if hits == 0:
+        return 0.0
+    precision, recall = hits / sum(predicted.values()), hits / sum(gold.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def policy_violations(plan: Plan, config: Config) -> list[Violation]:
+    """Mutating steps that change an environment before the one before it in the promotion
+    order, or that have no rollback of their tool for their environment."""
+    out: list[Violation] = []
+    catalog, promotion = config.catalog, config.policy.promotion
+    env_of = {s.id: s.params.get("environment") for s in plan.steps}
+    covered = {(r.tool, r.params.get("environment")) for r in plan.rollback}
+    for step in plan.steps:
+        tool = catalog.tools.get(step.tool)
+        if tool is None or not tool.mutates:
+            continue
+        env = env_of[step.id]
+        if env in promotion and promotion.index(env) > 0:
+            before = promotion[promotion.index(env) - 1]
+            if before not in {env_of[a] for a in ancestors(plan.deps, step.id)}:
+                out.append(Violation("promotion", step.id, f"{env} before {before}"))
+        if (tool.rollback, env) not in covered:
+            out.append(Violation("rollback", step.id, "mutating step without rollback"))
+    return out
+

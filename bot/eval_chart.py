@@ -1,0 +1,40 @@
+"""``deckhand eval --chart out.png``: the quality figures of each configuration as grouped bars.
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot state), like bot.timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from agents.evaluation.report import Summary
+
+FIGURES = (("valid", "valid_rate"), ("refused", "refused_rate"), ("node F1", "node_f1"),
+           ("edge F1", "edge_f1"))
+COLORS = ("#1f4e89", "#f28e2b", "#59a14f", "#9e9e9e")
+WIDTH_IN, HEIGHT_IN, DPI = 7.0, 3.6, 150
+
+
+def save_chart(summaries: Sequence[Summary], path: Path) -> Path:
+    """Write the chart as PNG to ``path`` (one bar group per figure, one bar per config)."""
+    figure = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    width = 0.8 / max(1, len(summaries))
+    for i, summary in enumerate(summaries):
+        values = [float(getattr(summary, name)) for _, name in FIGURES]
+        xs = [x + i * width for x in range(len(FIGURES))]
+        bars = axes.bar(xs, values, width, label=summary.planner,
+                        color=COLORS[i % len(COLORS)])
+        axes.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+    axes.set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(FIGURES))],
+                    [label for label, _ in FIGURES])
+    axes.set_ylim(0, 1.15)
+    axes.set_title(f"Plan quality over {summaries[0].cases if summaries else 0} cases")
+    axes.legend(loc="upper right", fontsize=8)
+    figure.savefig(path, format="png", dpi=DPI)
+    return path
