@@ -105,13 +105,14 @@ class Difference:
 
 
 def verdict(outcome: Outcome) -> str:
-    """A short description of an outcome, equal for two outcomes that count the same."""
+    """A short description of an outcome, equal for two outcomes that count the same:
+    pass or FAIL, why, F1 of nodes/edges, the policy checks it violates."""
     if outcome.refusal and not outcome.planned:
         head = f"{'pass' if outcome.passed else 'FAIL'}: {outcome.refusal}"
     else:
         head = "pass" if outcome.passed else f"FAIL: {outcome.refusal or 'refused'}"
     if outcome.planned and outcome.kind != "refuse":
-        head += f", node {outcome.node_f1:.2f} edge {outcome.edge_f1:.2f}"
+        head += f", F1 {outcome.node_f1:.2f}/{outcome.edge_f1:.2f}"
     unsafe = sorted({v.check for v in outcome.violations})
     return head + (f", violates {'+'.join(unsafe)}" if unsafe else "")
 

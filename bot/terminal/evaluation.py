@@ -14,20 +14,18 @@ from agents.evaluation.scoring import Outcome
 
 
 def cases_table(spec: PlannerSpec, outcomes: Sequence[Outcome]) -> Table:
-    """One row per case: result, F1, policy checks, latency, tokens, cost (why: case_notes)."""
-    costs, tokens = spec.cost(0, 0) is not None, spec.uses_model
-    table = Table(title=f"Cases: {spec.label}")
-    _column(table, "case", max_width=22)
-    for name in ("kind", "result", "node F1", "edge F1", "policy", "ms",
-                 *(["tokens"] if tokens else []), *(["cost $"] if costs else [])):
-        table.add_column(name, no_wrap=True, min_width=len(name))
+    """One row per case: result, F1, policy checks, latency, tokens and cost (the reasons
+    are in case_notes)."""
+    table = Table(title=f"Cases: {spec.label} (F1 of nodes and edges)")
+    table.add_column("case", max_width=28, overflow="fold")
+    for name, width in [("kind", 6), ("result", 6), ("node", 4), ("edge", 4), ("policy", 6),
+                        ("ms", 3), *([("tokens", 6)] if spec.uses_model else [])]:
+        table.add_column(name, min_width=width)
     for o in outcomes:
         f1s = ([f"{o.node_f1:.2f}", f"{o.edge_f1:.2f}"] if o.planned and o.kind != "refuse"
                else ["-", "-"])
-        cost = spec.cost(o.input_tokens, o.output_tokens)
         table.add_row(Text(o.case), o.kind, _result(o), *f1s, _policy(o), f"{o.latency_ms:.0f}",
-                      *([str(o.tokens)] if tokens else []),
-                      *([f"{cost:.5f}"] if cost is not None else []))
+                      *([_tokens(spec, o)] if spec.uses_model else []))
     return table
 
 
@@ -46,9 +44,9 @@ def compare_table(labels: Sequence[str], a: Sequence[Outcome], b: Sequence[Outco
                   diffs: Sequence[Difference]) -> Table:
     """Both configurations' verdict per case, differing rows marked."""
     differing = {d.case for d in diffs}
-    table = Table(title="Cases side by side")
-    _column(table, "case", max_width=28)
-    table.add_column("kind", no_wrap=True, min_width=6)
+    table = Table(title="Cases side by side (F1 of nodes/edges)")
+    table.add_column("case", max_width=28, overflow="fold")
+    table.add_column("kind", min_width=6)
     table.add_column(f"A: {labels[0]}")
     table.add_column(f"B: {labels[1]}")
     table.add_column("", no_wrap=True)
@@ -97,22 +95,31 @@ def differences_table(labels: Sequence[str], diffs: Sequence[Difference]) -> Tab
 
 
 def quality_table(found: Sequence[Quality], days: float) -> Table:
-    """Real use per group: what people and runs did with the plans."""
-    columns = list(found[0].group) if found else ["planner"]
-    table = Table(*columns, "runs", "approved unchanged", "modified (diff lines)", "rejected",
-                  "replanned", "failed", "rolled back",
+    """Real use, one column per group (planner, model): what people and runs did with plans."""
+    table = Table("", *(" ".join(v for v in q.group.values() if v != "-") for q in found),
                   title=f"Plans in real use, last {days:g} days")
-    for q in found:
-        table.add_row(*(Text(v) for v in q.group.values()), str(q.runs),
-                      _share(q.approved_unchanged, q.runs),
-                      f"{_share(q.modified, q.runs)} ({q.lines_per_modified:.1f})",
-                      _share(q.rejected, q.runs), _share(q.replanned, q.runs),
-                      _share(q.failed, q.runs), _share(q.rolled_back, q.runs))
+    rows: list[tuple[str, Callable[[Quality], str]]] = [
+        ("runs", lambda q: str(q.runs)),
+        ("approved unchanged", lambda q: _share(q.approved_unchanged, q.runs)),
+        ("modified", lambda q: _share(q.modified, q.runs)),
+        ("diff lines per modified plan", lambda q: f"{q.lines_per_modified:.1f}"),
+        ("rejected", lambda q: _share(q.rejected, q.runs)),
+        ("replanned while running", lambda q: _share(q.replanned, q.runs)),
+        ("failed", lambda q: _share(q.failed, q.runs)),
+        ("rolled back", lambda q: _share(q.rolled_back, q.runs)),
+    ]
+    for name, cell in rows:
+        table.add_row(name, *(cell(q) for q in found))
     return table
 
 
 def _result(outcome: Outcome) -> Text:
     return Text("pass", style="green") if outcome.passed else Text("FAIL", style="bold red")
+
+
+def _tokens(spec: PlannerSpec, outcome: Outcome) -> str:
+    cost = spec.cost(outcome.input_tokens, outcome.output_tokens)
+    return f"{outcome.tokens}" + (f" ${cost:.4g}" if cost is not None else "")
 
 
 def _verdict(outcome: Outcome) -> Text:
@@ -133,7 +140,3 @@ def _count(n: int) -> Text:
 def _share(n: int, total: int) -> str:
     return f"{n} ({n / total:.0%})" if total else "0"
 
-
-def _column(table: Table, name: str, *, max_width: int) -> None:
-    """A column whose long text is cut with an ellipsis rather than wrapped over rows."""
-    table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=max_width)

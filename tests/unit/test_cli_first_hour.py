@@ -25,7 +25,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["init", "--help"],
-                                  ["runs", "--help"], ["completion", "--help"]])
+                                  ["runs", "--help"], ["completion", "--help"],
+                                  ["eval", "--help"]])
 def test_help_has_examples(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(argv)
