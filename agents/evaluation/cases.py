@@ -41,7 +41,8 @@ class Case(BaseModel):
 
     request: str = Field(min_length=1)
     kind: Kind
-    name: str | None = Field(default=None, min_length=1)
+    name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]{0,59}$")
+    """Lower-case letters, digits and dashes: recordings are files named after it."""
     steps: list[GoldStep] = Field(default_factory=list)
     rollback: list[GoldStep] = Field(default_factory=list)
     reason: str = ""

@@ -111,8 +111,9 @@ class Subject:
 
 
 @dataclass(frozen=True)
-class Recordings:
-    """Where model answers go (record) or come from (replay); neither: live."""
+class ModelSetup:
+    """How LLM configurations reach their model: live, recording answers to ``record``, or
+    replaying them from ``replay``; and the planner's budget."""
 
     record: Path | None = None
     replay: Path | None = None
@@ -121,7 +122,7 @@ class Recordings:
 
 
 def build_subject(spec: PlannerSpec, config: Config, settings: Settings,
-                  recordings: Recordings) -> Subject:
+                  recordings: ModelSetup) -> Subject:
     """The plan function for ``spec`` (LLMs get a ModelTraffic transport).
 
     Raises:
@@ -137,7 +138,7 @@ def build_subject(spec: PlannerSpec, config: Config, settings: Settings,
     return Subject(spec, lambda request: planner.plan(request, requested_by="eval"), traffic)
 
 
-def _llm(spec: PlannerSpec, config: Config, settings: Settings, recordings: Recordings,
+def _llm(spec: PlannerSpec, config: Config, settings: Settings, recordings: ModelSetup,
          redact: Redactor) -> tuple[LLMPlanner, ModelTraffic]:
     """An LLMPlanner on a real openai client whose transport is ModelTraffic."""
     import openai  # only LLM evaluations load the openai package
@@ -151,7 +152,8 @@ def _llm(spec: PlannerSpec, config: Config, settings: Settings, recordings: Reco
                               f"and OPENAI_MODEL pick the endpoint), or --replay DIR")
     base_url = settings.openai_base_url or (REPLAY_URL if replay else "https://api.openai.com/v1")
     mode = Mode.REPLAY if replay else Mode.RECORD if recordings.record else Mode.LIVE
-    traffic = ModelTraffic(mode, base_url=base_url, redact=redact,
+    model = spec.model or settings.openai_model
+    traffic = ModelTraffic(mode, base_url=base_url, model=model, redact=redact,
                            directory=recordings.replay or recordings.record)
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "replay"
     client = openai.OpenAI(api_key=key, base_url=base_url, timeout=settings.openai_timeout,
@@ -159,6 +161,6 @@ def _llm(spec: PlannerSpec, config: Config, settings: Settings, recordings: Reco
                                transport=traffic, timeout=settings.openai_timeout))
     # A replay never waits: a missing recording fails at once instead of being retried.
     retry = RetryPolicy(attempts=1) if replay else None
-    llm = LLMPlanner(config, client=client, model=spec.model or settings.openai_model,
-                     retry=retry, redact=redact, **recordings.llm_options)
+    llm = LLMPlanner(config, client=client, model=model, retry=retry, redact=redact,
+                     **recordings.llm_options)
     return llm, traffic

@@ -49,7 +49,7 @@ class NoRecording(httpx2.TransportError):
 class ModelTraffic(httpx2.BaseTransport):
     """The transport under one planner configuration's openai client, case by case."""
 
-    def __init__(self, mode: Mode, *, base_url: str, directory: Path | None = None,
+    def __init__(self, mode: Mode, *, base_url: str, model: str, directory: Path | None = None,
                  forward: httpx2.BaseTransport | None = None,
                  redact: Callable[[str], str] = lambda text: text):
         """
@@ -57,16 +57,18 @@ class ModelTraffic(httpx2.BaseTransport):
             mode: live, record or replay.
             base_url: the client's base URL; keys use paths below it, so a recording made
                 against one host replays against another.
+            model: the model asked (names the recording files).
             directory: where recordings are written (record) or read (replay).
             forward: the transport to the endpoint (live, record); a default one if None.
             redact: masks secrets in what is written to a recording.
         """
-        self.mode, self.directory, self.redact = mode, directory, redact
+        self.mode, self.directory, self.redact, self.model = mode, directory, redact, model
         self.base_path = urlsplit(base_url).path.rstrip("/")
         self.forward = forward or (None if mode is Mode.REPLAY else httpx2.HTTPTransport())
         self.case = ""
         self.usage: dict[str, Usage] = {}
         self.misses: dict[str, str] = {}
+        self.saved: dict[str, int] = {}
         self.recorded = _load(directory) if mode is Mode.REPLAY and directory else {}
 
     def begin(self, case: str) -> None:
@@ -93,8 +95,19 @@ class ModelTraffic(httpx2.BaseTransport):
         return answer
 
     def close(self) -> None:
+        """Close the endpoint transport; after recording, drop this model's older files for
+        the cases recorded (a case that now needs fewer requests leaves none behind)."""
         if self.forward is not None:
             self.forward.close()
+        for case, count in self.saved.items():
+            for stale in self._files(case, start=count):
+                stale.unlink()
+
+    def _files(self, case: str, *, start: int) -> list[Path]:
+        assert self.directory is not None
+        found = self.directory.glob(f"{case}.{slug(self.model)}.*.json")
+        return [f for f in found if f.stem.rpartition(".")[2].isdigit()
+                and int(f.stem.rpartition(".")[2]) >= start]
 
     # -- replay -----------------------------------------------------------------------------
 
@@ -135,7 +148,11 @@ class ModelTraffic(httpx2.BaseTransport):
                   "response": {"status": response.status_code, "json": is_json,
                                "content_type": response.headers.get("content-type", ""),
                                "body": parsed}}
-        name = f"{slug(self.case or 'request', 50)}.{key[:12]}.json"
+        index = self.saved.get(self.case, 0)
+        self.saved[self.case] = index + 1
+        # The same name for the same case, model and turn: a changed prompt is a diff of the
+        # file, not a new file next to a stale one.
+        name = f"{self.case or 'request'}.{slug(self.model)}.{index}.json"
         text = self.redact(json.dumps(record, indent=2, ensure_ascii=False))
         (self.directory / name).write_text(text + "\n", encoding="utf-8")
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from agents.config import Config
 from agents.errors import EvaluationError
 from agents.evaluation.cases import Case, load_cases, spread
-from agents.evaluation.planners import PlannerSpec, Recordings, build_subject, parse_spec
+from agents.evaluation.planners import ModelSetup, PlannerSpec, build_subject, parse_spec
 from agents.evaluation.real_use import quality
 from agents.evaluation.report import (
     THRESHOLDS,
@@ -139,7 +139,7 @@ def _run(spec: PlannerSpec, cases: list[Case], config: Config, settings: Setting
          args: argparse.Namespace) -> list[Outcome]:
     options = {"max_tokens": args.max_tokens, "max_repairs": args.max_repairs}
     subject = build_subject(spec, config, settings,
-                            Recordings(record=args.record, replay=args.replay,
+                            ModelSetup(record=args.record, replay=args.replay,
                                        llm_options=options))
     try:
         return run_cases(subject, cases, config)
