@@ -94,11 +94,24 @@ def load_cases(path: Path | None = None, *, config: Config | None = None) -> lis
         cases = CasesFile.model_validate(doc.data).cases
     except ValidationError as exc:
         raise ConfigError(_pydantic_problems(doc, exc), what=WHAT) from exc
+    if path is None and config is not None:
+        _check_bundled_tools(cases, config)
     found = [_problem(doc, cases, where, message)
              for where, message in _gold_problems(cases, config)]
     if found:
         raise ConfigError(found, what=WHAT)
     return cases
+
+
+def _check_bundled_tools(cases: list[Case], config: Config) -> None:
+    """One line, not one per step, when the bundled cases meet a config without their tools."""
+    used = {s.tool for case in cases for s in [*case.steps, *case.rollback]}
+    missing = sorted(used - set(config.catalog.tools))
+    if missing:
+        raise ConfigError([Problem("bundled cases.yml", f"written for examples/deckhand.yml, "
+                                   f"but {config.path} has no tool {', '.join(missing)}: pass "
+                                   f"--config examples/deckhand.yml (in a checkout), or your "
+                                   f"own cases with --cases FILE")], what=WHAT)
 
 
 def _pydantic_problems(doc: Located, exc: ValidationError) -> list[Problem]:

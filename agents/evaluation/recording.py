@@ -70,6 +70,8 @@ class ModelTraffic(httpx2.BaseTransport):
         self.misses: dict[str, str] = {}
         self.saved: dict[str, int] = {}
         self.recorded = _load(directory) if mode is Mode.REPLAY and directory else {}
+        if mode is Mode.RECORD and directory is not None:
+            _writable(directory)
 
     def begin(self, case: str) -> None:
         """Attribute the requests that follow to ``case``."""
@@ -78,7 +80,7 @@ class ModelTraffic(httpx2.BaseTransport):
         self.misses.pop(case, None)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        body = json.loads(request.read() or b"null")
+        body = _json_or_text(request.read())
         path = request.url.path.removeprefix(self.base_path)
         key = request_key(request.method, path, body)
         if self.mode is Mode.REPLAY:
@@ -140,7 +142,6 @@ class ModelTraffic(httpx2.BaseTransport):
     def _save(self, key: str, method: str, path: str, body: Any,
               response: httpx2.Response) -> None:
         assert self.directory is not None
-        self.directory.mkdir(parents=True, exist_ok=True)
         parsed, is_json = _body(response)
         record = {"case": self.case, "model": body.get("model") if isinstance(body, dict)
                   else None, "key": key, "request": {"method": method, "path": path,
@@ -178,6 +179,25 @@ def _body(response: httpx2.Response) -> tuple[Any, bool]:
         return json.loads(response.content), True
     except ValueError:
         return response.content.decode("utf-8", "replace"), False
+
+
+def _json_or_text(data: bytes) -> Any:
+    try:
+        return json.loads(data or b"null")
+    except ValueError:
+        return data.decode("utf-8", "replace")
+
+
+def _writable(directory: Path) -> None:
+    """EvaluationError now, rather than a failed write in the middle of a model call."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".deckhand-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise EvaluationError(f"cannot record into {directory}: {exc.strerror}; choose a "
+                              f"directory you can write") from exc
 
 
 def _kept_headers(response: httpx2.Response) -> dict[str, str]:

@@ -78,7 +78,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, metavar="N", help="only N cases, every kind")
     parser.add_argument("--max-tokens", type=int, default=2048, help="LLM completion budget")
     parser.add_argument("--max-repairs", type=int, default=2, help="LLM repairs per request")
-    gates = parser.add_argument_group("thresholds (exit 1 when one is missed)")
+    gates = parser.add_argument_group("thresholds, for every configuration evaluated (exit 1 "
+                                      "when one is missed)")
     for threshold in THRESHOLDS:
         gates.add_argument(f"--{threshold.flag}", type=float, metavar="X", help=threshold.help)
     real = parser.add_argument_group("quality from real use (run records in Redis)")

@@ -241,3 +241,11 @@ def test_not_yaml_and_duplicate_keys_are_cases_file_problems(tmp_path: Path) -> 
     path.write_text("cases:\n  - request: a\n    request: b\n    kind: refuse\n")
     with pytest.raises(ConfigError, match=r"cases.yml:3 cases.0.request: duplicate key"):
         load_cases(path)
+
+
+def test_bundled_cases_against_another_config_say_so_once() -> None:
+    other = load_config(Path(__file__).resolve().parents[2] / "bot/cli/templates/deckhand.yml")
+    with pytest.raises(ConfigError) as err:
+        load_cases(config=other)
+    [problem] = err.value.problems
+    assert "written for examples/deckhand.yml" in str(problem) and "build_image" in str(problem)
