@@ -254,3 +254,19 @@ def test_from_history_counts_what_happened_to_each_planners_plans(
     assert main(["eval", "--from-history", "--since", "30d"]) == 0
     assert "approved unchanged" in capsys.readouterr().out  # the table
     assert main(["eval", "--from-history", "--planner", "llm"]) == 2
+
+
+def test_options_that_cannot_work_are_refused_in_one_line(
+        cases: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    base = ["eval", "--cases", str(cases), "--config", CONFIG]
+    assert main([*base, "--planner", "llm"]) == 2
+    assert "needs OPENAI_API_KEY" in capsys.readouterr().out
+    assert main([*base, "--planner", "playbook", "--record", str(tmp_path)]) == 2
+    assert "the playbook planner calls no model" in capsys.readouterr().out
+    assert main([*base, "--planner", "llm", "--replay", str(tmp_path / "none")]) == 2
+    assert "no recordings in" in capsys.readouterr().out
+    assert main([*base, "--compare", "llm:model=a", "llm:model=a"]) == 2
+    assert main(base) == 0  # no endpoint: the playbook planner
+    assert "Cases: playbook" in capsys.readouterr().out
