@@ -46,6 +46,9 @@ def span(name: str, attributes: Attributes | None = None, *,
 
     An exception marks it as an error (its type only: messages may hold secrets).
     """
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        yield trace.INVALID_SPAN  # off: skip the no-op span's context switch (~10 µs)
+        return
     clean = {k: v for k, v in (attributes or {}).items() if v is not None}
     with _tracer.start_as_current_span(name, context=parent, attributes=clean,
                                        record_exception=False,
