@@ -9,6 +9,7 @@ Extends the tree in ``tools.errors``:
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
+    ├── RetentionError                 the archive cannot be written, or another process trims
     └── StoreError                     durable state refused or failed a change
         ├── NotFound                   no such plan / run / schedule
         │   └── AmbiguousId            a typed id prefix names several records
@@ -79,6 +80,10 @@ class PlannerError(PlanError):
 
 class ScheduleError(DeckhandError):
     """A schedule cannot be created or changed as asked; the message says what to type."""
+
+
+class RetentionError(DeckhandError):
+    """Retention stopped before deleting anything it had not exported; the message says why."""
 
 
 class StoreError(DeckhandError):

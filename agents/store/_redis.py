@@ -10,7 +10,9 @@ whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
-``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL).
+``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
+``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
+completed).
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
@@ -126,6 +128,18 @@ class Keys:
 
     def proposal(self, plan_hash: str, requester: str) -> str:
         return self("proposal", plan_hash, requester)
+
+    def job_lock(self, name: str) -> str:
+        return self("joblock", name)
+
+    def job_done(self, name: str) -> str:
+        return self("job", name, "done")
+
+    def run_companions(self, run_id: str) -> list[str]:
+        """Every key named after one run besides its record (``run:ID``). Retention deletes
+        them with the run: a new per-run key is added here, and only here."""
+        return [self.owner(run_id), self.cancel(run_id), self.run_audit(run_id),
+                self.history_recorded(run_id)]
 
 
 class RedisBase:
