@@ -33,6 +33,7 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
+from agents.store.connect import untrusted_certificate
 
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
@@ -173,7 +174,16 @@ class RedisBase:
         """Translate redis-py's exceptions into ours at the border."""
         try:
             yield
+        except redis.AuthenticationError as exc:
+            raise StoreError(f"Redis at {self.where} refused the user and password in "
+                             f"REDIS_URL ({exc}); nothing was changed — check them (an ACL "
+                             f"user must be `on`)") from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if untrusted_certificate(exc):
+                raise StoreUnavailable(
+                    f"Redis at {self.where} presented a certificate that is not trusted "
+                    f"({_reason(exc)}); nothing was changed — name the CA that signed it "
+                    f"with ?ssl_ca_certs=/path/ca.pem in REDIS_URL") from exc
             raise StoreUnavailable(f"cannot reach Redis at {self.where} ({exc}); nothing was "
                                    f"changed — check REDIS_URL and that Redis is up") from exc
         except redis.RedisError as exc:
@@ -263,6 +273,12 @@ class RedisBase:
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
+
+
+def _reason(exc: BaseException) -> str:
+    """The verification failure alone (``self-signed certificate in certificate chain``)."""
+    message = str(exc)
+    return message.rpartition("certificate verify failed: ")[2].split(" (_ssl")[0] or message
 
 
 def text(value: bytes | str) -> str:
