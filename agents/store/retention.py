@@ -78,8 +78,7 @@ class RetentionStore(QueueStore):
         """
         keep = set(keep_plans)
         with self.errors():
-            raws = self.r.mget([self.keys.run(i) for i in run_ids]) if run_ids else []
-            runs = [(raw, Run.model_validate_json(raw)) for raw in raws if raw]
+            runs = self._read_runs(run_ids)
             done = [(raw, run) for raw, run in runs if finished_before(run, cutoff)]
             audits, plans = self._owned([run for _, run in done], keep)
             queued = self._queued({run.id for _, run in done})
@@ -92,24 +91,28 @@ class RetentionStore(QueueStore):
                   keep_plans: Iterable[str] = ()) -> Found:
         """Export, then delete, the runs among ``run_ids`` that finished before ``cutoff``.
 
-        One transaction under WATCH on every record and audit list read: if one changed
-        after the read, nothing is deleted and the round is repeated (exported again).
+        One transaction under WATCH on the finished runs' records and audit lists (never on
+        a run still going, whose every event would restart it): if one changed after it was
+        read, nothing is deleted and the round is repeated, exported again.
         """
         keep = set(keep_plans)
-        watched = [k for i in run_ids for k in (self.keys.run(i), self.keys.run_audit(i))]
+        with self.errors():
+            runs = [run for _, run in self._read_runs(run_ids)]
+        ids = [run.id for run in runs if finished_before(run, cutoff)]
+        kept = [run for run in runs if not finished_before(run, cutoff)]
+        watched = [k for i in ids for k in (self.keys.run(i), self.keys.run_audit(i))]
 
         def attempt(pipe: Pipeline) -> Found:
-            found = self.finished_runs(run_ids, cutoff, keep_plans=keep)
-            if not found.records:
-                return found
-            export(found.records)
-            pipe.multi()
-            for record in found.records:
-                self.forget_run(pipe, record)
-            pipe.execute()
-            return found
+            found = self.finished_runs(ids, cutoff, keep_plans=keep)
+            if found.records:
+                export(found.records)
+                pipe.multi()
+                for record in found.records:
+                    self.forget_run(pipe, record)
+                pipe.execute()
+            return Found(found.records, kept)
 
-        return self.cas(watched, attempt, busy="runs being trimmed")
+        return self.cas(watched, attempt, busy="runs being trimmed") if ids else Found([], kept)
 
     def forget_run(self, pipe: Pipeline, record: RunRecord) -> None:
         """Queue the deletion of ``record``'s run and everything it owns: the one place
@@ -128,6 +131,10 @@ class RetentionStore(QueueStore):
             pipe.lrem(self.keys.lock_queue(environment), 0, run.id)
 
     # -- reading what runs own -------------------------------------------------------------
+
+    def _read_runs(self, run_ids: list[str]) -> list[tuple[bytes, Run]]:
+        raws = self.r.mget([self.keys.run(i) for i in run_ids]) if run_ids else []
+        return [(raw, Run.model_validate_json(raw)) for raw in raws if raw]
 
     def _owned(self, runs: list[Run], keep_plans: set[str]
                ) -> tuple[list[list[bytes]], dict[str, dict[int, bytes]]]:
