@@ -1,8 +1,9 @@
 """The store with a long history: reads stay bounded as finished runs pile up (issues 22, 23).
 
-Seeds N realistic finished runs through deckhand's own store API (mixed outcomes, two
-environments, 46 requesters, audit entries, locks taken and released, a deploy recorded in
-the history for each run that ran, ages spread over ~100 days, 30 schedules), then times
+Seeds N realistic finished runs (mixed outcomes, two environments, 46 requesters, audit
+entries, locks taken and released, a deploy recorded in the history for each run that ran,
+ages spread over ~100 days, 30 schedules): the first ``--through-api`` through deckhand's own
+store API, the rest as copies of those with the same keys and shapes. Then it times
 what people do every day, each as a ratio against one bare Redis round trip measured in the
 same run (the floor no read can beat), and against what the store did before:
 
@@ -23,6 +24,7 @@ Run: python -m bench.store_history [--runs 20000]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -39,7 +41,7 @@ import redis
 
 from agents.config import load_config
 from agents.history import Deploy, stats
-from agents.ids import short_id
+from agents.ids import new_id, short_id
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.retention import Retention
@@ -140,6 +142,56 @@ def deploy_of(run: Run, env: str, n: int, outcome: RunStatus, at: float) -> Depl
                   hosts={f"{env}-{h}": version for h in (1, 2)})
 
 
+def clone(store: Store, template: list[str], start: int, total: int) -> list[str]:
+    """Runs ``start``..``total`` as copies of the ``template`` runs (seeded through the
+    store API), written with the same keys and shapes in pipelines of 500: on a loaded
+    machine the API seeds a few dozen runs a second, and 100,000 would take hours."""
+    models = [_template(store, run_id) for run_id in template]
+    ids: list[str] = []
+    for first in range(start, total, 500):
+        with store.r.pipeline(transaction=False) as pipe:
+            for n in range(first, min(first + 500, total)):
+                at = time.time() - SPREAD * (total - n) / total
+                ids.append(_write_copy(store, pipe, models[n % len(models)], at))
+            pipe.execute()
+    return ids
+
+
+def _template(store: Store, run_id: str) -> dict[str, Any]:
+    run = store.run(run_id)
+    return {"run": run, "plan": store.plan(run.plan_id),
+            "audit": [json.loads(i) for i in store.r.lrange(store.keys.run_audit(run_id), 0, -1)],
+            "deploys": [d for env in ENVS for d in store.history(env, limit=HISTORY_READ)
+                        if d.run_id == run_id]}
+
+
+def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> str:
+    keys, run, plan = store.keys, model["run"], model["plan"]
+    shift = at - run.created_at
+    new_plan = plan.model_copy(update={"id": new_id("plan"), "created_at": at})
+    new_run = run.model_copy(update={
+        "id": new_id("run"), "plan_id": new_plan.id, "created_at": at,
+        "started_at": run.started_at and run.started_at + shift,
+        "finished_at": run.finished_at and run.finished_at + shift})
+    pipe.set(keys.plan(new_plan.id, 1), new_plan.model_dump_json())
+    pipe.set(keys.plan_latest(new_plan.id), 1)
+    pipe.set(keys.run(new_run.id), new_run.model_dump_json())
+    pipe.zadd(keys.runs(), {new_run.id: at})
+    pipe.zadd(keys.run_ids(), {new_run.id: 0})
+    for entry in model["audit"]:
+        copy = {**entry, "ref": new_id("aud"), "at": repr(float(entry["at"]) + shift),
+                "run_id": new_run.id, "plan_id": new_plan.id if entry["plan_id"] else ""}
+        pipe.xadd(keys.audit(), copy)
+        pipe.rpush(keys.run_audit(new_run.id), json.dumps(copy))
+    for deploy in model["deploys"]:
+        moved = deploy.model_copy(update={"run_id": new_run.id,
+                                          "started_at": deploy.started_at + shift,
+                                          "finished_at": deploy.finished_at + shift})
+        pipe.zadd(keys.history(deploy.environment), {moved.model_dump_json(): moved.finished_at})
+        pipe.set(keys.history_recorded(new_run.id), "1")
+    return str(new_run.id)
+
+
 def seed_schedules(store: Store, count: int = 30) -> None:
     book, now = ScheduleBook(store), utc_now()
     for n in range(count):
@@ -231,6 +283,8 @@ def trim(store: Store) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--through-api", type=int, default=1_000,
+                        help="runs seeded through the store API; the rest are copies")
     args = parser.parse_args()
     with redis_url() as url:
         clock = Clock()
@@ -240,13 +294,16 @@ def main() -> None:
         policy = Policy()
         base = int(store.r.info("memory")["used_memory"])
         started = time.perf_counter()
-        ids = [seed_one(store, clock, n, args.runs, policy) for n in range(args.runs)]
+        through_api = min(args.runs, args.through_api)
+        ids = [seed_one(store, clock, n, args.runs, policy) for n in range(through_api)]
         seeded = time.perf_counter() - started
+        ids += clone(store, ids, through_api, args.runs)
         used = int(store.r.info("memory")["used_memory"]) - base
         seed_schedules(store)
         clock.now = time.time()
-        print(f"seeded {args.runs:,} runs in {seeded:.0f} s "
-              f"({args.runs / seeded:,.0f} runs/s through the store API)")
+        print(f"seeded {through_api:,} runs through the store API in {seeded:.0f} s "
+              f"({through_api / seeded:,.0f} runs/s), {args.runs - through_api:,} more as "
+              f"copies of them (total {time.perf_counter() - started:.0f} s)")
         services = build_services(load_config(EXAMPLES / "deckhand.yml"), store=store)
         report(store, services, ids, used / args.runs)
         trim(store)
