@@ -195,7 +195,7 @@ class Retention:
         keep = {s.approved_plan_id for s in ScheduleBook(self.store).all() if s.approved_plan_id}
         ids = self.store.runs_created_before(report.cutoff)
         for start in range(0, len(ids), self.batch):
-            if time.monotonic() > self._deadline:
+            if start and self._late():
                 return False
             chunk = ids[start:start + self.batch]
             report.add(self.store.finished_runs(chunk, report.cutoff, keep_plans=keep)
@@ -209,7 +209,7 @@ class Retention:
 
     def _audit(self, report: RetentionReport) -> bool:
         after: str | None = None
-        while time.monotonic() <= self._deadline:
+        while True:
             entries, more = self.store.old_audit(report.cutoff, after=after, limit=self.batch)
             if entries and not report.dry_run:
                 self._durable([audit_line(i, e) for i, e in entries])
@@ -217,8 +217,9 @@ class Retention:
             report.audit += len(entries)
             if not more:
                 return True
+            if self._late():
+                return False
             after = entries[-1][0]
-        return False
 
     def _deploys(self, report: RetentionReport) -> bool:
         if report.history_cutoff is None:
@@ -227,7 +228,7 @@ class Retention:
             skip = 0
             while found := self.store.old_deploys(env, report.history_cutoff, skip=skip,
                                                   limit=self.batch):
-                if time.monotonic() > self._deadline:
+                if report.deploys and self._late():
                     return False
                 if report.dry_run:
                     skip += len(found)
@@ -236,6 +237,10 @@ class Retention:
                     self.store.forget_deploys(env, [member for member, _ in found])
                 report.deploys += len(found)
         return True
+
+    def _late(self) -> bool:
+        """Past the time budget (checked between batches: a pass always makes progress)."""
+        return time.monotonic() > self._deadline
 
     def _durable(self, lines: list[dict[str, Any]]) -> None:
         """Append and fsync ``lines``; then make sure the lease is still ours to delete."""

@@ -17,6 +17,7 @@ from agents.config import Config
 from agents.errors import RetentionError, StoreError
 from agents.retention import (
     BATCH,
+    LEASE,
     Retention,
     RetentionReport,
     holder_text,
@@ -66,7 +67,8 @@ def _retention(args: argparse.Namespace, console: Console) -> int:
         report = run_exclusively(store, retention, owner=owner)
     if report is None:
         raise RetentionError(f"retention is already running ({holder_text(store)}); try "
-                             f"again when it ends")
+                             f"again when it ends (a process that died holds it for at most "
+                             f"{LEASE:g} s)")
     console.print(report_table(report))
     return 0
 

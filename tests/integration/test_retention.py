@@ -18,6 +18,7 @@ import redis
 from agents.history import DAY, Deploy
 from agents.plan import Plan
 from agents.policy import Policy
+from agents.retention import Retention, run_exclusively
 from agents.runs import Run, RunStatus
 from agents.schedules import Schedule
 from agents.services import build_services
@@ -221,9 +222,15 @@ def test_one_process_at_a_time_and_workers_run_it_when_due(
     store.release_job_lock("retention", owner="ops@bastion")
 
     services = build_services(make_config(tmp_path, RETENTION), store=store)
+    sliced = run_exclusively(store, Retention.configured(store, services.config.retention,
+                                                         history_days=None, batch=2),
+                             owner="w8", budget=0)  # out of time after the first batch
+    assert sliced is not None and not sliced.complete
+    assert store.job_done_at("retention") is None  # not done: the next idle moment goes on
     worker = Worker(services, store, name="w9")
     report = worker.retain()
-    assert report is not None and report.complete and sum(report.runs.values()) == 8
+    assert report is not None and report.complete
+    assert sum(report.runs.values()) + sum(sliced.runs.values()) == 8
     assert worker.retain() is None  # done today; the next pass is every_hours later
     assert store.audit_log(limit=1)[0].action == "retention"
     assert StoreCheck(store).violations() == []
