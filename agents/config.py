@@ -15,6 +15,7 @@ from agents.history import HistorySettings
 from agents.plan import PLACEHOLDER, Plan
 from agents.planning.playbooks import Playbook
 from agents.policy import Policy
+from agents.retention import RetentionSettings
 from agents.validation import PlanChecker
 from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
@@ -22,7 +23,8 @@ from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
 from tools.yamlsrc import Located, load_yaml_file
 
-SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history"}
+SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history",
+            "retention"}
 BUILTIN_SCOPES = ("host.", "vars.")
 
 
@@ -38,6 +40,8 @@ class Config:
     vars: dict[str, Any] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     history: HistorySettings = field(default_factory=lambda: HistorySettings())
+    retention: RetentionSettings | None = None
+    """None: nothing is ever trimmed."""
 
 
 def load_config(path: Path | str) -> Config:
@@ -85,7 +89,7 @@ class _Loader:
         config = Config(self.path, Catalog(tools or {}), inventory or Inventory(),
                         policy or Policy(require_rollback=False), [b for _, b in playbooks],
                         config_vars, self._secrets(data.get("secrets") or []),
-                        history or HistorySettings())
+                        history or HistorySettings(), self._retention(data.get("retention")))
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
                           policy=policy is not None, playbooks=playbooks)
@@ -102,6 +106,16 @@ class _Loader:
             self._add(self.doc, ("secrets",), "must be a list of secret values (strings)")
             return []
         return [str(s) for s in raw]
+
+    def _retention(self, raw: Any) -> RetentionSettings | None:
+        """The retention section; its export path is relative to the config file."""
+        if raw is None:
+            return None
+        settings: RetentionSettings | None = self._model(
+            RetentionSettings, _expand(raw, str(self.path.parent)), ("retention",))
+        if settings is not None:
+            settings.export = str(self.path.parent / Path(settings.export).expanduser())
+        return settings
 
     def _tools(self, raw: Any) -> dict[str, Tool] | None:
         if isinstance(raw, str):  # a path to a separate tools.yml
@@ -167,6 +181,11 @@ class _Loader:
 
     def _cross_check(self, config: Config, *, tools: bool, inventory: bool, policy: bool,
                      playbooks: list[tuple[int, Playbook]]) -> None:
+        if config.history.retention_days is not None and config.retention is None \
+                and "retention" not in self.doc.data:
+            self._add(self.doc, ("history", "retention_days"), "needs a retention section "
+                      "with export: the file old deploys are exported to before they are "
+                      "trimmed")
         for name, tool in config.catalog.tools.items():
             for path, problem in _tool_problems(tool, config, inventory=inventory):
                 self._add(self.tools_doc, (*self.tools_prefix, name, *path), problem)

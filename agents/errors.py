@@ -11,6 +11,7 @@ Extends the tree in ``tools.errors``:
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     ├── EvaluationError                an evaluation cannot run as asked (planner, recordings)
+    ├── RetentionError                 the archive cannot be written, or another process trims
     └── StoreError                     durable state refused or failed a change
         ├── NotFound                   no such plan / run / schedule
         │   └── AmbiguousId            a typed id prefix names several records
@@ -90,6 +91,10 @@ class ScheduleError(DeckhandError):
 class EvaluationError(DeckhandError):
     """``deckhand eval`` cannot run as asked: an unknown planner spec, no endpoint, no
     recordings. (A malformed cases file is a ConfigError listing every problem.)"""
+
+
+class RetentionError(DeckhandError):
+    """Retention stopped before deleting anything it had not exported; the message says why."""
 
 
 class StoreError(DeckhandError):

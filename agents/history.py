@@ -44,6 +44,9 @@ class HistorySettings(BaseModel):
         default=None, description="a read-only tool that reports a host's live version")
     version_pattern: str = Field(
         default=r"^current: (\S+)$", description="one capture group: the version in its output")
+    retention_days: float | None = Field(
+        default=None, ge=1, description="deploys older than this are exported, then trimmed "
+                                        "(unset: kept, for DORA figures; `where` is never trimmed)")
 
     @field_validator("version_pattern")
     @classmethod

@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import logcontext
-from agents.errors import IllegalTransition, LockHeld, NotFound, StoreError
+from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
 from agents.executor import Listener
 from agents.plan import Plan
+from agents.retention import SLICE, Retention, RetentionReport, due, run_exclusively
 from agents.runs import Event, EventKind, Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import LostOwnership, Store
@@ -90,6 +91,7 @@ class Worker:
                 self._swept = time.monotonic()
                 self.expire_stale()
                 self.reconcile()
+                self.retain()
             return False
         entry_id, run_id = entry
         _, done = self._process(run_id, entry_id, [])
@@ -183,6 +185,25 @@ class Worker:
                              problem=violation.problem, outcome=outcome)
             done.append(run_id)
         return done
+
+    def retain(self) -> RetentionReport | None:
+        """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
+        enough to keep queued runs waiting, and one process at a time across replicas."""
+        settings = self.services.config.retention
+        if settings is None or not due(self.store, settings):
+            return None
+        history_days = self.services.config.history.retention_days
+        try:
+            retention = Retention.configured(self.store, settings, history_days=history_days)
+            report = run_exclusively(self.store, retention, owner=self.name, budget=SLICE)
+        except RetentionError as exc:
+            log.error("retention: %s", exc)
+            return None
+        if report is not None and report.trimmed:
+            log.info("retention: exported and trimmed %d run(s), %d audit entries, %d "
+                     "deploy(s) to %s%s", sum(report.runs.values()), report.audit,
+                     report.deploys, report.export, "" if report.complete else " (continuing)")
+        return report
 
     # -- queue -----------------------------------------------------------------------------
 

@@ -1,15 +1,21 @@
-"""The store with a long history: reads stay bounded as finished runs pile up (issue 22).
+"""The store with a long history: reads stay bounded as finished runs pile up (issues 22, 23).
 
-Seeds N realistic finished runs through deckhand's own store API (mixed outcomes, two
-environments, 46 requesters, audit entries, locks taken and released), then times what
-people do every day, each as a ratio against one bare Redis round trip measured in the
+Seeds N realistic finished runs (mixed outcomes, two environments, 46 requesters, audit
+entries, locks taken and released, a deploy recorded in the history for each run that ran,
+ages spread over ~100 days, 30 schedules): the first ``--through-api`` through deckhand's own
+store API, the rest as copies of those with the same keys and shapes. Then it times
+what people do every day, each as a ratio against one bare Redis round trip measured in the
 same run (the floor no read can beat), and against what the store did before:
 
 * ``runs`` (the newest 20), ``audit`` (the newest 200), ``audit --run`` (one run's entries),
   the App Home's lock listing, a prefix lookup (``runs show 01JD3…``);
+* ``history ENV``, ``where``, ``stats ENV`` (DORA, the newest 500 deploys), everything the
+  App Home reads for one user, ``schedules list``;
 * the old way: the whole audit stream read and filtered (XRANGE), locks found by SCAN;
 * Redis bytes per run, the queue's length (acknowledged entries are deleted), and
-  ``deckhand check --store`` over the whole history.
+  ``deckhand check --store`` over the whole history;
+* retention: the runs and audit entries older than 50 days exported to a JSONL file and
+  trimmed (runs/s), then ``check --store`` again and the bytes it freed.
 
 Run: python -m bench.store_history [--runs 20000]
 (starts its own redis-server on a free port; or set REDIS_URL, whose database is flushed).
@@ -18,6 +24,7 @@ Run: python -m bench.store_history [--runs 20000]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -26,23 +33,37 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import redis
 
-from agents.ids import short_id
+from agents.config import load_config
+from agents.history import Deploy, stats
+from agents.ids import new_id, short_id
 from agents.plan import Plan
 from agents.policy import Policy
+from agents.retention import Retention
 from agents.runs import Run, RunStatus
+from agents.schedules import Schedule, utc_now
+from agents.services import Services, build_services
 from agents.store import Store
 from agents.store.check import StoreCheck
-from tests.fixtures.sample import free_port
+from agents.store.history import HISTORY_READ
+from agents.store.schedules import ScheduleBook
+from agents.targets import PlanTargets
+from bot.schedule_commands import handle_schedule_command
+from bot.slack.home import home_data
+from tests.fixtures.sample import EXAMPLES, free_port
 
 ENVS = ("staging", "production")
 OUTCOMES = (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.FAILED,
             RunStatus.CANCELLED)
 REQUESTERS = [f"U{i:03d}" for i in range(46)]
 DAY = 86_400.0
+SPREAD = 100 * DAY
+"""Runs are created over this many days back; retention trims the older half."""
 
 
 @contextmanager
@@ -73,31 +94,110 @@ def redis_url() -> Iterator[str]:
             proc.wait()
 
 
-def seed_one(store: Store, n: int, now: float, policy: Policy) -> str:
-    """One finished run, written the way the bot and a worker write it."""
-    env = ENVS[n % 2]
+class Clock:
+    """The store's clock while seeding: each run happens at its own time in the past."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> str:
+    """One finished run, written the way the bot and a worker write it, at its own time."""
+    env, now = ENVS[n % 2], time.time()
+    clock.now = now - SPREAD * (total - n) / total  # oldest first, as history accrues
     plan = store.save_plan(Plan.model_validate({
         "goal": f"deploy v2.{n % 50}.{n % 7} to {env}", "requested_by": REQUESTERS[n % 46],
         "steps": [{"id": "deploy", "tool": "deploy", "params": {"environment": env}}]}))
-    created = now - (n % 500) * DAY / 10
-    run = store.create_run(Run.for_plan(plan, created_at=created))
+    run = Run.for_plan(plan, PlanTargets({}), created_at=clock.now)
+    run.environments = [env]
+    run = store.create_run(run)
     store.audit("planned", actor=run.requested_by, run_id=run.id, plan_id=plan.id)
     outcome = OUTCOMES[n % len(OUTCOMES)]
     if outcome is RunStatus.CANCELLED:
         store.request_cancel(run.id, user=run.requested_by)
         return run.id
     store.approve(run.id, user="UAPPROVER", plan_version=1, plan_hash=plan.hash, policy=policy)
-    store.audit("approved", actor="UAPPROVER", run_id=run.id, plan_id=plan.id)
     entry = store.read_queue("bench", block=0.001)
     store.acquire_locks([env], run_id=run.id, worker="bench", ttl=600)
     store.claim(run.id, worker="bench", lease=600)
+    clock.now += 60
     store.transition(run.id, outcome)
     store.audit("run_finished", actor="bench", run_id=run.id, status=outcome.value)
+    store.record_deploys(run.id, [deploy_of(run, env, n, outcome, clock.now)])
     store.release_locks([env], run_id=run.id)
     store.release(run.id, worker="bench")
     if entry:
         store.ack(entry[0])
     return run.id
+
+
+def deploy_of(run: Run, env: str, n: int, outcome: RunStatus, at: float) -> Deploy:
+    version = f"v2.{n % 50}.{n % 7}"
+    return Deploy(run_id=run.id, environment=env, version=version, outcome=outcome,
+                  requested_by=run.requested_by, approvers=["UAPPROVER"], started_at=at - 60,
+                  finished_at=at, goal=run.goal,
+                  hosts={f"{env}-{h}": version for h in (1, 2)})
+
+
+def clone(store: Store, template: list[str], start: int, total: int) -> list[str]:
+    """Runs ``start``..``total`` as copies of the ``template`` runs (seeded through the
+    store API), written with the same keys and shapes in pipelines of 500: on a loaded
+    machine the API seeds a few dozen runs a second, and 100,000 would take hours."""
+    models = [_template(store, run_id) for run_id in template]
+    ids: list[str] = []
+    for first in range(start, total, 500):
+        with store.r.pipeline(transaction=False) as pipe:
+            for n in range(first, min(first + 500, total)):
+                at = time.time() - SPREAD * (total - n) / total
+                ids.append(_write_copy(store, pipe, models[n % len(models)], at))
+            pipe.execute()
+    return ids
+
+
+def _template(store: Store, run_id: str) -> dict[str, Any]:
+    run = store.run(run_id)
+    return {"run": run, "plan": store.plan(run.plan_id),
+            "audit": [json.loads(i) for i in store.r.lrange(store.keys.run_audit(run_id), 0, -1)],
+            "deploys": [d for env in ENVS for d in store.history(env, limit=HISTORY_READ)
+                        if d.run_id == run_id]}
+
+
+def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> str:
+    keys, run, plan = store.keys, model["run"], model["plan"]
+    shift = at - run.created_at
+    new_plan = plan.model_copy(update={"id": new_id("plan"), "created_at": at})
+    new_run = run.model_copy(update={
+        "id": new_id("run"), "plan_id": new_plan.id, "created_at": at,
+        "started_at": run.started_at and run.started_at + shift,
+        "finished_at": run.finished_at and run.finished_at + shift})
+    pipe.set(keys.plan(new_plan.id, 1), new_plan.model_dump_json())
+    pipe.set(keys.plan_latest(new_plan.id), 1)
+    pipe.set(keys.run(new_run.id), new_run.model_dump_json())
+    pipe.zadd(keys.runs(), {new_run.id: at})
+    pipe.zadd(keys.run_ids(), {new_run.id: 0})
+    for entry in model["audit"]:
+        copy = {**entry, "ref": new_id("aud"), "at": repr(float(entry["at"]) + shift),
+                "run_id": new_run.id, "plan_id": new_plan.id if entry["plan_id"] else ""}
+        pipe.xadd(keys.audit(), copy)
+        pipe.rpush(keys.run_audit(new_run.id), json.dumps(copy))
+    for deploy in model["deploys"]:
+        moved = deploy.model_copy(update={"run_id": new_run.id,
+                                          "started_at": deploy.started_at + shift,
+                                          "finished_at": deploy.finished_at + shift})
+        pipe.zadd(keys.history(deploy.environment), {moved.model_dump_json(): moved.finished_at})
+        pipe.set(keys.history_recorded(new_run.id), "1")
+    return str(new_run.id)
+
+
+def seed_schedules(store: Store, count: int = 30) -> None:
+    book, now = ScheduleBook(store), utc_now()
+    for n in range(count):
+        book.create(Schedule(spec=f"every day at {n % 24:02d}:00", cron=f"0 {n % 24} * * *",
+                             request=f"deploy v2.{n}.0 to staging", created_by="U001",
+                             created_at=now, armed_at=now))
 
 
 def timed(action: Callable[[], Any], repeat: int = 5) -> float:
@@ -110,10 +210,17 @@ def timed(action: Callable[[], Any], repeat: int = 5) -> float:
     return statistics.median(times)
 
 
-def report(store: Store, ids: list[str], bytes_per_run: float) -> None:
-    client, some = store.r, ids[len(ids) // 2]
-    floor = timed(lambda: client.get("bench:nothing"), repeat=200)
-    rows = [
+def home_reader(services: Services) -> Callable[[], Any]:
+    """Everything the App Home reads for one user (``bot.slack.home.home_data``), with the
+    Slack parts it does not read left out."""
+    bot = SimpleNamespace(store=services.store, services=services,
+                          directory=SimpleNamespace(groups_of=lambda user: []))
+    return lambda: home_data(bot, "U001")  # type: ignore[arg-type]
+
+
+def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, Any]]:
+    client, now = store.r, time.time()
+    return [
         ("runs (newest 20)", lambda: store.runs(limit=20), None),
         ("audit (newest 200)", lambda: store.audit_log(limit=200),
          lambda: client.xrange(store.keys.audit())),
@@ -123,9 +230,22 @@ def report(store: Store, ids: list[str], bytes_per_run: float) -> None:
         ("App Home locks", store.locks,
          lambda: list(client.scan_iter(store.keys.lock("*")))),
         ("runs show PREFIX", lambda: store.find_run(short_id(some)), None),
+        ("history production", lambda: store.history("production", limit=20), None),
+        ("where", store.deployed_states, None),
+        ("stats production", lambda: stats(store.history("production", limit=HISTORY_READ),
+                                           environment="production", now=now, days=30), None),
+        ("App Home (all data)", home_reader(services), None),
+        ("schedules list", lambda: handle_schedule_command(
+            ["list"], user="U001", user_groups=[], channel=None, services=services,
+            now=utc_now()), None),
     ]
+
+
+def report(store: Store, services: Services, ids: list[str], bytes_per_run: float) -> None:
+    client, some = store.r, ids[len(ids) // 2]
+    floor = timed(lambda: client.get("bench:nothing"), repeat=200)
     print(f"one bare round trip: {floor * 1e6:.0f} µs")
-    for name, now_, old in rows:
+    for name, now_, old in rows(store, services, some):
         took = timed(now_)
         line = f"{name:<20} {took * 1e3:8.2f} ms  = {took / floor:7.1f} round trips"
         if old is not None:
@@ -140,23 +260,53 @@ def report(store: Store, ids: list[str], bytes_per_run: float) -> None:
           f"{len(found)} violation(s)")
 
 
+def trim(store: Store) -> None:
+    """Retention over the older half: runs and audit entries per second, bytes freed."""
+    used = int(store.r.info("memory")["used_memory"])
+    with tempfile.TemporaryDirectory() as tmp:
+        export = Path(tmp) / "archive.jsonl"
+        started = time.perf_counter()
+        done = Retention(store, older_than=SPREAD / 2, export=export).run()
+        took = time.perf_counter() - started
+        size = export.stat().st_size
+    runs = sum(done.runs.values())
+    freed = used - int(store.r.info("memory")["used_memory"])
+    print(f"retention: {runs:,} runs and {done.audit:,} audit entries exported and trimmed in "
+          f"{took:.1f} s ({runs / took:,.0f} runs/s); archive {size / max(runs, 1):,.0f} "
+          f"bytes per run; Redis freed {freed / max(runs, 1):,.0f} bytes per run")
+    started = time.perf_counter()
+    found = StoreCheck(store).violations()
+    print(f"check --store after the trim: {time.perf_counter() - started:.1f} s, "
+          f"{len(found)} violation(s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--through-api", type=int, default=1_000,
+                        help="runs seeded through the store API; the rest are copies")
     args = parser.parse_args()
     with redis_url() as url:
-        store = Store.connect(url)
+        clock = Clock()
+        store = Store.connect(url, clock=clock)
         store.r.flushdb()
         store.ensure_group()
-        policy, now = Policy(), time.time()
+        policy = Policy()
         base = int(store.r.info("memory")["used_memory"])
         started = time.perf_counter()
-        ids = [seed_one(store, n, now, policy) for n in range(args.runs)]
+        through_api = min(args.runs, args.through_api)
+        ids = [seed_one(store, clock, n, args.runs, policy) for n in range(through_api)]
         seeded = time.perf_counter() - started
+        ids += clone(store, ids, through_api, args.runs)
         used = int(store.r.info("memory")["used_memory"]) - base
-        print(f"seeded {args.runs:,} runs in {seeded:.0f} s "
-              f"({args.runs / seeded:,.0f} runs/s through the store API)")
-        report(store, ids, used / args.runs)
+        seed_schedules(store)
+        clock.now = time.time()
+        print(f"seeded {through_api:,} runs through the store API in {seeded:.0f} s "
+              f"({through_api / seeded:,.0f} runs/s), {args.runs - through_api:,} more as "
+              f"copies of them (total {time.perf_counter() - started:.0f} s)")
+        services = build_services(load_config(EXAMPLES / "deckhand.yml"), store=store)
+        report(store, services, ids, used / args.runs)
+        trim(store)
         store.r.flushdb()
 
 

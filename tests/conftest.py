@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.fixtures.redis_server",
     "tests.fixtures.otlp",
     "tests.fixtures.redis_sentinel",
+    "tests.fixtures.redis_tls",
     "tests.fixtures.slack_standin",
     "tests.fixtures.slack_world",
     "tests.fixtures.openai_standin",

@@ -1,9 +1,9 @@
 """Durable state in Redis: plan versions, runs, leases, locks, the run queue, audit, dedupe,
-schedules. One module per kind of record; all of them go through ``_redis``: one key
-namer (``Keys``), one translation of redis-py's errors (``errors()``) and one
-compare-and-set loop (``cas()``), so double clicks, Slack retries and several replicas can
-never start a run twice. With ``REDIS_URL`` unset the same code runs on an in-process
-fakeredis.
+schedules, history, and trimming finished runs (retention). One module per kind of record;
+all of them go through ``_redis``: one key namer (``Keys``), one translation of redis-py's
+errors (``errors()``) and one compare-and-set loop (``cas()``), so double clicks, Slack
+retries and several replicas can never start a run twice. With ``REDIS_URL`` unset the
+same code runs on an in-process fakeredis.
 
 ``Store`` combines the parts so callers hold one object; ``ScheduleBook`` wraps a store;
 ``check.StoreCheck`` verifies (and repairs) the invariants the parts keep together.
@@ -23,11 +23,12 @@ from agents.store.locks import LockInfo, LockStore
 from agents.store.plans import PlanStore
 from agents.store.proposals import Proposal, ProposalStore
 from agents.store.queue import QueueStore
+from agents.store.retention import RetentionStore
 from agents.store.runs import Change
 
 
-class Store(PlanStore, LeaseStore, QueueStore, LockStore, AuditStore, HistoryStore,
-            HealthStore, ProposalStore):
+class Store(PlanStore, LeaseStore, RetentionStore, QueueStore, LockStore, AuditStore,
+            HistoryStore, HealthStore, ProposalStore):
     """Redis-backed state shared by every bot replica and worker."""
 
     @classmethod

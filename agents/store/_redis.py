@@ -10,7 +10,9 @@ whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
-``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL).
+``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
+``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
+completed).
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
@@ -31,6 +33,7 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
+from agents.store.connect import untrusted_certificate
 
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
@@ -127,6 +130,18 @@ class Keys:
     def proposal(self, plan_hash: str, requester: str) -> str:
         return self("proposal", plan_hash, requester)
 
+    def job_lock(self, name: str) -> str:
+        return self("joblock", name)
+
+    def job_done(self, name: str) -> str:
+        return self("job", name, "done")
+
+    def run_companions(self, run_id: str) -> list[str]:
+        """Every key named after one run besides its record (``run:ID``). Retention deletes
+        them with the run: a new per-run key is added here, and only here."""
+        return [self.owner(run_id), self.cancel(run_id), self.run_audit(run_id),
+                self.history_recorded(run_id)]
+
 
 class RedisBase:
     """The client and the two helpers every store method uses: ``errors()`` and ``cas()``."""
@@ -159,7 +174,16 @@ class RedisBase:
         """Translate redis-py's exceptions into ours at the border."""
         try:
             yield
+        except redis.AuthenticationError as exc:
+            raise StoreError(f"Redis at {self.where} refused the user and password in "
+                             f"REDIS_URL ({exc}); nothing was changed — check them (an ACL "
+                             f"user must be `on`)") from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if untrusted_certificate(exc):
+                raise StoreUnavailable(
+                    f"Redis at {self.where} presented a certificate that is not trusted "
+                    f"({_reason(exc)}); nothing was changed — name the CA that signed it "
+                    f"with ?ssl_ca_certs=/path/ca.pem in REDIS_URL") from exc
             raise StoreUnavailable(f"cannot reach Redis at {self.where} ({exc}); nothing was "
                                    f"changed — check REDIS_URL and that Redis is up") from exc
         except redis.RedisError as exc:
@@ -249,6 +273,12 @@ class RedisBase:
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
+
+
+def _reason(exc: BaseException) -> str:
+    """The verification failure alone (``self-signed certificate in certificate chain``)."""
+    message = str(exc)
+    return message.rpartition("certificate verify failed: ")[2].split(" (_ssl")[0] or message
 
 
 def text(value: bytes | str) -> str:

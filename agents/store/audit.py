@@ -25,6 +25,11 @@ class AuditEntry:
     def as_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
 
+    @classmethod
+    def from_json(cls, item: bytes | str) -> AuditEntry:
+        """An entry as a run's own list holds it."""
+        return _from_json(item)
+
 
 class AuditStore(RedisBase):
     def first_time(self, key: str, *, ttl: float = 3600) -> bool:
@@ -74,6 +79,29 @@ class AuditStore(RedisBase):
             return [_audit_entry(i, f) for i, f in
                     reversed(self._legacy_run_entries(run_id, limit))]
 
+    def old_audit(self, cutoff: float, *, after: str | None = None, limit: int = 500
+                  ) -> tuple[list[tuple[str, AuditEntry]], bool]:
+        """The oldest stream entries written before ``cutoff`` (their ``at``), after stream
+        id ``after``: up to ``limit`` of them, and whether more old ones may follow. Stops
+        at the first newer entry, so a writer's skewed clock can only delay a trim."""
+        start = f"({after}" if after else "-"
+        with self.errors():
+            page = self.r.xrange(self.keys.audit(), min=start, max="+", count=limit)
+        found: list[tuple[str, AuditEntry]] = []
+        for stream_id, fields in page:
+            entry = _audit_entry(stream_id, fields)
+            if entry.at >= cutoff:
+                return found, False
+            found.append((stream_id.decode(), entry))
+        return found, len(page) == limit
+
+    def forget_audit(self, stream_ids: list[str]) -> int:
+        """Delete exactly these stream entries (already exported); how many were there."""
+        if not stream_ids:
+            return 0
+        with self.errors():
+            return int(self.r.xdel(self.keys.audit(), *stream_ids))
+
     def _legacy_run_entries(self, run_id: str, limit: int) -> list[Any]:
         """A run audited before per-run lists existed: its entries among the newest
         LEGACY_SCAN of the shared stream, newest first."""
@@ -86,7 +114,7 @@ def _audit_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> AuditEntry:
     return _entry(text.get("ref") or entry_id.decode(), text)
 
 
-def _from_json(item: bytes) -> AuditEntry:
+def _from_json(item: bytes | str) -> AuditEntry:
     text = json.loads(item)
     return _entry(text["ref"], text)
 

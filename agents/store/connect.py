@@ -8,14 +8,24 @@ Sentinel URLs name every sentinel and the monitored service::
 The password (and user) authenticate to the Redis servers; sentinels that require their own
 password take ``DECKHAND_SENTINEL_PASSWORD``. Connection errors, a primary that was demoted
 (``READONLY``) and "no primary yet" during a failover are retried with bounded backoff, so a
-failover is an outage deckhand rides through, not an error it reports.
+failover is an outage deckhand rides through, not an error it reports. Refused credentials
+and an untrusted certificate are not retried: waiting cannot fix them.
+
+TLS (``rediss://``) always verifies the server's certificate and name. A private CA is
+given in the URL, for plain and Sentinel URLs alike: ``?ssl_ca_certs=/etc/deckhand/ca.pem``
+(and ``ssl_certfile`` / ``ssl_keyfile`` for a client certificate). Asking to turn
+verification off (``ssl_cert_reqs=none``, ``ssl_check_hostname=false``) is refused.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -28,6 +38,10 @@ PLAIN_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 RETRY_ON = [redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError]
 EXAMPLE = "redis://host:6379/0 or redis+sentinel://s1:26379,s2:26379/mymaster/0"
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+VERIFY_ON = {"ssl_cert_reqs": ("required",), "ssl_check_hostname": ("true", "1", "yes")}
+"""TLS options a URL may carry only with these values: verification is never turned off."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,7 @@ class SentinelTarget:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: bool = False
+    tls_files: dict[str, str] = field(default_factory=dict)
 
 
 def connect_client(url: str, *, failover_seconds: float = 15.0) -> redis.Redis:
@@ -47,7 +62,7 @@ def connect_client(url: str, *, failover_seconds: float = 15.0) -> redis.Redis:
     scheme = urlsplit(url).scheme
     sentinel = scheme in SENTINEL_SCHEMES  # a failover takes seconds; a restart, less
     retries = _retries(failover_seconds) if sentinel else 6
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries)
+    retry = TransientRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries)
     options = {"retry": retry, "socket_timeout": 5, "socket_connect_timeout": 5,
                "retry_on_error": RETRY_ON}
     if sentinel:
@@ -55,17 +70,65 @@ def connect_client(url: str, *, failover_seconds: float = 15.0) -> redis.Redis:
         # redis-py's sentinel module is untyped; master_for returns a redis.Redis
         sentinels = Sentinel(target.sentinels,  # type: ignore[no-untyped-call]
                              sentinel_kwargs=_sentinel_auth(target), socket_timeout=2,
-                             ssl=target.tls)
+                             ssl=target.tls, **target.tls_files)
         client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
             target.service, db=target.db, username=target.username,
-            password=target.password, ssl=target.tls, **options)
+            password=target.password, ssl=target.tls, **target.tls_files, **options)
         return client
     if scheme not in PLAIN_SCHEMES:
         raise StoreError(f"REDIS_URL: unknown scheme {scheme or '(none)'!r}; use {EXAMPLE}")
+    tls_files(url)
     try:
         return redis.Redis.from_url(url, **options)
     except ValueError as exc:
         raise StoreError(f"REDIS_URL is malformed ({exc}); use {EXAMPLE}") from exc
+
+
+def tls_files(url: str) -> dict[str, str]:
+    """The TLS files a URL names (each must be a readable file); StoreError for a TLS
+    option on a URL without TLS, or one that would turn verification off."""
+    parts = urlsplit(url)
+    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+    for name, allowed in VERIFY_ON.items():
+        if name in query and query[name].lower() not in allowed:
+            raise StoreError(f"REDIS_URL: {name}={query[name]} would turn off certificate "
+                             f"verification, which deckhand always does; give the CA that "
+                             f"signed the server's certificate with ssl_ca_certs=/path/ca.pem")
+    files = {name: query[name] for name in TLS_FILES if name in query}
+    tls = parts.scheme.startswith("rediss")
+    if (files or any(name in query for name in VERIFY_ON)) and not tls:
+        raise StoreError(f"REDIS_URL: TLS options need a TLS URL: use rediss:// (got "
+                         f"{safe_url(url)})")
+    for name, path in files.items():
+        if not os.access(path, os.R_OK) or not Path(path).is_file():
+            raise StoreError(f"REDIS_URL: {name}={path} is not a readable file")
+    return files
+
+
+def untrusted_certificate(exc: BaseException) -> bool:
+    """Whether connecting failed because the server's certificate was not trusted."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) \
+                or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class TransientRetry(Retry):
+    """redis-py's retry, except for failures waiting cannot fix: refused credentials and
+    an untrusted certificate are raised at once."""
+
+    def call_with_retry(self, do: Callable[[], T], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> T:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, redis.AuthenticationError) or untrusted_certificate(error):
+                return False
+            return is_retryable is None or is_retryable(error)
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
 def parse_sentinel_url(url: str) -> SentinelTarget:
@@ -80,7 +143,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     return SentinelTarget(sentinels=[_host_port(h, url) for h in hosts.split(",")],
                           service=path[0], db=_db(path[1] if len(path) > 1 else "0", url),
                           username=unquote(user) or None, password=unquote(password) or None,
-                          tls=parts.scheme.startswith("rediss"))
+                          tls=parts.scheme.startswith("rediss"), tls_files=tls_files(url))
 
 
 def _host_port(text: str, url: str) -> tuple[str, int]:
@@ -98,7 +161,7 @@ def _db(text: str, url: str) -> int:
 
 def _sentinel_auth(target: SentinelTarget) -> dict[str, object]:
     password = os.environ.get("DECKHAND_SENTINEL_PASSWORD")
-    auth: dict[str, object] = {"socket_timeout": 2, "ssl": target.tls}
+    auth: dict[str, object] = {"socket_timeout": 2, "ssl": target.tls, **target.tls_files}
     if password:
         auth["password"] = password
     return auth

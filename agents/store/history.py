@@ -12,6 +12,8 @@ from agents.store._redis import RedisBase
 
 HISTORY_READ = 500
 """Deploys read to answer "what did this host run before" and "which versions were here"."""
+KEEP_NEWEST = 50
+"""Deploys per environment that history retention never trims, however old."""
 
 
 class HistoryStore(RedisBase):
@@ -47,10 +49,33 @@ class HistoryStore(RedisBase):
 
     def deployed_states(self) -> list[Where]:
         """Every environment deckhand has deployed to, by name."""
+        return [self.deployed_state(env) for env in self.history_environments()]
+
+    def history_environments(self) -> list[str]:
         with self.errors():
             names = self.r.smembers(self.keys.history_environments())
-        envs = sorted(name.decode() for name in names)
-        return [self.deployed_state(env) for env in envs]
+        return sorted(name.decode() for name in names)
+
+    def old_deploys(self, environment: str, cutoff: float, *, skip: int = 0,
+                    limit: int = 500) -> list[tuple[bytes, Deploy]]:
+        """Up to ``limit`` deploys to ``environment`` that finished before ``cutoff``, oldest
+        first after the first ``skip``, as (member, deploy) — never one of its newest
+        ``KEEP_NEWEST``, whatever their age: "previous" and "roll back to" read those."""
+        key = self.keys.history(environment)
+        with self.errors():
+            trimmable = int(self.r.zcard(key)) - KEEP_NEWEST - skip
+            if trimmable <= 0:
+                return []
+            raws = self.r.zrangebyscore(key, "-inf", f"({cutoff!r}", start=skip,
+                                        num=min(limit, trimmable))
+        return [(raw, Deploy.model_validate_json(raw)) for raw in raws]
+
+    def forget_deploys(self, environment: str, members: list[bytes]) -> int:
+        """Delete exactly these history entries (already exported); ``where`` is untouched."""
+        if not members:
+            return 0
+        with self.errors():
+            return int(self.r.zrem(self.keys.history(environment), *members))
 
     def history(self, environment: str, *, limit: int = 20) -> list[Deploy]:
         """The last ``limit`` deploys to ``environment``, newest first."""

@@ -51,11 +51,11 @@ class LockStore(RedisBase):
 
     def refresh_locks(self, environments: Iterable[str], *, run_id: str, ttl: float) -> None:
         for env in environments:
-            self._if_lock_owner(env, run_id, lambda p, k: p.pexpire(k, int(ttl * 1000)))
+            self._if_holder(self.keys.lock(env), env, run_id, _extend(ttl))
 
     def release_locks(self, environments: Iterable[str], *, run_id: str) -> None:
         for env in environments:
-            self._if_lock_owner(env, run_id, self._unlock(env))
+            self._if_holder(self.keys.lock(env), env, run_id, self._unlock(env))
 
     def _unlock(self, environment: str) -> Callable[[Pipeline, str], Any]:
         def write(pipe: Pipeline, key: str) -> None:
@@ -63,19 +63,50 @@ class LockStore(RedisBase):
             pipe.srem(self.keys.locks(), environment)
         return write
 
-    def _if_lock_owner(self, env: str, run_id: str,
-                       action: Callable[[Pipeline, str], Any]) -> None:
-        key = self.keys.lock(env)
-
-        def attempt(pipe: Pipeline) -> None:
-            holder = _lock_info(env, pipe.get(key))
-            if holder is None or holder.run_id != run_id:
-                return
+    def _if_holder(self, key: str, name: str, holder: str,
+                   action: Callable[[Pipeline, str], Any]) -> bool:
+        """Apply ``action`` to the lock at ``key`` only while ``holder`` holds it."""
+        def attempt(pipe: Pipeline) -> bool:
+            info = _lock_info(name, pipe.get(key))
+            if info is None or info.run_id != holder:
+                return False
             pipe.multi()
             action(pipe, key)
             pipe.execute()
+            return True
 
-        self.cas([key], attempt, busy=f"the lock on {env}")
+        return self.cas([key], attempt, busy=f"the lock on {name}")
+
+    # -- periodic jobs (retention): one process at a time across every replica -------------
+
+    def take_job_lock(self, name: str, *, owner: str, ttl: float) -> bool:
+        """Take the lease on job ``name`` for ``ttl`` seconds; False if someone holds it."""
+        value = json.dumps({"run": owner, "worker": owner, "since": self.clock()})
+        with self.errors():
+            return bool(self.r.set(self.keys.job_lock(name), value, nx=True,
+                                   px=int(ttl * 1000)))
+
+    def hold_job_lock(self, name: str, *, owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s lease on job ``name``; False if it lapsed or another took it."""
+        return self._if_holder(self.keys.job_lock(name), name, owner, _extend(ttl))
+
+    def release_job_lock(self, name: str, *, owner: str) -> None:
+        self._if_holder(self.keys.job_lock(name), name, owner, lambda p, k: p.delete(k))
+
+    def job_done_at(self, name: str) -> float | None:
+        """When job ``name`` last completed (None: never)."""
+        with self.errors():
+            raw = self.r.get(self.keys.job_done(name))
+        return float(raw) if raw is not None else None
+
+    def mark_job_done(self, name: str, at: float) -> None:
+        with self.errors():
+            self.r.set(self.keys.job_done(name), repr(at))
+
+    def job_lock(self, name: str) -> LockInfo | None:
+        """Who holds job ``name``'s lease (``run_id`` and ``worker`` name the owner)."""
+        with self.errors():
+            return _lock_info(name, self.r.get(self.keys.job_lock(name)))
 
     def lock(self, environment: str) -> LockInfo | None:
         """Who holds ``environment``'s lock, or None if it is free."""
@@ -104,6 +135,10 @@ class LockStore(RedisBase):
             pipe.execute()
 
         self.cas([key], attempt, busy=f"the queue for {environment}'s lock")
+
+
+def _extend(ttl: float) -> Callable[[Pipeline, str], Any]:
+    return lambda pipe, key: pipe.pexpire(key, int(ttl * 1000))
 
 
 def _lock_info(env: str, raw: bytes | str | None) -> LockInfo | None:

@@ -92,10 +92,12 @@ class RunStore(AuditStore):
         return Run.model_validate_json(raw)
 
     def runs(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
-        """Most recent runs first, optionally only those in ``statuses``."""
+        """Most recent runs first, optionally only those in ``statuses`` (looked for among
+        the newest ``max(limit * 5, 100)``; without a filter, exactly ``limit`` are read)."""
         wanted = set(statuses) if statuses is not None else None
+        window = limit if wanted is None else max(limit * 5, 100)
         with self.errors():
-            ids = self.r.zrevrange(self.keys.runs(), 0, max(limit * 5, 100))
+            ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
             raws = self.r.mget([self.keys.run(i.decode()) for i in ids]) if ids else []
         runs = [Run.model_validate_json(raw) for raw in raws if raw]
         return [r for r in runs if wanted is None or r.status in wanted][:limit]

@@ -97,11 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot.cli import completion, history, hosts, init, mcp, runs, schedules, serve
+    from bot.cli import completion, history, hosts, init, mcp, retention, runs, schedules, serve
     from bot.cli import eval as evaluation
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
-            schedules.register, mcp.register, evaluation.register, completion.register]
+            schedules.register, retention.register, mcp.register, evaluation.register,
+            completion.register]
 
 
 def _add_demo(commands: Commands) -> None:

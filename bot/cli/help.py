@@ -21,6 +21,8 @@ EXAMPLES: dict[str, list[str]] = {
     "cancel": ["deckhand cancel RUN_ID"],
     "hosts": ["deckhand hosts check production", "deckhand hosts trust web-1"],
     "serve": ["deckhand serve", "deckhand serve --http --port 3000"],
+    "retention": ["deckhand retention --dry-run       # what would be exported and trimmed",
+                  "deckhand retention --older-than 180d --export /backup/deckhand.jsonl"],
     "schedules": ['deckhand schedules add "every weekday at 02:00" deploy v1.0.0 to staging'],
     "eval": ["deckhand eval --config examples/deckhand.yml --planner playbook",
              "deckhand eval --compare playbook llm:model=gpt-4o-mini --record evals/",

@@ -87,3 +87,26 @@ def test_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "is valid" in out and "inventory.hosts" in out
     assert main(["check", str(tmp_path / "missing.yml")]) == 2
     assert "cannot read file" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("section", "where", "message"), [
+    ("retention: {days: 0, export: a.jsonl}", "retention.days", "greater than or equal to 1"),
+    ("retention: {days: 90}", "retention.export", "Field required"),
+    ("retention: {days: 90, export: a.jsonl, keep: all}", "retention.keep", "not permitted"),
+    ("retention: {days: ninety, export: a.jsonl}", "retention.days", "valid number"),
+    ("retention: {days: 90, export: a.jsonl, every_hours: -1}", "retention.every_hours",
+     "greater than or equal to 0"),
+    ("history: {retention_days: 30}", "history.retention_days", "needs a retention section"),
+])
+def test_bad_retention_settings_are_one_clear_problem(tmp_path: Path, section: str, where: str,
+                                                     message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(tmp_path, extra=section + "\n")
+    assert len(caught.value.problems) == 1
+    assert where in str(caught.value) and message in str(caught.value)
+
+
+def test_retention_export_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    config = make_config(tmp_path, extra="retention: {days: 90, export: archive/runs.jsonl}\n")
+    assert config.retention is not None and config.retention.every_hours == 24
+    assert config.retention.export == str(tmp_path / "archive" / "runs.jsonl")

@@ -1,0 +1,324 @@
+"""Retention: finished runs and audit entries older than N days are exported to an archive
+(a JSONL file), then trimmed from Redis; deploys only when ``history.retention_days`` says.
+
+Each batch is read, appended to the archive, flushed and fsynced, and only then deleted.
+A crash between the fsync and the delete leaves the batch both in the archive and in
+Redis, so the next pass writes the same lines again: an archive may hold a line twice,
+never miss a trimmed record. Lines carry nothing about the pass that wrote them, so a
+repeated line is byte-identical (``sort -u`` or "one per (kind, id)" deduplicates).
+
+One JSON object per line, with ``kind``:
+
+* ``run``: ``id``, ``run`` (the record), ``plans`` (every version), ``audit`` (the run's
+  own entries, which are deleted with it);
+* ``audit``: one entry of the shared audit log (``id``, ``at``, ``actor``, ``action``,
+  ``run_id``, ``plan_id``, ``details``, ``stream_id``) — a run's entries appear here too
+  when they age out of the shared log;
+* ``deploy``: one deployment-history entry (``id`` is ``RUN:ENV``).
+
+Never trimmed: a run that is not terminal, however old; ``where`` (what each host serves);
+an environment's newest deploys (``agents.store.history.KEEP_NEWEST``); an unattended
+schedule's approved plan. Several replicas: a job lease lets one process trim at a time,
+and ``job:retention:done`` spaces complete passes ``every_hours`` apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.errors import RetentionError
+from agents.history import DAY, Deploy
+from agents.store import AuditEntry, Store
+from agents.store.retention import Found, RunRecord
+from agents.store.schedules import ScheduleBook
+
+JOB = "retention"
+LEASE = 120.0
+"""Seconds the job lease lasts; renewed after every batch."""
+SLICE = 5.0
+"""Seconds a worker spends trimming per idle moment, so queued runs never wait long."""
+BATCH = 200
+AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
+UNITS = {"": DAY, "d": DAY, "h": 3600.0, "w": 7 * DAY}
+
+
+class RetentionSettings(BaseModel):
+    """The ``retention`` section of the config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    days: float = Field(ge=1, description="finished runs and audit entries older than this "
+                                          "are exported, then trimmed")
+    export: str = Field(min_length=1, description="the JSONL file they are appended to first "
+                                                  "(relative: to the config file)")
+    every_hours: float = Field(default=24.0, ge=0, description="how often a worker runs it "
+                                                                "(0: only `deckhand retention`)")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in ``90d``, ``36h``, ``2w`` or ``90`` (days); RetentionError otherwise."""
+    found = AGE.match(text)
+    if not found or float(found[1]) <= 0:
+        raise RetentionError(f"--older-than {text!r}: give an age like 90d, 36h or 2w")
+    return float(found[1]) * UNITS[found[2]]
+
+
+class Archive:
+    """An append-only JSONL file; every ``append`` is on disk (fsynced) when it returns."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lines = 0
+        self._file: IO[bytes] | None = None
+
+    def open(self) -> None:
+        """Open for appending (creating it, mode 0600); a torn last line is closed off."""
+        try:
+            existed = self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = os.fdopen(fd, "ab")
+            if existed and self.path.stat().st_size and not _ends_with_newline(self.path):
+                self._file.write(b"\n")  # a crash mid-line: never glue a record onto it
+            if not existed:
+                _fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise RetentionError(f"cannot write the retention export {self.path} "
+                                 f"({exc.strerror or exc}); nothing was trimmed — fix "
+                                 f"retention.export (or --export)") from exc
+
+    def append(self, objects: list[dict[str, Any]]) -> None:
+        if self._file is None:
+            raise RetentionError("the archive is not open")  # a bug: trim only after open()
+        data = b"".join(_line(o) for o in objects)
+        try:
+            self._file.write(data)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise RetentionError(f"writing the retention export {self.path} failed "
+                                 f"({exc.strerror or exc}); this batch was not trimmed") from exc
+        self.lines += len(objects)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass
+class RetentionReport:
+    """What a pass exported and trimmed (or, in a dry run, would)."""
+
+    cutoff: float
+    export: Path
+    dry_run: bool
+    history_cutoff: float | None = None
+    runs: Counter[str] = field(default_factory=Counter)
+    """Trimmed runs by status."""
+    unfinished: set[str] = field(default_factory=set)
+    """Runs created before the cutoff that are not finished (kept)."""
+    plans: int = 0
+    audit: int = 0
+    deploys: int = 0
+    lines: int = 0
+    complete: bool = True
+    """False when the pass stopped at its time budget (the next one continues)."""
+
+    @property
+    def trimmed(self) -> int:
+        return sum(self.runs.values()) + self.audit + self.deploys
+
+    def add(self, found: Found) -> None:
+        self.runs.update(r.run.status.value for r in found.records)
+        self.plans += sum(len(r.plans) for r in found.records)
+        self.unfinished |= {r.id for r in found.kept if not r.status.terminal}
+
+
+Hold = Callable[[], bool]
+"""Renews this process's lease before a delete; False if another process took it."""
+
+
+class Retention:
+    """One pass over the store: runs, then the shared audit log, then (if set) deploys."""
+
+    def __init__(self, store: Store, *, older_than: float, export: Path,
+                 history_older_than: float | None = None, batch: int = BATCH,
+                 hold: Hold = lambda: True):
+        self.store, self.export, self.batch, self.hold = store, export, batch, hold
+        self.older_than, self.history_older_than = older_than, history_older_than
+        self.archive = Archive(export)
+        self._deadline = float("inf")
+
+    @classmethod
+    def configured(cls, store: Store, settings: RetentionSettings | None, *,
+                   history_days: float | None, older_than: float | None = None,
+                   export: Path | None = None, batch: int = BATCH) -> Retention:
+        """A pass as the config says, each setting overridable (RetentionError if neither
+        the config nor the caller gives an age and an export file)."""
+        age = older_than if older_than is not None else (settings.days * DAY if settings
+                                                          else None)
+        path = export or (Path(settings.export) if settings else None)
+        if age is None or path is None:
+            raise RetentionError("retention is not configured: add a retention section "
+                                 "(days, export) to the config, or pass --older-than and "
+                                 "--export")
+        return cls(store, older_than=age, export=path, batch=batch,
+                   history_older_than=history_days * DAY if history_days else None)
+
+    def run(self, *, dry_run: bool = False, budget: float | None = None) -> RetentionReport:
+        """Export and trim (or only count, ``dry_run``) what is older than the cutoffs."""
+        now = self.store.clock()
+        report = RetentionReport(now - self.older_than, self.export, dry_run)
+        if self.history_older_than is not None:
+            report.history_cutoff = now - self.history_older_than
+        self._deadline = time.monotonic() + budget if budget is not None else float("inf")
+        if not dry_run:
+            self.archive.open()
+        try:
+            report.complete = self._runs(report) and self._audit(report) and self._deploys(report)
+        finally:
+            report.lines = self.archive.lines
+            self.archive.close()
+        return report
+
+    def _runs(self, report: RetentionReport) -> bool:
+        keep = {s.approved_plan_id for s in ScheduleBook(self.store).all() if s.approved_plan_id}
+        ids = self.store.runs_created_before(report.cutoff)
+        for start in range(0, len(ids), self.batch):
+            if start and self._late():
+                return False
+            chunk = ids[start:start + self.batch]
+            report.add(self.store.finished_runs(chunk, report.cutoff, keep_plans=keep)
+                       if report.dry_run else
+                       self.store.trim_runs(chunk, report.cutoff, keep_plans=keep,
+                                            export=self._export_runs))
+        return True
+
+    def _export_runs(self, records: list[RunRecord]) -> None:
+        self._durable([run_line(r) for r in records])
+
+    def _audit(self, report: RetentionReport) -> bool:
+        after: str | None = None
+        while True:
+            entries, more = self.store.old_audit(report.cutoff, after=after, limit=self.batch)
+            if entries and not report.dry_run:
+                self._durable([audit_line(i, e) for i, e in entries])
+                self.store.forget_audit([i for i, _ in entries])
+            report.audit += len(entries)
+            if not more:
+                return True
+            if self._late():
+                return False
+            after = entries[-1][0]
+
+    def _deploys(self, report: RetentionReport) -> bool:
+        if report.history_cutoff is None:
+            return True
+        for env in self.store.history_environments():
+            skip = 0
+            while found := self.store.old_deploys(env, report.history_cutoff, skip=skip,
+                                                  limit=self.batch):
+                if report.deploys and self._late():
+                    return False
+                if report.dry_run:
+                    skip += len(found)
+                else:
+                    self._durable([deploy_line(env, d) for _, d in found])
+                    self.store.forget_deploys(env, [member for member, _ in found])
+                report.deploys += len(found)
+        return True
+
+    def _late(self) -> bool:
+        """Past the time budget (checked between batches: a pass always makes progress)."""
+        return time.monotonic() > self._deadline
+
+    def _durable(self, lines: list[dict[str, Any]]) -> None:
+        """Append and fsync ``lines``; then make sure the lease is still ours to delete."""
+        self.archive.append(lines)
+        if not self.hold():
+            raise RetentionError("another process took over retention (the lease lapsed); "
+                                 "stopped before deleting this batch — it is exported and "
+                                 "will be again")
+
+
+def run_line(record: RunRecord) -> dict[str, Any]:
+    return {"kind": "run", "id": record.run.id, "run": json.loads(record.raw),
+            "plans": [json.loads(raw) for _, raw in sorted(record.plans.items())],
+            "audit": [AuditEntry.from_json(item).__dict__ for item in record.audit]}
+
+
+def audit_line(stream_id: str, entry: AuditEntry) -> dict[str, Any]:
+    return {"kind": "audit", **entry.__dict__, "stream_id": stream_id}
+
+
+def deploy_line(environment: str, deploy: Deploy) -> dict[str, Any]:
+    return {"kind": "deploy", "id": f"{deploy.run_id}:{environment}",
+            "deploy": deploy.model_dump(mode="json")}
+
+
+# -- one process at a time ------------------------------------------------------------------
+
+def run_exclusively(store: Store, retention: Retention, *, owner: str,
+                    budget: float | None = None) -> RetentionReport | None:
+    """A pass under the job lease, or None if another process holds it. A complete pass
+    marks the job done; one that trimmed anything is audited."""
+    if not store.take_job_lock(JOB, owner=owner, ttl=LEASE):
+        return None
+    retention.hold = lambda: store.hold_job_lock(JOB, owner=owner, ttl=LEASE)
+    try:
+        report = retention.run(budget=budget)
+        if report.complete:
+            store.mark_job_done(JOB, store.clock())
+    finally:
+        store.release_job_lock(JOB, owner=owner)
+    if report.trimmed:
+        store.audit("retention", actor=owner, runs=sum(report.runs.values()),
+                    audit_entries=report.audit, deploys=report.deploys,
+                    export=str(report.export), complete=report.complete)
+    return report
+
+
+def holder_text(store: Store) -> str:
+    """Who holds the retention lease, for a message."""
+    holder = store.job_lock(JOB)
+    if holder is None:
+        return "another process (just finished)"
+    return f"{holder.worker}, since {time.strftime('%H:%M:%S', time.localtime(holder.since))}"
+
+
+def due(store: Store, settings: RetentionSettings) -> bool:
+    """Whether a worker should start (or continue) a pass now."""
+    if settings.every_hours == 0:
+        return False
+    done = store.job_done_at(JOB)
+    return done is None or store.clock() - done >= settings.every_hours * 3600
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            + "\n").encode()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a new file's name durable too, not only its contents."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
