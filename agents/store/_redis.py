@@ -4,7 +4,10 @@ translation of redis-py's exceptions, and the one compare-and-set loop.
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
 ``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
 prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:audit``
-(list: that run's audit entries, as JSON), ``lock:ENV``, ``locks`` (set of environments
+(list: that run's audit entries, as JSON), ``run:ID:hosts`` (hash: the run's host journal,
+``PHASE/STEP/HOST`` → the newest ``HostChange`` since the record was last written; folded
+into ``run:ID`` and deleted when the run ends or is taken over), ``replication:probe`` (a
+counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
@@ -73,6 +76,13 @@ class Keys:
 
     def run_audit(self, run_id: str) -> str:
         return self("run", run_id, "audit")
+
+    def run_hosts(self, run_id: str) -> str:
+        """The run's host journal: host results newer than its record."""
+        return self("run", run_id, "hosts")
+
+    def replication_probe(self) -> str:
+        return self("replication", "probe")
 
     def owner(self, run_id: str) -> str:
         return self("run", run_id, "owner")
@@ -231,8 +241,13 @@ class RedisBase:
         """
         if self.embedded or self._replica_count() == 0:
             return True
-        with self.errors():
-            acked = int(self.r.wait(1, int(self.replicate_timeout * 1000)))
+        # WAIT covers the writes of the connection it is sent on, and the pool may hand out
+        # another one than the writer's: a write first, on the same connection, puts every
+        # write acknowledged so far before the offset WAIT waits for.
+        with self.errors(), self.r.pipeline(transaction=False) as pipe:
+            pipe.incr(self.keys.replication_probe())
+            pipe.wait(1, int(self.replicate_timeout * 1000))
+            acked = int(pipe.execute()[-1])
         if acked < 1:
             log.warning("%s is not replicated yet (no replica answered within %.1f s)",
                         what, self.replicate_timeout)
