@@ -340,7 +340,7 @@ class _Execution:
                 if failure is not None:
                     outcomes.append(_HostOutcome(ok=False, error=failure))
                     break
-            refused = self._start_batch(step, phase, tool, batch)
+            refused = self._start_batch(step, phase, tool, params, batch)
             if refused:
                 outcomes += refused
                 break
@@ -357,12 +357,14 @@ class _Execution:
         return outcomes
 
     def _start_batch(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
-                     batch: list[Host]) -> list[_HostOutcome]:
+                     params: dict[str, ParamValue], batch: list[Host]) -> list[_HostOutcome]:
         """Before a mutating command starts on a batch: one event records that it may start
         on each of its hosts, and one wait makes that durable for the whole batch. The
         outcomes of a batch that must not start (nothing ran there), else none."""
         if not tool.mutates:
             return []
+        for host in batch:  # a command that cannot be built fails the step before any host
+            self._command(tool, params, host)  # is counted as changed
         names = [h.name for h in batch]
         fresh = self._not_yet_changed(names)
         self.emit(EventKind.HOSTS_STARTING, step_id=step.id, phase=phase, hosts=names,
@@ -407,15 +409,18 @@ class _Execution:
     def _run_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                      params: dict[str, ParamValue], host: Host,
                      token: CancelToken) -> _HostOutcome:
-        host_vars = {"name": host.name, "address": host.address, **host.vars}
-        command = self.deps.catalog.render(tool, params, host_vars=host_vars,
-                                           config_vars=self.deps.config_vars)
+        command = self._command(tool, params, host)
         with tracing.span("deckhand.host", {"deckhand.host": host.name,
                                             "deckhand.step.id": step.id}) as span:
             outcome = self._attempts_on_host(step, phase, tool, host, command, token)
             tracing.finish(span, ok=outcome.ok, **{
                 "deckhand.error": self.deps.redact(outcome.error) if outcome.error else None})
         return outcome
+
+    def _command(self, tool: Tool, params: dict[str, ParamValue], host: Host) -> str:
+        host_vars = {"name": host.name, "address": host.address, **host.vars}
+        return self.deps.catalog.render(tool, params, host_vars=host_vars,
+                                        config_vars=self.deps.config_vars)
 
     def _attempts_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                           host: Host, command: str, token: CancelToken) -> _HostOutcome:
