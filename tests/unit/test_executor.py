@@ -1,11 +1,9 @@
-import textwrap
 import threading
 from pathlib import Path
 
-from agents.config import Config, load_config
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from agents.targets import resolve
-from tests.fixtures.builders import BASE, SHELL_TOOLS, make_config, make_executor, make_plan
+from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
 from tools.runners.base import CancelToken
 
@@ -178,16 +176,6 @@ def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: 
     assert "not idempotent" in (resumed.steps["a"].error or "")
 
 
-def _fleet_config(tmp_path: Path, batch_size: int) -> Config:
-    """The builders' config with one more environment: fleet, three hosts."""
-    fleet = (f"\n    fleet: {{hosts: [web-1, web-2, web-3], "
-             f"rollout: {{batch_size: {batch_size}}}}}\n")
-    path = tmp_path / "deckhand.yml"
-    path.write_text(textwrap.dedent(BASE).replace("batch_size: 1}}\n", "batch_size: 1}}" + fleet)
-                    + textwrap.dedent(SHELL_TOOLS))
-    return load_config(path)
-
-
 def _change_fleet(script: str = "true") -> dict:
     return {"id": "deploy", "tool": "change",
             "params": {"environment": "fleet", "label": "x", "script": script}}
@@ -209,7 +197,7 @@ def test_a_mutating_batch_is_made_durable_once_before_it_starts(tmp_path: Path) 
                                         "params": {"line": "x"}}],
                      rollback=[{"id": "undo", "tool": "undo",
                                 "params": {"environment": "fleet"}}])
-    run = make_executor(_fleet_config(tmp_path, 3)).execute(plan, listeners=[listener],
+    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, listeners=[listener],
                                                            durable=durable)
     assert run.status is RunStatus.SUCCEEDED
     # one wait for the batch of three, before any host started; none for the read-only step
@@ -227,7 +215,7 @@ def test_each_batch_waits_and_rollback_of_changed_hosts_does_not(tmp_path: Path)
                                         "params": {"script": "exit 1"}}],
                      rollback=[{"id": "undo", "tool": "undo",
                                 "params": {"environment": "fleet"}}])
-    run = make_executor(_fleet_config(tmp_path, 1)).execute(plan, durable=durable)
+    run = make_executor(fleet_config(tmp_path, 1)).execute(plan, durable=durable)
     assert run.status is RunStatus.ROLLED_BACK
     assert asked == ["the start of deploy on 1 host(s)"] * 3  # one per batch of one
     assert run.rollback["undo"].status is StepStatus.SUCCEEDED  # no new wait: already changed
@@ -239,7 +227,7 @@ def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> No
 
     plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
                                                     "params": {"environment": "fleet"}}])
-    run = make_executor(_fleet_config(tmp_path, 3)).execute(plan, durable=durable)
+    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, durable=durable)
     assert run.status is RunStatus.ROLLED_BACK  # nothing was changed, so nothing to undo
     state = run.steps["deploy"]
     assert state.status is StepStatus.FAILED
