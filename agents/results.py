@@ -52,10 +52,11 @@ class HostTally:
         return self.counts.get(StepStatus.SUCCEEDED, 0)
 
     def describe(self) -> str:
-        """``488/500 hosts`` and, when there are any, ``, 8 running, 4 failed``."""
+        """``488/500 hosts`` and, when there are any, `` (8 running, 4 failed)``."""
         others = [f"{self.counts[s]} {TALLY_WORDS[s]}" for s in TALLY_WORDS
                   if self.counts.get(s)]
-        return ", ".join([f"{self.succeeded}/{self.total} hosts", *others])
+        done = f"{self.succeeded}/{self.total} hosts"
+        return f"{done} ({', '.join(others)})" if others else done
 
 
 TALLY_WORDS = {StepStatus.RUNNING: "running", StepStatus.PENDING: "waiting",

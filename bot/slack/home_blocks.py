@@ -151,7 +151,7 @@ def _running_step(step_id: str, run: Run) -> str:
     hosts = tally(run.steps[step_id])
     if hosts.total <= 1:
         return f"`{step_id}`"
-    return f"`{step_id}` ({hosts.describe()})"
+    return f"`{step_id}` {hosts.describe()}"
 
 
 def _recent_line(run: Run, now: float) -> str:
