@@ -53,11 +53,16 @@ class RunRecorder:
 
     def durable(self, what: str) -> str | None:
         """None once everything recorded so far is in Redis and on a replica (where there
-        are replicas); else why not, for the host that then does not start."""
+        are replicas); else why not, for the host that then does not start.
+
+        A primary with no replica connected now (a single node, or a replica just promoted
+        whose old primary is gone) is not waited for: no failover can lose what it holds.
+        A stalled replica still counts as connected, so it stops the command.
+        """
         unsaved = self._unsaved
         if unsaved is not None:
             return f"its start could not be recorded in Redis ({unsaved})"
-        if not self.store.replicate(what):
+        if not self.store.replicate(what) and self.store.replica_count(fresh=True) > 0:
             return (f"replication to a Redis replica timed out: no replica confirmed within "
                     f"{self.store.replicate_timeout:g}s that its start is recorded, and a "
                     f"failover could lose that record — check the replica (INFO replication), "

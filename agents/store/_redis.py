@@ -239,7 +239,7 @@ class RedisBase:
         False when none acknowledged within ``replicate_timeout``: the write is on the
         primary only, and a failover now could lose it.
         """
-        if self.embedded or self._replica_count() == 0:
+        if self.embedded or self.replica_count() == 0:
             return True
         # WAIT covers the writes of the connection it is sent on, and the pool may hand out
         # another one than the writer's: a write first, on the same connection, puts every
@@ -253,9 +253,13 @@ class RedisBase:
                         what, self.replicate_timeout)
         return acked >= 1
 
-    def _replica_count(self) -> int:
+    def replica_count(self, *, fresh: bool = False) -> int:
+        """Replicas connected to the primary, asked at most every ``REPLICA_CHECK_EVERY``
+        seconds unless ``fresh`` (0 for the embedded store)."""
+        if self.embedded:
+            return 0
         now = time.monotonic()
-        if self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
+        if fresh or self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
             with self.errors():
                 count = int(self.r.info("replication").get("connected_slaves", 0))
             self._replicas = (now, count)
