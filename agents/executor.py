@@ -33,7 +33,16 @@ from tools.runners.gate import GateRunner
 
 log = logging.getLogger("deckhand.executor")
 
-Listener = Callable[[Event, Run], None]
+Deferred = Callable[[], None]
+Listener = Callable[[Event, Run], Deferred | None]
+"""Sees every event, in order, under the execution's lock: it must be quick. I/O that need
+not be ordered with other hosts' events goes in the callable it may return, which runs once
+the lock is released and before the emitting thread carries on (so what it writes about a
+host's start has landed before the command starts)."""
+Durable = Callable[[str], str | None]
+"""Before a mutating command starts on hosts newly counted as changed: None once the record
+of that start is durable (or there is nothing to wait for), else why it is not — the
+command then does not start there. Its argument says what is waited for, for logs."""
 RunnerFor = Callable[[Host], Runner]
 Replanner = Callable[[Plan, Run], "Plan | None"]
 
@@ -68,16 +77,17 @@ class Executor:
 
     def execute(self, plan: Plan, run: Run | None = None, *,
                 cancel: CancelToken | None = None,
-                listeners: Iterable[Listener] = ()) -> Run:
+                listeners: Iterable[Listener] = (), durable: Durable | None = None) -> Run:
         """Run ``plan`` to its end and return the final record.
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
-        not repeated. ``cancel`` stops the run the same way a failure does.
+        not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
+        asked once per batch of hosts before a mutating command starts (see ``Durable``).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
-                               [*self.listeners, *listeners])
+                               [*self.listeners, *listeners], durable or _nothing_to_wait_for)
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
         with tracing.span("deckhand.run", {
                 "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
@@ -103,9 +113,9 @@ class _Execution:
     """State of one ``execute`` call."""
 
     def __init__(self, executor: Executor, plan: Plan, run: Run, cancel: CancelToken,
-                 listeners: list[Listener]):
+                 listeners: list[Listener], durable: Durable):
         self.ex, self.deps, self.plan, self.run = executor, executor.deps, plan, run
-        self.cancel = cancel
+        self.cancel, self.durable = cancel, durable
         self.steps_token = cancel.child()  # failure with on_failure=cancel kills running steps
         self.listeners = listeners
         self.lock = threading.RLock()
@@ -130,11 +140,10 @@ class _Execution:
         event = Event(kind=kind, run_id=self.run.id, **fields)
         with self.lock:
             self.run.apply(event)
-            for listener in self.listeners:
-                try:
-                    listener(event, self.run)
-                except Exception:  # a broken listener must not break the deploy
-                    log.exception("listener %r failed on %s", listener, event.kind.value)
+            later = [_notify(listener, event, self.run) for listener in self.listeners]
+        for work in later:  # outside the lock: one host's I/O does not hold up the others
+            if work is not None:
+                _finish(work, event)
 
     # -- plan phase ----------------------------------------------------------------------
 
@@ -332,6 +341,10 @@ class _Execution:
                 if failure is not None:
                     outcomes.append(_HostOutcome(ok=False, error=failure))
                     break
+            refused = self._start_batch(step, phase, tool, params, batch)
+            if refused:
+                outcomes += refused
+                break
             if len(batch) == 1:
                 outcomes.append(self._run_on_host(step, phase, tool, params, batch[0], token))
             else:
@@ -343,6 +356,36 @@ class _Execution:
             if rollout.stop_on_failure and not all(o.ok for o in outcomes):
                 break
         return outcomes
+
+    def _start_batch(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
+                     params: dict[str, ParamValue], batch: list[Host]) -> list[_HostOutcome]:
+        """Before a mutating command starts on a batch: one event records that it may start
+        on each of its hosts, and one wait makes that durable for the whole batch. The
+        outcomes of a batch that must not start (nothing ran there), else none."""
+        if not tool.mutates:
+            return []
+        for host in batch:  # a command that cannot be built fails the step before any host
+            self._command(tool, params, host)  # is counted as changed
+        names = [h.name for h in batch]
+        fresh = self._not_yet_changed(names)
+        self.emit(EventKind.HOSTS_STARTING, step_id=step.id, phase=phase, hosts=names,
+                  mutating=True)
+        problem = self.durable(f"the start of {step.id} on {len(fresh)} host(s)") \
+            if fresh else None  # rollback visits only changed hosts: nothing new to keep
+        if problem is None:
+            return []
+        return [self._not_started({"step_id": step.id, "phase": phase, "host": name}, problem)
+                for name in names]
+
+    def _not_yet_changed(self, names: list[str]) -> list[str]:
+        with self.lock:
+            changed = set(self.run.changed_hosts)
+        return [n for n in names if n not in changed]
+
+    def _not_started(self, ids: dict[str, Any], problem: str) -> _HostOutcome:
+        error = f"{ids['host']}: not started: {problem}"
+        self.emit(EventKind.HOST_FINISHED, status="failed", error=error, mutating=False, **ids)
+        return _HostOutcome(ok=False, error=error)
 
     def _batch_gates(self, step: Step | RollbackStep, params: dict[str, ParamValue],
                      rollout: Rollout, done: int, token: CancelToken) -> str | None:
@@ -367,9 +410,7 @@ class _Execution:
     def _run_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                      params: dict[str, ParamValue], host: Host,
                      token: CancelToken) -> _HostOutcome:
-        host_vars = {"name": host.name, "address": host.address, **host.vars}
-        command = self.deps.catalog.render(tool, params, host_vars=host_vars,
-                                           config_vars=self.deps.config_vars)
+        command = self._command(tool, params, host)
         with tracing.span("deckhand.host", {"deckhand.host": host.name,
                                             "deckhand.step.id": step.id}) as span:
             outcome = self._attempts_on_host(step, phase, tool, host, command, token)
@@ -377,13 +418,20 @@ class _Execution:
                 "deckhand.error": self.deps.redact(outcome.error) if outcome.error else None})
         return outcome
 
+    def _command(self, tool: Tool, params: dict[str, ParamValue], host: Host) -> str:
+        host_vars = {"name": host.name, "address": host.address, **host.vars}
+        return self.deps.catalog.render(tool, params, host_vars=host_vars,
+                                        config_vars=self.deps.config_vars)
+
     def _attempts_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                           host: Host, command: str, token: CancelToken) -> _HostOutcome:
         success = success_criteria(tool, step)  # the tool's checks plus the plan's additions
         ids = {"step_id": step.id, "phase": phase, "host": host.name}
         outcome = _HostOutcome(ok=False)
         for attempt in range(1, tool.retries + 2):
-            self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
+            refused = self._start_attempt(tool, attempt, ids)
+            if refused is not None:
+                return self._not_started(ids, refused)
             watch = _OutputWatch(tool.outputs, success.patterns,
                                  lambda line: self._output(line, ids))
             result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
@@ -406,6 +454,15 @@ class _Execution:
             if token.wait(tool.retry_backoff * 2 ** (attempt - 1)):
                 break
         return outcome
+
+    def _start_attempt(self, tool: Tool, attempt: int, ids: dict[str, Any]) -> str | None:
+        """Record that an attempt starts. A mutating one on a host not counted as changed
+        (a retry after an attempt that never reached it) is made durable first, as a batch
+        is (see ``_start_batch``). Why it must not start, or None."""
+        fresh = tool.mutates and bool(self._not_yet_changed([ids["host"]]))
+        self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
+        return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}") \
+            if fresh else None
 
     def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
                 token: CancelToken, ids: dict[str, Any]
@@ -471,6 +528,25 @@ class _OutputWatch:
             if pattern.search(line):
                 del self._missing[text]
         self._sink(line)
+
+
+def _notify(listener: Listener, event: Event, run: Run) -> Deferred | None:
+    try:
+        return listener(event, run)
+    except Exception:  # a broken listener must not break the deploy
+        log.exception("listener %r failed on %s", listener, event.kind.value)
+        return None
+
+
+def _finish(work: Deferred, event: Event) -> None:
+    try:
+        work()
+    except Exception:  # as in _notify
+        log.exception("a listener's write failed on %s", event.kind.value)
+
+
+def _nothing_to_wait_for(what: str) -> str | None:
+    return None
 
 
 def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,

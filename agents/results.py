@@ -1,4 +1,5 @@
-"""What a finished read-only step printed, as one bounded text every face can show.
+"""Results every face shows, bounded whatever the number of hosts: what a finished
+read-only step printed, and a step's hosts summarized (counts by state, the failures).
 
 A status request is asked for its output: ``✓ SUCCEEDED`` alone answers nothing. The
 tails are already redacted by the executor; this only joins them per host and bounds them.
@@ -6,7 +7,11 @@ tails are already redacted by the executor; this only joins them per host and bo
 
 from __future__ import annotations
 
-from agents.runs import Run
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agents.runs import HostResult, Run, StepState, StepStatus
 
 MAX_CHARS = 3000
 """Enough for a status of a few dozen hosts; longer output keeps its end."""
@@ -31,3 +36,44 @@ def bound(text: str, max_chars: int) -> str:
         return text
     note = "…(earlier output cut)\n"
     return note + text[-(max_chars - len(note)):]
+
+
+@dataclass(frozen=True)
+class HostTally:
+    """A step's hosts in a few words, however many there are: counts by state and the
+    failed ones (sorted by name), for every face to show within its limits."""
+
+    total: int
+    counts: dict[StepStatus, int]
+    failed: list[HostResult]
+
+    @property
+    def succeeded(self) -> int:
+        return self.counts.get(StepStatus.SUCCEEDED, 0)
+
+    def describe(self) -> str:
+        """``488/500 hosts`` and, when there are any, `` (8 running, 4 failed)``."""
+        others = [f"{self.counts[s]} {TALLY_WORDS[s]}" for s in TALLY_WORDS
+                  if self.counts.get(s)]
+        done = f"{self.succeeded}/{self.total} hosts"
+        return f"{done} ({', '.join(others)})" if others else done
+
+
+TALLY_WORDS = {StepStatus.RUNNING: "running", StepStatus.PENDING: "waiting",
+               StepStatus.FAILED: "failed", StepStatus.CANCELLED: "cancelled",
+               StepStatus.SKIPPED: "skipped"}
+"""How a count of hosts in each state other than succeeded reads, in this order."""
+
+
+def tally(state: StepState) -> HostTally:
+    counts = Counter(h.status for h in state.hosts.values())
+    failed = sorted((h for h in state.hosts.values() if h.status is StepStatus.FAILED),
+                    key=lambda h: h.host)
+    return HostTally(len(state.hosts), dict(counts), failed)
+
+
+def listed(names: Sequence[str], limit: int, *, show: Callable[[str], str] = str) -> str:
+    """``a, b, c +N more``: at most ``limit`` names, each through ``show``."""
+    shown = ", ".join(show(n) for n in names[:limit])
+    more = len(names) - limit
+    return f"{shown} +{more} more" if more > 0 else shown

@@ -84,6 +84,8 @@ class Phase(StrEnum):
 class EventKind(StrEnum):
     RUN_STARTED = "run_started"
     STEP_STARTED = "step_started"
+    HOSTS_STARTING = "hosts_starting"
+    """A batch of hosts a mutating command is about to start on (changed from now on)."""
     HOST_STARTED = "host_started"
     HOST_PID = "host_pid"
     """The command's process group on the host: what a takeover must stop."""
@@ -95,6 +97,11 @@ class EventKind(StrEnum):
     ROLLBACK_FINISHED = "rollback_finished"
     REPLANNED = "replanned"
     RUN_FINISHED = "run_finished"
+
+
+HOST_EVENTS = frozenset({EventKind.HOSTS_STARTING, EventKind.HOST_STARTED,
+                         EventKind.HOST_PID, EventKind.HOST_FINISHED})
+"""Events that change only host results (and which hosts count as changed)."""
 
 
 class Event(BaseModel):
@@ -114,6 +121,8 @@ class Event(BaseModel):
     error: str | None = None
     mutating: bool = False
     pid: int | None = None
+    hosts: list[str] = Field(default_factory=list)
+    """HOSTS_STARTING: the batch."""
     outputs: dict[str, str] = Field(default_factory=dict)
     plan: dict[str, Any] | None = None
     """REPLANNED: the revised plan (agents.plan.Plan as JSON) and its hash."""
@@ -145,6 +154,19 @@ class HostResult(BaseModel):
         if self.started_at is None or self.finished_at is None:
             return None
         return self.finished_at - self.started_at
+
+
+class HostChange(BaseModel):
+    """What one host event did to a run: that host's result in one step, and whether the
+    run now counts the host as changed. Folding the changes after the record in ``seq``
+    order gives the same Run as folding the events (the store keeps them as the record's
+    host journal, so a host event costs one small write, not a rewrite of the record)."""
+
+    seq: int
+    phase: Phase
+    step: str
+    result: HostResult
+    changed: bool
 
 
 class StepState(BaseModel):
@@ -199,6 +221,9 @@ class Run(BaseModel):
     break_glass: str | None = None
     """Why this run must go ahead during a freeze (it then needs one more approval)."""
     meta: dict[str, Any] = Field(default_factory=dict)
+    seq: int = 0
+    """How many events this record has folded in: host changes with a higher ``seq`` are
+    newer than the record and still apply to it."""
 
     @classmethod
     def for_plan(cls, plan: Plan, targets: PlanTargets, **fields: Any) -> Run:
@@ -245,9 +270,35 @@ class Run(BaseModel):
 
     def apply(self, event: Event) -> None:
         """Fold one executor event into this record."""
+        self.seq += 1
         handler = _APPLY.get(event.kind)
         if handler is not None:
             handler(self, event)
+
+    def host_changes(self, event: Event) -> list[HostChange]:
+        """What a host event (HOST_EVENTS) just folded into this record did, per host."""
+        state = self.states(event.phase).get(event.step_id or "")
+        if state is None:
+            return []
+        names = event.hosts or [event.host or ""]
+        changed = set(self.changed_hosts) if len(names) > 1 else self.changed_hosts
+        return [HostChange(seq=self.seq, phase=event.phase, step=state.id,
+                           result=state.hosts[name].model_copy(), changed=name in changed)
+                for name in names if name in state.hosts]
+
+    def apply_host_change(self, change: HostChange) -> None:
+        """Fold a host change in (one that is newer than this record: see ``seq``)."""
+        self.seq = max(self.seq, change.seq)
+        state = self.states(change.phase).get(change.step)
+        if state is None:  # a replan dropped the step
+            return
+        name = change.result.host
+        state.hosts[name] = change.result.model_copy()
+        state.attempts = max(state.attempts, change.result.attempts)
+        if change.changed:
+            self.mark_changed(name)
+        elif name in self.changed_hosts:
+            self.changed_hosts.remove(name)
 
 
 def _run_started(run: Run, ev: Event) -> None:
@@ -260,6 +311,15 @@ def _step_started(run: Run, ev: Event) -> None:
     state = run.states(ev.phase).setdefault(ev.step_id or "", StepState(id=ev.step_id or ""))
     state.status, state.started_at, state.error = StepStatus.RUNNING, ev.at, None
     state.finished_at = None
+
+
+def _hosts_starting(run: Run, ev: Event) -> None:
+    state = run.states(ev.phase)[ev.step_id or ""]
+    for name in ev.hosts:
+        host = state.hosts[name] = HostResult(host=name, status=StepStatus.PENDING)
+        if ev.mutating and name not in run.changed_hosts:
+            run.mark_changed(name)  # as in _host_started: changed from here on
+            host.provisional = True
 
 
 def _host_started(run: Run, ev: Event) -> None:
@@ -329,6 +389,7 @@ def _run_finished(run: Run, ev: Event) -> None:
 _APPLY = {
     EventKind.RUN_STARTED: _run_started,
     EventKind.STEP_STARTED: _step_started,
+    EventKind.HOSTS_STARTING: _hosts_starting,
     EventKind.HOST_STARTED: _host_started,
     EventKind.HOST_PID: _host_pid,
     EventKind.HOST_FINISHED: _host_finished,

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from agents import logcontext
 from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
 from agents.executor import Listener
-from agents.plan import Plan
+from agents.recorder import RunRecorder
 from agents.retention import SLICE, Retention, RetentionReport, due, run_exclusively
-from agents.runs import Event, EventKind, Phase, Run, RunStatus
+from agents.runs import Phase, Run, RunStatus
 from agents.services import Services
-from agents.store import LostOwnership, Store
+from agents.store import Store
 from agents.store.check import ACTIVE, StoreCheck
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST
@@ -37,10 +37,6 @@ SWEEP_EVERY = 30.0
 
 ListenerFactory = Callable[[Run], Listener | None]
 """Gives a front end's listener for a run (e.g. its Slack thread), or None."""
-
-AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
-           EventKind.ROLLBACK_FINISHED, EventKind.RUN_FINISHED}
-
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -260,9 +256,10 @@ class Worker:
         try:
             if previous:
                 self._stop_leftovers(run)
+            recorder = RunRecorder(self.store, worker=self.name, token=token)
             final = self.services.executor.execute(
-                plan, run, cancel=token,
-                listeners=[self._persist(token), *front_ends, *listeners])
+                plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
+                durable=recorder.durable)
             log.info("run %s ended %s", run.id, final.status.value)
             if final.status.terminal:
                 self.services.record_history(final)
@@ -297,23 +294,6 @@ class Worker:
         self.store.audit("leftover_stopped", actor=self.name, run_id=run.id,
                          plan_id=run.plan_id, step=step_id, host=host_name, pid=pid,
                          outcome=outcome)
-
-    def _persist(self, token: CancelToken) -> Listener:
-        def persist(event: Event, run: Run) -> None:
-            if event.kind is EventKind.STEP_OUTPUT:
-                return
-            if event.kind is EventKind.REPLANNED and event.plan is not None:
-                self.store.save_plan(Plan.model_validate(event.plan))  # before the run names it
-            try:
-                self.store.save_as_owner(run, worker=self.name)
-            except LostOwnership:
-                token.cancel("this worker lost the run to another worker")
-                raise
-            if event.kind in AUDITED:
-                self.store.audit(event.kind.value, actor=self.name, run_id=run.id,
-                                 step=event.step_id, phase=event.phase.value,
-                                 status=event.status, error=event.error)
-        return persist
 
 
 class _Heartbeat:

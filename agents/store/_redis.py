@@ -4,7 +4,10 @@ translation of redis-py's exceptions, and the one compare-and-set loop.
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
 ``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
 prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:audit``
-(list: that run's audit entries, as JSON), ``lock:ENV``, ``locks`` (set of environments
+(list: that run's audit entries, as JSON), ``run:ID:hosts`` (hash: the run's host journal,
+``PHASE/STEP/HOST`` → the newest ``HostChange`` since the record was last written; folded
+into ``run:ID`` and deleted when the run ends or is taken over), ``replication:probe`` (a
+counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
@@ -77,6 +80,13 @@ class Keys:
     def run_audit(self, run_id: str) -> str:
         return self("run", run_id, "audit")
 
+    def run_hosts(self, run_id: str) -> str:
+        """The run's host journal: host results newer than its record."""
+        return self("run", run_id, "hosts")
+
+    def replication_probe(self) -> str:
+        return self("replication", "probe")
+
     def owner(self, run_id: str) -> str:
         return self("run", run_id, "owner")
 
@@ -140,7 +150,7 @@ class Keys:
         """Every key named after one run besides its record (``run:ID``). Retention deletes
         them with the run: a new per-run key is added here, and only here."""
         return [self.owner(run_id), self.cancel(run_id), self.run_audit(run_id),
-                self.history_recorded(run_id)]
+                self.history_recorded(run_id), self.run_hosts(run_id)]
 
 
 class RedisBase:
@@ -253,18 +263,27 @@ class RedisBase:
         False when none acknowledged within ``replicate_timeout``: the write is on the
         primary only, and a failover now could lose it.
         """
-        if self.embedded or self._replica_count() == 0:
+        if self.embedded or self.replica_count() == 0:
             return True
-        with self.errors():
-            acked = int(self.r.wait(1, int(self.replicate_timeout * 1000)))
+        # WAIT covers the writes of the connection it is sent on, and the pool may hand out
+        # another one than the writer's: a write first, on the same connection, puts every
+        # write acknowledged so far before the offset WAIT waits for.
+        with self.errors(), self.r.pipeline(transaction=False) as pipe:
+            pipe.incr(self.keys.replication_probe())
+            pipe.wait(1, int(self.replicate_timeout * 1000))
+            acked = int(pipe.execute()[-1])
         if acked < 1:
             log.warning("%s is not replicated yet (no replica answered within %.1f s)",
                         what, self.replicate_timeout)
         return acked >= 1
 
-    def _replica_count(self) -> int:
+    def replica_count(self, *, fresh: bool = False) -> int:
+        """Replicas connected to the primary, asked at most every ``REPLICA_CHECK_EVERY``
+        seconds unless ``fresh`` (0 for the embedded store)."""
+        if self.embedded:
+            return 0
         now = time.monotonic()
-        if self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
+        if fresh or self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
             with self.errors():
                 count = int(self.r.info("replication").get("connected_slaves", 0))
             self._replicas = (now, count)

@@ -2,9 +2,10 @@
 
 Each :class:`Violation` names the key at fault and, when one is safe, the repair: indexes
 and pointers are rebuilt from the records, a stuck run is queued again, a lock or queue
-entry left by an ended run is released. A record (run, plan version, schedule) is never
-deleted. The check reads the whole keyspace (SCAN), so it is for operators, not hot paths;
-with traffic running, re-check before acting on a violation that vanished meanwhile.
+entry left by an ended run is released, a host journal left by an ended run is folded into
+its record. A record (run, plan version, schedule) is never deleted. The check reads the
+whole keyspace (SCAN), so it is for operators, not hot paths; with traffic running,
+re-check before acting on a violation that vanished meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from redis.client import Pipeline
 from agents.runs import Run, RunStatus
 from agents.store import Store
 from agents.store._redis import GROUP, text
+from agents.store.runs import with_journal
 
 ACTIVE = frozenset({RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
                     RunStatus.ROLLING_BACK})
@@ -61,7 +63,8 @@ class StoreCheck:
             runs = self._runs()
             queue = self._queue()
             return [*self._index(runs), *self._plans(), *self._active(runs, queue),
-                    *self._locks(runs), *self._queue_entries(runs, queue)]
+                    *self._locks(runs), *self._queue_entries(runs, queue),
+                    *self._journals(runs)]
 
     def orphaned(self, runs: Iterable[Run]) -> list[Violation]:
         """Active runs among ``runs`` with no live worker, no queue entry and no place in
@@ -199,6 +202,19 @@ class StoreCheck:
                 yield Violation(self.keys.queue(), f"entries {', '.join(untaken)} wait for "
                                 f"{run_id}, which is {state}", partial(self._drop, untaken))
 
+    def _journals(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """A host journal belongs to a run that has not ended: the end folds it in."""
+        shape = re.compile(re.escape(self.keys.run("")) + r"([^:]+):hosts$")
+        for key in self._scan("run:*:hosts"):
+            match = shape.match(key)
+            run = runs.get(match.group(1)) if match else None
+            if match and run is None:
+                yield Violation(key, "is the host journal of a run that has no record",
+                                partial(self._drop_journal, match.group(1)))
+            elif run is not None and run.status.terminal:
+                yield Violation(key, f"is left after run {run.id} ended ({run.status.value})",
+                                partial(self._fold_journal, run.id))
+
     # -- repairs (each conditional: nothing that changed meanwhile is overwritten) ----------
 
     def _unindex(self, run_id: str) -> Callable[[], str]:
@@ -272,6 +288,35 @@ class StoreCheck:
             pipe.execute()
             return f"no longer lists {env}"
         return self.store.cas([self.keys.lock(env)], attempt, busy=f"the lock on {env}")
+
+    def _drop_journal(self, run_id: str) -> str:
+        keys = [self.keys.run(run_id), self.keys.run_hosts(run_id)]
+
+        def attempt(pipe: Pipeline) -> str:
+            if pipe.exists(keys[0]):
+                return "left alone: the run exists now"
+            pipe.multi()
+            pipe.delete(keys[1])
+            pipe.execute()
+            return "deleted"
+        return self.store.cas(keys, attempt, busy=f"run {run_id}")
+
+    def _fold_journal(self, run_id: str) -> str:
+        keys = [self.keys.run(run_id), self.keys.run_hosts(run_id)]
+
+        def attempt(pipe: Pipeline) -> str:
+            raw = pipe.get(keys[0])
+            record = Run.model_validate_json(raw) if raw is not None else None
+            if record is None or not record.status.terminal:
+                return "left alone: it moved meanwhile"
+            before = record.seq
+            run = with_journal(record, pipe.hgetall(keys[1]))
+            pipe.multi()
+            pipe.set(keys[0], run.model_dump_json())
+            pipe.delete(keys[1])
+            pipe.execute()
+            return f"folded into the record ({run.seq - before} newer event(s))"
+        return self.store.cas(keys, attempt, busy=f"run {run_id}")
 
     def _drop(self, entry_ids: list[str]) -> str:
         if entry_ids:

@@ -1,15 +1,23 @@
 """Which worker executes a run: a lease (``run:ID:owner`` with a TTL) that the worker keeps
-alive, and writes to the run record that only the lease holder may make."""
+alive, and writes to the run record that only the lease holder may make.
+
+The holder writes a host event as one field of the run's host journal (``run:ID:hosts``),
+so its cost does not grow with the number of hosts; it rewrites the whole record only on
+step- and run-level events, and that write empties the journal. Taking a run over folds
+the journal into the record first.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from redis.client import Pipeline
+from redis.typing import EncodableT, FieldT
 
 from agents.errors import NotFound, StoreError
-from agents.runs import Run, RunStatus
-from agents.store.runs import RunStore
+from agents.runs import HostChange, Run, RunStatus
+from agents.store.runs import RunStore, journal_field, with_journal
 
 log = logging.getLogger("deckhand.store")
 
@@ -26,6 +34,7 @@ class LeaseStore(RunStore):
         claimant and a worker re-taking its own expired lease — exactly one wins.
         """
         run_key, owner_key = self.keys.run(run_id), self.keys.owner(run_id)
+        hosts_key = self.keys.run_hosts(run_id)
 
         def attempt(pipe: Pipeline) -> Run | None:
             raw = pipe.get(run_key)
@@ -38,39 +47,68 @@ class LeaseStore(RunStore):
                 run.move(RunStatus.RUNNING)
             elif run.status not in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
                 return None
+            run = with_journal(run, pipe.hgetall(hosts_key))  # what the last worker recorded
             run.meta["previous_worker"] = run.worker if run.worker != worker else None
             run.worker = worker
             pipe.multi()
             pipe.set(run_key, run.model_dump_json())
+            pipe.delete(hosts_key)
             pipe.set(owner_key, worker, px=int(lease * 1000))
             pipe.execute()
             return run
 
-        return self.cas([run_key, owner_key], attempt, busy=f"run {run_id}")
+        return self.cas([run_key, owner_key, hosts_key], attempt, busy=f"run {run_id}")
 
     def save_as_owner(self, run: Run, *, worker: str) -> None:
-        """Write the run record, only while ``worker`` still owns it (else LostOwnership).
+        """Write the whole run record (emptying its host journal, which it includes), only
+        while ``worker`` still owns it (else LostOwnership).
 
         A terminal state waits for a replica; if none confirms, the record says so.
         """
-        self._write_as_owner(run, worker)
+        self._save_as_owner(run, worker)
         if run.status.terminal and not self.replicate(f"end of run {run.id}"):
             run.meta.setdefault("unreplicated", []).append(f"end ({run.status.value})")
-            self._write_as_owner(run, worker)
+            self._save_as_owner(run, worker)
 
-    def _write_as_owner(self, run: Run, worker: str) -> None:
-        run_key, owner_key = self.keys.run(run.id), self.keys.owner(run.id)
+    def _save_as_owner(self, run: Run, worker: str) -> None:
+        record, hosts_key = run.model_dump_json(), self.keys.run_hosts(run.id)
+
+        def write(pipe: Pipeline) -> None:
+            pipe.set(self.keys.run(run.id), record)
+            # entries older than this record that land later are ignored (their seq is lower)
+            pipe.delete(hosts_key)
+
+        self._write_as_owner(run.id, worker, write, watch_record=True)
+
+    def record_hosts_as_owner(self, run_id: str, changes: Sequence[HostChange], *,
+                              worker: str) -> None:
+        """Write host changes to the run's host journal: one HSET, whatever the number of
+        hosts in the run; only while ``worker`` owns the run (else LostOwnership)."""
+        if not changes:
+            return
+        fields: dict[FieldT, EncodableT] = {journal_field(c): c.model_dump_json()
+                                            for c in changes}
+        hosts_key = self.keys.run_hosts(run_id)
+        self._write_as_owner(run_id, worker, lambda pipe: pipe.hset(hosts_key, mapping=fields))
+
+    def _write_as_owner(self, run_id: str, worker: str, write: Callable[[Pipeline], object],
+                        *, watch_record: bool = False) -> None:
+        """``write`` in one MULTI while ``worker`` owns the run. Only the lease is watched
+        for journal writes: a takeover changes it, and watching the record too would make
+        every record write retry the journal writes of all the run's hosts."""
+        run_key, owner_key = self.keys.run(run_id), self.keys.owner(run_id)
 
         def attempt(pipe: Pipeline) -> None:
             owner = pipe.get(owner_key)
             lapsed = owner is None and self._still_mine(pipe.get(run_key), worker)
             if owner != worker.encode() and not lapsed:  # lapsed: the heartbeat re-takes it
-                raise LostOwnership(f"worker {worker} no longer owns run {run.id}")
+                raise LostOwnership(f"worker {worker} no longer owns run {run_id}")
             pipe.multi()
-            pipe.set(run_key, run.model_dump_json())
+            write(pipe)
             pipe.execute()
 
-        self.cas([run_key, owner_key], attempt, busy=f"the lease on run {run.id}")
+        watched = [run_key, owner_key] if watch_record else [owner_key]
+        self.cas(watched, attempt, busy=f"the lease on run {run_id}")
 
     def heartbeat(self, run_id: str, *, worker: str, lease: float) -> bool:
         """Extend ``worker``'s lease on a run; False if another worker has taken it.

@@ -1,13 +1,15 @@
 """Run records and their transitions: every change is one compare-and-set on ``run:ID``.
 
 Approval rules are checked inside that transaction, and an approval that completes a run
-enqueues it in the same EXEC.
+enqueues it in the same EXEC. While a run executes, its worker writes host events to the
+run's host journal (``run:ID:hosts``, see ``agents.store.leases``) instead of rewriting the
+record; every read here folds the journal in, so readers see the whole run.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from redis.client import Pipeline
 
@@ -17,7 +19,7 @@ from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFo
 from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
-from agents.runs import Approval, Run, RunStatus, StepState
+from agents.runs import Approval, HostChange, Run, RunStatus, StepState
 from agents.store._redis import GROUP, Write, text
 from agents.store.audit import AuditStore
 from agents.targets import PlanTargets
@@ -85,11 +87,10 @@ class RunStore(AuditStore):
         return sorted(found)
 
     def run(self, run_id: str) -> Run:
-        with self.errors():
-            raw = self.r.get(self.keys.run(run_id))
-        if raw is None:
+        found = self._current([run_id])
+        if run_id not in found:
             raise NotFound(f"no run {run_id} — `deckhand runs` lists recent ones")
-        return Run.model_validate_json(raw)
+        return found[run_id]
 
     def runs(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
         """Most recent runs first, optionally only those in ``statuses`` (looked for among
@@ -99,7 +100,7 @@ class RunStore(AuditStore):
         with self.errors():
             ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
             raws = self.r.mget([self.keys.run(i.decode()) for i in ids]) if ids else []
-        runs = [Run.model_validate_json(raw) for raw in raws if raw]
+        runs = self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
 
     def runs_since(self, since: float, *, limit: int = 10_000) -> list[Run]:
@@ -107,7 +108,26 @@ class RunStore(AuditStore):
         with self.errors():
             ids = self.r.zrevrangebyscore(self.keys.runs(), "+inf", since, start=0, num=limit)
             raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
-        return [Run.model_validate_json(raw) for raw in raws if raw]
+        return self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
+
+    def _with_journals(self, runs: list[Run]) -> list[Run]:
+        """A finished run's journal was folded into its record; an active one is read
+        again with its journal, both in one transaction."""
+        current = self._current([r.id for r in runs if not r.status.terminal])
+        return [current.get(r.id, r) for r in runs]
+
+    def _current(self, run_ids: list[str]) -> dict[str, Run]:
+        """The runs (those that exist) with their host journals, read at one moment."""
+        if not run_ids:
+            return {}
+        with self.errors(), self.r.pipeline() as pipe:
+            for run_id in run_ids:
+                pipe.get(self.keys.run(run_id))
+                pipe.hgetall(self.keys.run_hosts(run_id))
+            replies = pipe.execute()
+        return {run_id: with_journal(Run.model_validate_json(raw), journal)
+                for run_id, raw, journal in zip(run_ids, replies[::2], replies[1::2],
+                                                strict=True) if raw is not None}
 
     def update_run(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
@@ -230,3 +250,18 @@ class RunStore(AuditStore):
         with self.errors():
             who = self.r.get(self.keys.cancel(run_id))
         return who.decode() if who else None
+
+
+def journal_field(change: HostChange) -> str:
+    """The host journal's field for a change: one per phase, step and host."""
+    return f"{change.phase.value}/{change.step}/{change.result.host}"
+
+
+def with_journal(run: Run, journal: Mapping[bytes | str, bytes | str] | None) -> Run:
+    """``run`` with the changes of its host journal that are newer than it folded in."""
+    base = run.seq
+    changes = [HostChange.model_validate_json(raw) for raw in (journal or {}).values()]
+    for change in sorted(changes, key=lambda c: c.seq):
+        if change.seq > base:
+            run.apply_host_change(change)
+    return run

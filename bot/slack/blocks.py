@@ -20,6 +20,7 @@ from agents.ids import short_id
 from agents.plan import Plan, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
+from agents.results import listed, tally
 from agents.runs import Run, RunStatus, StepState, StepStatus
 
 Block = dict[str, Any]
@@ -140,7 +141,7 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
         header(f"Plan: {plan.goal}"),
         section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
                 f"{escape(', '.join(run.scopes))} · *hosts* "
-                f"{escape(trim(', '.join(run.hosts) or 'none', 500))} · "
+                f"{escape(_hosts_text(run.hosts))} · "
                 f"*version* {plan.version}"),
     ]
     if diff is not None:
@@ -325,27 +326,50 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
 
 def _step_line(step_id: str, state: StepState) -> str:
     parts = [STEP_EMOJI[state.status], f"`{step_id}`"]
-    if state.hosts:
-        done = sum(1 for h in state.hosts.values() if h.status is StepStatus.SUCCEEDED)
-        parts.append(f"{done}/{len(state.hosts)} hosts")
+    hosts = tally(state)
+    if hosts.total:
+        parts.append(hosts.describe())
     if state.duration is not None and state.status is not StepStatus.PENDING:
         parts.append(f"{state.duration:.1f}s")
     if state.error and state.status is StepStatus.FAILED:
         parts.append(f"— {shown(state.error, 160)}")
     elif state.status is StepStatus.SKIPPED:
         parts.append("— skipped")  # why is on the failed step's line, said once
-    return " ".join(parts)
+    line = " ".join(parts)
+    if hosts.failed and hosts.total > 1:
+        line += f"\n      failed on {_host_names([h.host for h in hosts.failed], MAX_LISTED)}"
+    return line
+
+
+MAX_LISTED = 8
+"""Host names listed on a status line before "+N more"."""
+
+
+def _host_names(names: list[str], limit: int) -> str:
+    return listed(names, limit, show=lambda name: f"`{escape(name)}`")
+
+
+def _hosts_text(names: list[str], limit: int = 20) -> str:
+    """Host names for a plan or summary: all of a few, a count and the first of many."""
+    if len(names) <= limit:
+        return ", ".join(names) or "none"
+    return f"{len(names)}: {listed(names, limit)}"
 
 
 def failure_blocks(step_id: str, state: StepState) -> list[Block]:
     """A failed step with its (already redacted) output tail, trimmed to fit."""
     blocks = [section(f"❌ *`{step_id}` failed*: {shown(state.error or 'failed', 1000)}")]
-    for host in state.hosts.values():
-        if host.status is StepStatus.FAILED and host.tail.strip():
+    failed = tally(state).failed
+    for host in failed:
+        if host.tail.strip():
             tail = escape(host.tail.strip()[-1500:].replace("```", "'''"))
-            blocks.append(section(f"*{host.host}* (exit {host.exit_code}):\n```{tail}```"))
+            blocks.append(section(f"*{escape(host.host)}* (exit {host.exit_code}):\n"
+                                  f"```{tail}```"))
         if len(blocks) >= 6:
             break
+    if len(failed) > 1:
+        blocks.append(context(f"failed on {len(failed)}/{len(state.hosts)} hosts: "
+                              f"{_host_names([h.host for h in failed], 30)}"))
     return blocks
 
 
@@ -383,7 +407,7 @@ def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> li
     if run.reason:
         lines.append(f"why: {shown(run.reason, 500)}")
     if run.changed_hosts:
-        lines.append(f"hosts changed: {', '.join(run.changed_hosts)}")
+        lines.append(f"hosts changed: {escape(_hosts_text(run.changed_hosts))}")
     blocks = [section("\n".join(lines))]
     found = tracing.reference(run.meta.get("traceparent"), trace_link)
     if found:

@@ -15,6 +15,7 @@ from agents.approvals import approvals_needed
 from agents.history import Where
 from agents.ids import short_id
 from agents.policy import Policy
+from agents.results import tally
 from agents.runs import Run, RunStatus, StepStatus
 from agents.schedules import Schedule
 from agents.store import LockInfo
@@ -147,11 +148,10 @@ def _active_line(run: Run, now: float) -> str:
 
 
 def _running_step(step_id: str, run: Run) -> str:
-    hosts = run.steps[step_id].hosts
-    if len(hosts) <= 1:
+    hosts = tally(run.steps[step_id])
+    if hosts.total <= 1:
         return f"`{step_id}`"
-    ok = sum(1 for h in hosts.values() if h.status is StepStatus.SUCCEEDED)
-    return f"`{step_id}` ({ok}/{len(hosts)} hosts)"
+    return f"`{step_id}` {hosts.describe()}"
 
 
 def _recent_line(run: Run, now: float) -> str:

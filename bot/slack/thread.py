@@ -1,10 +1,12 @@
 """Live thread updates for a run: one status message edited in place, plus announcements.
 
 Executor listeners must be quick (they run under the executor's lock), so the listener only
-records what happened. Two sender threads per run do the Slack I/O, so announcements are
-never queued behind rate-limited status edits: one posts failure replies, the rollback
-announcement (broadcast to the channel) and the summary in order; the other edits the
-status message at most once per ``interval`` seconds. The final status edit is retried
+records what happened: a host event is folded into the updater's own copy of the run
+(``RunMirror``) without copying the whole run, which at 500 hosts would dominate. Two
+sender threads per run do the Slack I/O, so announcements are never queued behind
+rate-limited status edits: one posts failure replies, the rollback announcement (broadcast
+to the channel) and the summary in order; the other edits the status message at most once
+per ``interval`` seconds. The final status edit is retried
 until it lands (each try honours Retry-After), and the summary waits for it a bounded time,
 so the status reads final before the summary when Slack allows it.
 """
@@ -23,6 +25,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents import logcontext
 from agents.executor import Listener
+from agents.mirror import RunMirror
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.policy import Policy
@@ -55,7 +58,7 @@ class ThreadUpdater:
         self.channel, self.thread_ts = channel, thread_ts
         self.interval = interval
         self.status_ts = status_ts
-        self._snapshot: Run | None = None
+        self._mirror = RunMirror()
         self._dirty = False
         self._finished = False
         self._outbox: deque[tuple[Post, bool]] = deque()
@@ -75,10 +78,11 @@ class ThreadUpdater:
     def __call__(self, event: Event, run: Run) -> None:
         if event.kind is EventKind.STEP_OUTPUT:
             return
-        snapshot = run.model_copy(deep=True)
+        self._mirror(event, run)
         with self._wake:
-            self._snapshot, self._dirty = snapshot, True
-            self._queue_announcements(event, snapshot)
+            self._dirty = True
+            if _announced(event):  # the senders keep it: a copy of its own
+                self._queue_announcements(event, run.model_copy(deep=True))
             if event.kind is EventKind.RUN_FINISHED:
                 self._finished = True
             self._wake.notify_all()
@@ -175,7 +179,8 @@ class ThreadUpdater:
 
     def _flush_status(self, *, attempts: int) -> None:
         with self._wake:
-            snapshot, self._dirty = self._snapshot, False
+            self._dirty = False
+        snapshot = self._mirror.snapshot()
         if snapshot is not None:
             self._send_status(snapshot, attempts=attempts)
             self._last_update = time.monotonic()
@@ -219,6 +224,14 @@ class ThreadUpdater:
                 log.error("cannot reach Slack (%s), attempt %d", exc, attempt + 1)
             time.sleep(min(0.5 * (attempt + 1), 5.0))
         return None
+
+
+def _announced(event: Event) -> bool:
+    """Whether the thread gets a reply for this event (see _queue_announcements)."""
+    if event.kind is EventKind.STEP_FINISHED:
+        return event.status == StepStatus.FAILED
+    return event.kind in (EventKind.ROLLBACK_STARTED, EventKind.REPLANNED,
+                          EventKind.RUN_FINISHED)
 
 
 def thread_listener_factory(client: WebClient, store: Store, *, interval: float = 1.0,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from enum import IntEnum, StrEnum
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.prompt import Prompt
@@ -25,6 +25,7 @@ from agents.dryrun import LABEL as DRY_LABEL
 from agents.dryrun import dry_plan
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.ids import short_id
+from agents.mirror import RunMirror
 from agents.plan import Plan
 from agents.plan_diff import diff_plans
 from agents.plan_yaml import plan_from_yaml, plan_to_yaml
@@ -113,10 +114,9 @@ class ConsoleFlow:
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
         dry = dry_plan(plan, self.services.config.catalog)
         blank = Run.for_plan(dry.plan, self.services.targets(dry.plan))
-        with Live(status_table(dry.plan, blank), console=self.console,
-                  refresh_per_second=8) as live:
-            run, _ = self.services.dry_run(plan, user=self.user, listeners=[
-                lambda event, current: live.update(status_table(dry.plan, current))])
+        live, mirror = self._live_status(dry.plan, blank)
+        with live:
+            run, _ = self.services.dry_run(plan, user=self.user, listeners=[mirror])
         self.console.print(summary(dry.plan, run))
         for step in run.steps.values():
             for host in step.hosts.values():
@@ -253,12 +253,9 @@ class ConsoleFlow:
         worker = Worker(self.services, self.services.store, name=f"console-{os.getpid()}")
         initial = self.services.store.run(run_id)
         hosts = self.services.host_counts(plan)
-        with Live(status_table(plan, initial, hosts), console=self.console,
-                  refresh_per_second=8) as live:
-            def on_event(event: Event, current: Run) -> None:
-                live.update(status_table(plan, current, hosts))
-
-            result = self._run_interruptibly(worker, run_id, on_event)
+        live, mirror = self._live_status(plan, initial, hosts)
+        with live:
+            result = self._run_interruptibly(worker, run_id, mirror)
         if not self.console.is_terminal:  # piped, Live leaves its last line open
             self.console.line()
         final = result or self.services.store.run(run_id)
@@ -270,6 +267,17 @@ class ConsoleFlow:
         ok = final.status is RunStatus.SUCCEEDED
         self.exit_code = ExitCode.SUCCEEDED if ok else ExitCode.FAILED
         return final
+
+    def _live_status(self, plan: Plan, run: Run,
+                     hosts: dict[str, int] | None = None) -> tuple[Live, RunMirror]:
+        """A live status table, drawn (8 times a second) from a mirror of the run that the
+        executor keeps current: no table is built per event, whatever the number of hosts."""
+        mirror = RunMirror(run)
+
+        def table() -> RenderableType:
+            return mirror.read(lambda current: status_table(plan, current, hosts)) or Text()
+
+        return Live(console=self.console, refresh_per_second=8, get_renderable=table), mirror
 
     def _run_interruptibly(self, worker: Worker, run_id: str,
                            listener: Callable[[Event, Run], None]) -> Run | None:

@@ -11,6 +11,7 @@ from rich.text import Text
 from agents.ids import short_id
 from agents.plan import Plan, RollbackStep, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
+from agents.results import listed, tally
 from agents.runs import Run, RunStatus, StepState, StepStatus
 from agents.targets import PlanTargets
 
@@ -129,11 +130,19 @@ def status_table(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None) -
 def _status_row(label: str, state: StepState,
                 total: int = 0) -> tuple[Text, Text, str, str, Text]:
     symbol, style = STATUS_STYLE[state.status]
-    done = sum(1 for h in state.hosts.values() if h.status is StepStatus.SUCCEEDED)
-    total = max(total, len(state.hosts))
-    hosts = f"{done}/{total}" if total else ""
+    tallied = tally(state)
+    total = max(total, tallied.total)
+    hosts = f"{tallied.succeeded}/{total}" if total else ""
     duration = f"{state.duration:.1f}s" if state.duration is not None else ""
-    return Text(symbol, style), Text(label), hosts, duration, Text(state.error or "")
+    note = Text(state.error or "")
+    if tallied.failed and total > 1:
+        note.append(f"{' · ' if state.error else ''}failed on {len(tallied.failed)}: "
+                    f"{listed([h.host for h in tallied.failed], MAX_LISTED)}", "red")
+    return Text(symbol, style), Text(label), hosts, duration, note
+
+
+MAX_LISTED = 8
+"""Host names listed in a note or summary line before "+N more"."""
 
 
 def summary(plan: Plan, run: Run) -> Text:
@@ -147,14 +156,32 @@ def summary(plan: Plan, run: Run) -> Text:
     ]
     if run.reason:
         lines.append((f"  why: {run.reason}", ""))
+    lines += [(f"  {line}", "red") for line in _failed_hosts(run)]
     if run.changed_hosts:
-        lines.append((f"  hosts changed: {', '.join(run.changed_hosts)}", ""))
+        lines.append((f"  hosts changed ({len(run.changed_hosts)}): "
+                      f"{listed(run.changed_hosts, MAX_LISTED * 2)}", ""))
     if run.approvals:
         lines.append((f"  approved by {', '.join(a.user for a in run.approvals)}", ""))
     text = Text()
     for content, style in lines:
         text.append(content + "\n", style)
     return text
+
+
+def _failed_hosts(run: Run) -> list[str]:
+    """One line per step that failed on some of several hosts: which, up to a bound, and
+    why on the first (the others usually fail alike; ``runs show`` has each one's note)."""
+    lines = []
+    states = [("", s) for s in run.steps.values()] + [("↩ ", s) for s in run.rollback.values()]
+    for mark, state in states:
+        tallied = tally(state)
+        if not tallied.failed or tallied.total <= 1:
+            continue
+        first = tallied.failed[0]
+        lines.append(f"{mark}{state.id} failed on {len(tallied.failed)}/{tallied.total} hosts: "
+                     f"{listed([h.host for h in tallied.failed], MAX_LISTED * 2)} "
+                     f"(first: {first.host}: {(first.error or 'failed')[:200]})")
+    return lines
 
 
 DIFF_STYLE = {Mark.ADDED: "green", Mark.REMOVED: "red", Mark.CHANGED: "yellow"}

@@ -64,6 +64,8 @@ def _running_run(world: SlackWorld) -> Run:
                   Event(kind=EventKind.STEP_STARTED, run_id=run.id, step_id=second)):
         run.apply(event)
     world.store.create_run(run)
+    # a live lease, or the embedded worker's reconciler re-queues it and runs it to its end
+    assert world.store.heartbeat(run.id, worker="w-test", lease=120)
     world.store.acquire_locks(["staging"], run_id=run.id, worker="w-test", ttl=120)
     return run
 

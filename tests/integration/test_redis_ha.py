@@ -10,13 +10,13 @@ import pytest
 from agents.errors import StoreError
 from agents.plan import Plan
 from agents.policy import Policy
-from agents.runs import Run, RunStatus
+from agents.runs import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
 from agents.store.connect import connect_client, parse_sentinel_url
 from agents.worker import Worker, WorkerOptions
 from bot.cli import main
-from tests.fixtures.builders import NO_TARGETS, make_plan
+from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.redis_server import RedisServer
@@ -99,6 +99,42 @@ def test_a_bad_redis_url_is_an_error_line_not_a_traceback(
     err = capsys.readouterr()
     text = err.out + err.err
     assert "Sentinel URL" in text and "Traceback" not in text and "hunter2" not in text
+
+
+def _change_run(tmp_path: Path, store: Store) -> tuple[Worker, Run]:
+    services = build_services(make_config(tmp_path), store=store)
+    plan = make_plan([{"id": "deploy", "tool": "change",
+                       "params": {"environment": "staging", "label": "v2"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "staging"}}])
+    run = submit(services, plan)  # approved while the replica answers
+    return Worker(services, store, name="w", options=WorkerOptions(block=0.1)), run
+
+
+def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
+        tmp_path: Path, sentinel_group: SentinelGroup) -> None:
+    store = Store.connect(sentinel_group.url)
+    store.replicate_timeout = 0.5
+    changes = tmp_path / "web-1" / "changes"  # what the deploy writes on its host
+    worker, run = _change_run(tmp_path, store)
+    sentinel_group.pause_replica()
+    try:
+        assert worker.step(block=1)
+    finally:
+        sentinel_group.resume_replica()
+    refused = store.run(run.id)
+    assert not changes.exists()  # the command never ran on the host
+    assert refused.status is RunStatus.ROLLED_BACK, refused.reason
+    assert refused.rollback["undo"].status is StepStatus.SKIPPED  # no host was changed
+    assert refused.steps["deploy"].status is StepStatus.FAILED
+    assert "not started: replication to a Redis replica timed out" in (
+        refused.steps["deploy"].error or "")
+    assert refused.changed_hosts == []  # nothing may differ on the host: nothing to undo
+
+    worker, run = _change_run(tmp_path, store)  # the replica answers again
+    assert worker.step(block=1)
+    assert store.run(run.id).status is RunStatus.SUCCEEDED
+    assert changes.read_text().splitlines() == ["v2"]
 
 
 def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from agents.targets import resolve
-from tests.fixtures.builders import make_config, make_executor, make_plan
+from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
 from tools.runners.base import CancelToken
 
@@ -174,3 +174,65 @@ def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: 
     resumed = make_executor(config).execute(plan, run)
     assert resumed.status is RunStatus.FAILED
     assert "not idempotent" in (resumed.steps["a"].error or "")
+
+
+def _change_fleet(script: str = "true") -> dict:
+    return {"id": "deploy", "tool": "change",
+            "params": {"environment": "fleet", "label": "x", "script": script}}
+
+
+def test_a_mutating_batch_is_made_durable_once_before_it_starts(tmp_path: Path) -> None:
+    asked: list[tuple[str, list[str]]] = []
+    seen: list[str] = []
+
+    def durable(what: str) -> str | None:
+        asked.append((what, list(seen)))
+        return None
+
+    def listener(event: Event, run: Run) -> None:
+        if event.kind is EventKind.HOST_STARTED:
+            seen.append(event.host or "")
+
+    plan = make_plan([_change_fleet(), {"id": "note", "tool": "log", "depends_on": ["deploy"],
+                                        "params": {"line": "x"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "fleet"}}])
+    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, listeners=[listener],
+                                                           durable=durable)
+    assert run.status is RunStatus.SUCCEEDED
+    # one wait for the batch of three, before any host started; none for the read-only step
+    assert asked == [("the start of deploy on 3 host(s)", [])]
+
+
+def test_each_batch_waits_and_rollback_of_changed_hosts_does_not(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def durable(what: str) -> str | None:
+        asked.append(what)
+        return None
+
+    plan = make_plan([_change_fleet(), {"id": "fail", "tool": "sh", "depends_on": ["deploy"],
+                                        "params": {"script": "exit 1"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "fleet"}}])
+    run = make_executor(fleet_config(tmp_path, 1)).execute(plan, durable=durable)
+    assert run.status is RunStatus.ROLLED_BACK
+    assert asked == ["the start of deploy on 1 host(s)"] * 3  # one per batch of one
+    assert run.rollback["undo"].status is StepStatus.SUCCEEDED  # no new wait: already changed
+
+
+def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> None:
+    def durable(what: str) -> str | None:
+        return "replication to a Redis replica timed out"
+
+    plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
+                                                    "params": {"environment": "fleet"}}])
+    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, durable=durable)
+    assert run.status is RunStatus.ROLLED_BACK  # nothing was changed, so nothing to undo
+    state = run.steps["deploy"]
+    assert state.status is StepStatus.FAILED
+    assert "not started: replication to a Redis replica timed out" in (state.error or "")
+    assert {h.status for h in state.hosts.values()} == {StepStatus.FAILED}
+    assert run.changed_hosts == []  # the start was withdrawn: no host ran it
+    assert run.rollback["undo"].status is StepStatus.SKIPPED
+    assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
