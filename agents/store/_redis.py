@@ -77,6 +77,11 @@ class Keys:
     def run_ids(self) -> str:
         return self("runs", "ids")
 
+    def runs_open(self) -> str:
+        """The runs that have not ended (by creation time): what approvals, expiry, the
+        reconciler and the Home look through, however long the history behind them."""
+        return self("runs", "open")
+
     def run_audit(self, run_id: str) -> str:
         return self("run", run_id, "audit")
 

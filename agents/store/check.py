@@ -21,7 +21,7 @@ from redis.client import Pipeline
 from agents.runs import Run, RunStatus
 from agents.store import Store
 from agents.store._redis import GROUP, text
-from agents.store.runs import with_journal
+from agents.store.runs import index_open, with_journal
 
 ACTIVE = frozenset({RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
                     RunStatus.ROLLING_BACK})
@@ -62,9 +62,9 @@ class StoreCheck:
         with self.store.errors():
             runs = self._runs()
             queue = self._queue()
-            return [*self._index(runs), *self._plans(), *self._active(runs, queue),
-                    *self._locks(runs), *self._queue_entries(runs, queue),
-                    *self._journals(runs)]
+            return [*self._index(runs), *self._open_index(runs), *self._plans(),
+                    *self._active(runs, queue), *self._locks(runs),
+                    *self._queue_entries(runs, queue), *self._journals(runs)]
 
     def orphaned(self, runs: Iterable[Run]) -> list[Violation]:
         """Active runs among ``runs`` with no live worker, no queue entry and no place in
@@ -130,6 +130,18 @@ class StoreCheck:
             if run_id not in indexed or run_id not in by_prefix:
                 yield Violation(self.keys.run(run_id), "is missing from the runs indexes",
                                 self._index_run(run))
+
+    def _open_index(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """The index of open runs names exactly the runs that have not ended."""
+        indexed = {text(m) for m in self.r.zrange(self.keys.runs_open(), 0, -1)}
+        for run_id in sorted(indexed):
+            if run_id not in runs or runs[run_id].status.terminal:
+                yield Violation(self.keys.runs_open(), f"names {run_id}, which is not open",
+                                partial(self._reindex_open, run_id))
+        for run_id, run in sorted(runs.items()):
+            if not run.status.terminal and run_id not in indexed:
+                yield Violation(self.keys.run(run_id), "is open but missing from the index "
+                                "of open runs", partial(self._reindex_open, run_id))
 
     def _plans(self) -> Iterator[Violation]:
         """Every plan's ``latest`` names its newest version, and that version exists."""
@@ -229,6 +241,20 @@ class StoreCheck:
                 return f"removed {run_id} from the runs indexes"
             return self.store.cas([self.keys.run(run_id)], attempt, busy=f"run {run_id}")
         return repair
+
+    def _reindex_open(self, run_id: str) -> str:
+        key = self.keys.run(run_id)
+
+        def attempt(pipe: Pipeline) -> str:
+            raw = pipe.get(key)
+            pipe.multi()
+            if raw is None:
+                pipe.zrem(self.keys.runs_open(), run_id)
+            else:
+                index_open(pipe, self.keys, Run.model_validate_json(raw))
+            pipe.execute()
+            return f"{run_id} is {'not ' if raw is None else ''}indexed as its record says"
+        return self.store.cas([key], attempt, busy=f"run {run_id}")
 
     def _index_run(self, run: Run) -> Callable[[], str]:
         def repair() -> str:

@@ -17,7 +17,7 @@ from redis.typing import EncodableT, FieldT
 
 from agents.errors import NotFound, StoreError
 from agents.runs import HostChange, Run, RunStatus
-from agents.store.runs import RunStore, journal_field, with_journal
+from agents.store.runs import RunStore, index_open, journal_field, with_journal
 
 log = logging.getLogger("deckhand.store")
 
@@ -52,6 +52,7 @@ class LeaseStore(RunStore):
             run.worker = worker
             pipe.multi()
             pipe.set(run_key, run.model_dump_json())
+            index_open(pipe, self.keys, run)
             pipe.delete(hosts_key)
             pipe.set(owner_key, worker, px=int(lease * 1000))
             pipe.execute()
@@ -75,6 +76,7 @@ class LeaseStore(RunStore):
 
         def write(pipe: Pipeline) -> None:
             pipe.set(self.keys.run(run.id), record)
+            index_open(pipe, self.keys, run)
             # entries older than this record that land later are ignored (their seq is lower)
             pipe.delete(hosts_key)
 

@@ -120,6 +120,7 @@ class RetentionStore(QueueStore):
         run = record.run
         pipe.delete(self.keys.run(run.id), *self.keys.run_companions(run.id))
         pipe.zrem(self.keys.runs(), run.id)
+        pipe.zrem(self.keys.runs_open(), run.id)
         pipe.zrem(self.keys.run_ids(), run.id)
         if not record.keep_plan:
             pipe.delete(self.keys.plan_latest(run.plan_id),

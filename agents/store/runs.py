@@ -20,7 +20,7 @@ from agents.ids import normalize
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Approval, HostChange, Run, RunStatus, StepState
-from agents.store._redis import GROUP, Write, text
+from agents.store._redis import GROUP, Keys, Write, text
 from agents.store.audit import AuditStore
 from agents.targets import PlanTargets
 
@@ -47,9 +47,11 @@ class RunStore(AuditStore):
         if pipe.exists(self.keys.run(run_id)):
             return False
         pipe.multi()
-        pipe.set(self.keys.run(run_id), run.model_copy(update={"id": run_id}).model_dump_json())
+        stored = run.model_copy(update={"id": run_id})
+        pipe.set(self.keys.run(run_id), stored.model_dump_json())
         pipe.zadd(self.keys.runs(), {run_id: run.created_at})
         pipe.zadd(self.keys.run_ids(), {run_id: 0})
+        index_open(pipe, self.keys, stored)
         pipe.execute()
         return True
 
@@ -93,14 +95,22 @@ class RunStore(AuditStore):
         return found[run_id]
 
     def runs(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
-        """Most recent runs first, optionally only those in ``statuses`` (looked for among
-        the newest ``max(limit * 5, 100)``; without a filter, exactly ``limit`` are read)."""
+        """Most recent runs first, optionally only those in ``statuses``.
+
+        Unfinished statuses are read from the index of open runs, whatever their age (plus
+        the newest ``max(limit * 5, 100)``, for runs stored before that index existed);
+        finished ones among the newest ``max(limit * 5, 100)``; without a filter, exactly
+        ``limit`` are read.
+        """
         wanted = set(statuses) if statuses is not None else None
         window = limit if wanted is None else max(limit * 5, 100)
         with self.errors():
             ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
-            raws = self.r.mget([self.keys.run(i.decode()) for i in ids]) if ids else []
+            if wanted and not any(s.terminal for s in wanted):
+                ids = list(dict.fromkeys([*self.r.zrange(self.keys.runs_open(), 0, -1), *ids]))
+            raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
         runs = self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
+        runs.sort(key=lambda r: r.created_at, reverse=True)
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
 
     def runs_since(self, since: float, *, limit: int = 10_000) -> list[Run]:
@@ -131,7 +141,12 @@ class RunStore(AuditStore):
 
     def update_run(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
-        return self.update_record(self.keys.run(run_id), Run, change, missing=f"no run {run_id}")
+        def indexed(run: Run) -> list[Write]:
+            extras = list(change(run) or ())
+            return [*extras, lambda pipe: index_open(pipe, self.keys, run)]
+
+        return self.update_record(self.keys.run(run_id), Run, indexed,
+                                  missing=f"no run {run_id}")
 
     def transition(self, run_id: str, new: RunStatus, *,
                    expect: Iterable[RunStatus] | None = None, reason: str | None = None) -> Run:
@@ -265,3 +280,12 @@ def with_journal(run: Run, journal: Mapping[bytes | str, bytes | str] | None) ->
         if change.seq > base:
             run.apply_host_change(change)
     return run
+
+
+def index_open(pipe: Pipeline, keys: Keys, run: Run) -> None:
+    """Keep the index of open runs in step with a run record written in the same MULTI."""
+    if run.status.terminal:
+        pipe.zrem(keys.runs_open(), run.id)
+    else:
+        pipe.zadd(keys.runs_open(), {run.id: run.created_at})
+

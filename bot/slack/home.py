@@ -35,6 +35,7 @@ from tools.errors import DeckhandError
 log = logging.getLogger("deckhand.slack.home")
 
 RUN_SCAN = 200
+OPEN = [status for status in RunStatus if not status.terminal]
 """Recent runs the Home looks through (the store scans a bounded window too)."""
 NOTIFY_ON = {EventKind.RUN_STARTED, EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED,
              EventKind.RUN_FINISHED}
@@ -46,10 +47,11 @@ def home_data(bot: Bot, user: str) -> HomeData:
     now = store.clock()
     groups = bot.directory.groups_of(user)
     runs = store.runs(limit=RUN_SCAN)
+    unfinished = store.runs(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
     return HomeData(
         user=user, now=now,
-        pending=[r for r in runs if _may_approve(r, user, groups, policy, now)],
-        active=[r for r in runs if in_progress(r)],
+        pending=[r for r in unfinished if _may_approve(r, user, groups, policy, now)],
+        active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
         environments=sorted(bot.services.config.inventory.environments),
         locks={lock.environment: lock for lock in store.locks()},

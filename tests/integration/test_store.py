@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from agents.config import Config
 from agents.errors import ApprovalRefused, LockHeld, StoreUnavailable
@@ -21,7 +22,7 @@ from agents.runs import Run, RunStatus, StepStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from agents.worker import Worker, WorkerOptions
-from tests.fixtures.builders import make_config, make_plan
+from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
 
@@ -368,3 +369,17 @@ def test_entry_of_a_run_another_worker_holds_stays_pending(tmp_path: Path, store
     assert worker.step(block=0.1)  # it read the entry, but the run is someone else's
     assert store.run(run.id).worker == "alive-elsewhere"
     assert store.queue_backlog() == (0, 1)  # not acknowledged: takeover stays possible
+
+
+def test_an_unfinished_run_is_found_behind_any_number_of_newer_finished_ones(
+        tmp_path: Path, store: Store, client: redis.Redis) -> None:
+    plan = store.save_plan(gated_plan(tmp_path))
+    waiting = store.create_run(Run.for_plan(plan, NO_TARGETS, created_at=1.0))
+    for n in range(150):  # more than the window of newest runs a status filter looks through
+        store.create_run(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED,
+                                      created_at=10.0 + n))
+    found = store.runs(limit=5, statuses=[RunStatus.AWAITING_APPROVAL])
+    assert [r.id for r in found] == [waiting.id]
+    store.transition(waiting.id, RunStatus.REJECTED)
+    assert store.runs(limit=5, statuses=[RunStatus.AWAITING_APPROVAL]) == []
+    assert client.zcard("dh:runs:open") == 0  # an ended run leaves the index

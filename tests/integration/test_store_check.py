@@ -71,7 +71,8 @@ def test_each_broken_invariant_is_reported_with_its_key_and_repaired(
     assert f"dh:run:{stuck.id}: is queued with no live worker and no queue entry" in found
     assert f"dh:lock:production: is held by {ended.id}, which is succeeded" in found
     assert "dh:locks: lists qa, whose lock is free" in found
-    assert len(found) == 6
+    assert "dh:run:run-1a2b3c4d: is open but missing from the index of open runs" in found
+    assert len(found) == 7
 
     assert main(["check", "--store", "--repair"]) == 0
     assert problems(store) == []

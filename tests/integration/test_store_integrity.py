@@ -101,7 +101,7 @@ def test_a_colliding_run_lands_under_a_fresh_id_and_touches_nothing(
     second = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=2000.0))
     assert second.id == "run-fresh" and first.id == "run-taken"
     assert changed(before, snapshot(client)) == {b"dh:run:run-fresh", b"dh:runs",
-                                                 b"dh:runs:ids"}
+                                                 b"dh:runs:ids", b"dh:runs:open"}
     assert client.zscore("dh:runs", "run-taken") == 1000.0  # its place in the index kept
     assert store.run("run-taken").created_at == 1000.0
 
