@@ -22,6 +22,12 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_time_to_restore_seconds``   mean failed deploy → next good one, per ``environment``
 ``deckhand_slack_work_depth``          Slack jobs waiting or running in the bot's own pool
 ``deckhand_slack_work_refused_total``  Slack jobs refused because that pool was full
+``deckhand_plan_outcomes``             runs of the last 30 days by what made their first plan
+                                       (``planner``, ``prompt_version``, ``model``) and what
+                                       became of it (``outcome``: planned, approved_unchanged,
+                                       modified, rejected, replanned, succeeded, failed,
+                                       rolled_back)
+``deckhand_plan_modified_changes``     plan-diff size summed over those modified, same labels
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -30,6 +36,7 @@ planner wrapper, and an observing retry handler on the Slack client.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -42,6 +49,7 @@ from agents.errors import StoreError
 from agents.executor import Listener
 from agents.history import stats
 from agents.plan import Plan
+from agents.plan_quality import OUTCOMES, Fate, counted, fate, tally, versions_needed
 from agents.runs import Event, EventKind, Run, StepStatus
 from agents.store import Store
 from agents.store.history import HISTORY_READ
@@ -97,6 +105,11 @@ class Metrics:
                       undo_window: float) -> None:
         """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
         self.registry.register(_HistoryCollector(store, environments, undo_window))
+    def watch_plan_quality(self, store: Store, *, max_makers: int = 10) -> None:
+        """Export what became of each prompt version's and model's plans, read at scrape time
+        (``max_makers`` bounds the label sets; the rest are summed as ``other``)."""
+        self.registry.register(_QualityCollector(store, max_makers=max_makers))
+
     def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
         """Export the Slack work pool's depth and refusals, read at scrape time."""
         self.registry.register(_WorkCollector(depth, refused))
@@ -199,6 +212,74 @@ class _HistoryCollector(Collector):
                 GaugeMetricFamily("deckhand_time_to_restore_seconds",
                                   "Mean time from a failed deploy to the next good one",
                                   labels=["environment"])]
+class _QualityCollector(Collector):
+    """Plan quality from real use (``agents.plan_quality``) over the last 30 days.
+
+    A run's fate is final once the run has ended, so it is kept: a scrape reads only the
+    runs it has not yet seen end (one MGET of runs, one of plans), never the whole window.
+    """
+
+    DAYS = 30.0
+    MAX_RUNS = 5000
+
+    def __init__(self, store: Store, *, max_makers: int,
+                 clock: Callable[[], float] = time.time):
+        self.store, self.max_makers, self.clock = store, max_makers, clock
+        self.ended: dict[str, Fate | None] = {}
+        self.lock = threading.Lock()  # scrapes may overlap
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()  # no samples: registering must not call Redis
+
+    def collect(self) -> Iterator[Metric]:
+        runs, changes = self._families()
+        try:
+            with self.lock:
+                fates = self._fates()
+        except StoreError:
+            return  # deckhand_redis_up says why
+        for maker, counts in tally(fates, max_makers=self.max_makers).items():
+            labels = [maker.planner, maker.prompt_version, maker.model]
+            for outcome in OUTCOMES:
+                runs.add_metric([*labels, outcome], counts.outcomes[outcome])
+            changes.add_metric(labels, counts.changes)
+        yield from (runs, changes)
+
+    def _fates(self) -> list[Fate]:
+        since = self.clock() - self.DAYS * 86400
+        ids = self.store.run_ids_since(since, limit=self.MAX_RUNS)
+        self.ended = {i: self.ended[i] for i in ids if i in self.ended}  # the window moved
+        fresh = self._read([i for i in ids if i not in self.ended])
+        return [f for f in self.ended.values() if f is not None] + fresh
+
+    def _read(self, run_ids: list[str]) -> list[Fate]:
+        runs = self.store.runs_by_id(run_ids)
+        needed = [(run, *versions_needed(run)) for run in runs]
+        firsts = self.store.plans_at([(run.plan_id, first) for run, first, _ in needed])
+        edits = iter(self.store.plans_at([(run.plan_id, last) for run, _, last in needed
+                                          if last is not None]))
+        out = []
+        for (run, _, last), first in zip(needed, firsts, strict=True):
+            edit = next(edits) if last is not None else None
+            one = fate(run, first, edit) if first is not None and counted(run) else None
+            if run.status.terminal:
+                self.ended[run.id] = one
+            if one is not None:
+                out.append(one)
+        return out
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        makers = ["planner", "prompt_version", "model"]
+        return [GaugeMetricFamily("deckhand_plan_outcomes",
+                                  "Runs of the last 30 days by what made their first plan and "
+                                  "what became of it", labels=[*makers, "outcome"]),
+                GaugeMetricFamily("deckhand_plan_modified_changes",
+                                  "Plan-diff size from the planner's plan to the last Modify, "
+                                  "summed over the modified runs of the last 30 days",
+                                  labels=makers)]
+
+
 class _WorkCollector(Collector):
     """The Slack work pool: how far behind it is, and how often it told users it was full."""
 

@@ -195,7 +195,7 @@ class LLMPlanner:
         Raises:
             PlannerError: the endpoint failed or no valid revision came back; roll back.
         """
-        if len(run.plan_versions) > self.config.policy.max_replans:
+        if run.replans >= self.config.policy.max_replans:
             log.info("run %s: no replan left (max_replans=%d), rolling back", run.id,
                      self.config.policy.max_replans)
             return None

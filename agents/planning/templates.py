@@ -97,7 +97,7 @@ def parse_template(name: str, data: bytes, source: str = BUILT_IN) -> Template:
 def placeholder_problems(name: str, text: str) -> list[str]:
     """Required placeholders the text lost, and placeholders it may not use."""
     used, slots = set(PLACEHOLDER.findall(text)), SLOTS[name]
-    out = [f"lost the required placeholder {{{{{slot}}}}}"
+    out = [f"lost the required placeholder {{{{{slot}}}}}: put it back where that text goes"
            for slot in sorted(slots.required - used)]
     allowed = ", ".join(f"{{{{{s}}}}}" for s in sorted(slots.required | slots.optional))
     out += [f"uses the unknown placeholder {{{{{slot}}}}} (allowed: {allowed})"

@@ -100,6 +100,21 @@ class RunStore(AuditStore):
         runs = [Run.model_validate_json(raw) for raw in raws if raw]
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
 
+    def run_ids_since(self, since: float, *, limit: int) -> list[str]:
+        """Ids of the runs created since ``since`` (epoch seconds), newest first, at most
+        ``limit``."""
+        with self.errors():
+            ids = self.r.zrevrangebyscore(self.keys.runs(), "+inf", since, start=0, num=limit)
+        return [text(i) for i in ids]
+
+    def runs_by_id(self, run_ids: list[str]) -> list[Run]:
+        """The runs with these ids, in one round trip (ids without a record are left out)."""
+        if not run_ids:
+            return []
+        with self.errors():
+            raws = self.r.mget([self.keys.run(i) for i in run_ids])
+        return [Run.model_validate_json(raw) for raw in raws if raw]
+
     def update_run(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
         return self.update_record(self.keys.run(run_id), Run, change, missing=f"no run {run_id}")
@@ -196,6 +211,7 @@ class RunStore(AuditStore):
             run.set_targets(targets)
             run.goal = plan.goal
             run.plan_versions.append(plan.version)
+            run.modified_versions.append(plan.version)
             run.steps = {s.id: StepState(id=s.id) for s in plan.steps}
             run.rollback = {r.id: StepState(id=r.id) for r in plan.rollback}
 
