@@ -197,7 +197,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
 def _report_prompts(console: Console, prompts: PromptSet) -> None:
     """The prompt versions new LLM plans will record, and which templates are replaced."""
     versions = ", ".join(f"{name}@{version}" for name, version in prompts.versions().items())
-    console.print(f"prompts: {versions}", markup=False, highlight=False)
+    console.print(f"prompts: {versions}", markup=False, highlight=False, soft_wrap=True)
     for name, source in prompts.overridden.items():
-        console.print(f"  template {name} from {source}", markup=False, highlight=False)
+        console.print(f"  template {name} from {source}", markup=False, highlight=False,
+                      soft_wrap=True)
 
