@@ -249,8 +249,8 @@ class _QualityCollector(Collector):
         since = self.clock() - self.DAYS * 86400
         ids = self.store.run_ids_since(since, limit=self.MAX_RUNS)
         self.ended = {i: self.ended[i] for i in ids if i in self.ended}  # the window moved
-        fresh = self._read([i for i in ids if i not in self.ended])
-        return [f for f in self.ended.values() if f is not None] + fresh
+        kept = [f for f in self.ended.values() if f is not None]
+        return kept + self._read([i for i in ids if i not in self.ended])
 
     def _read(self, run_ids: list[str]) -> list[Fate]:
         runs = self.store.runs_by_id(run_ids)

@@ -234,9 +234,10 @@ class LLMPlanner:
                   build: Callable[[W], T]) -> tuple[T, _Usage]:
         """Ask, check, and send problems back until an answer builds or repairs run out."""
         prompts = self.config.prompts
+        # The user message is redacted whole: a plan to change may hold what a model wrote.
         asked: list[Message] = [
             {"role": "system", "content": prompt.system_prompt(self.config, answer, self.redact)},
-            {"role": "user", "content": user}]
+            {"role": "user", "content": self.redact(user)}]
         messages, problems = list(asked), []
         usage = _Usage(operation, prompts.version(operation))
         for attempt in range(self.max_repairs + 1):
@@ -253,7 +254,8 @@ class LLMPlanner:
                 usage.repairs += 1
                 # Only the last refused answer, as a bounded excerpt: requests stay bounded.
                 messages = [*asked,
-                            {"role": "assistant", "content": prompt.excerpt(content)},
+                            {"role": "assistant",
+                             "content": prompt.excerpt(self.redact(content))},
                             {"role": "user", "content": prompt.repair_message(prompts, problems)}]
         listed = "\n".join(f"  - {p}" for p in problems[:10])
         raise PlannerError(f"the model {self.model} gave no valid plan after "
