@@ -110,7 +110,9 @@ def tally(fates: list[Fate], *, max_makers: int = 10) -> dict[Maker, Tally]:
     per planner as ``other`` (prompt versions are few, but labels must stay bounded)."""
     per: dict[Maker, Tally] = {}
     for one in fates:
-        per.setdefault(one.maker, Tally()).add(one)
+        if one.maker not in per:
+            per[one.maker] = Tally()
+        per[one.maker].add(one)
     ranked = sorted(per, key=lambda m: (-per[m].outcomes["planned"], m))
     out = {maker: per[maker] for maker in ranked[:max_makers]}
     for maker in ranked[max_makers:]:

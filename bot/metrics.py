@@ -105,10 +105,12 @@ class Metrics:
                       undo_window: float) -> None:
         """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
         self.registry.register(_HistoryCollector(store, environments, undo_window))
-    def watch_plan_quality(self, store: Store, *, max_makers: int = 10) -> None:
-        """Export what became of each prompt version's and model's plans, read at scrape time
-        (``max_makers`` bounds the label sets; the rest are summed as ``other``)."""
-        self.registry.register(_QualityCollector(store, max_makers=max_makers))
+    def watch_plan_quality(self, store: Store, *, max_makers: int = 10,
+                           clock: Callable[[], float] = time.time) -> None:
+        """Export what became of each prompt version's and model's plans, read from the store
+        at most once a minute (``max_makers`` bounds the label sets; the rest are summed as
+        ``other``)."""
+        self.registry.register(_QualityCollector(store, max_makers=max_makers, clock=clock))
 
     def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
         """Export the Slack work pool's depth and refusals, read at scrape time."""
@@ -215,58 +217,73 @@ class _HistoryCollector(Collector):
 class _QualityCollector(Collector):
     """Plan quality from real use (``agents.plan_quality``) over the last 30 days.
 
-    A run's fate is final once the run has ended, so it is kept: a scrape reads only the
-    runs it has not yet seen end (one MGET of runs, one of plans), never the whole window.
+    Read from the store at most once a ``REFRESH`` (scrapes in between get the same
+    figures: a 30-day window needs no fresher ones). A run's fate is final once it ended, so
+    it is kept; so are the plans of runs still open (plan versions never change): a refresh
+    reads the window's ids, the runs not yet seen ended, and only plans it lacks.
     """
 
     DAYS = 30.0
     MAX_RUNS = 5000
+    REFRESH = 60.0
 
     def __init__(self, store: Store, *, max_makers: int,
                  clock: Callable[[], float] = time.time):
         self.store, self.max_makers, self.clock = store, max_makers, clock
         self.ended: dict[str, Fate | None] = {}
+        self.plans: dict[tuple[str, int], Plan | None] = {}
+        self.figures: tuple[list[Metric], float] | None = None
         self.lock = threading.Lock()  # scrapes may overlap
 
     def describe(self) -> Iterable[Metric]:
         return self._families()  # no samples: registering must not call Redis
 
     def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            now = self.clock()
+            if self.figures is None or now - self.figures[1] >= self.REFRESH:
+                try:
+                    self.figures = (self._read_figures(now), now)
+                except StoreError:
+                    return  # deckhand_redis_up says why
+            families = self.figures[0]
+        yield from families
+
+    def _read_figures(self, now: float) -> list[Metric]:
         runs, changes = self._families()
-        try:
-            with self.lock:
-                fates = self._fates()
-        except StoreError:
-            return  # deckhand_redis_up says why
-        for maker, counts in tally(fates, max_makers=self.max_makers).items():
+        for maker, counts in tally(self._fates(now), max_makers=self.max_makers).items():
             labels = [maker.planner, maker.prompt_version, maker.model]
             for outcome in OUTCOMES:
                 runs.add_metric([*labels, outcome], counts.outcomes[outcome])
             changes.add_metric(labels, counts.changes)
-        yield from (runs, changes)
+        return [runs, changes]
 
-    def _fates(self) -> list[Fate]:
-        since = self.clock() - self.DAYS * 86400
-        ids = self.store.run_ids_since(since, limit=self.MAX_RUNS)
+    def _fates(self, now: float) -> list[Fate]:
+        ids = self.store.run_ids_since(now - self.DAYS * 86400, limit=self.MAX_RUNS)
         self.ended = {i: self.ended[i] for i in ids if i in self.ended}  # the window moved
         kept = [f for f in self.ended.values() if f is not None]
         return kept + self._read([i for i in ids if i not in self.ended])
 
     def _read(self, run_ids: list[str]) -> list[Fate]:
-        runs = self.store.runs_by_id(run_ids)
-        needed = [(run, *versions_needed(run)) for run in runs]
-        firsts = self.store.plans_at([(run.plan_id, first) for run, first, _ in needed])
-        edits = iter(self.store.plans_at([(run.plan_id, last) for run, _, last in needed
-                                          if last is not None]))
+        """Fates of these runs; the ones that ended are kept for good."""
+        runs = [run for run in self.store.runs_by_id(run_ids) if counted(run)]
+        needed = {run.id: _refs(run) for run in runs}
+        self._load([ref for refs in needed.values() for ref in refs])
         out = []
-        for (run, _, last), first in zip(needed, firsts, strict=True):
-            edit = next(edits) if last is not None else None
-            one = fate(run, first, edit) if first is not None and counted(run) else None
+        for run in runs:
+            first, *edit = (self.plans[ref] for ref in needed[run.id])
+            one = fate(run, first, edit[0] if edit else None) if first is not None else None
             if run.status.terminal:
                 self.ended[run.id] = one
             if one is not None:
                 out.append(one)
+        still_open = {ref for run in runs if not run.status.terminal for ref in needed[run.id]}
+        self.plans = {ref: self.plans[ref] for ref in still_open}
         return out
+
+    def _load(self, refs: list[tuple[str, int]]) -> None:
+        missing = list(dict.fromkeys(ref for ref in refs if ref not in self.plans))
+        self.plans.update(zip(missing, self.store.plans_at(missing), strict=True))
 
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
@@ -278,6 +295,12 @@ class _QualityCollector(Collector):
                                   "Plan-diff size from the planner's plan to the last Modify, "
                                   "summed over the modified runs of the last 30 days",
                                   labels=makers)]
+
+
+def _refs(run: Run) -> list[tuple[str, int]]:
+    """The plan versions a run's fate needs: its first, and its last Modify's if any."""
+    first, modified = versions_needed(run)
+    return [(run.plan_id, first), *([(run.plan_id, modified)] if modified else [])]
 
 
 class _WorkCollector(Collector):

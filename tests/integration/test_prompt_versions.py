@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -255,8 +256,9 @@ def test_quality_metrics_per_prompt_version_and_model(tmp_path: Path, store: Sto
     _drive(store, playbook, *done, RunStatus.SUCCEEDED)
     _stored_run(store, config, _llm("c" * 12), read_only=True)  # an answer, not a plan
 
+    now = [time.time()]
     metrics = Metrics()
-    metrics.watch_plan_quality(store)
+    metrics.watch_plan_quality(store, clock=lambda: now[0])
     first = _outcomes(metrics)
     a, b = "a" * 12, "b" * 12
     assert first[("deckhand_plan_outcomes", a, "m1", "planned")] == 3
@@ -271,6 +273,8 @@ def test_quality_metrics_per_prompt_version_and_model(tmp_path: Path, store: Sto
     assert not any(key[1] == "c" * 12 for key in first)
 
     _drive(store, waiting, RunStatus.REJECTED)  # ended since the last scrape
+    assert _outcomes(metrics) == first  # read at most once a minute
+    now[0] += 60
     second = _outcomes(metrics)
     assert second[("deckhand_plan_outcomes", a, "m1", "rejected")] == 1
     assert {k: v for k, v in second.items() if "rejected" not in k} == {
