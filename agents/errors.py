@@ -4,6 +4,7 @@ Extends the tree in ``tools.errors``:
 
     DeckhandError
     ├── ConfigError, ToolError ...     (tools.errors)
+    ├── SettingsInvalid                an environment variable's value is not acceptable
     ├── PlanError                      a plan cannot be made or is not acceptable
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
@@ -24,6 +25,10 @@ broad ``except Exception`` around a step never swallows it.
 from __future__ import annotations
 
 from tools.errors import DeckhandError
+
+
+class SettingsInvalid(DeckhandError):
+    """An environment variable deckhand reads has a value it cannot use."""
 
 
 class PlanError(DeckhandError):

@@ -82,6 +82,7 @@ class Executor:
         with tracing.span("deckhand.run", {
                 "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
                 "deckhand.plan.version": plan.version, "deckhand.worker": run.worker,
+                "deckhand.run.taken_over_from": run.meta.get("previous_worker"),
                 "deckhand.run.environments": ",".join(run.environments)},
                 parent=parent) as span:
             final = execution.go()

@@ -6,10 +6,13 @@ What the team decides (tools, hosts, policy, playbooks) lives in the config file
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agents.errors import SettingsInvalid
 
 
 class Settings(BaseSettings):
@@ -37,11 +40,40 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_port: int = Field(default=3000, alias="PORT")
     log_format: Literal["text", "json"] = Field(default="text", alias="DECKHAND_LOG_FORMAT")
+    trace_url: str | None = Field(
+        default=None, alias="DECKHAND_TRACE_URL",
+        description="link to a trace in your tracing UI, with {trace_id}")
     mcp_tokens: SecretStr | None = Field(default=None, alias="DECKHAND_MCP_TOKENS",
                                          description="USER=TOKEN,… for `deckhand mcp --http`")
+
+    def __init__(self, **values: Any):
+        """Raises SettingsInvalid naming each bad variable (never a pydantic traceback)."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            lines = [f"  {_variable(self, err['loc'])}: {err['msg']}" for err in exc.errors()]
+            raise SettingsInvalid("bad environment setting(s):\n" + "\n".join(lines)
+                              + "\nfix or unset them and try again") from None
+
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_link(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if urlsplit(value).scheme not in ("http", "https") or "{trace_id}" not in value:
+            raise ValueError("must be an http(s) URL containing {trace_id}, e.g. "
+                             "https://tracing.example.com/trace/{trace_id}")
+        return value
 
     def secret_values(self) -> list[str]:
         """Every secret value, for the redactor."""
         fields = (self.redis_url, self.openai_api_key, self.slack_bot_token,
                   self.slack_app_token, self.slack_signing_secret, self.mcp_tokens)
         return [f.get_secret_value() for f in fields if f is not None]
+
+
+def _variable(settings: BaseSettings, loc: tuple[int | str, ...]) -> str:
+    """The environment variable a validation error is about (its alias)."""
+    name = str(loc[0]) if loc else "?"
+    field = type(settings).model_fields.get(name)
+    return (field.alias if field is not None and field.alias else name)

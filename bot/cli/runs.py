@@ -16,6 +16,7 @@ from rich.prompt import Prompt
 from rich.table import Table
 from rich.text import Text
 
+from agents import tracing
 from agents.approvals import approval_problem, approvals_needed
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
@@ -150,6 +151,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     plan = store.plan(run.plan_id, run.plan_version)
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
+    found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
+    if found:
+        console.print(f"trace: {found}", highlight=False, soft_wrap=True)
     if args.llm:
         versions = dict.fromkeys(run.plan_versions or [run.plan_version])
         console.print(provenance_text([store.plan(run.plan_id, v) for v in versions]))

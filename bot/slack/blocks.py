@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from agents import tracing
 from agents.history import Deploy, Where
 from agents.ids import short_id
 from agents.plan import Plan, Step, format_params
@@ -370,7 +371,7 @@ def outcome_text(plan: Plan, run: Run) -> str:
     return f"{RUN_EMOJI.get(run.status, '')} {shown(plan.goal, 200)}: {status}{took} (`{run.id}`)"
 
 
-def summary_blocks(plan: Plan, run: Run) -> list[Block]:
+def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> list[Block]:
     durations = {s: st.duration or 0.0 for s, st in run.steps.items()}
     path, length = plan.critical_path(durations)
     approvers = ", ".join(mention(a.user) for a in run.approvals) or "nobody"
@@ -383,7 +384,11 @@ def summary_blocks(plan: Plan, run: Run) -> list[Block]:
         lines.append(f"why: {shown(run.reason, 500)}")
     if run.changed_hosts:
         lines.append(f"hosts changed: {', '.join(run.changed_hosts)}")
-    return [section("\n".join(lines))]
+    blocks = [section("\n".join(lines))]
+    found = tracing.reference(run.meta.get("traceparent"), trace_link)
+    if found:
+        blocks.append(context(f"trace {f'<{escape(found)}|view>' if trace_link else f'`{found}`'}"))
+    return blocks
 
 
 def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str]) -> list[Block]:

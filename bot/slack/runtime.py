@@ -53,7 +53,8 @@ class BotRuntime:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
         client, store = self.bot.client, self.services.store
         return [thread_listener_factory(client, store, interval=update_interval,
-                                        policy=self.services.config.policy),
+                                        policy=self.services.config.policy,
+                                        trace_link=self.services.settings.trace_url),
                 timeline_listener_factory(client, store, outcome=self.metrics.timeline_uploaded),
                 change_listener_factory(self.bot.changed),
                 self.metrics.run_listener_factory(store)]

@@ -43,8 +43,11 @@ class ThreadUpdater:
 
     def __init__(self, client: WebClient, plan: Plan, *, channel: str, thread_ts: str,
                  interval: float = 1.0, status_ts: str | None = None,
-                 policy: Policy | None = None, plan_ts: str | None = None):
+                 policy: Policy | None = None, plan_ts: str | None = None,
+                 trace_link: str | None = None):
         self.client, self.plan, self.policy = client, plan, policy
+        self.trace_link = trace_link
+        """DECKHAND_TRACE_URL: the summary links the run's trace in the team's tracing UI."""
         self.plan_ts = plan_ts
         self.final_wait = 15.0
         """Seconds the summary waits for the final status edit to land."""
@@ -93,7 +96,8 @@ class ThreadUpdater:
             self._replanned(Plan.model_validate(event.plan), event, run)
         elif event.kind is EventKind.RUN_FINISHED:
             self._queue_output(run)
-            self._announce(lambda: self._reply(bk.summary_blocks(self.plan, run),
+            self._announce(lambda: self._reply(bk.summary_blocks(self.plan, run,
+                                                                trace_link=self.trace_link),
                                                bk.outcome_text(self.plan, run), broadcast=True),
                            after_final=True)
             self._announce(lambda: self._show_outcome(run))
@@ -218,7 +222,8 @@ class ThreadUpdater:
 
 
 def thread_listener_factory(client: WebClient, store: Store, *, interval: float = 1.0,
-                            policy: Policy | None = None) -> Callable[[Run], Listener | None]:
+                            policy: Policy | None = None, trace_link: str | None = None,
+                            ) -> Callable[[Run], Listener | None]:
     """For workers: a ThreadUpdater for each run that was requested from Slack."""
     def factory(run: Run) -> Listener | None:
         slack = run.meta.get("slack") or _posted_soon(store, run)
@@ -227,7 +232,7 @@ def thread_listener_factory(client: WebClient, store: Store, *, interval: float 
         plan = store.plan(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
                              thread_ts=slack["thread_ts"], interval=interval, policy=policy,
-                             plan_ts=slack.get("plan_ts"))
+                             plan_ts=slack.get("plan_ts"), trace_link=trace_link)
     return factory
 
 

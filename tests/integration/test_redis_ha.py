@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,13 +11,17 @@ from agents.errors import StoreError
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Run, RunStatus
+from agents.services import build_services
 from agents.store import Store
 from agents.store.connect import connect_client, parse_sentinel_url
+from agents.worker import Worker, WorkerOptions
 from bot.cli import main
 from tests.fixtures.builders import NO_TARGETS, make_plan
+from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sample import EXAMPLES
+from tests.integration.test_store import config_for, gated_plan, log_lines, submit
 
 POLICY = Policy()
 
@@ -94,3 +99,28 @@ def test_a_bad_redis_url_is_an_error_line_not_a_traceback(
     err = capsys.readouterr()
     text = err.out + err.err
     assert "Sentinel URL" in text and "Traceback" not in text and "hunter2" not in text
+
+
+def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
+        tmp_path: Path, sentinel_group: SentinelGroup) -> None:
+    store = Store.connect(sentinel_group.url)
+    store.replicate_timeout = 0.5
+    services = build_services(config_for(tmp_path), store=store)
+    plan = gated_plan(tmp_path)
+    run = submit(services, plan)
+    worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1, lease=5))
+    thread = threading.Thread(target=worker.step)
+    thread.start()
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the gate step to start")
+        sentinel_group.kill_primary()  # mid-command: heartbeats and events meet the failover
+        wait_until(lambda: sentinel_group.current_primary() == sentinel_group.replica_port,
+                   timeout=30, what="Sentinel to promote the replica")
+    finally:
+        (tmp_path / "go").touch()
+        thread.join(60)
+    final = store.run(run.id)
+    assert final.status is RunStatus.SUCCEEDED, final.reason
+    assert log_lines(tmp_path).count("change web-1") == 1  # on the host: exactly once
+    assert (tmp_path / "started").read_text().splitlines() == ["run"]  # gate started once
+    assert [s.status.value for s in final.steps.values()] == ["succeeded"] * len(final.steps)

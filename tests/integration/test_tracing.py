@@ -53,6 +53,9 @@ def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store:
     assert plan.attributes["deckhand.planner"] == "playbook deploy"
     assert {s.service for s in otlp.spans} == {"deckhand-test"}
     assert all(k.startswith(ALLOWED) for s in otlp.spans for k in s.attributes)
+    shown = _cli(["runs", "show", run.id, *config],
+                 {**env, "DECKHAND_TRACE_URL": "https://ui.example/t/{trace_id}?x=1"})
+    assert f"trace: https://ui.example/t/{plan.trace_id}?x=1" in shown.stdout, shown.stdout
 
 
 def test_tracing_is_off_without_an_endpoint(sample_config: Config, otlp: Receiver) -> None:
