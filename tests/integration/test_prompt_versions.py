@@ -302,6 +302,7 @@ def test_each_model_call_is_a_genai_span_naming_the_prompt_version(
     (call,) = wait_until(lambda: otlp.named("chat standin-model"), what="the model call's span")
     (plan,) = otlp.named("deckhand.plan")
     assert call.parent_id == plan.span_id
+    assert plan.attributes["deckhand.prompt.version"] == provenance["prompt_version"]
     attributes = call.attributes
     assert attributes["deckhand.prompt.name"] == "plan"
     assert attributes["deckhand.prompt.version"] == provenance["prompt_version"]
