@@ -78,9 +78,19 @@ def test_plans_record_prompt_version_model_usage_and_answer(
                                                              PromptSet().version("plan"))
     assert (info.model, info.response_model) == ("standin-model", "standin-model")
     assert (info.temperature, info.seed) == (0.0, None)
+    assert "seed" not in openai_standin.requests[0].body
     assert (info.prompt_tokens, info.completion_tokens, info.repairs) == (1200, 300, 0)
     assert info.latency_ms > 0
     assert info.answer is not None and json.loads(info.answer) == _wire(planner.config)
+
+
+def test_a_seed_is_sent_and_recorded_when_set(tmp_path: Path,
+                                             openai_standin: OpenAIStandin) -> None:
+    planner = _planner(_config(tmp_path), openai_standin)
+    openai_standin.reply_json(_wire(planner.config))
+    planner.seed = 7
+    assert planner.plan("put v2.3.1 on staging", requested_by="U1").planner.seed == 7
+    assert openai_standin.requests[0].body["seed"] == 7
 
 
 def test_a_changed_template_changes_the_version_recorded_on_new_plans(
