@@ -14,6 +14,7 @@ from agents.errors import PlanError
 from agents.history import HistorySettings
 from agents.plan import PLACEHOLDER, Plan
 from agents.planning.playbooks import Playbook
+from agents.planning.templates import PromptSet, Template, TemplateRefused, read_template
 from agents.policy import Policy
 from agents.retention import RetentionSettings
 from agents.validation import PlanChecker
@@ -24,7 +25,7 @@ from tools.inventory import Inventory
 from tools.yamlsrc import Located, load_yaml_file
 
 SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history",
-            "retention"}
+            "retention", "planner"}
 BUILTIN_SCOPES = ("host.", "vars.")
 
 
@@ -42,6 +43,8 @@ class Config:
     history: HistorySettings = field(default_factory=lambda: HistorySettings())
     retention: RetentionSettings | None = None
     """None: nothing is ever trimmed."""
+    prompts: PromptSet = field(default_factory=PromptSet)
+    """The LLM planner's prompt templates (``planner.prompts`` replaces some from files)."""
 
 
 def load_config(path: Path | str) -> Config:
@@ -89,7 +92,9 @@ class _Loader:
         config = Config(self.path, Catalog(tools or {}), inventory or Inventory(),
                         policy or Policy(require_rollback=False), [b for _, b in playbooks],
                         config_vars, self._secrets(data.get("secrets") or []),
-                        history or HistorySettings(), self._retention(data.get("retention")))
+                        history or HistorySettings(), self._retention(data.get("retention")),
+                        PromptSet(self._prompts(_expand(data.get("planner") or {},
+                                                        str(self.path.parent)))))
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
                           policy=policy is not None, playbooks=playbooks)
@@ -116,6 +121,26 @@ class _Loader:
         if settings is not None:
             settings.export = str(self.path.parent / Path(settings.export).expanduser())
         return settings
+    def _prompts(self, raw: Any) -> dict[str, Template]:
+        """``planner.prompts``: template name -> file (relative to the config), each read
+        and checked now, so a lost placeholder stops every command, not the first plan."""
+        if not isinstance(raw, dict) or set(raw) - {"prompts"}:
+            self._add(self.doc, ("planner",), "must be a mapping with only `prompts:` (template "
+                                              "name: file)")
+            return {}
+        files = raw.get("prompts") or {}
+        if not isinstance(files, dict):
+            self._add(self.doc, ("planner", "prompts"), "must map template names to files")
+            return {}
+        found = {}
+        for name, file in files.items():
+            try:
+                if not isinstance(file, str):
+                    raise TemplateRefused(f"template {name}: expected a file path")
+                found[name] = read_template(str(name), self.path.parent / file)
+            except TemplateRefused as exc:
+                self._add(self.doc, ("planner", "prompts", name), str(exc))
+        return found
 
     def _tools(self, raw: Any) -> dict[str, Tool] | None:
         if isinstance(raw, str):  # a path to a separate tools.yml

@@ -24,6 +24,8 @@ from tools.regex import compile_safe
 MAX_STEPS = 60
 MAX_REQUEST = 2000
 """Longest request any front end may plan: what reaches the model is never silently cut."""
+ANSWER_LIMIT = 8192
+"""Characters of a model's answer kept with the plan it became."""
 
 
 class Success(BaseModel):
@@ -93,14 +95,29 @@ class RollbackStep(BaseModel):
 
 
 class PlannerInfo(BaseModel):
-    """Which planner produced the plan, and what it cost."""
+    """Which planner produced the plan, and what it cost: its provenance.
+
+    A playbook plan has a ``name`` (``playbook NAME``) and a latency only; an LLM plan also
+    says which prompt asked (``prompt`` and its content-hash ``prompt_version``, see
+    ``agents.planning.templates``), which model was asked and which answered, with what
+    settings, what it cost, and the answer that became the plan (redacted and bounded).
+    """
 
     name: str = "playbook"
     model: str | None = None
+    """The model requested (None: no model was involved)."""
+    response_model: str | None = None
+    """The model the endpoint says answered (a server may resolve an alias)."""
+    prompt: str | None = None
+    prompt_version: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_ms: float = 0.0
     repairs: int = 0
+    answer: str | None = None
+    """The model's answer that became this plan: redacted, at most ANSWER_LIMIT characters."""
     note: str = ""
     traceparent: str | None = None
     """The trace the plan was made in (agents.tracing): its run continues it."""
@@ -111,6 +128,13 @@ class PlannerInfo(BaseModel):
         """Who made this version: the planner, and the person who edited it, if anyone."""
         edited = f"edited by {self.edited_by} · " if self.edited_by else ""
         return edited + self._planned()
+
+    def provenance(self) -> str:
+        """What made the plan, for diffs: ``plan@3f2a1b0c9d8e · gpt-4o`` or ``playbook X``."""
+        if self.model is None:
+            return self.name
+        prompt = f"{self.prompt}@{self.prompt_version}" if self.prompt else self.name
+        return f"{prompt} · {self.response_model or self.model}"
 
     def _planned(self) -> str:
         if self.model is None:

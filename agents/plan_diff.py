@@ -94,11 +94,19 @@ class PlanDiff:
     rollback_reordered: bool = False
     reordered: bool = field(default=False)
     """Same steps, listed in another order (no effect on execution, which follows deps)."""
+    made_by: tuple[str, str] | None = None
+    """What made each version (prompt@version · model, or the playbook), when they differ."""
 
     @property
     def empty(self) -> bool:
-        """True when nothing differs, not even the order the steps are listed in."""
-        return not self.lines() and not self.reordered
+        """True when the plans do not differ, not even in the order steps are listed in
+        (whatever made them)."""
+        return not self.changes and not self.reordered
+
+    @property
+    def changes(self) -> int:
+        """How many changes to goal, steps and rollback: the diff's size."""
+        return len(self._content_lines())
 
     def summary(self) -> str:
         """Counts, e.g. ``2 added, 1 removed, 1 changed`` (rollback steps included)."""
@@ -111,7 +119,13 @@ class PlanDiff:
         return text or ("steps reordered" if self.reordered else "no changes")
 
     def lines(self) -> list[DiffLine]:
-        """Every change, plan steps first, then rollback steps."""
+        """What made the new version if that changed, then every change, plan steps first,
+        then rollback steps."""
+        made = [DiffLine(Mark.CHANGED, "", f"made by: {self.made_by[0]} → {self.made_by[1]}")
+                ] if self.made_by else []
+        return made + self._content_lines()
+
+    def _content_lines(self) -> list[DiffLine]:
         out = [DiffLine(Mark.CHANGED, "", f"goal: {self.goal[0]!r} → {self.goal[1]!r}")
                ] if self.goal else []
         out += [DiffLine(Mark.ADDED, s.id, _step_text(s)) for s in self.added]
@@ -147,7 +161,15 @@ def diff_plans(old: Plan, new: Plan) -> PlanDiff:
         rollback_changed=_changed(rb_before, rb_after),
         rollback_reordered=common_rb != [r for r in rb_before if r in rb_after],
         reordered=[i for i in after if i in before] != [i for i in before if i in after],
+        made_by=_made_by(old, new),
     )
+
+
+def _made_by(old: Plan, new: Plan) -> tuple[str, str] | None:
+    """Both versions' makers, when a different prompt (or its version) or model made them.
+    A hand edit keeps its version's maker, so it never shows here."""
+    before, after = old.planner.provenance(), new.planner.provenance()
+    return (before, after) if before != after else None
 
 
 def _changed(before: dict[str, Step] | dict[str, RollbackStep],

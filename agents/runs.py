@@ -218,6 +218,8 @@ class Run(BaseModel):
     finished_at: float | None = None
     worker: str | None = None
     plan_versions: list[int] = Field(default_factory=list)
+    modified_versions: list[int] = Field(default_factory=list)
+    """The versions people made with Modify (the others: the planner's first, and replans)."""
     break_glass: str | None = None
     """Why this run must go ahead during a freeze (it then needs one more approval)."""
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -242,6 +244,11 @@ class Run(BaseModel):
         """Record what the plan touches (every step, rollback included)."""
         self.environments, self.hosts = targets.environments, targets.hosts
         self.unscoped = targets.unscoped
+
+    @property
+    def replans(self) -> int:
+        """How many times the planner revised the plan while it ran (Modify not counted)."""
+        return len(self.plan_versions) - 1 - len(self.modified_versions)
 
     @property
     def scopes(self) -> list[str]:

@@ -187,6 +187,8 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
     found: dict[str, str | int | float | None] = {
         "deckhand.plan.id": plan.id, "deckhand.plan.steps": len(plan.steps),
         "deckhand.planner": info.name, "gen_ai.request.model": info.model,
+        "gen_ai.response.model": info.response_model, "deckhand.prompt.name": info.prompt,
+        "deckhand.prompt.version": info.prompt_version,
         "gen_ai.usage.input_tokens": info.prompt_tokens or None,
         "gen_ai.usage.output_tokens": info.completion_tokens or None,
         "deckhand.planner.latency_ms": info.latency_ms, "deckhand.planner.repairs": info.repairs}

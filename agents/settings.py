@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
     openai_model: str = Field(default="gpt-4o-mini", alias="OPENAI_MODEL")
     openai_timeout: float = Field(default=60.0, alias="OPENAI_TIMEOUT")
+    openai_seed: int | None = Field(default=None, alias="OPENAI_SEED",
+                                    description="sent with every LLM request when set")
 
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")

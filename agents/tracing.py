@@ -21,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
 from opentelemetry.trace import Span, Status, StatusCode
 
-AttributeValue = str | int | float | bool
+AttributeValue = str | int | float | bool | tuple[str, ...]
 Attributes = Mapping[str, AttributeValue | None]
 
 _tracer = trace.get_tracer("deckhand")

@@ -22,6 +22,12 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_time_to_restore_seconds``   mean failed deploy → next good one, per ``environment``
 ``deckhand_slack_work_depth``          Slack jobs waiting or running in the bot's own pool
 ``deckhand_slack_work_refused_total``  Slack jobs refused because that pool was full
+``deckhand_plan_outcomes``             runs of the last 30 days by what made their first plan
+                                       (``planner``, ``prompt_version``, ``model``) and what
+                                       became of it (``outcome``: planned, approved_unchanged,
+                                       modified, rejected, replanned, succeeded, failed,
+                                       rolled_back)
+``deckhand_plan_modified_changes``     plan-diff size summed over those modified, same labels
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -30,6 +36,7 @@ planner wrapper, and an observing retry handler on the Slack client.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -42,6 +49,7 @@ from agents.errors import StoreError
 from agents.executor import Listener
 from agents.history import stats
 from agents.plan import Plan
+from agents.plan_quality import OUTCOMES, Fate, counted, fate, tally, versions_needed
 from agents.runs import Event, EventKind, Run, StepStatus
 from agents.store import Store
 from agents.store.history import HISTORY_READ
@@ -97,6 +105,13 @@ class Metrics:
                       undo_window: float) -> None:
         """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
         self.registry.register(_HistoryCollector(store, environments, undo_window))
+    def watch_plan_quality(self, store: Store, *, max_makers: int = 10,
+                           clock: Callable[[], float] = time.time) -> None:
+        """Export what became of each prompt version's and model's plans, read from the store
+        at most once a minute (``max_makers`` bounds the label sets; the rest are summed as
+        ``other``)."""
+        self.registry.register(_QualityCollector(store, max_makers=max_makers, clock=clock))
+
     def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
         """Export the Slack work pool's depth and refusals, read at scrape time."""
         self.registry.register(_WorkCollector(depth, refused))
@@ -199,6 +214,95 @@ class _HistoryCollector(Collector):
                 GaugeMetricFamily("deckhand_time_to_restore_seconds",
                                   "Mean time from a failed deploy to the next good one",
                                   labels=["environment"])]
+class _QualityCollector(Collector):
+    """Plan quality from real use (``agents.plan_quality``) over the last 30 days.
+
+    Read from the store at most once a ``REFRESH`` (scrapes in between get the same
+    figures: a 30-day window needs no fresher ones). A run's fate is final once it ended, so
+    it is kept; so are the plans of runs still open (plan versions never change): a refresh
+    reads the window's ids, the runs not yet seen ended, and only plans it lacks.
+    """
+
+    DAYS = 30.0
+    MAX_RUNS = 5000
+    REFRESH = 60.0
+
+    def __init__(self, store: Store, *, max_makers: int,
+                 clock: Callable[[], float] = time.time):
+        self.store, self.max_makers, self.clock = store, max_makers, clock
+        self.ended: dict[str, Fate | None] = {}
+        self.plans: dict[tuple[str, int], Plan | None] = {}
+        self.figures: tuple[list[Metric], float] | None = None
+        self.lock = threading.Lock()  # scrapes may overlap
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()  # no samples: registering must not call Redis
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            now = self.clock()
+            if self.figures is None or now - self.figures[1] >= self.REFRESH:
+                try:
+                    self.figures = (self._read_figures(now), now)
+                except StoreError:
+                    return  # deckhand_redis_up says why
+            families = self.figures[0]
+        yield from families
+
+    def _read_figures(self, now: float) -> list[Metric]:
+        runs, changes = self._families()
+        for maker, counts in tally(self._fates(now), max_makers=self.max_makers).items():
+            labels = [maker.planner, maker.prompt_version, maker.model]
+            for outcome in OUTCOMES:
+                runs.add_metric([*labels, outcome], counts.outcomes[outcome])
+            changes.add_metric(labels, counts.changes)
+        return [runs, changes]
+
+    def _fates(self, now: float) -> list[Fate]:
+        ids = self.store.run_ids_since(now - self.DAYS * 86400, limit=self.MAX_RUNS)
+        self.ended = {i: self.ended[i] for i in ids if i in self.ended}  # the window moved
+        kept = [f for f in self.ended.values() if f is not None]
+        return kept + self._read([i for i in ids if i not in self.ended])
+
+    def _read(self, run_ids: list[str]) -> list[Fate]:
+        """Fates of these runs; the ones that ended are kept for good."""
+        runs = [run for run in self.store.runs_by_id(run_ids) if counted(run)]
+        needed = {run.id: _refs(run) for run in runs}
+        self._load([ref for refs in needed.values() for ref in refs])
+        out = []
+        for run in runs:
+            first, *edit = (self.plans[ref] for ref in needed[run.id])
+            one = fate(run, first, edit[0] if edit else None) if first is not None else None
+            if run.status.terminal:
+                self.ended[run.id] = one
+            if one is not None:
+                out.append(one)
+        still_open = {ref for run in runs if not run.status.terminal for ref in needed[run.id]}
+        self.plans = {ref: self.plans[ref] for ref in still_open}
+        return out
+
+    def _load(self, refs: list[tuple[str, int]]) -> None:
+        missing = list(dict.fromkeys(ref for ref in refs if ref not in self.plans))
+        self.plans.update(zip(missing, self.store.plans_at(missing), strict=True))
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        makers = ["planner", "prompt_version", "model"]
+        return [GaugeMetricFamily("deckhand_plan_outcomes",
+                                  "Runs of the last 30 days by what made their first plan and "
+                                  "what became of it", labels=[*makers, "outcome"]),
+                GaugeMetricFamily("deckhand_plan_modified_changes",
+                                  "Plan-diff size from the planner's plan to the last Modify, "
+                                  "summed over the modified runs of the last 30 days",
+                                  labels=makers)]
+
+
+def _refs(run: Run) -> list[tuple[str, int]]:
+    """The plan versions a run's fate needs: its first, and its last Modify's if any."""
+    first, modified = versions_needed(run)
+    return [(run.plan_id, first), *([(run.plan_id, modified)] if modified else [])]
+
+
 class _WorkCollector(Collector):
     """The Slack work pool: how far behind it is, and how often it told users it was full."""
 

@@ -30,9 +30,10 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import BaseModel, ValidationError
 
+from agents import tracing
 from agents.config import Config
 from agents.errors import NoPlanFound, PlanInvalid, PlannerError
-from agents.plan import Plan, PlannerInfo, Step
+from agents.plan import ANSWER_LIMIT, Plan, PlannerInfo, Step
 from agents.planning import prompt
 from agents.planning.prompt import WirePlan, WireReplan
 from agents.runs import Run, StepStatus
@@ -45,7 +46,7 @@ log = logging.getLogger("deckhand.planner")
 T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 Message = dict[str, str]
-
+TEMPERATURE = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,23 +71,26 @@ class RetryPolicy:
 
 @dataclass
 class _Usage:
-    """What one conversation cost, summed over its calls."""
+    """What one conversation cost, summed over its calls, and which answer was kept."""
 
+    prompt: str
+    prompt_version: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     repairs: int = 0
+    response_model: str | None = None
+    answer: str = ""
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, completion: ChatCompletion) -> None:
+        self.response_model = completion.model or self.response_model
         if completion.usage is not None:
             self.prompt_tokens += completion.usage.prompt_tokens or 0
             self.completion_tokens += completion.usage.completion_tokens or 0
 
-    def info(self, model: str, note: str = "") -> PlannerInfo:
-        latency = (time.perf_counter() - self.started) * 1000
-        return PlannerInfo(name="llm", model=model, prompt_tokens=self.prompt_tokens,
-                           completion_tokens=self.completion_tokens, latency_ms=latency,
-                           repairs=self.repairs, note=note)
+    @property
+    def latency_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
 
 
 class _Refused(Exception):
@@ -102,7 +106,8 @@ class LLMPlanner:
 
     def __init__(self, config: Config, *, client: openai.OpenAI, model: str,
                  retry: RetryPolicy | None = None, max_repairs: int = 2,
-                 max_tokens: int = 2048, redact: Callable[[str], str] | None = None):
+                 max_tokens: int = 2048, seed: int | None = None,
+                 redact: Callable[[str], str] | None = None):
         """
         Args:
             config: the live config (catalog, inventory, policy, playbooks).
@@ -112,11 +117,12 @@ class LLMPlanner:
             retry: retry policy for transient HTTP failures.
             max_repairs: how many times a refused answer goes back to the model.
             max_tokens: completion budget per call; a cut-off answer is repaired.
+            seed: sent with every request when set (servers that honour it answer alike).
             redact: masks secrets in anything sent to the model or put in an error.
         """
         self.config, self.client, self.model = config, client, model
         self.retry = retry or RetryPolicy()
-        self.max_repairs, self.max_tokens = max_repairs, max_tokens
+        self.max_repairs, self.max_tokens, self.seed = max_repairs, max_tokens, seed
         self.redact = redact or Redactor.from_env(config.secrets)
         self.json_schema = True  # until the endpoint refuses it
 
@@ -130,11 +136,17 @@ class LLMPlanner:
                                timeout=settings.openai_timeout, max_retries=0)
         redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
         return cls(config, client=client, model=settings.openai_model,
+                   seed=options.pop("seed", settings.openai_seed),
                    redact=options.pop("redact", redact), **options)
 
     @property
     def endpoint(self) -> str:
         return self.redact(str(self.client.base_url))
+
+    def prompt_versions(self) -> dict[str, str]:
+        """The version of each prompt this planner sends (plan, modify, replan): what new
+        plans record as ``planner.prompt_version``."""
+        return self.config.prompts.versions()
 
     # -- the three operations ---------------------------------------------------------------
 
@@ -145,15 +157,15 @@ class LLMPlanner:
             NoPlanFound: the model says the tools and rules cannot do this.
             PlannerError: the endpoint failed, or no valid plan came back after repairs.
         """
-        user = prompt.plan_request(self.redact(request))
+        user = prompt.plan_request(self.config.prompts, self.redact(request))
 
         def build(wire: WirePlan) -> Plan:
             _declined(wire)
             return self._checked(lambda: Plan.model_validate({**_wire_body(wire),
                                                               "requested_by": requested_by}))
 
-        plan, usage = self._converse(WirePlan, user, build)
-        return plan.model_copy(update={"planner": usage.info(self.model)})
+        plan, usage = self._converse("plan", WirePlan, user, build)
+        return plan.model_copy(update={"planner": self._info(usage)})
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
         """A new version of ``plan`` (same id, version + 1) following ``instruction``.
@@ -162,16 +174,16 @@ class LLMPlanner:
             NoPlanFound: the model says the change cannot be made with these tools and rules.
             PlannerError: the endpoint failed, or no valid plan came back after repairs.
         """
-        user = prompt.modify_request(plan, self.redact(instruction))
+        user = prompt.modify_request(self.config.prompts, plan, self.redact(instruction))
 
         def build(wire: WirePlan) -> Plan:
             _declined(wire)
             return self._checked(lambda: plan.revised(**_wire_body(wire),
                                                       requested_by=requested_by))
 
-        revised, usage = self._converse(WirePlan, user, build)
+        revised, usage = self._converse("modify", WirePlan, user, build)
         note = f"modified: {prompt.clean_text(instruction, 200)}"
-        return revised.model_copy(update={"planner": usage.info(self.model, note)})
+        return revised.model_copy(update={"planner": self._info(usage, note)})
 
     def replan(self, plan: Plan, run: Run, *, requested_by: str) -> Plan | None:
         """After a failed step: a new version with revised remaining steps, or None to roll back.
@@ -183,13 +195,13 @@ class LLMPlanner:
         Raises:
             PlannerError: the endpoint failed or no valid revision came back; roll back.
         """
-        if len(run.plan_versions) > self.config.policy.max_replans:
+        if run.replans >= self.config.policy.max_replans:
             log.info("run %s: no replan left (max_replans=%d), rolling back", run.id,
                      self.config.policy.max_replans)
             return None
         done = [s for s in plan.steps
                 if (state := run.steps.get(s.id)) and state.status is StepStatus.SUCCEEDED]
-        user = prompt.replan_request(plan, run, self.redact)
+        user = prompt.replan_request(self.config.prompts, plan, run, self.redact)
 
         def build(wire: WireReplan) -> Plan | None:
             if wire.action == "rollback":
@@ -198,27 +210,43 @@ class LLMPlanner:
             return self._checked(lambda: plan.revised(**_replan_body(wire, done),
                                                       requested_by=requested_by))
 
-        revised, usage = self._converse(WireReplan, user, build)
+        revised, usage = self._converse("replan", WireReplan, user, build)
         if revised is None:
             return None
         note = f"replanned after run {run.id}"
-        return revised.model_copy(update={"planner": usage.info(self.model, note)})
+        return revised.model_copy(update={"planner": self._info(usage, note)})
+
+    def _info(self, usage: _Usage, note: str = "") -> PlannerInfo:
+        """The plan's provenance; the answer and the note are redacted, the answer bounded
+        (redacted first: a cut could leave half a secret no pattern recognises)."""
+        return PlannerInfo(
+            name="llm", model=self.model, response_model=_redacted(self.redact,
+                                                                   usage.response_model),
+            prompt=usage.prompt, prompt_version=usage.prompt_version, temperature=TEMPERATURE,
+            seed=self.seed, prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens, latency_ms=usage.latency_ms,
+            repairs=usage.repairs, note=self.redact(note),
+            answer=prompt.excerpt(self.redact(usage.answer), ANSWER_LIMIT))
 
     # -- the conversation -------------------------------------------------------------------
 
-    def _converse(self, answer: type[W], user: str,
+    def _converse(self, operation: str, answer: type[W], user: str,
                   build: Callable[[W], T]) -> tuple[T, _Usage]:
         """Ask, check, and send problems back until an answer builds or repairs run out."""
+        prompts = self.config.prompts
+        # The user message is redacted whole: a plan to change may hold what a model wrote.
         asked: list[Message] = [
             {"role": "system", "content": prompt.system_prompt(self.config, answer, self.redact)},
-            {"role": "user", "content": user}]
-        messages, usage, problems = list(asked), _Usage(), []
+            {"role": "user", "content": self.redact(user)}]
+        messages, problems = list(asked), []
+        usage = _Usage(operation, prompts.version(operation))
         for attempt in range(self.max_repairs + 1):
-            completion = self._complete(messages, answer)
-            usage.add(completion)
+            completion = self._call(messages, answer, usage, attempt)
             content = _content(completion)
             try:
-                return build(_answer(completion, content, answer)), usage
+                built = build(_answer(completion, content, answer))
+                usage.answer = content
+                return built, usage
             except _Refused as refused:
                 problems = refused.problems
             log.info("planner answer refused (attempt %d): %s", attempt + 1, problems)
@@ -226,11 +254,27 @@ class LLMPlanner:
                 usage.repairs += 1
                 # Only the last refused answer, as a bounded excerpt: requests stay bounded.
                 messages = [*asked,
-                            {"role": "assistant", "content": prompt.refused_excerpt(content)},
-                            {"role": "user", "content": prompt.repair_message(problems)}]
+                            {"role": "assistant",
+                             "content": prompt.excerpt(self.redact(content))},
+                            {"role": "user", "content": prompt.repair_message(prompts, problems)}]
         listed = "\n".join(f"  - {p}" for p in problems[:10])
         raise PlannerError(f"the model {self.model} gave no valid plan after "
                            f"{self.max_repairs} repair(s); the last answer had:\n{listed}")
+
+    def _call(self, messages: list[Message], answer: type[BaseModel], usage: _Usage,
+              attempt: int) -> ChatCompletion:
+        """One model call, as an OpenTelemetry GenAI span (names and counts, never text)."""
+        with tracing.span(f"chat {self.model}", {
+                "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": self.model, "gen_ai.request.temperature": TEMPERATURE,
+                "gen_ai.request.max_tokens": self.max_tokens, "gen_ai.request.seed": self.seed,
+                "deckhand.prompt.name": usage.prompt,
+                "deckhand.prompt.version": usage.prompt_version,
+                "deckhand.planner.attempt": attempt}) as span:
+            completion = self._complete(messages, answer)
+            usage.add(completion)
+            tracing.finish(span, ok=True, **_completion_attributes(completion, self.redact))
+        return completion
 
     def _checked(self, make: Callable[[], Plan]) -> Plan:
         """Build the plan and validate it; every problem becomes a repair request."""
@@ -269,7 +313,8 @@ class LLMPlanner:
             try:
                 return self._checked_completion(self.client.chat.completions.create(
                     model=self.model, messages=cast(list[ChatCompletionMessageParam], messages),
-                    temperature=0, max_tokens=self.max_tokens,
+                    temperature=TEMPERATURE, max_tokens=self.max_tokens,
+                    extra_body=None if self.seed is None else {"seed": self.seed},
                     response_format=cast(ResponseFormat, fmt)))
             except ValueError as exc:  # a 200 whose body is not JSON (an HTML error page)
                 raise PlannerError(f"the LLM endpoint {self.endpoint} answered with a body "
@@ -347,6 +392,20 @@ class LLMPlanner:
 
 
 # -- answers ------------------------------------------------------------------------------
+
+
+def _completion_attributes(completion: ChatCompletion, redact: Callable[[str], str]
+                           ) -> dict[str, tracing.AttributeValue | None]:
+    usage = completion.usage
+    return {"gen_ai.response.model": _redacted(redact, completion.model),
+            "gen_ai.response.finish_reasons": tuple(c.finish_reason or "" for c in
+                                                    completion.choices or []),
+            "gen_ai.usage.input_tokens": usage.prompt_tokens if usage else None,
+            "gen_ai.usage.output_tokens": usage.completion_tokens if usage else None}
+
+
+def _redacted(redact: Callable[[str], str], text: str | None) -> str | None:
+    return redact(text) if text else None
 
 
 def _content(completion: ChatCompletion) -> str:

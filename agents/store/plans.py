@@ -65,6 +65,14 @@ class PlanStore(RedisBase):
             raise NotFound(f"no plan {plan_id} version {version}")
         return Plan.model_validate_json(raw)
 
+    def plans_at(self, refs: list[tuple[str, int]]) -> list[Plan | None]:
+        """The plan at each (id, version), in one round trip; None where there is none."""
+        if not refs:
+            return []
+        with self.errors():
+            raws = self.r.mget([self.keys.plan(plan_id, version) for plan_id, version in refs])
+        return [Plan.model_validate_json(raw) if raw else None for raw in raws]
+
     def plan_versions(self, plan_id: str) -> list[Plan]:
         latest = self.plan(plan_id).version
         return [self.plan(plan_id, v) for v in range(1, latest + 1)]

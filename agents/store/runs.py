@@ -115,9 +115,21 @@ class RunStore(AuditStore):
 
     def runs_since(self, since: float, *, limit: int = 10_000) -> list[Run]:
         """Runs created at or after ``since`` (epoch seconds), newest first, at most ``limit``."""
+        return self.runs_by_id(self.run_ids_since(since, limit=limit))
+
+    def run_ids_since(self, since: float, *, limit: int) -> list[str]:
+        """Ids of the runs created since ``since`` (epoch seconds), newest first, at most
+        ``limit``."""
         with self.errors():
             ids = self.r.zrevrangebyscore(self.keys.runs(), "+inf", since, start=0, num=limit)
-            raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
+        return [text(i) for i in ids]
+
+    def runs_by_id(self, run_ids: list[str]) -> list[Run]:
+        """The runs with these ids, in one round trip (ids without a record are left out)."""
+        if not run_ids:
+            return []
+        with self.errors():
+            raws = self.r.mget([self.keys.run(i) for i in run_ids])
         return self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
 
     def _with_journals(self, runs: list[Run]) -> list[Run]:
@@ -240,6 +252,7 @@ class RunStore(AuditStore):
             run.set_targets(targets)
             run.goal = plan.goal
             run.plan_versions.append(plan.version)
+            run.modified_versions.append(plan.version)
             run.steps = {s.id: StepState(id=s.id) for s in plan.steps}
             run.rollback = {r.id: StepState(id=r.id) for r in plan.rollback}
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from agents.config import load_config
 from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
+from agents.planning.templates import PromptSet
 from agents.runs import RunStatus
 from agents.settings import Settings
 from bot.cli.common import (
@@ -191,5 +192,15 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.hosts)} hosts, "
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
+    _report_prompts(console, config.prompts)
     return report_redis(console, Settings())
+
+
+def _report_prompts(console: Console, prompts: PromptSet) -> None:
+    """The prompt versions new LLM plans will record, and which templates are replaced."""
+    versions = ", ".join(f"{name}@{version}" for name, version in prompts.versions().items())
+    console.print(f"prompts: {versions}", markup=False, highlight=False, soft_wrap=True)
+    for name, source in prompts.overridden.items():
+        console.print(f"  template {name} from {source}", markup=False, highlight=False,
+                      soft_wrap=True)
 

@@ -36,7 +36,7 @@ from bot.cli.common import (
 from bot.cli.health import warn_about_redis
 from bot.logs import add_log_format_arg, configure_logging
 from bot.terminal.console import Confirm, confirmation_problem
-from bot.terminal.render import status_table, summary
+from bot.terminal.render import provenance_text, status_table, summary
 
 
 def register(commands: Commands) -> None:
@@ -59,6 +59,9 @@ def register(commands: Commands) -> None:
     runs.add_argument("--limit", type=int, default=20)
     runs.add_argument("--timeline", type=Path, metavar="PNG",
                       help="with show: save the run's timeline chart to this PNG file")
+    runs.add_argument("--llm", action="store_true",
+                      help="with show: what made each plan version (prompt version, model, "
+                           "tokens, latency, repairs, the model's answer)")
     add_config_arg(runs)
     runs.set_defaults(handler=_runs)
 
@@ -132,27 +135,34 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> list[Listen
 def _runs(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     services = services_for(args)
-    store = services.store
     if args.action == "show":
         if not args.run_id:
             console.print("usage: deckhand runs show RUN_ID")
             return 2
-        run = store.find_run(args.run_id)
-        plan = store.plan(run.plan_id, run.plan_version)
-        console.print(status_table(plan, run, services.host_counts(plan)))
-        console.print(summary(plan, run))
-        found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
-        if found:
-            console.print(f"trace: {found}", highlight=False, soft_wrap=True)
-        if args.timeline:
-            from bot.timeline import save_timeline  # matplotlib loads only when asked
-
-            drawn = save_timeline(plan, run, args.timeline)
-            console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
-                          f"{len(drawn.bars)} bars)")
+        _show_run(args, console, services)
         return 0
-    console.print(runs_table(store.runs(limit=args.limit)))
+    console.print(runs_table(services.store.runs(limit=args.limit)))
     return 0
+
+
+def _show_run(args: argparse.Namespace, console: Console, services: Services) -> None:
+    store = services.store
+    run = store.find_run(args.run_id)
+    plan = store.plan(run.plan_id, run.plan_version)
+    console.print(status_table(plan, run, services.host_counts(plan)))
+    console.print(summary(plan, run))
+    found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
+    if found:
+        console.print(f"trace: {found}", highlight=False, soft_wrap=True)
+    if args.llm:
+        versions = dict.fromkeys(run.plan_versions or [run.plan_version])
+        console.print(provenance_text([store.plan(run.plan_id, v) for v in versions]))
+    if args.timeline:
+        from bot.timeline import save_timeline  # matplotlib loads only when asked
+
+        drawn = save_timeline(plan, run, args.timeline)
+        console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
+                      f"{len(drawn.bars)} bars)")
 
 
 def runs_table(runs: list[Run]) -> Table:

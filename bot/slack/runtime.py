@@ -35,6 +35,7 @@ class BotRuntime:
         self.app, self.bot = build_app(services, settings, client=client)
         observe_slack(self.bot.client, self.metrics)
         self.metrics.watch_queue(services.store)
+        self.metrics.watch_plan_quality(services.store)
         self.metrics.watch_history(services.store, list(services.config.inventory.environments),
                                    undo_window=services.config.history.undo_window_hours * 3600)
         work = self.bot.work

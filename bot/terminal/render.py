@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.ids import short_id
-from agents.plan import Plan, RollbackStep, Step, format_params
+from agents.plan import Plan, PlannerInfo, RollbackStep, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.results import listed, tally
 from agents.runs import Run, RunStatus, StepState, StepStatus
@@ -199,3 +199,36 @@ def diff_text(diff: PlanDiff) -> Text:
         else:
             text.append(f"{where}{line.text}\n")
     return text
+
+
+def provenance_text(plans: list[Plan]) -> Text:
+    """What made each version (``deckhand runs show RUN --llm``): planner, prompt and model,
+    settings, cost, and the model's answer as recorded (redacted and bounded already)."""
+    text = Text()
+    for plan in plans:
+        info = plan.planner
+        text.append(f"v{plan.version}  ", "bold")
+        if info.edited_by:
+            text.append(f"edited by hand by {info.edited_by}\n")
+        elif info.model is None:
+            text.append(f"{info.name} · no model · {info.latency_ms:.0f} ms\n")
+        else:
+            text.append(f"{info.prompt or 'prompt'}@{info.prompt_version or 'not recorded'}\n")
+            _llm_lines(text, info)
+    return text
+
+
+def _llm_lines(text: Text, info: PlannerInfo) -> None:
+    seed = "none" if info.seed is None else str(info.seed)
+    temperature = "not recorded" if info.temperature is None else f"{info.temperature:g}"
+    rows = [("model", f"{info.model} (answered: {info.response_model or 'not recorded'})"),
+            ("settings", f"temperature {temperature} · seed {seed}"),
+            ("tokens", f"{info.prompt_tokens} in · {info.completion_tokens} out"),
+            ("latency", f"{info.latency_ms:.0f} ms · {info.repairs} repair(s)")]
+    rows += [("note", info.note)] if info.note else []
+    for label, value in rows:
+        text.append(f"    {label:<9}", "dim")
+        text.append(f"{value}\n")
+    text.append("    answer\n", "dim")
+    for line in (info.answer or "(not recorded)").splitlines():
+        text.append(f"      {line}\n")

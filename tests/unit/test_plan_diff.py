@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agents.plan import Plan
+from agents.plan import Plan, PlannerInfo
 from agents.plan_diff import Mark, diff_plans
 from agents.policy import Policy
 from agents.runs import Run
@@ -130,3 +130,21 @@ def test_terminal_edit_shows_the_diff_before_approval(tmp_path: Path) -> None:
     out = console.export_text()
     assert "Plan updated to version 2." in out
     assert "changes since v1 (1 changed)" in out and "  ~ a  script: echo a → echo A" in out
+
+
+def test_diff_says_when_another_prompt_or_model_made_the_new_version() -> None:
+    planned = PlannerInfo(name="llm", model="m1", response_model="m1-2026", prompt="plan",
+                          prompt_version="aaaaaaaaaaaa")
+    first = V1.model_copy(update={"planner": planned})
+    modified = _v2().model_copy(update={"planner": planned.model_copy(
+        update={"prompt": "modify", "prompt_version": "bbbbbbbbbbbb"})})
+    diff = diff_plans(first, modified)
+    assert diff.lines()[0].text == ("made by: plan@aaaaaaaaaaaa · m1-2026 → "
+                                    "modify@bbbbbbbbbbbb · m1-2026")
+    assert diff.changes == len(diff.lines()) - 1
+    edited = first.model_copy(update={"planner": planned.model_copy(
+        update={"edited_by": "alice"})})
+    assert diff_plans(first, edited).empty  # a hand edit keeps its version's maker
+    by_playbook = diff_plans(V1, first)
+    assert by_playbook.empty and by_playbook.lines()[0].text == (
+        "made by: playbook → plan@aaaaaaaaaaaa · m1-2026")

@@ -1,0 +1,120 @@
+"""Plan quality from real use: what became of the plans each prompt version and model made.
+
+For every run, the plan the planner first proposed (version 1) names its maker — the LLM's
+prompt version and model, or a playbook — and the run record says what people and execution
+did with it: approved as it was, modified (and by how many changes, from the plan diff
+against the last Modify), rejected, replanned while running, and how it ended. Pure
+functions over records the store already keeps; ``bot.metrics`` exports the tally.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from agents.plan import Plan
+from agents.plan_diff import diff_plans
+from agents.runs import Run, RunStatus
+
+OUTCOMES = ("planned", "approved_unchanged", "modified", "rejected", "replanned", "succeeded",
+            "failed", "rolled_back")
+"""What a run's first plan can come to (a run counts under every one that holds)."""
+OTHER = "other"
+FAILED = frozenset({RunStatus.FAILED, RunStatus.ROLLBACK_FAILED, RunStatus.INTERRUPTED})
+_PAST_APPROVAL = frozenset({RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
+                            RunStatus.ROLLING_BACK, RunStatus.SUCCEEDED, RunStatus.ROLLED_BACK,
+                            *FAILED})
+
+
+@dataclass(frozen=True, order=True)
+class Maker:
+    """What made a plan: ``llm`` with its prompt version and model, or ``playbook``."""
+
+    planner: str
+    prompt_version: str = ""
+    model: str = ""
+
+    @classmethod
+    def of(cls, plan: Plan) -> Maker:
+        info = plan.planner
+        if info.model is None:
+            return cls("playbook")
+        return cls("llm", info.prompt_version or "unknown", info.model)
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What became of one run's first plan."""
+
+    maker: Maker
+    outcomes: frozenset[str]
+    changes: int = 0
+    """Size of the plan diff from the planner's plan to the last Modify (0: not modified)."""
+
+
+def counted(run: Run) -> bool:
+    """Whether a run says anything about its planner: dry runs and read-only answers
+    (no approval round) do not."""
+    return not run.meta.get("dry_run") and not run.meta.get("read_only")
+
+
+def versions_needed(run: Run) -> tuple[int, int | None]:
+    """The plan versions to read for ``fate``: the first, and the last one people modified."""
+    first = run.plan_versions[0] if run.plan_versions else run.plan_version
+    return first, max(run.modified_versions) if run.modified_versions else None
+
+
+def fate(run: Run, first: Plan, modified: Plan | None = None) -> Fate:
+    """What became of ``first`` (the planner's plan of ``run``); ``modified``: the version
+    of its last Modify, if any."""
+    outcomes = {"planned"}
+    if modified is not None:
+        outcomes.add("modified")
+    elif _approved(run):
+        outcomes.add("approved_unchanged")
+    if run.status is RunStatus.REJECTED:
+        outcomes.add("rejected")
+    if run.replans > 0:
+        outcomes.add("replanned")
+    if run.status is RunStatus.SUCCEEDED:
+        outcomes.add("succeeded")
+    elif run.status in FAILED:
+        outcomes.add("failed")
+    elif run.status is RunStatus.ROLLED_BACK:
+        outcomes.add("rolled_back")
+    changes = diff_plans(first, modified).changes if modified is not None else 0
+    return Fate(Maker.of(first), frozenset(outcomes), changes)
+
+
+def _approved(run: Run) -> bool:
+    """Whether people approved it: a status only approval leads to, a start (a replan may
+    have asked again since), or approvals on a run cancelled in the queue."""
+    return (run.status in _PAST_APPROVAL or run.started_at is not None
+            or (run.status is RunStatus.CANCELLED and bool(run.approvals)))
+
+
+@dataclass
+class Tally:
+    """Runs per outcome, and the summed diff size of the modified ones, for one maker."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    changes: int = 0
+
+    def add(self, one: Fate | Tally) -> None:
+        self.outcomes.update(one.outcomes)
+        self.changes += one.changes
+
+
+def tally(fates: list[Fate], *, max_makers: int = 10) -> dict[Maker, Tally]:
+    """Fates summed per maker; past the ``max_makers`` with most plans, the rest are summed
+    per planner as ``other`` (prompt versions are few, but labels must stay bounded)."""
+    per: dict[Maker, Tally] = {}
+    for one in fates:
+        if one.maker not in per:
+            per[one.maker] = Tally()
+        per[one.maker].add(one)
+    ranked = sorted(per, key=lambda m: (-per[m].outcomes["planned"], m))
+    out = {maker: per[maker] for maker in ranked[:max_makers]}
+    for maker in ranked[max_makers:]:
+        out.setdefault(Maker(maker.planner, OTHER, OTHER), Tally()).add(per[maker])
+    return out
