@@ -2,14 +2,16 @@
 
 For every run, the plan the planner first proposed (version 1) names its maker — the LLM's
 prompt version and model, or a playbook — and the run record says what people and execution
-did with it: approved as it was, modified (and by how many changes, from the plan diff
-against the last Modify), rejected, replanned while running, and how it ended. Pure
-functions over records the store already keeps; ``bot.metrics`` exports the tally.
+did with it: approved as it was, modified (Modify or a hand edit, both recorded as the
+run's ``modified_versions``; sized by the plan diff against the last one), rejected,
+replanned while running, and how it ended. Pure functions over records the store already
+keeps; its two faces are ``bot.metrics`` (Prometheus) and ``deckhand eval --from-history``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from agents.plan import Plan
@@ -21,6 +23,10 @@ OUTCOMES = ("planned", "approved_unchanged", "modified", "rejected", "replanned"
 """What a run's first plan can come to (a run counts under every one that holds)."""
 OTHER = "other"
 FAILED = frozenset({RunStatus.FAILED, RunStatus.ROLLBACK_FAILED, RunStatus.INTERRUPTED})
+PlanRef = tuple[str, int]
+"""(plan id, version)."""
+PlansAt = Callable[[list[PlanRef]], list[Plan | None]]
+"""The plan at each ref, None where there is none (``Store.plans_at``)."""
 _PAST_APPROVAL = frozenset({RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
                             RunStatus.ROLLING_BACK, RunStatus.SUCCEEDED, RunStatus.ROLLED_BACK,
                             *FAILED})
@@ -58,17 +64,33 @@ def counted(run: Run) -> bool:
     return not run.meta.get("dry_run") and not run.meta.get("read_only")
 
 
-def versions_needed(run: Run) -> tuple[int, int | None]:
-    """The plan versions to read for ``fate``: the first, and the last one people modified."""
+def plans_needed(run: Run) -> list[PlanRef]:
+    """The plan versions ``fate`` reads: the first, and the last one people modified."""
     first = run.plan_versions[0] if run.plan_versions else run.plan_version
-    return first, max(run.modified_versions) if run.modified_versions else None
+    last = [max(run.modified_versions)] if run.modified_versions else []
+    return [(run.plan_id, version) for version in [first, *last]]
+
+
+def fate_from(run: Run, plans: Mapping[PlanRef, Plan | None]) -> Fate | None:
+    """``fate`` with the plans of ``plans_needed`` looked up; None when the first is gone."""
+    first, *modified = (plans.get(ref) for ref in plans_needed(run))
+    return fate(run, first, modified[0] if modified else None) if first is not None else None
+
+
+def fates(runs: Iterable[Run], plans_at: PlansAt) -> list[Fate]:
+    """The fates of the counted ``runs``, their plans read in one ``plans_at`` call (runs
+    whose first plan is gone are left out)."""
+    kept = [run for run in runs if counted(run)]
+    refs = list(dict.fromkeys(ref for run in kept for ref in plans_needed(run)))
+    plans = dict(zip(refs, plans_at(refs), strict=True))
+    return [one for run in kept if (one := fate_from(run, plans)) is not None]
 
 
 def fate(run: Run, first: Plan, modified: Plan | None = None) -> Fate:
     """What became of ``first`` (the planner's plan of ``run``); ``modified``: the version
-    of its last Modify, if any."""
+    of its last Modify or hand edit, if any (None when gone: modified, size unknown)."""
     outcomes = {"planned"}
-    if modified is not None:
+    if run.modified_versions:
         outcomes.add("modified")
     elif _approved(run):
         outcomes.add("approved_unchanged")
@@ -100,21 +122,27 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     changes: int = 0
 
+    @property
+    def changes_per_modified(self) -> float:
+        modified = self.outcomes["modified"]
+        return self.changes / modified if modified else 0.0
+
     def add(self, one: Fate | Tally) -> None:
         self.outcomes.update(one.outcomes)
         self.changes += one.changes
 
 
-def tally(fates: list[Fate], *, max_makers: int = 10) -> dict[Maker, Tally]:
-    """Fates summed per maker; past the ``max_makers`` with most plans, the rest are summed
-    per planner as ``other`` (prompt versions are few, but labels must stay bounded)."""
+def tally(found: Iterable[Fate], *, max_makers: int | None = None) -> dict[Maker, Tally]:
+    """Fates summed per maker, busiest first; past the ``max_makers`` with most plans, the
+    rest are summed per planner as ``other`` (metric labels must stay bounded)."""
     per: dict[Maker, Tally] = {}
-    for one in fates:
+    for one in found:
         if one.maker not in per:
             per[one.maker] = Tally()
         per[one.maker].add(one)
     ranked = sorted(per, key=lambda m: (-per[m].outcomes["planned"], m))
-    out = {maker: per[maker] for maker in ranked[:max_makers]}
-    for maker in ranked[max_makers:]:
+    kept = len(ranked) if max_makers is None else max_makers
+    out = {maker: per[maker] for maker in ranked[:kept]}
+    for maker in ranked[kept:]:
         out.setdefault(Maker(maker.planner, OTHER, OTHER), Tally()).add(per[maker])
     return out

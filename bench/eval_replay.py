@@ -17,10 +17,7 @@ Run: python -m bench.eval_replay [--calls 200]
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import openai
@@ -31,20 +28,11 @@ from agents.planning.llm import LLMPlanner
 from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
 from agents.settings import Settings
+from bench.timing import median_ms
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
 from tests.fixtures.sample import EXAMPLES
 
 REQUEST, MODEL = "status of staging", "standin-model"
-
-
-def timed(calls: int, plan: Callable[[], object]) -> float:
-    """Median milliseconds per call."""
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        plan()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
 
 
 def through_eval(config: Config, settings: Settings, setup: ModelSetup, calls: int) -> float:
@@ -57,7 +45,7 @@ def through_eval(config: Config, settings: Settings, setup: ModelSetup, calls: i
         return subject.plan(REQUEST)
 
     try:
-        return timed(calls, plan)
+        return median_ms(plan, calls)
     finally:
         subject.close()
 
@@ -76,7 +64,7 @@ def main() -> None:
             standin.reply_json(answer)
         client = openai.OpenAI(api_key=API_KEY, base_url=standin.base_url, max_retries=0)
         planner = LLMPlanner(config, client=client, model=MODEL)
-        plain = timed(calls, lambda: planner.plan(REQUEST, requested_by="bench"))
+        plain = median_ms(lambda: planner.plan(REQUEST, requested_by="bench"), calls)
         with tempfile.TemporaryDirectory() as tapes:
             live = through_eval(config, settings, ModelSetup(), calls)
             record = through_eval(config, settings, ModelSetup(record=Path(tapes)), calls)

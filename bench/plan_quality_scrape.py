@@ -14,7 +14,6 @@ Run: python -m bench.plan_quality_scrape [--runs 5000]
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
@@ -25,6 +24,7 @@ from agents.plan import Plan, PlannerInfo
 from agents.runs import Approval, Run, RunStatus
 from agents.store import Store
 from bench.store_history import redis_url
+from bench.timing import median_ms
 from bot.metrics import Metrics
 from tests.fixtures.builders import NO_TARGETS
 
@@ -67,15 +67,6 @@ def _ending(final: RunStatus) -> Callable[[Run], None]:
             run.move(RunStatus.ROLLING_BACK)
         run.move(final)
     return change
-
-
-def median_ms(work: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        work()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:

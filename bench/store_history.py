@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
@@ -53,6 +52,7 @@ from agents.store.check import StoreCheck
 from agents.store.history import HISTORY_READ
 from agents.store.schedules import ScheduleBook
 from agents.targets import PlanTargets
+from bench.timing import median_ms
 from bot.schedule_commands import handle_schedule_command
 from bot.slack.home import home_data
 from tests.fixtures.sample import EXAMPLES, free_port
@@ -200,16 +200,6 @@ def seed_schedules(store: Store, count: int = 30) -> None:
                              created_at=now, armed_at=now))
 
 
-def timed(action: Callable[[], Any], repeat: int = 5) -> float:
-    """Median seconds of ``action``."""
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def home_reader(services: Services) -> Callable[[], Any]:
     """Everything the App Home reads for one user (``bot.slack.home.home_data``), with the
     Slack parts it does not read left out."""
@@ -243,14 +233,14 @@ def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, An
 
 def report(store: Store, services: Services, ids: list[str], bytes_per_run: float) -> None:
     client, some = store.r, ids[len(ids) // 2]
-    floor = timed(lambda: client.get("bench:nothing"), repeat=200)
-    print(f"one bare round trip: {floor * 1e6:.0f} µs")
+    floor = median_ms(lambda: client.get("bench:nothing"), 200)
+    print(f"one bare round trip: {floor * 1e3:.0f} µs")
     for name, now_, old in rows(store, services, some):
-        took = timed(now_)
-        line = f"{name:<20} {took * 1e3:8.2f} ms  = {took / floor:7.1f} round trips"
+        took = median_ms(now_, 5)
+        line = f"{name:<20} {took:8.2f} ms  = {took / floor:7.1f} round trips"
         if old is not None:
-            before = timed(old, repeat=1)
-            line += f"   (before: {before * 1e3:8.1f} ms, {before / took:,.0f}x slower)"
+            before = median_ms(old, 1)
+            line += f"   (before: {before:8.1f} ms, {before / took:,.0f}x slower)"
         print(line)
     print(f"Redis bytes per run: {bytes_per_run:,.0f}; queue length: "
           f"{client.xlen(store.keys.queue())} (acknowledged entries are deleted)")

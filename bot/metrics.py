@@ -49,7 +49,7 @@ from agents.errors import StoreError
 from agents.executor import Listener
 from agents.history import stats
 from agents.plan import Plan
-from agents.plan_quality import OUTCOMES, Fate, counted, fate, tally, versions_needed
+from agents.plan_quality import OUTCOMES, Fate, PlanRef, counted, fate_from, plans_needed, tally
 from agents.runs import Event, EventKind, Run, StepStatus
 from agents.store import Store
 from agents.store.history import HISTORY_READ
@@ -231,7 +231,7 @@ class _QualityCollector(Collector):
                  clock: Callable[[], float] = time.time):
         self.store, self.max_makers, self.clock = store, max_makers, clock
         self.ended: dict[str, Fate | None] = {}
-        self.plans: dict[tuple[str, int], Plan | None] = {}
+        self.plans: dict[PlanRef, Plan | None] = {}
         self.figures: tuple[list[Metric], float] | None = None
         self.lock = threading.Lock()  # scrapes may overlap
 
@@ -267,12 +267,11 @@ class _QualityCollector(Collector):
     def _read(self, run_ids: list[str]) -> list[Fate]:
         """Fates of these runs; the ones that ended are kept for good."""
         runs = [run for run in self.store.runs_by_id(run_ids) if counted(run)]
-        needed = {run.id: _refs(run) for run in runs}
+        needed = {run.id: plans_needed(run) for run in runs}
         self._load([ref for refs in needed.values() for ref in refs])
         out = []
         for run in runs:
-            first, *edit = (self.plans[ref] for ref in needed[run.id])
-            one = fate(run, first, edit[0] if edit else None) if first is not None else None
+            one = fate_from(run, self.plans)
             if run.status.terminal:
                 self.ended[run.id] = one
             if one is not None:
@@ -281,7 +280,7 @@ class _QualityCollector(Collector):
         self.plans = {ref: self.plans[ref] for ref in still_open}
         return out
 
-    def _load(self, refs: list[tuple[str, int]]) -> None:
+    def _load(self, refs: list[PlanRef]) -> None:
         missing = list(dict.fromkeys(ref for ref in refs if ref not in self.plans))
         self.plans.update(zip(missing, self.store.plans_at(missing), strict=True))
 
@@ -295,12 +294,6 @@ class _QualityCollector(Collector):
                                   "Plan-diff size from the planner's plan to the last Modify, "
                                   "summed over the modified runs of the last 30 days",
                                   labels=makers)]
-
-
-def _refs(run: Run) -> list[tuple[str, int]]:
-    """The plan versions a run's fate needs: its first, and its last Modify's if any."""
-    first, modified = versions_needed(run)
-    return [(run.plan_id, first), *([(run.plan_id, modified)] if modified else [])]
 
 
 class _WorkCollector(Collector):

@@ -6,10 +6,10 @@
     runner.py     cases through a configuration, one Outcome each (timed, tokens counted)
     scoring.py    node / edge F1 against the gold plan, promotion-order and rollback checks
     report.py     totals per configuration, differences between two, CI thresholds
-    real_use.py   quality from run records: approved unchanged, modified, rejected, ...
 
     cases ─▶ build_subject(spec) ─▶ run_cases ─▶ [Outcome] ─▶ summarise / differences /
                   └─ openai client ─▶ ModelTraffic ─▶ endpoint | DIR      missed_thresholds
 
-``deckhand eval`` (bot.cli.eval) is the face.
+``deckhand eval`` (bot.cli.eval) is the face; its ``--from-history`` (quality from run
+records) is ``agents.plan_quality``, shared with the metrics.
 """

@@ -19,7 +19,6 @@ from agents.config import Config
 from agents.errors import EvaluationError
 from agents.evaluation.cases import Case, load_cases, spread
 from agents.evaluation.planners import ModelSetup, PlannerSpec, build_subject, parse_spec
-from agents.evaluation.real_use import quality
 from agents.evaluation.report import (
     THRESHOLDS,
     Difference,
@@ -31,6 +30,7 @@ from agents.evaluation.report import (
 )
 from agents.evaluation.runner import run_cases
 from agents.evaluation.scoring import Outcome
+from agents.plan_quality import OUTCOMES, Maker, Tally, fates, tally
 from agents.settings import Settings
 from agents.store import Store
 from bot.cli.common import Commands, add_config_arg, config_for, embedded_store_note
@@ -84,8 +84,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         gates.add_argument(f"--{threshold.flag}", type=float, metavar="X", help=threshold.help)
     real = parser.add_argument_group("quality from real use (run records in Redis)")
     real.add_argument("--from-history", action="store_true",
-                      help="approved / modified / rejected / replanned / failed / rolled back "
-                           "per planner and model, instead of cases")
+                      help="approved / modified / rejected / replanned / succeeded / failed / "
+                           "rolled back per planner, prompt version and model, instead of cases")
     real.add_argument("--since", type=_age, default=_age("30d"), metavar="AGE",
                       help="how far back, e.g. 7d, 12h, 2w (default 30d)")
 
@@ -193,13 +193,19 @@ def _from_history(args: argparse.Namespace, console: Console) -> int:
     if url is None:
         embedded_store_note()
     store = Store.connect(url.get_secret_value() if url else None)
-    found = quality(store.runs_since(time.time() - args.since), store.plan)
+    found = tally(fates(store.runs_since(time.time() - args.since), store.plans_at))
     if args.json:
-        rows = [{**q.group, **{k: v for k, v in vars(q).items() if k != "group"}} for q in found]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        sys.stdout.write(json.dumps([_row(m, t) for m, t in found.items()], indent=2) + "\n")
     elif not found:
         console.print(f"No runs recorded in the last {args.since / 86400:g} days.",
                       markup=False)
     else:
         console.print(tables.quality_table(found, args.since / 86400))
     return 0
+
+
+def _row(maker: Maker, counts: Tally) -> dict[str, str | int]:
+    """One maker's tally for --json: the labels and counts of ``deckhand_plan_outcomes``."""
+    return {"planner": maker.planner, "prompt_version": maker.prompt_version,
+            "model": maker.model, **{o: counts.outcomes[o] for o in OUTCOMES},
+            "changes": counts.changes}

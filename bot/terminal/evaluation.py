@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import astuple
 
 from rich.table import Table
 from rich.text import Text
 
 from agents.evaluation.planners import PlannerSpec
-from agents.evaluation.real_use import Quality
 from agents.evaluation.report import Difference, Summary, verdict
 from agents.evaluation.scoring import Outcome
+from agents.plan_quality import Maker, Tally
 
 
 def cases_table(spec: PlannerSpec, outcomes: Sequence[Outcome]) -> Table:
@@ -94,23 +95,29 @@ def differences_table(labels: Sequence[str], diffs: Sequence[Difference]) -> Tab
     return table
 
 
-def quality_table(found: Sequence[Quality], days: float) -> Table:
-    """Real use, one column per group (planner, model): what people and runs did with plans."""
-    table = Table("", *(" ".join(v for v in q.group.values() if v != "-") for q in found),
+def quality_table(found: Mapping[Maker, Tally], days: float) -> Table:
+    """Real use, one column per maker (planner, prompt version, model): what people and runs
+    did with its plans (``agents.plan_quality``)."""
+    table = Table("", *(" ".join(filter(None, astuple(m))) for m in found),
                   title=f"Plans in real use, last {days:g} days")
-    rows: list[tuple[str, Callable[[Quality], str]]] = [
-        ("runs", lambda q: str(q.runs)),
-        ("approved unchanged", lambda q: _share(q.approved_unchanged, q.runs)),
-        ("modified", lambda q: _share(q.modified, q.runs)),
-        ("diff lines per modified plan", lambda q: f"{q.lines_per_modified:.1f}"),
-        ("rejected", lambda q: _share(q.rejected, q.runs)),
-        ("replanned while running", lambda q: _share(q.replanned, q.runs)),
-        ("failed", lambda q: _share(q.failed, q.runs)),
-        ("rolled back", lambda q: _share(q.rolled_back, q.runs)),
+    rows: list[tuple[str, Callable[[Tally], str]]] = [
+        ("runs", lambda t: str(t.outcomes["planned"])),
+        *((name, _share_of(outcome)) for name, outcome in QUALITY_ROWS),
+        ("plan-diff changes per modified plan", lambda t: f"{t.changes_per_modified:.1f}"),
     ]
     for name, cell in rows:
-        table.add_row(name, *(cell(q) for q in found))
+        table.add_row(name, *(cell(t) for t in found.values()))
     return table
+
+
+QUALITY_ROWS = [("approved unchanged", "approved_unchanged"), ("modified", "modified"),
+                ("rejected", "rejected"), ("replanned while running", "replanned"),
+                ("succeeded", "succeeded"), ("failed", "failed"),
+                ("rolled back", "rolled_back")]
+
+
+def _share_of(outcome: str) -> Callable[[Tally], str]:
+    return lambda t: _share(t.outcomes[outcome], t.outcomes["planned"])
 
 
 def _result(outcome: Outcome) -> Text:

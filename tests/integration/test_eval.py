@@ -207,7 +207,10 @@ def test_chart_is_drawn(recorded: Path, cases: Path, tmp_path: Path,
 
 
 def stored(store: Store, plan: Plan, status: RunStatus, *, versions: list[Plan] = (),
-           approved: bool = True, age_days: float = 1.0) -> None:
+           approved: bool = True, age_days: float = 1.0, **meta: bool) -> None:
+    """A run record as the store keeps it: a hand edit (``edited_by``) is one of the run's
+    ``modified_versions``, as ``Store.revise`` records it; the other later versions are
+    replans."""
     for version in [plan, *versions]:
         store.save_plan(version)
     last = versions[-1] if versions else plan
@@ -215,16 +218,17 @@ def stored(store: Store, plan: Plan, status: RunStatus, *, versions: list[Plan] 
     store.create_run(Run(plan_id=plan.id, plan_version=last.version, plan_hash=last.hash,
                          status=status, approvals=approvals if approved else [],
                          plan_versions=[p.version for p in [plan, *versions]],
-                         created_at=time.time() - age_days * 86400))
+                         modified_versions=[p.version for p in versions if p.planner.edited_by],
+                         created_at=time.time() - age_days * 86400, meta=meta))
 
 
-def llm_plan(note: str = "") -> Plan:
+def llm_plan(note: str = "", prompt_version: str = "aaaaaaaaaaaa") -> Plan:
     plan = make_plan([{"id": "s", "tool": "status", "params": {"environment": "staging"}}])
-    return plan.model_copy(update={"planner": PlannerInfo(name="llm", model="m1",
-                                                          latency_ms=100, note=note)})
+    return plan.model_copy(update={"planner": PlannerInfo(
+        name="llm", model="m1", latency_ms=100, note=note, prompt_version=prompt_version)})
 
 
-def test_from_history_counts_what_happened_to_each_planners_plans(
+def test_from_history_counts_what_happened_to_each_makers_plans(
         store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("REDIS_URL", redis_url)
@@ -235,24 +239,31 @@ def test_from_history_counts_what_happened_to_each_planners_plans(
                           planner=edited.planner.model_copy(update={"edited_by": "alice"}))
     stored(store, edited, RunStatus.SUCCEEDED, versions=[hand])
     failing = llm_plan()
-    replan = failing.revised(planner=PlannerInfo(name="llm", model="m1", latency_ms=50,
-                                                 note="replanned after run x"))
+    replan = failing.revised(planner=failing.planner.model_copy(
+        update={"note": "replanned after run x", "latency_ms": 50}))
     stored(store, failing, RunStatus.ROLLED_BACK, versions=[replan])
+    stored(store, llm_plan(prompt_version="bbbbbbbbbbbb"), RunStatus.REJECTED, approved=False)
     stored(store, make_plan([{"id": "s", "tool": "status"}]), RunStatus.REJECTED,
            approved=False)
     stored(store, make_plan([{"id": "s", "tool": "status"}]), RunStatus.FAILED)
     stored(store, llm_plan(), RunStatus.FAILED, age_days=40)  # outside --since 30d
+    stored(store, llm_plan(), RunStatus.SUCCEEDED, dry_run=True)  # says nothing of its plan
 
     code = main(["eval", "--from-history", "--since", "30d", "--json"])
-    rows = {(r["planner"], r["model"]): r for r in json.loads(capsys.readouterr().out)}
-    assert code == 0
-    llm, books = rows[("llm", "m1")], rows[("playbook", "-")]
-    assert (llm["runs"], llm["approved_unchanged"], llm["modified"], llm["modified_lines"],
-            llm["replanned"], llm["rolled_back"], llm["failed"]) == (3, 2, 1, 1, 1, 1, 0)
-    assert (books["runs"], books["rejected"], books["failed"],
+    rows = {(r["planner"], r["prompt_version"], r["model"]): r
+            for r in json.loads(capsys.readouterr().out)}
+    assert code == 0 and len(rows) == 3
+    llm, books = rows[("llm", "aaaaaaaaaaaa", "m1")], rows[("playbook", "", "")]
+    assert (llm["planned"], llm["approved_unchanged"], llm["modified"], llm["changes"],
+            llm["replanned"], llm["succeeded"], llm["rolled_back"],
+            llm["failed"]) == (3, 2, 1, 1, 1, 2, 1, 0)
+    newer = rows[("llm", "bbbbbbbbbbbb", "m1")]
+    assert (newer["planned"], newer["rejected"], newer["approved_unchanged"]) == (1, 1, 0)
+    assert (books["planned"], books["rejected"], books["failed"],
             books["approved_unchanged"]) == (2, 1, 1, 1)
     assert main(["eval", "--from-history", "--since", "30d"]) == 0
-    assert "approved unchanged" in capsys.readouterr().out  # the table
+    table = capsys.readouterr().out
+    assert "approved unchanged" in table and "llm bbbbbbbbbbbb m1" in table
     assert main(["eval", "--from-history", "--planner", "llm"]) == 2
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents.plan import Plan, PlannerInfo
-from agents.plan_quality import OTHER, Maker, fate, tally
+from agents.plan_quality import OTHER, Maker, PlanRef, fate, fates, tally
 from agents.runs import Approval, Event, EventKind, Run, RunStatus
 from tests.fixtures.builders import NO_TARGETS, make_plan
 
@@ -72,3 +72,23 @@ def test_tally_keeps_the_busiest_makers_and_sums_the_rest_as_other() -> None:
     assert Maker("llm", f"{0:012x}", "m1") not in table
     other = table[Maker("llm", OTHER, OTHER)]
     assert other.outcomes["planned"] == 1 + 2 and other.outcomes["rejected"] == 3
+
+
+def test_fates_read_the_plans_they_need_once_and_skip_what_says_nothing() -> None:
+    plan, gone, dry = _plan(), _plan(label="gone"), _plan(label="dry")
+    edited = _run(plan, RunStatus.AWAITING_APPROVAL, RunStatus.REJECTED)
+    edited.modified_versions, edited.plan_versions = [2], [1, 2]  # its version 2 is gone
+    dry_run = _run(dry, RunStatus.APPROVED)
+    dry_run.meta["dry_run"] = True
+    asked: list[list[PlanRef]] = []
+
+    def plans_at(refs: list[PlanRef]) -> list[Plan | None]:
+        asked.append(refs)
+        return [plan if ref == (plan.id, 1) else None for ref in refs]
+
+    found = fates([edited, _run(gone, RunStatus.REJECTED), dry_run], plans_at)
+    assert asked == [[(plan.id, 1), (plan.id, 2), (gone.id, 1)]]
+    assert [f.outcomes for f in found] == [{"planned", "modified", "rejected"}]
+    assert found[0].changes == 0  # modified, but the size is unknown
+    many = [_plan(LLM.model_copy(update={"prompt_version": f"{i:012x}"})) for i in range(12)]
+    assert len(tally(fate(_run(p), p) for p in many)) == 12  # unbounded unless asked
