@@ -70,6 +70,11 @@ from tools.runners.known_hosts import HostKeyInfo, KnownHosts
 from tools.runners.pacing import HandshakePacer
 
 log = logging.getLogger("deckhand.ssh")
+# paramiko logs every failed handshake at ERROR with a traceback. A dropped setup is retried
+# and every failure reaches the caller as an SSHError, so its own lines are kept for
+# debugging only (lower this logger's level to see them).
+TRANSPORT_LOG = "deckhand.ssh.paramiko"
+logging.getLogger(TRANSPORT_LOG).setLevel(logging.CRITICAL)
 
 T = TypeVar("T")
 
@@ -280,6 +285,7 @@ class SSHRunner:
     def _handshake(self) -> paramiko.Transport:
         with _translate(self.target, "connecting to"):
             transport = paramiko.Transport(self._dial())
+        transport.set_log_channel(TRANSPORT_LOG)
         try:
             self.known_hosts.prefer_known_types(transport, self.host)
             with _dropped_in_setup(self.target):
