@@ -77,6 +77,7 @@ TRANSPORT_LOG = "deckhand.ssh.paramiko"
 logging.getLogger(TRANSPORT_LOG).setLevel(logging.CRITICAL)
 
 T = TypeVar("T")
+_POLL_SECONDS = 1.0
 
 DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 PASSPHRASE_ENV = "DECKHAND_SSH_KEY_PASSPHRASE"
@@ -277,6 +278,10 @@ class SSHRunner:
             self.known_hosts.verify(self.host, key)
             _authenticate(transport, self.host, self.user, self.target)
             transport.set_keepalive(self.options.keepalive)
+            # paramiko's thread wakes every 0.1 s to see whether it should stop: 6 % of a
+            # core for 200 idle connections. Once a second is enough (it only delays the
+            # thread's exit after close, and keepalives are 15 s apart).
+            transport.sock.settimeout(_POLL_SECONDS)
         except BaseException:
             transport.close()
             raise
