@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agents.executor import Executor, ExecutorDeps
 from agents.plan import Plan
 from agents.runs import Event, EventKind, Run, RunStatus
+from bot.metrics import Metrics
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet, keygen, start_shared_sshd
 from tools.catalog import Catalog, Tool
@@ -118,6 +121,12 @@ def test_setups_dropped_while_sshd_is_full_are_retried_until_it_has_room(
     assert deployed(tmp_path / "deployed") == HOSTS
     assert pool.setup_stats.retries == daemon.drops() >= 1
     assert pool.setup_stats.failures == 0
+    metrics = Metrics()
+    metrics.watch_ssh(lambda: pool.setup_stats)
+    exported = {s.labels["result"]: s.value for f in text_string_to_metric_families(
+        generate_latest(metrics.registry).decode()) for s in f.samples
+        if s.name == "deckhand_ssh_setups_total"}
+    assert exported == {"connected": 30, "retried": daemon.drops(), "failed": 0}
 
 
 def test_a_refused_login_is_not_retried(shared: SSHFleet, tmp_path: Path) -> None:
