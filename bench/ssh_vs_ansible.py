@@ -8,10 +8,9 @@
    leaves out fixed costs such as ansible-playbook starting up. Target: deckhand >= 10x less.
 2. deckhand's per-command overhead on a warm connection: median of ``run("true")``.
    Target: < 15 ms.
-3. One step (``sleep 1`` by default: a short real step) fanned out to 20 hosts: wall time /
-   the slowest host running the same step alone. Target: < 1.2. The absolute time the
-   fan-out adds is printed too. Note the 20 sshd "hosts" share this machine's cores, so
-   their own work (fork, shell) is serialised here as it would not be on 20 machines.
+
+Fan-out to many hosts (cold and warm, against plain parallel ssh and Ansible) is
+``bench/fanout.py``.
 
 Ansible is not a project dependency. Install it for the bench only, e.g.
 ``python -m venv /opt/bench-ansible && /opt/bench-ansible/bin/pip install ansible-core``,
@@ -43,8 +42,6 @@ from agents.runs import Run, RunStatus
 from tests.fixtures.sshd import SSHFleet, start_fleet
 from tools.runners.pool import RunnerPool
 
-FANOUT_HOSTS = 20
-
 
 def commands(workdir: Path) -> list[str]:
     """The 8 steps: the kind of light commands a deploy is made of."""
@@ -57,23 +54,17 @@ def commands(workdir: Path) -> list[str]:
 # -- deckhand -----------------------------------------------------------------------------
 
 
-def write_config(root: Path, fleet: SSHFleet, cmds: list[str], fan_step: str) -> Config:
-    """A deckhand config: tools step1..8 (the commands) and ``fan`` on environments."""
+def write_config(root: Path, fleet: SSHFleet, cmds: list[str]) -> Config:
+    """A deckhand config: tools step1..8 (the commands) on the one bench host."""
     tools: dict[str, Any] = {
         f"step{i + 1}": {"description": f"bench step {i + 1}", "command": cmd,
                          "target": "group:bench", "timeout": 60}
         for i, cmd in enumerate(cmds)}
-    tools["fan"] = {"description": "the fanned-out step", "command": fan_step,
-                    "target": "environment", "timeout": 60}
     names = list(fleet.hosts)
-    fan = names[1:]
-    envs: dict[str, Any] = {"fleet": {"hosts": fan, "rollout": {
-        "batch_size": "100%", "max_parallel": FANOUT_HOSTS}}}
-    envs.update({f"solo-{n}": {"hosts": [n]} for n in fan})
     data = {"tools": tools, "inventory": {
         "known_hosts": str(fleet.known_hosts),
         "hosts": {n: fleet.inventory_host(n) for n in names},
-        "groups": {"bench": [names[0]]}, "environments": envs}}
+        "groups": {"bench": [names[0]]}}}
     path = root / "deckhand.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_config(path)
@@ -83,11 +74,6 @@ def chain(n: int) -> Plan:
     steps = [{"id": f"s{i + 1}", "tool": f"step{i + 1}",
               "depends_on": [f"s{i}"] if i else []} for i in range(n)]
     return Plan.model_validate({"goal": f"{n} steps", "steps": steps})
-
-
-def one_step(tool: str, environment: str) -> Plan:
-    return Plan.model_validate({"goal": tool, "steps": [
-        {"id": "only", "tool": tool, "params": {"environment": environment}}]})
 
 
 def execute(executor: Executor, plan: Plan) -> Run:
@@ -117,28 +103,17 @@ def warm_command_overhead(pool: RunnerPool, config: Config, reps: int) -> float:
     return statistics.median(runner.run("true", timeout=10).duration for _ in range(reps))
 
 
-def fanout(executor: Executor, config: Config) -> tuple[float, float, float, float]:
-    """(cold wall, warm wall, slowest solo host, busiest host inside the fan-out)."""
-    cold_run = execute(executor, one_step("fan", "fleet"))
-    cold = cold_run.steps["only"].duration or 0.0
-    warm_run = execute(executor, one_step("fan", "fleet"))
-    warm = warm_run.steps["only"].duration or 0.0
-    solo = max(execute(executor, one_step("fan", f"solo-{name}")).steps["only"].duration or 0.0
-               for name in config.inventory.environments["fleet"].hosts)
-    inside = max(h.duration or 0.0 for h in warm_run.steps["only"].hosts.values())
-    return cold, warm, solo, inside
-
-
 # -- ansible ------------------------------------------------------------------------------
 
 
-def ansible_setup(root: Path, fleet: SSHFleet, cmds: list[str]) -> dict[str, Path]:
-    host = fleet.hosts[next(iter(fleet.hosts))]
-    (root / "inventory.ini").write_text(
-        f"[bench]\nh1 ansible_host=127.0.0.1 ansible_port={host.port} "
+def ansible_config(root: Path, fleet: SSHFleet, names: list[str], *, forks: int = 5) -> None:
+    """inventory.ini (group ``bench``: ``names``) and ansible.cfg in ``root``: OpenSSH with
+    ControlPersist and pipelining, host keys checked against the fleet's known_hosts."""
+    (root / "inventory.ini").write_text("[bench]\n" + "".join(
+        f"{n} ansible_host=127.0.0.1 ansible_port={fleet.hosts[n].port} "
         f"ansible_user={fleet.user} ansible_ssh_private_key_file={fleet.user_key} "
-        f"ansible_python_interpreter=/usr/bin/python3\n")
-    ssh_args = (f"-o ControlMaster=auto -o ControlPersist=120s -o StrictHostKeyChecking=yes "
+        f"ansible_python_interpreter=/usr/bin/python3\n" for n in names))
+    ssh_args = (f"-o ControlMaster=auto -o ControlPersist=300s -o StrictHostKeyChecking=yes "
                 f"-o UserKnownHostsFile={fleet.known_hosts}")
     (root / "ansible.cfg").write_text(textwrap.dedent(f"""\
         [defaults]
@@ -146,11 +121,29 @@ def ansible_setup(root: Path, fleet: SSHFleet, cmds: list[str]) -> dict[str, Pat
         host_key_checking = True
         gathering = explicit
         stdout_callback = default
+        forks = {forks}
         [ssh_connection]
         pipelining = True
         control_path_dir = {root}/cp
         ssh_args = {ssh_args}
         """))
+
+
+def ansible_env(root: Path) -> dict[str, str]:
+    return {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            "ANSIBLE_HOME": str(root / "home"), "ANSIBLE_NOCOLOR": "1"}
+
+
+def play(playbook_bin: str, root: Path, book: Path) -> None:
+    """Run one playbook with the config in ``root``; SystemExit with its output if it fails."""
+    done = subprocess.run([playbook_bin, str(book)], env=ansible_env(root), cwd=root,
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"ansible-playbook failed:\n{done.stdout[-3000:]}{done.stderr}")
+
+
+def ansible_setup(root: Path, fleet: SSHFleet, cmds: list[str]) -> dict[str, Path]:
+    ansible_config(root, fleet, [next(iter(fleet.hosts))])
     books = {}
     for n in (1, 8):
         tasks = [{"name": f"step {i + 1}", "shell": cmd} for i, cmd in enumerate(cmds[:n])]
@@ -163,18 +156,9 @@ def ansible_setup(root: Path, fleet: SSHFleet, cmds: list[str]) -> dict[str, Pat
 
 def ansible_walls(playbook_bin: str, root: Path, books: dict[str, Path],
                   reps: int) -> tuple[float, float]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-           "ANSIBLE_HOME": str(root / "home"), "ANSIBLE_NOCOLOR": "1"}
-
-    def play(book: Path) -> None:
-        done = subprocess.run([playbook_bin, str(book)], env=env, cwd=root,
-                              capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            raise SystemExit(f"ansible-playbook failed:\n{done.stdout[-3000:]}{done.stderr}")
-
-    play(books["play8"])  # warm up: ControlMaster connection, module caches
-    one = [timed(lambda: play(books["play1"])) for _ in range(reps)]
-    eight = [timed(lambda: play(books["play8"])) for _ in range(reps)]
+    play(playbook_bin, root, books["play8"])  # warm up: ControlMaster connection, module caches
+    one = [timed(lambda: play(playbook_bin, root, books["play1"])) for _ in range(reps)]
+    eight = [timed(lambda: play(playbook_bin, root, books["play8"])) for _ in range(reps)]
     return statistics.median(one), statistics.median(eight)
 
 
@@ -203,13 +187,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--ansible-reps", type=int, default=5)
     parser.add_argument("--ansible-playbook", default=None, help="path of ansible-playbook")
-    parser.add_argument("--fanout-seconds", type=float, default=1.0,
-                        help="how long the fanned-out step runs on each host")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="deckhand-bench-ssh-"))
-    names = ["bench-0", *[f"fan-{i:02d}" for i in range(1, FANOUT_HOSTS + 1)]]
-    print(f"starting {len(names)} sshd hosts on loopback ...", flush=True)
-    fleet = start_fleet(root / "fleet", names)
+    print("starting an sshd host on loopback ...", flush=True)
+    fleet = start_fleet(root / "fleet", ["bench-0"])
     try:
         return report(args, root, fleet)
     finally:
@@ -220,16 +201,13 @@ def main() -> int:
 def report(args: argparse.Namespace, root: Path, fleet: SSHFleet) -> int:
     workdir = fleet.hosts["bench-0"].dir
     cmds = commands(workdir)
-    fan_step = f"sleep {args.fanout_seconds:g}"
-    config = write_config(root, fleet, cmds, fan_step)
+    config = write_config(root, fleet, cmds)
     pool = RunnerPool(inventory=config.inventory)
-    executor = Executor(ExecutorDeps(config.catalog, config.inventory, pool.for_host),
-                        max_parallel=FANOUT_HOSTS)
+    executor = Executor(ExecutorDeps(config.catalog, config.inventory, pool.for_host))
     try:
         own = own_time(cmds, args.reps)
         d_one, d_eight = deckhand_walls(executor, args.reps)
         warm = warm_command_overhead(pool, config, max(args.reps * 10, 100))
-        cold, wall, solo, inside = fanout(executor, config)
     finally:
         pool.close()
     d_step = per_step(d_one, d_eight, own)
@@ -250,12 +228,6 @@ def report(args: argparse.Namespace, root: Path, fleet: SSHFleet) -> int:
               f"(target >= 10x)")
     print(f"\ndeckhand per-command time on a warm connection (run('true'), median): "
           f"{warm * 1000:.2f} ms (target < 15 ms)")
-    print(f"\nfan-out of `{fan_step}` to {FANOUT_HOSTS} hosts (connections warm):")
-    print(f"  slowest host alone {solo * 1000:.0f} ms; fanned out: wall {wall * 1000:.0f} ms "
-          f"(+{(wall - solo) * 1000:.0f} ms), slowest host inside it {inside * 1000:.0f} ms")
-    print(f"  wall / slowest single host = {wall / solo:.2f} (target < 1.2)")
-    print(f"  cold (opening {FANOUT_HOSTS} connections first): wall {cold * 1000:.0f} ms -> "
-          f"{cold / solo:.2f}")
     return 0
 
 

@@ -28,6 +28,9 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
                                        modified, rejected, replanned, succeeded, failed,
                                        rolled_back)
 ``deckhand_plan_modified_changes``     plan-diff size summed over those modified, same labels
+``deckhand_ssh_setups_total{result}``  SSH connection setups: ``connected``, ``retried`` (the
+                                       server dropped it before login, e.g. sshd's MaxStartups,
+                                       and it was tried again), ``failed`` (every attempt dropped)
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -53,6 +56,7 @@ from agents.plan_quality import OUTCOMES, Fate, PlanRef, counted, fate_from, pla
 from agents.runs import Event, EventKind, Run, StepStatus
 from agents.store import Store
 from agents.store.history import HISTORY_READ
+from tools.runners.pacing import SetupStats
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 DELAY_BUCKETS = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600)
@@ -115,6 +119,10 @@ class Metrics:
     def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
         """Export the Slack work pool's depth and refusals, read at scrape time."""
         self.registry.register(_WorkCollector(depth, refused))
+
+    def watch_ssh(self, stats: Callable[[], SetupStats]) -> None:
+        """Export SSH connection setups (connected, retried, failed), read at scrape time."""
+        self.registry.register(_SSHCollector(stats))
 
     def watch_queue(self, store: Store) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
@@ -311,6 +319,22 @@ class _WorkCollector(Collector):
         refused.add_metric([], self.refused())
         yield depth
         yield refused
+
+
+class _SSHCollector(Collector):
+    """The runner pool's connection setups: how often a busy sshd dropped one before login."""
+
+    def __init__(self, stats: Callable[[], SetupStats]):
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        setups = CounterMetricFamily("deckhand_ssh_setups", "SSH connection setups by result",
+                                     labels=["result"])
+        setups.add_metric(["connected"], stats.connections)
+        setups.add_metric(["retried"], stats.retries)
+        setups.add_metric(["failed"], stats.failures)
+        yield setups
 
 
 class _QueueCollector(Collector):

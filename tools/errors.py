@@ -15,6 +15,7 @@ border, always with ``raise ... from exc``.
             ├── CommandTimeout its deadline passed; the process was killed
             └── SSHError
                 ├── SSHConnectError   refused, timed out, unreachable, dropped
+                │   └── SSHSetupDropped  dropped before login (MaxStartups): retried
                 ├── SSHAuthError      the server refused our key
                 └── HostKeyError      unknown or changed host key: refused
 
@@ -80,6 +81,15 @@ class SSHError(RunnerError):
 
 class SSHConnectError(SSHError):
     """The host could not be reached, refused us, or dropped the connection."""
+
+
+class SSHSetupDropped(SSHConnectError):
+    """The server dropped the connection before login: no banner, a reset, EOF or a timeout
+    during the handshake — what sshd's MaxStartups does to connections past its limit.
+
+    Nothing ran on the host, so connection setup retries it with backoff; once the attempts
+    are spent it is raised with how many there were.
+    """
 
 
 class CommandInterrupted(SSHError):

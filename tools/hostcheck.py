@@ -13,8 +13,9 @@ from pathlib import Path
 
 from tools.errors import SSHAuthError, SSHError, ToolError
 from tools.inventory import Host, Inventory
+from tools.runners.known_hosts import HostKeyInfo, KeyStatus, KnownHosts
 from tools.runners.pool import RunnerPool
-from tools.runners.ssh import HostKeyInfo, KeyStatus, KnownHosts, SSHRunner, fetch_host_key
+from tools.runners.ssh import SSHRunner, fetch_host_key
 
 NOT_TRIED = "not tried"
 
@@ -54,17 +55,17 @@ def check_hosts(inventory: Inventory, environment: str | None = None, *,
     hosts = hosts_to_check(inventory, environment)
     own_pool = pool is None
     pool = pool or RunnerPool(inventory=inventory)
-    known = KnownHosts(pool.known_hosts)
     try:
         with ThreadPoolExecutor(max(1, min(16, len(hosts)))) as workers:
-            return list(workers.map(lambda h: check_host(h, pool, known, timeout), hosts))
+            return list(workers.map(lambda h: check_host(h, pool, timeout), hosts))
     finally:
         if own_pool:
             pool.close()
 
 
-def check_host(host: Host, pool: RunnerPool, known: KnownHosts, timeout: float) -> HostCheck:
+def check_host(host: Host, pool: RunnerPool, timeout: float) -> HostCheck:
     """Connect to ``host``: read its key, compare it with known_hosts, log in, run ``true``."""
+    known = pool.host_keys
     if host.connection == "local":
         return HostCheck(host.name, "local", True, "-", "-", "runs on this machine")
     try:
@@ -72,7 +73,8 @@ def check_host(host: Host, pool: RunnerPool, known: KnownHosts, timeout: float) 
     except SSHError as exc:  # e.g. a jump host loop
         return HostCheck(host.name, host.label, False, "-", "-", str(exc))
     try:
-        key = fetch_host_key(host, known_hosts=known, via=runner.via, timeout=timeout)
+        key = fetch_host_key(host, known_hosts=known, via=runner.via, timeout=timeout,
+                             pacer=pool.pacer)
         status = known.status(host, key)
     except SSHError as exc:
         return HostCheck(host.name, runner.target, False, "-", "-", str(exc))
@@ -114,9 +116,9 @@ def scan_host(inventory: Inventory, name: str, *, pool: RunnerPool | None = None
     own_pool = pool is None
     pool = pool or RunnerPool(inventory=inventory)
     try:
-        known = KnownHosts(pool.known_hosts)
+        known = pool.host_keys
         key = fetch_host_key(host, known_hosts=known, via=pool.ssh_runner(host).via,
-                             timeout=timeout)
+                             timeout=timeout, pacer=pool.pacer)
         return host, key, known.status(host, key)
     finally:
         if own_pool:

@@ -40,7 +40,8 @@ class Rollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     batch_size: int | str = Field(default="100%", description="hosts per batch, or a percentage")
-    max_parallel: int = Field(default=10, ge=1, le=256)
+    max_parallel: int = Field(default=10, ge=1, le=1024,
+                              description="hosts at once in a batch (a thread each)")
     stop_on_failure: bool = True
     after_each_batch: list[str] = Field(
         default_factory=list, description="gates that must pass between batches")
@@ -64,6 +65,29 @@ class Rollout(BaseModel):
         return [hosts[i:i + size] for i in range(0, len(hosts), size)]
 
 
+class SSHSettings(BaseModel):
+    """How connections to SSH hosts are opened and kept (``inventory.ssh``).
+
+    sshd drops connections that have not logged in yet past its MaxStartups (10:30:100 by
+    default: from 10 on, 30 % of new ones), so setups are paced and the dropped ones retried.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_handshakes: int = Field(default=16, ge=1, le=256, description=(
+        "connection setups (handshake and login) at once, in all"))
+    max_handshakes_per_server: int = Field(default=8, ge=1, le=256, description=(
+        "setups at once to one sshd (address and port): below its MaxStartups start"))
+    connect_attempts: int = Field(default=4, ge=1, le=10, description=(
+        "tries for a setup the server dropped before login; nothing else is retried"))
+    retry_backoff: float = Field(default=0.5, gt=0, le=30, description=(
+        "seconds before the first retry, doubling after each, with jitter"))
+    connect_timeout: float = Field(default=10.0, gt=0, le=300, description=(
+        "seconds for the TCP connect, and again for the SSH handshake"))
+    idle_close: float = Field(default=300.0, ge=0, le=86400, description=(
+        "seconds an unused connection stays open; 0 keeps it until deckhand stops"))
+
+
 class Environment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -77,6 +101,7 @@ class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     known_hosts: str | None = None
+    ssh: SSHSettings = Field(default_factory=SSHSettings)
     hosts: dict[str, Host] = Field(default_factory=dict)
     environments: dict[str, Environment] = Field(default_factory=dict)
     groups: dict[str, list[str]] = Field(default_factory=dict)

@@ -17,7 +17,7 @@ from rich.table import Table
 from bot.cli.common import Commands, add_config_arg, config_for
 from tools.hostcheck import HostCheck, check_hosts, scan_host, trust_host
 from tools.inventory import Inventory
-from tools.runners.ssh import KeyStatus, KnownHosts
+from tools.runners.known_hosts import KeyStatus, KnownHosts
 
 
 def register(commands: Commands) -> None:

@@ -128,6 +128,7 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> list[Listen
 
     metrics = Metrics()
     metrics.watch_queue(services.store)
+    metrics.watch_ssh(lambda: services.runners.setup_stats)
     metrics.serve(host=args.metrics_host, port=args.metrics_port)
     return [metrics.run_listener_factory(services.store)]
 

@@ -40,6 +40,7 @@ class BotRuntime:
                                    undo_window=services.config.history.undo_window_hours * 3600)
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
+        self.metrics.watch_ssh(lambda: services.runners.setup_stats)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))

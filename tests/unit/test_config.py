@@ -110,3 +110,18 @@ def test_retention_export_is_relative_to_the_config_file(tmp_path: Path) -> None
     config = make_config(tmp_path, extra="retention: {days: 90, export: archive/runs.jsonl}\n")
     assert config.retention is not None and config.retention.every_hours == 24
     assert config.retention.export == str(tmp_path / "archive" / "runs.jsonl")
+
+
+def test_ssh_settings_fail_closed_with_their_lines(tmp_path: Path) -> None:
+    from tests.fixtures.sample import copy_examples
+
+    path = copy_examples(tmp_path / "sample")
+    text = path.read_text().replace("inventory:\n", "inventory:\n  ssh: {max_handshakes: 0, "
+                                    "connect_attempts: many, idle_close: 300, retries: 3}\n", 1)
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    text = str(caught.value)
+    for key in ("max_handshakes", "connect_attempts", "retries"):  # each on its own line
+        assert f"deckhand.yml:15 inventory.ssh.{key}:" in text, text
+    assert len(caught.value.problems) == 3

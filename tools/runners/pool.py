@@ -2,32 +2,52 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 from tools.errors import SSHConnectError
-from tools.inventory import Host, Inventory
+from tools.inventory import Host, Inventory, SSHSettings
 from tools.runners.base import Runner
+from tools.runners.known_hosts import KnownHosts
 from tools.runners.local import LocalRunner
+from tools.runners.pacing import HandshakePacer, SetupStats
 from tools.runners.ssh import SSHOptions, SSHRunner
+
+log = logging.getLogger("deckhand.ssh")
 
 
 class RunnerPool:
     """One runner per host, reused across steps and runs. ``close()`` releases connections.
 
-    SSH hosts share nothing but the known_hosts file; a host with a ``jump`` host reaches
-    it through the jump host's pooled connection, so ``inventory`` is needed to find it.
+    SSH runners share one parsed known_hosts (``host_keys``) and one ``pacer`` for
+    connection setup (``inventory.ssh``: setups at once, retries of dropped ones). A host
+    with a ``jump`` host reaches it through the jump host's pooled connection, so
+    ``inventory`` is needed to find it. A connection unused for ``idle_close`` seconds is
+    closed by one reaper thread; the next command reconnects.
     """
 
     def __init__(self, *, known_hosts: str | None = None, inventory: Inventory | None = None,
-                 ssh_options: SSHOptions | None = None):
+                 ssh_options: SSHOptions | None = None, ssh: SSHSettings | None = None):
         if known_hosts is None and inventory is not None:
             known_hosts = inventory.known_hosts
         self.known_hosts = known_hosts
+        self.host_keys = KnownHosts(known_hosts)
         self.inventory = inventory
-        self.ssh_options = ssh_options
+        self.settings = ssh or (inventory.ssh if inventory is not None else SSHSettings())
+        self.ssh_options = ssh_options or SSHOptions(
+            connect_timeout=self.settings.connect_timeout)
+        self.pacer = HandshakePacer(self.settings)
         self._local = LocalRunner()
         self._remote: dict[str, SSHRunner] = {}
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._reaper: threading.Thread | None = None
+
+    @property
+    def setup_stats(self) -> SetupStats:
+        """Connection setups so far: connections, attempts, retries, failures."""
+        return self.pacer.stats
 
     def for_host(self, host: Host) -> Runner:
         """The runner for ``host``; SSH runners connect lazily, on their first command."""
@@ -38,15 +58,17 @@ class RunnerPool:
     def ssh_runner(self, host: Host) -> SSHRunner:
         """The pooled SSH runner for ``host`` (and, through ``via``, its jump hosts)."""
         with self._lock:
-            return self._ssh(host, ())
+            runner = self._ssh(host, ())
+            self._start_reaper()
+            return runner
 
     def _ssh(self, host: Host, chain: tuple[str, ...]) -> SSHRunner:
         runner = self._remote.get(host.name)
         if runner is None:
             via = self._ssh(self._jump_of(host, chain), (*chain, host.name)) \
                 if host.jump else None
-            runner = SSHRunner(host, known_hosts=self.known_hosts, via=via,
-                               options=self.ssh_options)
+            runner = SSHRunner(host, known_hosts=self.host_keys, via=via,
+                               options=self.ssh_options, pacer=self.pacer)
             self._remote[host.name] = runner
         return runner
 
@@ -63,8 +85,37 @@ class RunnerPool:
             raise SSHConnectError(f"jump host {jump.name} of {host.name} is not an SSH host")
         return jump
 
+    # -- closing connections -------------------------------------------------------------
+
+    def close_idle(self, now: float | None = None) -> list[str]:
+        """Close every connection unused for ``idle_close`` seconds; the names of the hosts
+        closed. A jump host's stays open while a host behind it is connected (its tunnel
+        is not a command); it goes on a later call, once those hosts are closed."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            runners = list(self._remote.values())
+        carrying = {id(r.via) for r in runners if r.via is not None and r.connected}
+        return [r.host.name for r in runners
+                if id(r) not in carrying and r.close_if_idle(now, self.settings.idle_close)]
+
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             runners, self._remote = list(self._remote.values()), {}
         for runner in runners:
             runner.close()
+
+    def _start_reaper(self) -> None:
+        """One thread for the whole pool, started with its first SSH runner (under _lock)."""
+        if self._reaper is not None or not self.settings.idle_close or self._closed.is_set():
+            return
+        self._reaper = threading.Thread(target=self._reap, name="ssh-idle", daemon=True)
+        self._reaper.start()
+
+    def _reap(self) -> None:
+        every = min(max(self.settings.idle_close / 4, 1.0), 60.0)
+        while not self._closed.wait(every):
+            closed = self.close_idle()
+            if closed:
+                log.info("closed %d idle SSH connection(s): %s", len(closed),
+                         ", ".join(closed[:10]) + (" …" if len(closed) > 10 else ""))

@@ -15,15 +15,21 @@ How a command is stopped
     the command started. On the deadline or a cancel, a second channel sends the group
     SIGTERM, then SIGKILL after a grace period.
 
+Connection setup
+    Paced and retried by the pool's HandshakePacer (tools.runners.pacing): a bounded number
+    of setups at once, and a setup the server dropped before login (sshd's MaxStartups) is
+    tried again with backoff. An unused connection is closed by the pool after its idle time.
+
 Host keys
-    Checked against the inventory's known_hosts before we authenticate. An unknown or
-    changed key is refused, with a message saying how to trust the host. Nothing is ever
-    added on its own.
+    Checked against the inventory's known_hosts (tools.runners.known_hosts, parsed once and
+    shared) before we authenticate. An unknown or changed key is refused, with a message
+    saying how to trust the host. Nothing is ever added on its own.
 
 Errors
     paramiko and socket exceptions are translated at this border (``_translate``) into
-    SSHConnectError, SSHAuthError and HostKeyError, always ``from`` the original; none
-    leaks out of this module. A deadline is not an error: it is ``CommandResult.timed_out``.
+    SSHConnectError (SSHSetupDropped: dropped before login), SSHAuthError and HostKeyError,
+    always ``from`` the original; none leaks out of this module. A deadline is not an
+    error: it is ``CommandResult.timed_out``.
 """
 
 from __future__ import annotations
@@ -39,20 +45,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
 import paramiko
-from paramiko.hostkeys import InvalidHostKey
 
 from tools.errors import (
     CommandInterrupted,
-    HostKeyError,
     RunnerError,
     SSHAuthError,
     SSHConnectError,
     SSHError,
+    SSHSetupDropped,
 )
 from tools.inventory import Host
 from tools.runners.base import (
@@ -62,12 +66,19 @@ from tools.runners.base import (
     OutputSink,
     PidSink,
 )
+from tools.runners.known_hosts import HostKeyInfo, KnownHosts
+from tools.runners.pacing import HandshakePacer
 
 log = logging.getLogger("deckhand.ssh")
+# paramiko logs every failed handshake at ERROR with a traceback. A dropped setup is retried
+# and every failure reaches the caller as an SSHError, so its own lines are kept for
+# debugging only (lower this logger's level to see them).
+TRANSPORT_LOG = "deckhand.ssh.paramiko"
+logging.getLogger(TRANSPORT_LOG).setLevel(logging.CRITICAL)
 
 T = TypeVar("T")
+_POLL_SECONDS = 1.0
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_KEY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 PASSPHRASE_ENV = "DECKHAND_SSH_KEY_PASSPHRASE"
 """For an encrypted key_file (ssh-agent is the better place for one)."""
@@ -100,100 +111,6 @@ class SSHOptions:
     """Commands at once per host: half sshd's MaxSessions (10), so each can still be killed."""
 
 
-class KeyStatus(StrEnum):
-    TRUSTED = "trusted"
-    UNKNOWN = "unknown"
-    CHANGED = "changed"
-
-
-@dataclass(frozen=True)
-class HostKeyInfo:
-    """A server's public host key, as shown to a person deciding whether to trust it."""
-
-    key_type: str
-    base64: str
-    fingerprint: str
-
-    @classmethod
-    def of(cls, key: paramiko.PKey) -> HostKeyInfo:
-        return cls(key.get_name(), key.get_base64(), key.fingerprint)
-
-
-class KnownHosts:
-    """A known_hosts file (OpenSSH format, hashed entries included). Read on every check,
-    so a host trusted while deckhand runs is accepted on its next connection."""
-
-    def __init__(self, path: str | Path | None = None):
-        self.path = Path(os.path.expanduser(str(path or DEFAULT_KNOWN_HOSTS)))
-
-    @staticmethod
-    def entry_name(host: Host) -> str:
-        """How OpenSSH names the host in known_hosts: ``addr`` or ``[addr]:port``."""
-        return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
-
-    def keys_for(self, host: Host) -> dict[str, paramiko.PKey]:
-        """The trusted keys for ``host`` by key type (empty when it is unknown)."""
-        if not self.path.exists():
-            return {}
-        try:
-            found = paramiko.HostKeys(str(self.path)).lookup(self.entry_name(host))
-        except (OSError, InvalidHostKey, paramiko.SSHException, ValueError) as exc:
-            raise HostKeyError(f"cannot read known_hosts {self.path}: {exc}") from exc
-        return dict(found) if found else {}
-
-    def status(self, host: Host, key: HostKeyInfo) -> KeyStatus:
-        known = self.keys_for(host)
-        if not known:
-            return KeyStatus.UNKNOWN
-        same = known.get(key.key_type)
-        return KeyStatus.TRUSTED if same and same.get_base64() == key.base64 \
-            else KeyStatus.CHANGED
-
-    def verify(self, host: Host, key: HostKeyInfo) -> None:
-        """Raise HostKeyError unless ``key`` is the trusted key for ``host``."""
-        status = self.status(host, key)
-        if status is KeyStatus.UNKNOWN:
-            raise HostKeyError(self._unknown_message(host, key))
-        if status is KeyStatus.CHANGED:
-            raise HostKeyError(self._changed_message(host, key))
-
-    def add(self, host: Host, key: HostKeyInfo) -> None:
-        """Append ``key`` as trusted for ``host`` (creating the file if needed)."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        text = self.path.read_text() if self.path.exists() else ""
-        lead = "\n" if text and not text.endswith("\n") else ""
-        with self.path.open("a") as out:
-            out.write(f"{lead}{self.entry_name(host)} {key.key_type} {key.base64}\n")
-
-    def prefer_known_types(self, transport: paramiko.Transport, host: Host) -> None:
-        """Ask for the key type we already trust, so a second key type is not 'changed'."""
-        known = [_ALGORITHMS.get(t, t) for t in self.keys_for(host)]
-        if known:
-            options = transport.get_security_options()
-            first = [t for t in options.key_types if t in known]
-            options.key_types = first + [t for t in options.key_types if t not in first]
-
-    def _unknown_message(self, host: Host, key: HostKeyInfo) -> str:
-        # Never suggest a blind ssh-keyscan: it trusts whatever key answers, attacker's too.
-        return (f"host key of {self.entry_name(host)} is not in {self.path}; refusing to "
-                f"connect. It offered {key.key_type} {key.fingerprint}. Compare that "
-                f"fingerprint with the host's own (`ssh-keygen -lf` on its host key, or your "
-                f"provisioning records); if it matches, run `deckhand hosts trust "
-                f"{host.name}`")
-
-    def _changed_message(self, host: Host, key: HostKeyInfo) -> str:
-        name = self.entry_name(host)
-        return (f"HOST KEY CHANGED for {name}: it offered {key.key_type} {key.fingerprint}, "
-                f"which is not the key in {self.path}. Refusing to connect: the host was "
-                f"reinstalled, or someone is intercepting the connection. If you know it "
-                f"was rebuilt, remove the old key with `ssh-keygen -R '{name}' -f "
-                f"{self.path}`, then run `deckhand hosts trust {host.name}`")
-
-
-# known_hosts says ssh-rsa; the host key algorithm we must ask for is an rsa-sha2 one.
-_ALGORITHMS = {"ssh-rsa": "rsa-sha2-512"}
-
-
 class SSHRunner:
     """Runs commands on one host over a pooled SSH connection (a tools.runners.base.Runner).
 
@@ -201,18 +118,24 @@ class SSHRunner:
     ``via`` is the runner of the jump host, when the inventory names one.
     """
 
-    def __init__(self, host: Host, *, known_hosts: str | Path | None = None,
-                 via: SSHRunner | None = None, options: SSHOptions | None = None):
+    def __init__(self, host: Host, *, known_hosts: str | Path | KnownHosts | None = None,
+                 via: SSHRunner | None = None, options: SSHOptions | None = None,
+                 pacer: HandshakePacer | None = None):
         self.host = host
-        self.known_hosts = KnownHosts(known_hosts)
+        self.known_hosts = known_hosts if isinstance(known_hosts, KnownHosts) \
+            else KnownHosts(known_hosts)
         self.via = via
         self.options = options or SSHOptions()
+        self.pacer = pacer or HandshakePacer()
         self.user = host.user or getpass.getuser()
         self.connects = 0
         """How many times a connection was opened (1 while the pooled one stays up)."""
+        self.last_used = time.monotonic()
         self._transport: paramiko.Transport | None = None
         self._lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(self.options.max_sessions)
+        self._use_lock = threading.Lock()
+        self._users = 0
 
     @property
     def target(self) -> str:
@@ -220,9 +143,21 @@ class SSHRunner:
         jump = f" via {self.via.target}" if self.via else ""
         return f"{self.user}@{self.host.address}:{self.host.port}{jump}"
 
+    @property
+    def server(self) -> str:
+        """The sshd this runner's setups count against (its MaxStartups), for pacing."""
+        jump = f" via {self.via.host.name}" if self.via else ""
+        return f"{self.host.address}:{self.host.port}{jump}"
+
+    @property
+    def connected(self) -> bool:
+        transport = self._transport
+        return transport is not None and transport.is_active()
+
     def connect(self) -> None:
         """Open the pooled connection now, if it is not open; raises SSHError subclasses."""
-        self._connection()
+        with self._in_use():
+            self._connection()
 
     def close(self) -> None:
         """Close the connection; the next command opens a new one."""
@@ -230,6 +165,14 @@ class SSHRunner:
             transport, self._transport = self._transport, None
         if transport is not None:
             transport.close()
+
+    def close_if_idle(self, now: float, idle: float) -> bool:
+        """Close the connection if nothing used it for ``idle`` seconds; True if it did."""
+        with self._use_lock:
+            if self._users or not self.connected or now - self.last_used < idle:
+                return False
+            self.close()  # nothing can start meanwhile: starting needs _use_lock first
+        return True
 
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
             cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
@@ -245,23 +188,46 @@ class SSHRunner:
             raise RunnerError(f"{self.target}: no free SSH session within {timeout:g}s "
                               f"({self.options.max_sessions} commands already running)")
         try:
-            channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
-            try:
-                return self._follow(channel, on_output, started, timeout, cancel, on_start)
-            except SSHConnectError as exc:  # after the command was sent: it may have run
-                raise CommandInterrupted(str(exc)) from exc
-            finally:
-                channel.close()
+            with self._in_use():
+                channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
+                try:
+                    return self._follow(channel, on_output, started, timeout, cancel,
+                                        on_start)
+                except SSHConnectError as exc:  # after the command was sent: it may have run
+                    raise CommandInterrupted(str(exc)) from exc
+                finally:
+                    channel.close()
         finally:
             self._sessions.release()
 
     def check_ready(self) -> None:
         """Connect (host key verified, login accepted) unless the pooled connection is up."""
-        self._connection()
+        self.connect()
+
+    def host_key(self) -> HostKeyInfo:
+        """Connect only far enough to read the host's key (no login), paced like any setup."""
+        transport = self._paced(self._handshake)
+        try:
+            return HostKeyInfo.of(transport.get_remote_server_key())
+        finally:
+            transport.close()
 
     def open_tunnel(self, address: str, port: int) -> paramiko.Channel:
         """A TCP stream to ``address:port`` as seen from this host (for hosts behind it)."""
-        return self._with_connection(lambda t: self._direct_tcpip(t, address, port))
+        with self._in_use():
+            return self._with_connection(lambda t: self._direct_tcpip(t, address, port))
+
+    @contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Marks the connection busy, so the idle reaper leaves it open."""
+        with self._use_lock:
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._use_lock:
+                self._users -= 1
+                self.last_used = time.monotonic()
 
     # -- the connection ------------------------------------------------------------------
 
@@ -289,16 +255,50 @@ class SSHRunner:
             return self._transport
 
     def _open(self) -> paramiko.Transport:
-        with _translate(self.target, "connecting to"):
-            transport = paramiko.Transport(self._dial())
+        return self._paced(self._setup)
+
+    def _paced(self, setup: Callable[[], T]) -> T:
+        if self.via is not None:  # the jump host's own setup first, in a slot of its own
+            self._through_jump(self.via, lambda jump: jump.connect())
+        return self.pacer.open(self.server, setup)
+
+    def _through_jump(self, via: SSHRunner, action: Callable[[SSHRunner], T]) -> T:
         try:
-            with _translate(self.target, "connecting to"):
-                self.known_hosts.prefer_known_types(transport, self.host)
-                transport.start_client(timeout=self.options.connect_timeout)
-                key = HostKeyInfo.of(transport.get_remote_server_key())
+            return action(via)
+        except SSHError as exc:
+            raise SSHConnectError(f"cannot reach {self.target}: jump host "
+                                  f"{via.host.name}: {exc}") from exc
+
+    def _setup(self) -> paramiko.Transport:
+        """One attempt: handshake, host key, login. SSHSetupDropped if the server dropped
+        it before login (the pacer retries that); anything else is final."""
+        transport = self._handshake()
+        try:
+            key = HostKeyInfo.of(transport.get_remote_server_key())
             self.known_hosts.verify(self.host, key)
             _authenticate(transport, self.host, self.user, self.target)
             transport.set_keepalive(self.options.keepalive)
+            # paramiko's thread wakes every 0.1 s to see whether it should stop: 6 % of a
+            # core for 200 idle connections. Once a second is enough (it only delays the
+            # thread's exit after close, and keepalives are 15 s apart).
+            transport.sock.settimeout(_POLL_SECONDS)
+        except BaseException:
+            transport.close()
+            raise
+        return transport
+
+    def _handshake(self) -> paramiko.Transport:
+        with _translate(self.target, "connecting to"):
+            transport = paramiko.Transport(self._dial())
+        transport.set_log_channel(TRANSPORT_LOG)
+        try:
+            self.known_hosts.prefer_known_types(transport, self.host)
+            with _dropped_in_setup(self.target):
+                transport.start_client(timeout=self.options.connect_timeout)
+                done = transport.completion_event
+                if done is None or not done.is_set():  # start_client stopped waiting
+                    raise TimeoutError(f"no SSH handshake within "
+                                       f"{self.options.connect_timeout:g}s")
         except BaseException:
             transport.close()
             raise
@@ -306,11 +306,8 @@ class SSHRunner:
 
     def _dial(self) -> socket.socket | paramiko.Channel:
         if self.via is not None:
-            try:
-                return self.via.open_tunnel(self.host.address, self.host.port)
-            except SSHError as exc:
-                raise SSHConnectError(f"cannot reach {self.target}: jump host "
-                                      f"{self.via.host.name}: {exc}") from exc
+            return self._through_jump(
+                self.via, lambda jump: jump.open_tunnel(self.host.address, self.host.port))
         sock = socket.create_connection((self.host.address, self.host.port),
                                         timeout=self.options.connect_timeout)
         # Commands are small request/response exchanges: without this, Nagle's algorithm
@@ -391,11 +388,12 @@ class SSHRunner:
         """SIGTERM then SIGKILL the remote process group ``pid`` (waits for the grace)."""
         ticks = max(1, int(self.options.kill_grace * 10))
         script = _KILL_SCRIPT.format(pid=int(pid), ticks=ticks)
-        channel = self._with_connection(lambda t: self._exec(t, _wrap(script)))
-        try:
-            channel.status_event.wait(self.options.kill_grace + self.options.connect_timeout)
-        finally:
-            channel.close()
+        with self._in_use():
+            channel = self._with_connection(lambda t: self._exec(t, _wrap(script)))
+            try:
+                channel.status_event.wait(self.options.kill_grace + self.options.connect_timeout)
+            finally:
+                channel.close()
 
 
 def _wrap(command: str) -> str:
@@ -630,23 +628,32 @@ def _key_names(keys: list[paramiko.PKey]) -> list[str]:
     return [f"{k.get_name()} {k.fingerprint}" for k in keys]
 
 
-def fetch_host_key(host: Host, *, known_hosts: KnownHosts | None = None,
-                   via: SSHRunner | None = None, timeout: float = 10.0) -> HostKeyInfo:
-    """Connect only far enough to read the host's key (no authentication).
+def fetch_host_key(host: Host, *, known_hosts: KnownHosts, via: SSHRunner | None = None,
+                   timeout: float = 10.0, pacer: HandshakePacer | None = None) -> HostKeyInfo:
+    """Connect only far enough to read the host's key (no authentication), asking for the
+    key type ``known_hosts`` already trusts first."""
+    return SSHRunner(host, known_hosts=known_hosts, via=via, pacer=pacer,
+                     options=SSHOptions(connect_timeout=timeout)).host_key()
 
-    With ``known_hosts``, the key type already trusted is asked for first.
-    """
-    runner = SSHRunner(host, via=via, options=SSHOptions(connect_timeout=timeout))
-    with _translate(runner.target, "connecting to"):
-        transport = paramiko.Transport(runner._dial())
+
+_DROPPED = (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
+            TimeoutError)
+_NO_BANNER = "Error reading SSH protocol banner"
+
+
+@contextmanager
+def _dropped_in_setup(target: str) -> Iterator[None]:
+    """Translate like ``_translate``; a drop before login becomes SSHSetupDropped: no banner
+    (sshd past MaxStartups closes at once), a reset, EOF or a timeout in the handshake."""
     try:
-        with _translate(runner.target, "connecting to"):
-            if known_hosts is not None:
-                known_hosts.prefer_known_types(transport, host)
-            transport.start_client(timeout=timeout)
-            return HostKeyInfo.of(transport.get_remote_server_key())
-    finally:
-        transport.close()
+        with _translate(target, "connecting to"):
+            yield
+    except SSHConnectError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, _DROPPED) or (
+                isinstance(cause, paramiko.SSHException) and str(cause).startswith(_NO_BANNER)):
+            raise SSHSetupDropped(str(exc)) from cause
+        raise
 
 
 @contextmanager
