@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
     openai_model: str = Field(default="gpt-4o-mini", alias="OPENAI_MODEL")
     openai_timeout: float = Field(default=60.0, alias="OPENAI_TIMEOUT")
+    genai_capture_content: bool = Field(
+        default=False, alias="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+        description="put the planner's redacted messages and answers on its GenAI spans")
     openai_seed: int | None = Field(default=None, alias="OPENAI_SEED",
                                     description="sent with every LLM request when set")
 

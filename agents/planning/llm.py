@@ -18,6 +18,7 @@ testable; what is left becomes a PlannerError at this border.
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -107,7 +108,7 @@ class LLMPlanner:
     def __init__(self, config: Config, *, client: openai.OpenAI, model: str,
                  retry: RetryPolicy | None = None, max_repairs: int = 2,
                  max_tokens: int = 2048, seed: int | None = None,
-                 redact: Callable[[str], str] | None = None):
+                 redact: Callable[[str], str] | None = None, capture_content: bool = False):
         """
         Args:
             config: the live config (catalog, inventory, policy, playbooks).
@@ -119,12 +120,15 @@ class LLMPlanner:
             max_tokens: completion budget per call; a cut-off answer is repaired.
             seed: sent with every request when set (servers that honour it answer alike).
             redact: masks secrets in anything sent to the model or put in an error.
+            capture_content: put the (redacted, bounded) messages and answer on each model
+                call's span — only when the operator opts in.
         """
         self.config, self.client, self.model = config, client, model
         self.retry = retry or RetryPolicy()
         self.max_repairs, self.max_tokens, self.seed = max_repairs, max_tokens, seed
         self.redact = redact or Redactor.from_env(config.secrets)
         self.json_schema = True  # until the endpoint refuses it
+        self.capture_content = capture_content
 
     @classmethod
     def from_settings(cls, config: Config, settings: Settings, **options: Any) -> LLMPlanner:
@@ -137,6 +141,8 @@ class LLMPlanner:
         redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
         return cls(config, client=client, model=settings.openai_model,
                    seed=options.pop("seed", settings.openai_seed),
+                   capture_content=options.pop("capture_content",
+                                               settings.genai_capture_content),
                    redact=options.pop("redact", redact), **options)
 
     @property
@@ -263,7 +269,8 @@ class LLMPlanner:
 
     def _call(self, messages: list[Message], answer: type[BaseModel], usage: _Usage,
               attempt: int) -> ChatCompletion:
-        """One model call, as an OpenTelemetry GenAI span (names and counts, never text)."""
+        """One model call, as an OpenTelemetry GenAI span: names and counts; the text only
+        when the operator opted in, redacted and bounded."""
         with tracing.span(f"chat {self.model}", {
                 "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
                 "gen_ai.request.model": self.model, "gen_ai.request.temperature": TEMPERATURE,
@@ -274,6 +281,8 @@ class LLMPlanner:
             completion = self._complete(messages, answer)
             usage.add(completion)
             tracing.finish(span, ok=True, **_completion_attributes(completion, self.redact))
+            if self.capture_content:
+                span.set_attributes(_content_attributes(messages, completion, self.redact))
         return completion
 
     def _checked(self, make: Callable[[], Plan]) -> Plan:
@@ -402,6 +411,24 @@ def _completion_attributes(completion: ChatCompletion, redact: Callable[[str], s
                                                     completion.choices or []),
             "gen_ai.usage.input_tokens": usage.prompt_tokens if usage else None,
             "gen_ai.usage.output_tokens": usage.completion_tokens if usage else None}
+
+
+MAX_CAPTURED = 8_000
+"""Characters of each message (and of the answer) put on a span when capture is on."""
+
+
+def _content_attributes(messages: list[Message], completion: ChatCompletion,
+                        redact: Callable[[str], str]) -> dict[str, str]:
+    """The GenAI semantic conventions' input and output messages, as JSON; every text
+    redacted (the prompts hold config and request text) and bounded."""
+    def parts(text: str) -> list[dict[str, str]]:  # redacted before cut: no half secret
+        return [{"type": "text", "content": redact(text)[:MAX_CAPTURED]}]
+
+    sent = [{"role": m["role"], "parts": parts(str(m["content"]))} for m in messages]
+    answered = [{"role": "assistant", "finish_reason": c.finish_reason or "",
+                 "parts": parts(c.message.content or "")} for c in completion.choices or []]
+    return {"gen_ai.input.messages": json.dumps(sent),
+            "gen_ai.output.messages": json.dumps(answered)}
 
 
 def _redacted(redact: Callable[[str], str], text: str | None) -> str | None:

@@ -294,13 +294,15 @@ def test_quality_metrics_per_prompt_version_and_model(tmp_path: Path, store: Sto
 # -- the GenAI span of each model call -----------------------------------------------------
 
 
+@pytest.mark.parametrize("capture", [False, True])
 def test_each_model_call_is_a_genai_span_naming_the_prompt_version(
-        tmp_path: Path, openai_standin: OpenAIStandin, otlp: Receiver) -> None:
+        tmp_path: Path, openai_standin: OpenAIStandin, otlp: Receiver, capture: bool) -> None:
     config = _config(tmp_path)
     openai_standin.reply_json(_wire(config), prompt_tokens=1200, completion_tokens=300)
     env = {**os.environ, "OPENAI_API_KEY": API_KEY, "OPENAI_BASE_URL": openai_standin.base_url,
            "OPENAI_MODEL": "standin-model", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(ROOT),
+           "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": str(capture).lower()}
     env.pop("REDIS_URL", None)
     done = subprocess.run([sys.executable, "-m", "bot.cli", "plan", f"put v2.3.1 on staging "
                            f"{SECRET}", "--config", str(config.path), "--format", "json"],
@@ -323,3 +325,12 @@ def test_each_model_call_is_a_genai_span_naming_the_prompt_version(
     assert (attributes["gen_ai.usage.input_tokens"],
             attributes["gen_ai.usage.output_tokens"]) == (1200, 300)
     assert SECRET not in str([s.attributes for s in otlp.spans])
+    assert all(SECRET.encode() not in body for body in otlp.bodies)
+    if not capture:  # text only when the operator opts in
+        assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & set(attributes)
+        return
+    sent = json.loads(attributes["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert "put v2.3.1 on staging" in sent[1]["parts"][0]["content"]  # the request, redacted
+    (answer,) = json.loads(attributes["gen_ai.output.messages"])
+    assert answer["finish_reason"] == "stop" and '"steps"' in answer["parts"][0]["content"]
