@@ -28,23 +28,28 @@ from agents.settings import Settings
 from bot.slack.bot import Bot, Directory
 from bot.slack.listeners import actions, commands, events, home, views, workflow
 from bot.slack.listeners import schedules as slack_schedules
+from bot.slack.redacting import RedactingWebClient
 from tools.errors import ConfigError, DeckhandError, Problem
+from tools.redact import Redactor
 
 log = logging.getLogger("deckhand.slack")
 
 
-def make_client(settings: Settings) -> WebClient:
-    """The Web API client: base URL from SLACK_API_URL, honours 429 Retry-After."""
+def make_client(settings: Settings, redact: Callable[[str], str] | None = None) -> WebClient:
+    """The Web API client: base URL from SLACK_API_URL, honours 429 Retry-After, and
+    redacts every payload (``redact``: the config's secrets too; default: the environment's)."""
     token = _required(settings.slack_bot_token, "SLACK_BOT_TOKEN", "the bot token (xoxb-…)")
-    return WebClient(token=token, base_url=settings.slack_api_url,
-                     retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=5),
-                                     ConnectionErrorRetryHandler(max_retry_count=2)])
+    return RedactingWebClient(
+        token=token, base_url=settings.slack_api_url,
+        redact=redact or Redactor.from_env(settings.secret_values()),
+        retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=5),
+                        ConnectionErrorRetryHandler(max_retry_count=2)])
 
 
 def build_app(services: Services, settings: Settings, *, client: WebClient | None = None
               ) -> tuple[App, Bot]:
     """The Bolt app with every listener registered, and the Bot the listeners share."""
-    client = client or make_client(settings)
+    client = client or make_client(settings, services.redact)
     secret = _required(settings.slack_signing_secret, "SLACK_SIGNING_SECRET",
                        "the app's signing secret (Basic Information page)")
     app = _connect(lambda: App(client=client, signing_secret=secret,
