@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.config import Config, load_config
+from agents.config import Config
 from agents.executor import Deferred, Executor, ExecutorDeps, Listener
 from agents.mirror import RunMirror
 from agents.plan import Plan
@@ -35,7 +35,7 @@ from agents.runs import HOST_EVENTS, Event, EventKind, Run, RunStatus
 from agents.store import Store
 from agents.targets import PlanTargets, StepTargets
 from bench.store_history import redis_url
-from tests.fixtures.builders import fan_out_events, fleet, make_plan
+from tests.fixtures.builders import fan_out_events, fleet, make_plan, production_fleet
 from tools.inventory import Host
 from tools.runners.base import CancelToken, CommandResult, OutputSink, PidSink
 
@@ -77,14 +77,6 @@ class InstantRunner:
         return None
 
 
-def fleet_config(workdir: Path, hosts: list[str]) -> Config:
-    listed = "\n".join(f"    {h}: {{connection: local}}" for h in hosts)
-    path = workdir / "deckhand.yml"
-    path.write_text(f"inventory:\n  hosts:\n{listed}\n  environments:\n"
-                    f"    production: {{hosts: [{', '.join(hosts)}]}}\n" + TOOLS)
-    return load_config(path)
-
-
 def fleet_plan() -> Plan:
     return make_plan([{"id": "deploy", "tool": "deploy",
                        "params": {"environment": "production"}}],
@@ -107,7 +99,7 @@ def deep_copy(event: Event, run: Run) -> None:
 
 
 def fleet_targets(plan: Plan, hosts: list[str]) -> PlanTargets:
-    """What resolving the plan against ``fleet_config`` gives, without the config."""
+    """What resolving the plan against ``production_fleet`` gives, without the config."""
     return PlanTargets({s.id: StepTargets(environments=("production",), hosts=tuple(hosts),
                                           outside=False) for s in plan.all_steps})
 
@@ -206,7 +198,7 @@ def measure(store: Store, workdir: Path, n: int, reps: int) -> list[float]:
     """µs per host event: store rewrite, journal, a round trip, Slack copy, mirror, step
     wall (rewrite, journal, no store)."""
     hosts = fleet(n)
-    config = fleet_config(workdir, hosts)
+    config = production_fleet(workdir, hosts, TOOLS)
     found = [median(reps, lambda: per_event(store, hosts, rewrite)),
              median(reps, lambda: per_event(store, hosts, recorder)),
              median(reps, lambda: round_trip(store)),

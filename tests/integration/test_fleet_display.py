@@ -12,7 +12,6 @@ import pytest
 from rich.console import Console
 from slack_sdk import WebClient
 
-from agents.config import Config, load_config
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.runs import Event, EventKind, Phase, Run, RunStatus
@@ -23,7 +22,7 @@ from bot.cli import main
 from bot.slack.home_blocks import HomeData, home_view
 from bot.slack.thread import ThreadUpdater
 from bot.terminal.render import status_table, summary
-from tests.fixtures.builders import SHELL_TOOLS, fan_out_events, fleet, make_plan
+from tests.fixtures.builders import SHELL_TOOLS, fan_out_events, fleet, make_plan, production_fleet
 from tests.fixtures.slack_standin import SlackStandin, check_limits
 
 HOSTS = fleet(500)
@@ -31,15 +30,6 @@ FAILED = HOSTS[100:112]
 RUNNING = HOSTS[200:208]
 MOST_NAMES = 40
 """More host names than this in one message would be a list, not a summary."""
-
-
-def _config(tmp_path: Path) -> Config:
-    hosts = "\n".join(f"    {h}: {{connection: local, vars: {{dir: '{tmp_path}/{h}'}}}}"
-                      for h in HOSTS)
-    path = tmp_path / "deckhand.yml"
-    path.write_text(f"inventory:\n  hosts:\n{hosts}\n  environments:\n"
-                    f"    production: {{hosts: [{', '.join(HOSTS)}]}}\n" + SHELL_TOOLS)
-    return load_config(path)
 
 
 def _plan() -> Plan:
@@ -126,7 +116,7 @@ def test_the_terminal_table_and_summary_stay_a_screenful() -> None:
 def test_runs_show_summarizes_a_500_host_run(tmp_path: Path, store: Store, redis_url: str,
                                              monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    config = _config(tmp_path)
+    config = production_fleet(tmp_path, HOSTS, SHELL_TOOLS, host_dirs=True)
     services = build_services(config, store=store)
     plan = store.save_plan(_plan())
     run = Run.for_plan(plan, services.targets(plan), status=RunStatus.APPROVED)
