@@ -268,7 +268,10 @@ class _Execution:
         """Run one step on all its hosts; emits its STEP_FINISHED and returns success."""
         with tracing.span("deckhand.step", {"deckhand.step.id": step.id,
                                             "deckhand.tool": step.tool,
-                                            "deckhand.phase": phase.value}) as span:
+                                            "deckhand.phase": phase.value,
+                                            # GenAI conventions: a step is a tool the plan runs
+                                            "gen_ai.operation.name": "execute_tool",
+                                            "gen_ai.tool.name": step.tool}) as span:
             try:
                 status, error, outputs = self._attempt_step(step, phase, token)
             except DeckhandError as exc:

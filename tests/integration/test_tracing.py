@@ -46,6 +46,9 @@ def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store:
     assert {a.trace_id for a in approvals} == {plan.trace_id}
     steps = otlp.named("deckhand.step")
     assert len(steps) == 8 and {s.parent_id for s in steps} == {executed.span_id}
+    assert all(s.attributes["gen_ai.operation.name"] == "execute_tool"
+               and s.attributes["gen_ai.tool.name"] == s.attributes["deckhand.tool"]
+               for s in steps)
     deploy = next(s for s in steps if s.attributes["deckhand.step.id"] == "deploy_production")
     hosts = [h for h in otlp.named("deckhand.host") if h.parent_id == deploy.span_id]
     assert sorted(h.attributes["deckhand.host"] for h in hosts) == ["prod-1", "prod-2"]
