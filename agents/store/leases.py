@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from redis.client import Pipeline
 from redis.typing import EncodableT, FieldT
@@ -72,10 +73,14 @@ class LeaseStore(RunStore):
             self._save_as_owner(run, worker)
 
     def _save_as_owner(self, run: Run, worker: str) -> None:
-        record, hosts_key = run.model_dump_json(), self.keys.run_hosts(run.id)
+        hosts_key = self.keys.run_hosts(run.id)
 
-        def write(pipe: Pipeline) -> None:
-            pipe.set(self.keys.run(run.id), record)
+        def write(pipe: Pipeline, stored: bytes | str | None) -> None:
+            # others may add to meta while the run is ours (the Slack poster records the
+            # thread): the owner's copy of the record must not write that away
+            if stored is not None:
+                keep_others_meta(run, Run.model_validate_json(stored).meta)
+            pipe.set(self.keys.run(run.id), run.model_dump_json())
             index_open(pipe, self.keys, run)
             # entries older than this record that land later are ignored (their seq is lower)
             pipe.delete(hosts_key)
@@ -91,22 +96,26 @@ class LeaseStore(RunStore):
         fields: dict[FieldT, EncodableT] = {journal_field(c): c.model_dump_json()
                                             for c in changes}
         hosts_key = self.keys.run_hosts(run_id)
-        self._write_as_owner(run_id, worker, lambda pipe: pipe.hset(hosts_key, mapping=fields))
+        self._write_as_owner(run_id, worker,
+                             lambda pipe, _: pipe.hset(hosts_key, mapping=fields))
 
-    def _write_as_owner(self, run_id: str, worker: str, write: Callable[[Pipeline], object],
-                        *, watch_record: bool = False) -> None:
-        """``write`` in one MULTI while ``worker`` owns the run. Only the lease is watched
-        for journal writes: a takeover changes it, and watching the record too would make
-        every record write retry the journal writes of all the run's hosts."""
+    def _write_as_owner(self, run_id: str, worker: str,
+                        write: Callable[[Pipeline, bytes | str | None], object], *,
+                        watch_record: bool = False) -> None:
+        """``write`` in one MULTI while ``worker`` owns the run, given the stored record when
+        ``watch_record``. Only the lease is watched for journal writes: a takeover changes
+        it, and watching the record too would make every record write retry the journal
+        writes of all the run's hosts."""
         run_key, owner_key = self.keys.run(run_id), self.keys.owner(run_id)
 
         def attempt(pipe: Pipeline) -> None:
             owner = pipe.get(owner_key)
-            lapsed = owner is None and self._still_mine(pipe.get(run_key), worker)
+            stored = pipe.get(run_key) if watch_record or owner is None else None
+            lapsed = owner is None and self._still_mine(stored, worker)
             if owner != worker.encode() and not lapsed:  # lapsed: the heartbeat re-takes it
                 raise LostOwnership(f"worker {worker} no longer owns run {run_id}")
             pipe.multi()
-            write(pipe)
+            write(pipe, stored if watch_record else None)
             pipe.execute()
 
         watched = [run_key, owner_key] if watch_record else [owner_key]
@@ -156,3 +165,16 @@ class LeaseStore(RunStore):
             pipe.execute()
 
         self.cas([owner_key], attempt, busy=f"the lease on run {run_id}")
+
+
+def keep_others_meta(run: Run, stored: dict[str, Any]) -> None:
+    """Into ``run.meta``, what another writer added to the stored record's meta: keys the
+    owner's copy lacks, and keys missing from a mapping both have. The owner's own values
+    win; nothing ever removes a meta key, so a missing one was added by someone else."""
+    for key, value in stored.items():
+        mine = run.meta.get(key)
+        if key not in run.meta:
+            run.meta[key] = value
+        elif isinstance(mine, dict) and isinstance(value, dict):
+            for inner, inner_value in value.items():
+                mine.setdefault(inner, inner_value)

@@ -383,3 +383,22 @@ def test_an_unfinished_run_is_found_behind_any_number_of_newer_finished_ones(
     store.transition(waiting.id, RunStatus.REJECTED)
     assert store.runs(limit=5, statuses=[RunStatus.AWAITING_APPROVAL]) == []
     assert client.zcard("dh:runs:open") == 0  # an ended run leaves the index
+
+
+def test_the_owners_record_write_keeps_what_others_added_to_meta(tmp_path: Path,
+                                                                 store: Store) -> None:
+    services = build_services(config_for(tmp_path), store=store)
+    run = submit(services, gated_plan(tmp_path))
+    mine = store.claim(run.id, worker="w", lease=60)
+    assert mine is not None
+    # the Slack poster records the thread while the worker already runs the run
+    store.update_run(run.id, lambda r: r.meta.update(slack={"channel": "C1", "thread_ts": "1.1"}))
+    store.update_run(run.id, lambda r: r.meta["slack"].update(plan_ts="1.2"))
+    mine.steps["first"].status = StepStatus.SUCCEEDED
+    store.save_as_owner(mine, worker="w")
+    stored = store.run(run.id)
+    assert stored.meta["slack"] == {"channel": "C1", "thread_ts": "1.1", "plan_ts": "1.2"}
+    assert stored.steps["first"].status is StepStatus.SUCCEEDED  # the owner's own change
+    mine.meta["slack"] = {"channel": "C1", "thread_ts": "1.1"}  # an older copy of it
+    store.save_as_owner(mine, worker="w")
+    assert store.run(run.id).meta["slack"]["plan_ts"] == "1.2"
