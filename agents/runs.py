@@ -141,6 +141,8 @@ class HostResult(BaseModel):
     """The running command's process group on the host (until it finishes)."""
     provisional: bool = False
     """Counted as changed when its mutating command started; withdrawn if it never ran."""
+    mutated: bool = False
+    """A mutating command ended here: the host is changed for good."""
     status: StepStatus = StepStatus.RUNNING
     started_at: float | None = None
     finished_at: float | None = None
@@ -324,7 +326,7 @@ def _hosts_starting(run: Run, ev: Event) -> None:
     state = run.states(ev.phase)[ev.step_id or ""]
     for name in ev.hosts:
         host = state.hosts[name] = HostResult(host=name, status=StepStatus.PENDING)
-        if ev.mutating and name not in run.changed_hosts:
+        if ev.mutating:
             run.mark_changed(name)  # as in _host_started: changed from here on
             host.provisional = True
 
@@ -334,7 +336,7 @@ def _host_started(run: Run, ev: Event) -> None:
     host = state.hosts.setdefault(ev.host or "", HostResult(host=ev.host or ""))
     host.status, host.started_at, host.attempts = StepStatus.RUNNING, ev.at, ev.attempt
     state.attempts = max(state.attempts, ev.attempt)
-    if ev.mutating and host.host not in run.changed_hosts:
+    if ev.mutating:
         # changed from the moment a mutating command may start: a crash from here on
         # leaves a record whose rollback visits this host
         run.mark_changed(host.host)
@@ -352,9 +354,17 @@ def _host_finished(run: Run, ev: Event) -> None:
     host.tail, host.error = ev.tail or "", ev.error
     if ev.mutating:
         run.mark_changed(ev.host or "")
-    elif host.provisional:  # the command never started there (e.g. host unreachable)
-        run.changed_hosts.remove(host.host)
+        host.mutated = True
+    elif host.provisional and not _changed_elsewhere(run, host):
+        run.changed_hosts.remove(host.host)  # the command never started there
     host.provisional, host.pid = False, None  # ended: nothing left to stop
+
+
+def _changed_elsewhere(run: Run, mine: HostResult) -> bool:
+    """Whether another step (either phase) has changed this host, or may be changing it."""
+    return any(other is not mine and (other.provisional or other.mutated)
+               for states in (run.steps, run.rollback) for state in states.values()
+               for name, other in state.hosts.items() if name == mine.host)
 
 
 def _step_finished(run: Run, ev: Event) -> None:
