@@ -17,7 +17,7 @@ from agents.errors import StoreError
 from agents.executor import Deferred
 from agents.plan import Plan
 from agents.runs import HOST_EVENTS, Event, EventKind, Run
-from agents.store import LostOwnership, Store
+from agents.store import LostOwnership, Store, Write
 from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
@@ -33,6 +33,8 @@ class RunRecorder:
         self.store, self.worker, self.token = store, worker, token
         self._unsaved: str | None = None
         """Why a write failed, until a whole record (which includes it) lands."""
+        self._audits: list[Write] = []
+        """Audit entries taken (with their time) but not yet written: Redis was away."""
 
     def __call__(self, event: Event, run: Run) -> Deferred | None:
         if event.kind in UNRECORDED:
@@ -41,15 +43,22 @@ class RunRecorder:
             changes = run.host_changes(event)  # taken under the lock, written after it
             return lambda: self._write(lambda: self.store.record_hosts_as_owner(
                 run.id, changes, worker=self.worker))
+        if event.kind in AUDITED:  # taken now, written after the record that it follows
+            self._audits.append(self.store.audit_write(
+                event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
+                phase=event.phase.value, status=event.status, error=event.error))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
             self.store.save_plan(Plan.model_validate(event.plan))  # before the run names it
         self._write(lambda: self.store.save_as_owner(run, worker=self.worker))
         self._unsaved = None
-        if event.kind in AUDITED:
-            self.store.audit(event.kind.value, actor=self.worker, run_id=run.id,
-                             step=event.step_id, phase=event.phase.value,
-                             status=event.status, error=event.error)
+        self.flush_audits()
         return None
+
+    def flush_audits(self) -> None:
+        """Write the audit entries an outage held back, in order (StoreError: kept)."""
+        if self._audits:
+            self.store.commit(self._audits)
+            self._audits.clear()
 
     def durable(self, what: str) -> str | None:
         """None once everything recorded so far is in Redis and on a replica (where there

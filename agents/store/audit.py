@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,15 @@ class AuditStore(RedisBase):
         list (one MULTI: both or neither), so ``--run`` reads only its entries. A list, not a
         stream: a small stream costs ~4.7 KB in Redis 7, a small list a few hundred bytes.
         Entries are never edited."""
+        self.commit([self.audit_write(action, actor=actor, run_id=run_id, plan_id=plan_id,
+                                      **details)])
+
+    def commit(self, writes: Sequence[Write]) -> None:
+        """Queued writes (e.g. audit entries taken earlier), in one MULTI: all or none."""
         with self.errors():
             pipe = self.r.pipeline()
-            self.audit_write(action, actor=actor, run_id=run_id, plan_id=plan_id,
-                             **details)(pipe)
+            for write in writes:
+                write(pipe)
             pipe.execute()
 
     def audit_write(self, action: str, *, actor: str, run_id: str | None = None,

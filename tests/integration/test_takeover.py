@@ -6,11 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agents.runs import RunStatus
+from agents.errors import StoreError
+from agents.recorder import RunRecorder
+from agents.runs import Event, EventKind, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
 from agents.worker import Worker, WorkerOptions
@@ -18,6 +22,7 @@ from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
 from tests.integration.test_store import _spawn_worker, config_for, gated_plan, submit
+from tools.runners.base import CancelToken
 
 TOOLS = """
 tools:
@@ -121,3 +126,30 @@ def test_the_reconciler_requeues_a_run_nothing_would_ever_move(tmp_path: Path,
     assert worker.step(block=0.1)
     assert store.run(run.id).status is RunStatus.SUCCEEDED
     assert "reconciled" in [e.action for e in store.audit_log(run_id=run.id)]
+
+
+def test_audit_entries_of_an_outage_land_once_redis_is_back(tmp_path: Path,
+                                                            own_redis: RedisServer) -> None:
+    store = Store.connect(own_redis.url)
+    services = build_services(config_for(tmp_path), store=store)
+    run = submit(services, gated_plan(tmp_path))
+    mine = store.claim(run.id, worker="w", lease=600)
+    assert mine is not None
+    recorder = RunRecorder(store, worker="w", token=CancelToken())
+
+    def emit(kind: EventKind, step: str, **fields: Any) -> None:
+        event = Event(kind=kind, run_id=run.id, step_id=step, **fields)
+        mine.apply(event)
+        recorder(event, mine)
+
+    emit(EventKind.STEP_STARTED, "first")
+    own_redis.stop()
+    with pytest.raises(StoreError):
+        emit(EventKind.STEP_FINISHED, "first", status="succeeded")  # record and audit fail
+    during = time.time()
+    own_redis.start()
+    emit(EventKind.STEP_STARTED, "wait")  # the next write carries both
+
+    (entry,) = [e for e in store.audit_log(run_id=run.id) if e.action == "step_finished"]
+    assert entry.details["step"] == "first" and entry.at < during  # when it happened
+    assert store.run(run.id).steps["first"].status is StepStatus.SUCCEEDED
