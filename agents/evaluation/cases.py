@@ -1,13 +1,16 @@
 """Evaluation cases: requests with hand-written gold plans, loaded from YAML and checked.
 
-The bundled file (``cases.yml`` next to this module) is written for examples/deckhand.yml;
-a team passes its own with ``deckhand eval --cases FILE``. Every problem in a file is
+Two sets are bundled next to this module: ``cases.yml``, written for examples/deckhand.yml,
+and ``starter_cases.yml``, for the config ``deckhand init`` writes; without ``--cases FILE``
+the first whose tools the config has is used. Every problem in a file is
 reported at once, each with its line, its path into the file and the case it belongs to.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -71,31 +74,28 @@ def slug(text: str, limit: int = 60) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].rstrip("-") or "case"
 
 
-def bundled_text() -> str:
-    """The bundled cases file's text (shipped as package data)."""
-    return (resources.files("agents.evaluation") / "cases.yml").read_text("utf-8")
+BUNDLED = {"cases.yml": "examples/deckhand.yml",
+           "starter_cases.yml": "the config `deckhand init` writes"}
+"""The bundled cases files, each with the config it was written for."""
+
+
+def bundled_text(name: str = "cases.yml") -> str:
+    """A bundled cases file's text (shipped as package data)."""
+    return (resources.files("agents.evaluation") / name).read_text("utf-8")
 
 
 def load_cases(path: Path | None = None, *, config: Config | None = None) -> list[Case]:
-    """The cases in ``path`` (the bundled file when None).
+    """The cases in ``path`` (when None: the bundled set whose tools ``config`` has).
 
     With ``config``, gold steps must name tools it defines (so cases and tools.yml agree).
 
     Raises:
         ConfigError: every problem, one line each, naming line, path and case.
     """
-    try:
-        doc = load_yaml_file(path) if path else load_yaml(bundled_text(), "bundled cases.yml")
-    except ConfigError as exc:  # unreadable, or not YAML
-        raise ConfigError(exc.problems, what=WHAT) from exc
-    if doc.problems:
-        raise ConfigError(doc.problems, what=WHAT)
-    try:
-        cases = CasesFile.model_validate(doc.data).cases
-    except ValidationError as exc:
-        raise ConfigError(_pydantic_problems(doc, exc), what=WHAT) from exc
-    if path is None and config is not None:
-        _check_bundled_tools(cases, config)
+    if path is None:
+        doc, cases = _bundled_for(config)
+    else:
+        doc, cases = _read(lambda: load_yaml_file(path))
     found = [_problem(doc, cases, where, message)
              for where, message in _gold_problems(cases, config)]
     if found:
@@ -103,15 +103,39 @@ def load_cases(path: Path | None = None, *, config: Config | None = None) -> lis
     return cases
 
 
-def _check_bundled_tools(cases: list[Case], config: Config) -> None:
-    """One line, not one per step, when the bundled cases meet a config without their tools."""
-    used = {s.tool for case in cases for s in [*case.steps, *case.rollback]}
-    missing = sorted(used - set(config.catalog.tools))
-    if missing:
-        raise ConfigError([Problem("bundled cases.yml", f"written for examples/deckhand.yml, "
-                                   f"but {config.path} has no tool {', '.join(missing)}: pass "
-                                   f"--config examples/deckhand.yml (in a checkout), or your "
-                                   f"own cases with --cases FILE")], what=WHAT)
+def _read(load: Callable[[], Located]) -> tuple[Located, list[Case]]:
+    try:
+        doc = load()
+    except ConfigError as exc:  # unreadable, or not YAML
+        raise ConfigError(exc.problems, what=WHAT) from exc
+    if doc.problems:
+        raise ConfigError(doc.problems, what=WHAT)
+    try:
+        return doc, CasesFile.model_validate(doc.data).cases
+    except ValidationError as exc:
+        raise ConfigError(_pydantic_problems(doc, exc), what=WHAT) from exc
+
+
+def _load_bundled(name: str) -> Located:
+    return load_yaml(bundled_text(name), f"bundled {name}")
+
+
+def _bundled_for(config: Config | None) -> tuple[Located, list[Case]]:
+    """The first bundled set whose tools ``config`` has; one line, not one per step, when
+    none fits."""
+    missing: dict[str, list[str]] = {}
+    for name in BUNDLED:
+        doc, cases = _read(partial(_load_bundled, name))
+        used = {s.tool for case in cases for s in [*case.steps, *case.rollback]}
+        missing[name] = sorted(used - set(config.catalog.tools)) if config else []
+        if not missing[name]:
+            return doc, cases
+    assert config is not None  # without a config every bundled set fits
+    tried = "; ".join(f"{name} (for {BUNDLED[name]}) needs {', '.join(tools)}"
+                      for name, tools in missing.items())
+    raise ConfigError([Problem("bundled cases", f"none fits {config.path}: {tried}. Pass "
+                               f"your own cases with --cases FILE (start from a copy of "
+                               f"one of them)")], what=WHAT)
 
 
 def _pydantic_problems(doc: Located, exc: ValidationError) -> list[Problem]:

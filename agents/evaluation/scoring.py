@@ -127,14 +127,16 @@ def f1(predicted: Counter[Any], gold: Counter[Any]) -> float:
 
 def policy_violations(plan: Plan, config: Config) -> list[Violation]:
     """Mutating steps that change an environment before the one before it in the promotion
-    order, or that have no rollback of their tool for their environment."""
+    order, or that have no rollback of their tool for their environment. A rollback tool
+    run as a step (``roll back production``) is the remedy itself: neither applies."""
     out: list[Violation] = []
     catalog, promotion = config.catalog, config.policy.promotion
+    undo = catalog.undo_tools
     env_of = {s.id: s.params.get("environment") for s in plan.steps}
     covered = {(r.tool, r.params.get("environment")) for r in plan.rollback}
     for step in plan.steps:
         tool = catalog.tools.get(step.tool)
-        if tool is None or not tool.mutates:
+        if tool is None or not tool.mutates or step.tool in undo:
             continue
         env = env_of[step.id]
         if env in promotion and promotion.index(env) > 0:

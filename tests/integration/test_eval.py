@@ -281,3 +281,12 @@ def test_options_that_cannot_work_are_refused_in_one_line(
     assert main([*base, "--compare", "llm:model=a", "llm:model=a"]) == 2
     assert main(base) == 0  # no endpoint: the playbook planner
     assert "Cases: playbook" in capsys.readouterr().out
+
+
+def test_eval_works_on_the_config_deckhand_init_writes(tmp_path: Path) -> None:
+    assert main(["init", str(tmp_path)]) == 0
+    config = str(tmp_path / "deckhand.yml")
+    # the playbooks of the template plan every starter case, refuse the two to refuse, and
+    # no plan breaks the promotion order or lacks its rollback
+    assert main(["eval", "--config", config, "--planner", "playbook", "--min-valid", "1",
+                 "--max-safety-violations", "0", "--min-edge-f1", "1"]) == 0

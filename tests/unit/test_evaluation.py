@@ -20,7 +20,7 @@ from agents.evaluation.report import (
     summarise,
 )
 from agents.evaluation.scoring import Outcome, Violation, edges, f1, node_keys, policy_violations
-from tests.fixtures.builders import make_plan
+from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.sample import EXAMPLES
 from tools.errors import ConfigError
 
@@ -243,9 +243,31 @@ def test_not_yaml_and_duplicate_keys_are_cases_file_problems(tmp_path: Path) -> 
         load_cases(path)
 
 
-def test_bundled_cases_against_another_config_say_so_once() -> None:
-    other = load_config(Path(__file__).resolve().parents[2] / "bot/cli/templates/deckhand.yml")
+def test_the_config_deckhand_init_writes_gets_the_starter_cases() -> None:
+    template = load_config(Path(__file__).resolve().parents[2] / "bot/cli/templates/deckhand.yml")
+    cases = load_cases(config=template)
+    used = {s.tool for case in cases for s in [*case.steps, *case.rollback]}
+    assert used <= set(template.catalog.tools) and "build_image" not in used
+    assert {c.kind for c in cases} >= {"single", "chain", "refuse"}
+    assert len(load_cases(config=load_config(EXAMPLES / "deckhand.yml"))) > len(cases)
+
+
+def test_bundled_cases_that_fit_no_config_say_so_once(tmp_path: Path) -> None:
+    other = make_config(tmp_path)  # shell tools only
     with pytest.raises(ConfigError) as err:
         load_cases(config=other)
     [problem] = err.value.problems
-    assert "written for examples/deckhand.yml" in str(problem) and "build_image" in str(problem)
+    text = str(problem)
+    assert "cases.yml (for examples/deckhand.yml) needs" in text and "build_image" in text
+    assert "starter_cases.yml (for the config `deckhand init` writes) needs" in text
+    assert "--cases FILE" in text
+
+
+def test_a_rollback_step_is_the_remedy_not_a_policy_violation() -> None:
+    config = load_config(EXAMPLES / "deckhand.yml")
+    plan = make_plan([{"id": "rollback", "tool": "rollback",
+                       "params": {"environment": "production"}}])
+    assert policy_violations(plan, config) == []
+    deploy = make_plan([{"id": "d", "tool": "deploy", "params": {
+        "environment": "production", "version": "v1.0.0", "artifact": "/a"}}])
+    assert {v.check for v in policy_violations(deploy, config)} == {"promotion", "rollback"}
