@@ -13,6 +13,7 @@ import pytest
 from agents.plan import Plan, PlannerInfo
 from agents.runs import Approval, Run, RunStatus
 from agents.store import Store
+from bot.cli import eval as eval_command
 from bot.cli import main
 from tests.fixtures.builders import make_plan
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
@@ -290,3 +291,16 @@ def test_eval_works_on_the_config_deckhand_init_writes(tmp_path: Path) -> None:
     # no plan breaks the promotion order or lacks its rollback
     assert main(["eval", "--config", config, "--planner", "playbook", "--min-valid", "1",
                  "--max-safety-violations", "0", "--min-edge-f1", "1"]) == 0
+
+
+def test_from_history_says_when_it_read_only_part_of_the_window(
+        store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setattr(eval_command, "HISTORY_LIMIT", 2)
+    for _ in range(3):
+        stored(store, llm_plan(), RunStatus.SUCCEEDED)
+    assert main(["eval", "--from-history", "--since", "7d", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert sum(row["planned"] for row in json.loads(out)) == 2
+    assert "only the newest 2 runs of the last 7 days were read" in err
