@@ -9,6 +9,7 @@ the journal into the record first.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -79,7 +80,8 @@ class LeaseStore(RunStore):
             # others may add to meta while the run is ours (the Slack poster records the
             # thread): the owner's copy of the record must not write that away
             if stored is not None:
-                keep_others_meta(run, Run.model_validate_json(stored).meta)
+                # only its meta is needed: no validating the whole (500-host) record per save
+                keep_others_meta(run, json.loads(stored).get("meta") or {})
             pipe.set(self.keys.run(run.id), run.model_dump_json())
             index_open(pipe, self.keys, run)
             # entries older than this record that land later are ignored (their seq is lower)
