@@ -19,9 +19,6 @@ Extends the tree in ``tools.errors``:
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
         ├── LockHeld                   the environment is locked by another run
         └── StoreUnavailable           Redis cannot be reached; nothing was written
-
-Control signals are not errors: ``WorkerShutdown`` derives from BaseException so a
-broad ``except Exception`` around a step never swallows it.
 """
 
 from __future__ import annotations
@@ -123,7 +120,3 @@ class LockHeld(StoreError):
 
 class StoreUnavailable(StoreError):
     """The store (Redis) cannot be reached. Nothing was written."""
-
-
-class WorkerShutdown(BaseException):  # noqa: N818 - a signal, not an error
-    """Raised inside a worker to stop it; BaseException so ``except Exception`` passes it on."""

@@ -22,7 +22,6 @@ class Settings(BaseSettings):
 
     config_path: str | None = Field(default=None, alias="DECKHAND_CONFIG")
     redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
-    worker_name: str | None = Field(default=None, alias="DECKHAND_WORKER")
     schedule_tz: str = Field(default="UTC", alias="DECKHAND_TZ")
     schedule_grace: float = Field(default=1800.0, gt=0, alias="DECKHAND_SCHEDULE_GRACE",
                                   description="seconds a missed occurrence may still fire")

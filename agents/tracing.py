@@ -81,8 +81,3 @@ def finish(current: Span, *, ok: bool, **attributes: AttributeValue | None) -> N
     """Record how a span's work ended."""
     current.set_attributes({k: v for k, v in attributes.items() if v is not None})
     current.set_status(Status(StatusCode.OK if ok else StatusCode.ERROR))
-
-
-def captured() -> otel_context.Context:
-    """The current context, to hand to work done on another thread."""
-    return otel_context.get_current()

@@ -8,7 +8,7 @@ a message saying what to type, and nothing is stored.
 Who may do what: anyone may add a plain schedule (each occurrence still needs an approval),
 list, and pause any schedule (pausing only ever stops things). An ``--auto`` schedule runs
 without a click, so creating one needs the rights to approve its environments in person
-(``agents.schedule_runs.auto_problem``), and resuming, running or removing one needs
+(``agents.engine.occurrences.auto_problem``), and resuming, running or removing one needs
 approver rights for its environments.
 
 ``add --auto`` is two steps, like any approval: without ``--approve`` it only plans and
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agents.engine.occurrences import Occurrence, auto_problem, run_occurrence
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.schedule_runs import Occurrence, auto_problem, run_occurrence
-from agents.schedules import Schedule, split_spec, zone_named
+from agents.plan.model import Plan
+from agents.schedules.model import Schedule, split_spec, zone_named
 from agents.services import Services
 from agents.store.schedules import ScheduleBook
 

@@ -12,7 +12,6 @@ border, always with ``raise ... from exc``.
         ├── UnknownTool        a plan names a tool the catalog does not have
         ├── ParamError         a parameter breaks its tool's schema
         └── RunnerError        a command could not be run to completion
-            ├── CommandTimeout its deadline passed; the process was killed
             └── SSHError
                 ├── SSHConnectError   refused, timed out, unreachable, dropped
                 │   └── SSHSetupDropped  dropped before login (MaxStartups): retried
@@ -69,10 +68,6 @@ class ParamError(ToolError):
 
 class RunnerError(ToolError):
     """A command could not be run to completion on its host."""
-
-
-class CommandTimeout(RunnerError):
-    """The command ran past its deadline and was killed."""
 
 
 class SSHError(RunnerError):

@@ -1,5 +1,5 @@
 """Deployment history in Redis: per environment a time-ordered index of deploys and the
-folded current state (``agents.history.Where``), written together, once per run."""
+folded current state (``agents.history.deploys.Where``), written together, once per run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from agents.history import PREVIOUS, Deploy, Where
+from agents.history.deploys import PREVIOUS, Deploy, Where
 from agents.store._redis import RedisBase
 
 HISTORY_READ = 500

@@ -16,7 +16,11 @@ def deploy_tool() -> Tool:
     "v２.３.１", "v2.3.1 && true", "",
 ])
 def test_version_pattern_rejects_injection_and_lookalikes(bad: str) -> None:
-    assert VERSION.check(bad) is not None
+    problem = VERSION.check(bad) or ""
+    if any(c in bad for c in "\n\u2028"):
+        assert problem == "must not contain control characters or line breaks"
+    else:
+        assert problem == f"{bad!r} does not match the pattern ^v\\d+\\.\\d+\\.\\d+$"
 
 
 def test_control_characters_refused_even_without_pattern() -> None:

@@ -1,8 +1,8 @@
 import threading
 from pathlib import Path
 
-from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
-from agents.targets import resolve
+from agents.plan.targets import resolve
+from agents.run.record import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
 from tools.runners.base import CancelToken
@@ -35,7 +35,13 @@ def test_max_parallel_one_serialises(tmp_path: Path) -> None:
                       sh("b", RENDEZVOUS.format(me=b, other=a))])
     config = make_config(tmp_path, tools=SHORT_RENDEZVOUS_TOOLS)
     run = make_executor(config, max_parallel=1).execute(plan)
-    assert run.status is RunStatus.FAILED  # the first waits for a partner that never starts
+    # the first to start waits for a partner that never starts, and times out alone
+    first, second = sorted(("a", "b"), key=lambda s: run.steps[s].started_at or float("inf"))
+    assert run.status is RunStatus.FAILED
+    assert run.steps[first].status is StepStatus.FAILED
+    assert "timed out" in (run.steps[first].error or "")
+    partner = run.steps[second]
+    assert partner.started_at is None or partner.started_at >= (run.steps[first].finished_at or 0)
 
 
 SHORT_RENDEZVOUS_TOOLS = """

@@ -73,3 +73,49 @@ def test_only_bot_mcp_speaks_mcp_or_runs_an_event_loop() -> None:
     """deckhand is sync with threads; the MCP face alone bridges to asyncio."""
     outside = {m for m in _importers(("mcp", "anyio", "asyncio")) if not m.startswith("bot.mcp")}
     assert not outside
+
+
+# agents/ by floor, bottom first: a unit imports only units on its own floor or below, so no
+# import runs back up a layer (e.g. run/ never imports engine/, plan/ never imports policy/).
+AGENT_FLOORS = (
+    ("errors", "ids", "logcontext", "tracing", "prompts"),
+    ("plan", "schedules", "settings"),
+    ("run",),
+    ("history", "policy"),
+    ("config", "store"),
+    ("planning",),
+    ("evaluation", "services"),
+    ("engine",),
+)
+
+
+def _unit(module: str) -> str | None:
+    """The agents/ unit (sub-package or top-level module) a module belongs to."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "agents" and len(parts) > 1 else None
+
+
+def test_agents_floors_name_every_unit() -> None:
+    named = {u for floor in AGENT_FLOORS for u in floor}
+    units = {_unit(m) for m in _graph() if _unit(m)}
+    assert units == named, f"unplaced: {units - named}, gone: {named - units}"
+
+
+def test_no_import_runs_back_up_a_floor() -> None:
+    floor = {u: i for i, units in enumerate(AGENT_FLOORS) for u in units}
+    graph = _graph()
+    upward = sorted(f"{m} → {d}" for m, deps in graph.items() if _unit(m)
+                    for d in deps if d in graph and _unit(d)
+                    and floor[_unit(d) or ""] > floor[_unit(m) or ""])
+    assert not upward, "imports up a floor:\n" + "\n".join(upward)
+
+
+def test_same_floor_units_stay_apart() -> None:
+    """Units on one floor never import each other (they would be two floors)."""
+    floor = {u: i for i, units in enumerate(AGENT_FLOORS) for u in units}
+    graph = _graph()
+    sideways = sorted(f"{m} → {d}" for m, deps in graph.items() if _unit(m)
+                      for d in deps if d in graph and _unit(d) not in (None, _unit(m))
+                      and floor[_unit(d) or ""] == floor[_unit(m) or ""]
+                      and _unit(d) not in ("errors", "ids", "logcontext", "tracing"))
+    assert not sideways, "imports within a floor:\n" + "\n".join(sideways)

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from agents.errors import PlanInvalid
-from agents.plan import Plan
-from agents.validation import validate_plan
+from agents.plan.model import Plan
+from agents.plan.validation import PlanChecker, validate_plan
 from tests.fixtures.builders import make_config, make_plan
 
 
@@ -77,7 +77,10 @@ def test_valid_plan_passes(tmp_path: Path) -> None:
           "depends_on": ["s"]}],
         rollback=[{"id": "up", "tool": "undo", "params": {"environment": "production"}},
                   {"id": "us", "tool": "undo", "params": {"environment": "staging"}}])
-    validate_plan(plan, config.catalog, config.inventory, config.policy)
+    checker = PlanChecker(plan, config.catalog, config.inventory, config.policy)
+    assert checker.problems() == []
+    assert checker.targets.of("p").changes == ("production",)  # promotion judged on it
+    validate_plan(plan, config.catalog, config.inventory, config.policy)  # and does not raise
 
 
 def test_hash_is_stable_and_content_bound() -> None:
@@ -104,4 +107,7 @@ def test_layers_and_critical_path() -> None:
 def test_an_undo_tool_can_be_planned_on_its_own(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     plan = make_plan([{"id": "undo_prod", "tool": "undo", "params": {"environment": "production"}}])
-    validate_plan(plan, config.catalog, config.inventory, config.policy)
+    checker = PlanChecker(plan, config.catalog, config.inventory, config.policy)
+    # an undo is the remedy: no rollback of its own, and no staging change before it
+    assert checker.problems() == []
+    assert checker.targets.of("undo_prod").undo

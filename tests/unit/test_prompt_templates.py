@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.config import load_config
-from agents.planning.templates import (
+from agents.prompts.templates import (
     OPERATIONS,
     SLOTS,
     PromptSet,
@@ -21,7 +21,7 @@ from agents.planning.templates import (
 from bot.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-PROMPTS = ROOT / "agents" / "planning" / "prompts"
+PROMPTS = ROOT / "agents" / "prompts"
 EXAMPLES = ROOT / "examples"
 
 
@@ -38,7 +38,7 @@ def test_every_template_is_a_shipped_file_versioned_by_its_bytes() -> None:
     files = {p.stem for p in PROMPTS.glob("*.txt")}
     assert files == set(SLOTS)
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "prompts/*.txt" in data["tool"]["setuptools"]["package-data"]["agents.planning"]
+    assert "*.txt" in data["tool"]["setuptools"]["package-data"]["agents.prompts"]
     for name in SLOTS:
         raw = (PROMPTS / f"{name}.txt").read_bytes()
         assert built_in(name).version == hashlib.sha256(raw).hexdigest()[:12]

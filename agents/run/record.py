@@ -14,9 +14,8 @@ from pydantic import BaseModel, Field
 
 from agents.errors import IllegalTransition
 from agents.ids import new_id
-from agents.plan import Plan
-from agents.policy import UNSCOPED
-from agents.targets import PlanTargets
+from agents.plan.model import Plan
+from agents.plan.targets import UNSCOPED, PlanTargets
 
 
 class RunStatus(StrEnum):
@@ -125,7 +124,7 @@ class Event(BaseModel):
     """HOSTS_STARTING: the batch."""
     outputs: dict[str, str] = Field(default_factory=dict)
     plan: dict[str, Any] | None = None
-    """REPLANNED: the revised plan (agents.plan.Plan as JSON) and its hash."""
+    """REPLANNED: the revised plan (agents.plan.model.Plan as JSON) and its hash."""
     plan_hash: str | None = None
 
     def describe(self) -> str:
@@ -232,7 +231,7 @@ class Run(BaseModel):
     @classmethod
     def for_plan(cls, plan: Plan, targets: PlanTargets, **fields: Any) -> Run:
         """A new run record for ``plan`` with every step pending; ``targets`` (from
-        ``agents.targets.resolve``) say what it touches, for policy, locks and displays."""
+        ``agents.plan.targets.resolve``) say what it touches, for policy, locks and displays."""
         if plan.planner.traceparent:  # the run continues the trace it was planned in
             fields["meta"] = {"traceparent": plan.planner.traceparent, **fields.get("meta", {})}
         run = cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,

@@ -1,18 +1,21 @@
 """Plan validation: every rule a plan must pass before anyone sees it, all problems at once.
 
-Kept apart from the models (``agents.plan``) because it needs the target resolution
-(``agents.targets``), which itself reads the models.
+Kept apart from the models (``agents.plan.model``) because it needs the target resolution
+(``agents.plan.targets``), which itself reads the models. The two rules that come from the
+team's policy (a rollback for every mutating step, promotion order) read it through
+``PlanRules``, which ``agents.policy.rules.Policy`` satisfies: the plan package stays below
+the policy package that judges runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
-from agents import graph
 from agents.errors import PlanInvalid
-from agents.plan import PLACEHOLDER, Plan, RollbackStep, Step
-from agents.policy import Policy
-from agents.targets import resolve
+from agents.plan import graph
+from agents.plan.model import PLACEHOLDER, Plan, RollbackStep, Step
+from agents.plan.targets import resolve
 from tools.catalog import (
     OUTPUT_REF,
     Catalog,
@@ -25,7 +28,19 @@ from tools.catalog import (
 from tools.inventory import Inventory
 
 
-def validate_plan(plan: Plan, catalog: Catalog, inventory: Inventory, policy: Policy) -> None:
+class PlanRules(Protocol):
+    """What validation reads of the policy (``agents.policy.rules.Policy``)."""
+
+    @property
+    def require_rollback(self) -> bool: ...
+
+    @property
+    def promotion(self) -> list[str]: ...
+
+    def previous_stage(self, environment: str) -> str | None: ...
+
+
+def validate_plan(plan: Plan, catalog: Catalog, inventory: Inventory, policy: PlanRules) -> None:
     """Raise PlanInvalid listing every problem with the plan (each naming its step)."""
     problems = PlanChecker(plan, catalog, inventory, policy).problems()
     if problems:
@@ -42,7 +57,7 @@ class PlanChecker:
     so a config check can point at the step's own line.
     """
 
-    def __init__(self, plan: Plan, catalog: Catalog, inventory: Inventory, policy: Policy,
+    def __init__(self, plan: Plan, catalog: Catalog, inventory: Inventory, policy: PlanRules,
                  *, templated: bool = False):
         self.plan, self.catalog, self.inventory, self.policy = plan, catalog, inventory, policy
         self.templated = templated

@@ -1,4 +1,4 @@
-"""Prompt templates: files in ``agents/planning/prompts/``, each with a name, the placeholders
+"""Prompt templates: files in ``agents/prompts/``, each with a name, the placeholders
 it must keep, and a version — the first 12 hex digits of the sha256 of its bytes.
 
 An operator may replace a template from the config (``planner.prompts: {plan: my-plan.txt}``);
@@ -125,7 +125,7 @@ def _known(name: str) -> None:
 @functools.cache
 def built_in(name: str) -> Template:
     """The template shipped with deckhand (read once per process)."""
-    data = resources.files("agents.planning").joinpath("prompts", f"{name}.txt").read_bytes()
+    data = resources.files("agents.prompts").joinpath(f"{name}.txt").read_bytes()
     return parse_template(name, data)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from agents.errors import RetentionError
-from agents.history import DAY, Deploy
+from agents.history.deploys import DAY, Deploy
+from agents.history.retention import RetentionSettings
 from agents.store import AuditEntry, Store
 from agents.store.retention import Found, RunRecord
 from agents.store.schedules import ScheduleBook
@@ -48,31 +46,6 @@ LEASE = 120.0
 SLICE = 5.0
 """Seconds a worker spends trimming per idle moment, so queued runs never wait long."""
 BATCH = 200
-AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
-UNITS = {"": DAY, "d": DAY, "h": 3600.0, "w": 7 * DAY}
-
-
-class RetentionSettings(BaseModel):
-    """The ``retention`` section of the config."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    days: float = Field(ge=1, description="finished runs and audit entries older than this "
-                                          "are exported, then trimmed")
-    export: str = Field(min_length=1, description="the JSONL file they are appended to first "
-                                                  "(relative: to the config file)")
-    every_hours: float = Field(default=24.0, ge=0, description="how often a worker runs it "
-                                                                "(0: only `deckhand retention`)")
-
-
-def parse_age(text: str) -> float:
-    """Seconds in ``90d``, ``36h``, ``2w`` or ``90`` (days); RetentionError otherwise."""
-    found = AGE.match(text)
-    if not found or float(found[1]) <= 0:
-        raise RetentionError(f"--older-than {text!r}: give an age like 90d, 36h or 2w")
-    return float(found[1]) * UNITS[found[2]]
-
-
 class Archive:
     """An append-only JSONL file; every ``append`` is on disk (fsynced) when it returns."""
 

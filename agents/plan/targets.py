@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agents.plan import Plan, RollbackStep, Step
-from agents.policy import UNSCOPED
+from agents.plan.model import Plan, RollbackStep, Step
 from tools.catalog import OUTPUT_REF, Catalog, Tool
 from tools.inventory import LOCAL_HOST_NAME, Inventory
+
+UNSCOPED = "(no environment)"
+"""The policy scope of mutating steps outside every environment (``local`` commands, ad-hoc
+host groups) and of plans that name no environment: ``policy.unscoped`` if configured,
+else every configured rule at once (the strictest), never "anyone" by omission."""
 
 
 @dataclass(frozen=True)

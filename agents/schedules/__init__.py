@@ -1,0 +1,1 @@
+"""Recurring plans: the Schedule model, cron and readable specs, DST rules (model)."""
