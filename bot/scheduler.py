@@ -37,7 +37,6 @@ from agents.schedules.model import (
 )
 from agents.services import Services
 from agents.store import Store
-from agents.store.schedules import ScheduleBook
 
 log = logging.getLogger("deckhand.scheduler")
 
@@ -64,7 +63,7 @@ class Scheduler:
                  on_missed: OnMissed | None = None, grace: timedelta = DEFAULT_GRACE,
                  clock: Callable[[], datetime] = utc_now, name: str | None = None,
                  sync_every: float = 10.0):
-        self.book = ScheduleBook(store)
+        self.book = store.schedules
         self.store = store
         self.on_occurrence = on_occurrence
         self.on_missed = on_missed
@@ -126,7 +125,7 @@ class Scheduler:
         current = self.book.mark_fired(schedule.id, due.fire_time, due.coalesced)
         if current is None:
             return None  # removed in the meantime
-        self.store.audit("schedule_fired", actor=self.name, schedule=schedule.id,
+        self.store.audit.record("schedule_fired", actor=self.name, schedule=schedule.id,
                          fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
         self._hand_over(current, due.fire_time)
         return Fired(current, due.fire_time, due.coalesced)
@@ -141,7 +140,7 @@ class Scheduler:
             return
         log.warning("schedule %s missed occurrences from %s (older than the grace time)",
                     schedule.id, schedule.local(first))
-        self.store.audit("schedule_missed", actor=self.name, schedule=schedule.id,
+        self.store.audit.record("schedule_missed", actor=self.name, schedule=schedule.id,
                          since=first.isoformat(), grace=self.grace.total_seconds())
         if self.on_missed is not None:
             self._guarded(self.on_missed, schedule, first)
@@ -203,11 +202,6 @@ class Scheduler:
         if self._aps is None:
             return {}
         return {job.id: job.next_run_time for job in self._aps.get_jobs(jobstore=JOBS)}
-
-    def wake_now(self, schedule_id: str) -> None:
-        """Make APScheduler run a schedule's job at once (tests, and ``run`` diagnostics)."""
-        if self._aps is not None:
-            self._aps.modify_job(schedule_id, jobstore=JOBS, next_run_time=utc_now())
 
     def _wake(self, schedule_id: str) -> None:
         try:

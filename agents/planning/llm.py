@@ -9,8 +9,15 @@ The model writes; validation decides. One request goes:
                                         └─▶ PlannerError naming the last problems
 
 HTTP failures (429 honoring Retry-After, 5xx, timeouts, refused connections) are retried a
-bounded number of times here, not inside the openai client, so the policy is ours and
-testable; what is left becomes a PlannerError at this border.
+bounded number of times here, with the client built ``max_retries=0`` so this is the one
+layer. Why not the openai client's own retries: it ignores a Retry-After over 60 s and
+backs off instead (deckhand gives up at once and says "try later"), its sleep cannot be
+injected (tests must not sleep), and it reports no retry to our metrics or spans.
+
+The ``chat`` spans are written here too, not by ``opentelemetry-instrumentation-openai-v2``:
+that package patches the client process-wide, captures message content before deckhand's
+redactor can see it (secrets in a prompt would reach the tracing backend), is a beta pinned
+to the openai 1.x API, and cannot put the prompt name and version on the span it makes.
 
 ``agents.planning.planner.build_planner`` wires what deckhand runs: playbooks first, then this.
 """

@@ -1,35 +1,53 @@
-"""Durable state in Redis: plan versions, runs, leases, locks, the run queue, audit, dedupe,
-schedules, history, and trimming finished runs (retention). One module per kind of record;
-all of them go through ``_redis``: one key namer (``Keys``), one translation of redis-py's
-errors (``errors()``) and one compare-and-set loop (``cas()``), so double clicks, Slack
-retries and several replicas can never start a run twice. With ``REDIS_URL`` unset the
-same code runs on an in-process fakeredis.
+"""Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
+``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``dedupe``, ``schedules``,
+``history``, ``proposals``, ``trimming`` and ``health``. One module per kind of record; all
+of them go through ``_redis``: one connection with one key namer (``Keys``), one
+translation of redis-py's errors (``errors()``), one compare-and-set loop (``cas()``) and
+one WAIT (``replicate()``), so double clicks, Slack retries and several replicas can never
+start a run twice. With ``REDIS_URL`` unset the same code runs on an in-process fakeredis.
 
-``Store`` combines the parts so callers hold one object; ``ScheduleBook`` wraps a store;
-``check.StoreCheck`` verifies (and repairs) the invariants the parts keep together.
+``check.StoreCheck`` verifies (and repairs) the invariants the nouns keep together.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agents.store._redis import CAS_RETRIES, EMBEDDED, GROUP, Keys, Write
-from agents.store.audit import AuditEntry, AuditStore
+import redis
+
+from agents.store._redis import CAS_RETRIES, EMBEDDED, GROUP, Keys, RedisBase, Write
+from agents.store.audit import AuditEntry, AuditLog, Dedupe
 from agents.store.connect import connect_client, safe_url
-from agents.store.health import Finding, HealthStore
-from agents.store.history import HistoryStore
-from agents.store.leases import LeaseStore, LostOwnership
-from agents.store.locks import LockInfo, LockStore
-from agents.store.plans import PlanStore
-from agents.store.proposals import Proposal, ProposalStore
-from agents.store.queue import QueueStore
-from agents.store.retention import RetentionStore
-from agents.store.runs import Change
+from agents.store.health import Finding, Health
+from agents.store.history import History
+from agents.store.leases import Leases, LostOwnership
+from agents.store.locks import LockInfo, Locks
+from agents.store.plans import Plans
+from agents.store.proposals import Proposal, Proposals
+from agents.store.queue import Queue
+from agents.store.retention import Trimming
+from agents.store.runs import Change, Runs
+from agents.store.schedules import ScheduleBook
 
 
-class Store(PlanStore, LeaseStore, RetentionStore, QueueStore, LockStore, AuditStore,
-            HistoryStore, HealthStore, ProposalStore):
-    """Redis-backed state shared by every bot replica and worker."""
+class Store(RedisBase):
+    """The connection shared by every bot replica and worker, and its nouns. A caller
+    that needs only the queue can be handed ``store.queue``."""
+
+    def __init__(self, client: redis.Redis, **options: Any) -> None:
+        super().__init__(client, **options)
+        self.audit = AuditLog(self)
+        self.dedupe = Dedupe(self)
+        self.queue = Queue(self)
+        self.runs = Runs(self, audit=self.audit, queue=self.queue)
+        self.plans = Plans(self)
+        self.leases = Leases(self)
+        self.locks = Locks(self)
+        self.history = History(self)
+        self.proposals = Proposals(self)
+        self.trimming = Trimming(self, queue=self.queue)
+        self.health = Health(self)
+        self.schedules = ScheduleBook(self)
 
     @classmethod
     def connect(cls, url: str | None, **options: Any) -> Store:
@@ -41,5 +59,5 @@ class Store(PlanStore, LeaseStore, RetentionStore, QueueStore, LockStore, AuditS
         return cls(connect_client(url), where=safe_url(url), **options)
 
 
-__all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "Change", "Finding", "Keys", "LockInfo",
-           "LostOwnership", "Proposal", "Store", "Write"]
+__all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "AuditLog", "Change", "Finding", "Keys",
+           "LockInfo", "LostOwnership", "Proposal", "Runs", "Store", "Write"]

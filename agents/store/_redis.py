@@ -159,7 +159,8 @@ class Keys:
 
 
 class RedisBase:
-    """The client and the two helpers every store method uses: ``errors()`` and ``cas()``."""
+    """The connection every noun of the store shares: the client, ``Keys``, the clock, and
+    the helpers every write goes through: ``errors()``, ``cas()`` and ``replicate()`` (WAIT)."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "dh",
                  clock: Callable[[], float] = time.time, where: str = "redis",
@@ -294,10 +295,73 @@ class RedisBase:
             self._replicas = (now, count)
         return self._replicas[1]
 
+    def commit(self, writes: Sequence[Write]) -> None:
+        """Queued writes (e.g. audit entries taken earlier), in one MULTI: all or none."""
+        with self.errors():
+            pipe = self.r.pipeline()
+            for write in writes:
+                write(pipe)
+            pipe.execute()
+
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
 
+
+
+class Part:
+    """One noun of the store (runs, plans, queue …) over the shared connection ``db``: it
+    reads and writes only through ``db``'s client, keys, ``errors()`` and ``cas()``, so
+    every noun sees one clock, one key namer and one WAIT."""
+
+    def __init__(self, db: RedisBase) -> None:
+        self.db = db
+
+    @property
+    def r(self) -> Any:
+        return self.db.r
+
+    @property
+    def keys(self) -> Keys:
+        return self.db.keys
+
+    @property
+    def prefix(self) -> str:
+        return self.db.prefix
+
+    def clock(self) -> float:
+        return self.db.clock()
+
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        return self.db.errors()
+
+    def cas(self, keys: Sequence[str], attempt: Callable[[Pipeline], T], *, busy: str) -> T:
+        return self.db.cas(keys, attempt, busy=busy)
+
+    def replicate(self, what: str) -> bool:
+        return self.db.replicate(what)
+
+    def commit(self, writes: Sequence[Write]) -> None:
+        self.db.commit(writes)
+
+    @property
+    def where(self) -> str:
+        return self.db.where
+
+    @property
+    def embedded(self) -> bool:
+        return self.db.embedded
+
+    def ids(self, kind: str) -> str:
+        return self.db.ids(kind)
+
+    def create_unique(self, kind: str, first_id: str, keys: Callable[[str], Sequence[str]],
+                      attempt: Callable[[Pipeline, str], bool]) -> str:
+        return self.db.create_unique(kind, first_id, keys, attempt)
+
+    def update_record(self, key: str, model: type[M],
+                      change: Callable[[M], Sequence[Write] | None], *, missing: str) -> M:
+        return self.db.update_record(key, model, change, missing=missing)
 
 def _reason(exc: BaseException) -> str:
     """The verification failure alone (``self-signed certificate in certificate chain``)."""

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.store._redis import RedisBase, Write
+from agents.store._redis import Part, Write
 
 LEGACY_SCAN = 10_000
 """Newest shared-stream entries searched for a run that has no list of its own."""
@@ -32,30 +31,28 @@ class AuditEntry:
         return _from_json(item)
 
 
-class AuditStore(RedisBase):
+class Dedupe(Part):
+    """Keys that recognise a delivery seen before (Slack's retries of one event)."""
+
     def first_time(self, key: str, *, ttl: float = 3600) -> bool:
         """True the first time ``key`` is seen within ``ttl`` seconds (SET NX)."""
         with self.errors():
             return bool(self.r.set(self.keys.dedupe(key), "1", nx=True, px=int(ttl * 1000)))
 
-    def audit(self, action: str, *, actor: str, run_id: str | None = None,
+
+class AuditLog(Part):
+    """The append-only audit stream, and each run's own list of its entries."""
+
+    def record(self, action: str, *, actor: str, run_id: str | None = None,
               plan_id: str | None = None, **details: Any) -> None:
         """Append to the audit stream and, when the entry names a run, to that run's own
         list (one MULTI: both or neither), so ``--run`` reads only its entries. A list, not a
         stream: a small stream costs ~4.7 KB in Redis 7, a small list a few hundred bytes.
         Entries are never edited."""
-        self.commit([self.audit_write(action, actor=actor, run_id=run_id, plan_id=plan_id,
+        self.commit([self.write(action, actor=actor, run_id=run_id, plan_id=plan_id,
                                       **details)])
 
-    def commit(self, writes: Sequence[Write]) -> None:
-        """Queued writes (e.g. audit entries taken earlier), in one MULTI: all or none."""
-        with self.errors():
-            pipe = self.r.pipeline()
-            for write in writes:
-                write(pipe)
-            pipe.execute()
-
-    def audit_write(self, action: str, *, actor: str, run_id: str | None = None,
+    def write(self, action: str, *, actor: str, run_id: str | None = None,
                     plan_id: str | None = None, **details: Any) -> Write:
         """The writes of one audit entry, to queue in a caller's transaction (so a state
         change and its audit entry land together, or not at all)."""
@@ -70,7 +67,7 @@ class AuditStore(RedisBase):
 
         return write
 
-    def audit_log(self, *, run_id: str | None = None, limit: int = 200) -> list[AuditEntry]:
+    def entries(self, *, run_id: str | None = None, limit: int = 200) -> list[AuditEntry]:
         """The newest ``limit`` entries, oldest first; only one run's when ``run_id`` is
         given. Reads at most ``limit`` entries (COUNT, or a range of the run's list)."""
         if limit <= 0:
@@ -85,7 +82,7 @@ class AuditStore(RedisBase):
             return [_audit_entry(i, f) for i, f in
                     reversed(self._legacy_run_entries(run_id, limit))]
 
-    def old_audit(self, cutoff: float, *, after: str | None = None, limit: int = 500
+    def older_than(self, cutoff: float, *, after: str | None = None, limit: int = 500
                   ) -> tuple[list[tuple[str, AuditEntry]], bool]:
         """The oldest stream entries written before ``cutoff`` (their ``at``), after stream
         id ``after``: up to ``limit`` of them, and whether more old ones may follow. Stops
@@ -101,7 +98,7 @@ class AuditStore(RedisBase):
             found.append((stream_id.decode(), entry))
         return found, len(page) == limit
 
-    def forget_audit(self, stream_ids: list[str]) -> int:
+    def forget(self, stream_ids: list[str]) -> int:
         """Delete exactly these stream entries (already exported); how many were there."""
         if not stream_ids:
             return 0

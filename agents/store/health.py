@@ -15,7 +15,7 @@ from typing import Any, Literal
 import redis
 
 from agents.errors import StoreError
-from agents.store._redis import RedisBase
+from agents.store._redis import Part
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class Finding:
         return f"{self.level}: {self.message}"
 
 
-class HealthStore(RedisBase):
+class Health(Part):
+    """Whether this Redis is safe to keep deckhand's state in."""
+
     def findings(self) -> list[Finding]:
         """What about this Redis could lose deckhand's records (empty when all is well)."""
         if self.embedded:

@@ -8,7 +8,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.history.deploys import PREVIOUS, Deploy, Where
-from agents.store._redis import RedisBase
+from agents.store._redis import Part
 
 HISTORY_READ = 500
 """Deploys read to answer "what did this host run before" and "which versions were here"."""
@@ -16,8 +16,10 @@ KEEP_NEWEST = 50
 """Deploys per environment that history retention never trims, however old."""
 
 
-class HistoryStore(RedisBase):
-    def record_deploys(self, run_id: str, deploys: list[Deploy]) -> bool:
+class History(Part):
+    """Deployment history per environment, and what each host serves (where)."""
+
+    def record(self, run_id: str, deploys: list[Deploy]) -> bool:
         """Record what a finished run did; False if it was recorded already (idempotent)."""
         marker = self.keys.history_recorded(run_id)
         envs = sorted({d.environment for d in deploys})
@@ -43,20 +45,20 @@ class HistoryStore(RedisBase):
 
         return self.cas([marker, *where_keys], attempt, busy=f"history of {run_id}")
 
-    def deployed_state(self, environment: str) -> Where:
+    def current(self, environment: str) -> Where:
         with self.errors():
             return self._read_where(self.r, environment)
 
-    def deployed_states(self) -> list[Where]:
+    def everywhere(self) -> list[Where]:
         """Every environment deckhand has deployed to, by name."""
-        return [self.deployed_state(env) for env in self.history_environments()]
+        return [self.current(env) for env in self.environments()]
 
-    def history_environments(self) -> list[str]:
+    def environments(self) -> list[str]:
         with self.errors():
             names = self.r.smembers(self.keys.history_environments())
         return sorted(name.decode() for name in names)
 
-    def old_deploys(self, environment: str, cutoff: float, *, skip: int = 0,
+    def older_than(self, environment: str, cutoff: float, *, skip: int = 0,
                     limit: int = 500) -> list[tuple[bytes, Deploy]]:
         """Up to ``limit`` deploys to ``environment`` that finished before ``cutoff``, oldest
         first after the first ``skip``, as (member, deploy) — never one of its newest
@@ -70,22 +72,22 @@ class HistoryStore(RedisBase):
                                         num=min(limit, trimmable))
         return [(raw, Deploy.model_validate_json(raw)) for raw in raws]
 
-    def forget_deploys(self, environment: str, members: list[bytes]) -> int:
+    def forget(self, environment: str, members: list[bytes]) -> int:
         """Delete exactly these history entries (already exported); ``where`` is untouched."""
         if not members:
             return 0
         with self.errors():
             return int(self.r.zrem(self.keys.history(environment), *members))
 
-    def history(self, environment: str, *, limit: int = 20) -> list[Deploy]:
+    def recent(self, environment: str, *, limit: int = 20) -> list[Deploy]:
         """The last ``limit`` deploys to ``environment``, newest first."""
         with self.errors():
             return self._history(self.r, environment, limit)
 
-    def deployed_versions(self, environment: str) -> list[str]:
+    def versions(self, environment: str) -> list[str]:
         """Versions that were live in ``environment`` (newest first, each once)."""
         seen: dict[str, None] = {}
-        for deploy in self.history(environment, limit=HISTORY_READ):
+        for deploy in self.recent(environment, limit=HISTORY_READ):
             for version in deploy.hosts.values():
                 if deploy.took_effect and version is not None:
                     seen.setdefault(version, None)

@@ -19,7 +19,8 @@ from redis.typing import EncodableT, FieldT
 
 from agents.errors import NotFound, StoreError
 from agents.run.record import HostChange, Run, RunStatus
-from agents.store.runs import RunStore, index_open, journal_field, with_journal
+from agents.store._redis import Part
+from agents.store.runs import index_open, journal_field, with_journal
 
 log = logging.getLogger("deckhand.store")
 
@@ -28,7 +29,10 @@ class LostOwnership(StoreError):
     """This worker's lease on a run expired and another worker took it over."""
 
 
-class LeaseStore(RunStore):
+class Leases(Part):
+    """Who owns a running run: claimed with a lease, renewed by heartbeats, written by
+    the owner only (fenced: a write after the lease was lost is refused)."""
+
     def claim(self, run_id: str, *, worker: str, lease: float) -> Run | None:
         """Take a queued run, or one whose worker's lease expired; None if someone has it.
 

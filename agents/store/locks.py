@@ -11,7 +11,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.errors import LockHeld
-from agents.store._redis import RedisBase, text
+from agents.store._redis import Part, text
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,10 @@ class LockInfo:
         return f"{self.environment} is locked by {self.run_id} (worker {self.worker}, since {held})"
 
 
-class LockStore(RedisBase):
-    def acquire_locks(self, environments: Iterable[str], *, run_id: str, worker: str,
+class Locks(Part):
+    """Environment locks (one run each), the queue of runs waiting for one, and job leases."""
+
+    def acquire(self, environments: Iterable[str], *, run_id: str, worker: str,
                       ttl: float) -> None:
         """Take every environment's lock for ``run_id`` or none (LockHeld says who has one)."""
         envs = sorted(set(environments))
@@ -49,11 +51,11 @@ class LockStore(RedisBase):
 
         self.cas(keys, attempt, busy="locks")
 
-    def refresh_locks(self, environments: Iterable[str], *, run_id: str, ttl: float) -> None:
+    def refresh(self, environments: Iterable[str], *, run_id: str, ttl: float) -> None:
         for env in environments:
             self._if_holder(self.keys.lock(env), env, run_id, _extend(ttl))
 
-    def release_locks(self, environments: Iterable[str], *, run_id: str) -> None:
+    def release(self, environments: Iterable[str], *, run_id: str) -> None:
         for env in environments:
             self._if_holder(self.keys.lock(env), env, run_id, self._unlock(env))
 
@@ -79,18 +81,18 @@ class LockStore(RedisBase):
 
     # -- periodic jobs (retention): one process at a time across every replica -------------
 
-    def take_job_lock(self, name: str, *, owner: str, ttl: float) -> bool:
+    def take_job(self, name: str, *, owner: str, ttl: float) -> bool:
         """Take the lease on job ``name`` for ``ttl`` seconds; False if someone holds it."""
         value = json.dumps({"run": owner, "worker": owner, "since": self.clock()})
         with self.errors():
             return bool(self.r.set(self.keys.job_lock(name), value, nx=True,
                                    px=int(ttl * 1000)))
 
-    def hold_job_lock(self, name: str, *, owner: str, ttl: float) -> bool:
+    def hold_job(self, name: str, *, owner: str, ttl: float) -> bool:
         """Extend ``owner``'s lease on job ``name``; False if it lapsed or another took it."""
         return self._if_holder(self.keys.job_lock(name), name, owner, _extend(ttl))
 
-    def release_job_lock(self, name: str, *, owner: str) -> None:
+    def release_job(self, name: str, *, owner: str) -> None:
         self._if_holder(self.keys.job_lock(name), name, owner, lambda p, k: p.delete(k))
 
     def job_done_at(self, name: str) -> float | None:
@@ -103,17 +105,17 @@ class LockStore(RedisBase):
         with self.errors():
             self.r.set(self.keys.job_done(name), repr(at))
 
-    def job_lock(self, name: str) -> LockInfo | None:
+    def job(self, name: str) -> LockInfo | None:
         """Who holds job ``name``'s lease (``run_id`` and ``worker`` name the owner)."""
         with self.errors():
             return _lock_info(name, self.r.get(self.keys.job_lock(name)))
 
-    def lock(self, environment: str) -> LockInfo | None:
+    def get(self, environment: str) -> LockInfo | None:
         """Who holds ``environment``'s lock, or None if it is free."""
         with self.errors():
             return _lock_info(environment, self.r.get(self.keys.lock(environment)))
 
-    def locks(self) -> list[LockInfo]:
+    def all(self) -> list[LockInfo]:
         """Every lock held now, from the set of environments ever locked (one entry per
         environment, so bounded), never a SCAN of the keyspace. Members whose lock expired
         are skipped here (``check --store --repair`` removes them)."""
@@ -123,7 +125,7 @@ class LockStore(RedisBase):
         infos = [_lock_info(env, v) for env, v in zip(envs, values, strict=True)]
         return [i for i in infos if i is not None]
 
-    def wait_for_lock(self, environment: str, run_id: str) -> None:
+    def wait_for(self, environment: str, run_id: str) -> None:
         """Queue ``run_id`` behind ``environment``'s lock (first come, first served, once)."""
         key = self.keys.lock_queue(environment)
 

@@ -6,11 +6,13 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError
 from agents.plan.model import Plan
-from agents.store._redis import RedisBase
+from agents.store._redis import Part
 
 
-class PlanStore(RedisBase):
-    def save_plan(self, plan: Plan) -> Plan:
+class Plans(Part):
+    """Plan versions: each saved once, under its id and version."""
+
+    def save(self, plan: Plan) -> Plan:
         """Store a plan version; versions are immutable, so saving one twice is refused.
 
         A new plan (version 1) whose id another plan already has gets a fresh id, set on
@@ -53,7 +55,7 @@ class PlanStore(RedisBase):
             pipe.set(self.keys.plan_latest(plan.id), plan.version)
         pipe.execute()
 
-    def plan(self, plan_id: str, version: int | None = None) -> Plan:
+    def get(self, plan_id: str, version: int | None = None) -> Plan:
         with self.errors():
             if version is None:
                 latest = self.r.get(self.keys.plan_latest(plan_id))
@@ -65,7 +67,7 @@ class PlanStore(RedisBase):
             raise NotFound(f"no plan {plan_id} version {version}")
         return Plan.model_validate_json(raw)
 
-    def plans_at(self, refs: list[tuple[str, int]]) -> list[Plan | None]:
+    def at(self, refs: list[tuple[str, int]]) -> list[Plan | None]:
         """The plan at each (id, version), in one round trip; None where there is none."""
         if not refs:
             return []
@@ -73,6 +75,6 @@ class PlanStore(RedisBase):
             raws = self.r.mget([self.keys.plan(plan_id, version) for plan_id, version in refs])
         return [Plan.model_validate_json(raw) if raw else None for raw in raws]
 
-    def plan_versions(self, plan_id: str) -> list[Plan]:
-        latest = self.plan(plan_id).version
-        return [self.plan(plan_id, v) for v in range(1, latest + 1)]
+    def versions(self, plan_id: str) -> list[Plan]:
+        latest = self.get(plan_id).version
+        return [self.get(plan_id, v) for v in range(1, latest + 1)]

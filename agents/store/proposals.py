@@ -9,7 +9,7 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound
 from agents.plan.model import Plan
-from agents.store._redis import RedisBase
+from agents.store._redis import Part
 
 
 class Proposal(BaseModel):
@@ -19,14 +19,16 @@ class Proposal(BaseModel):
     run_id: str | None = None
 
 
-class ProposalStore(RedisBase):
-    def propose(self, plan: Plan, *, ttl: float) -> None:
+class Proposals(Part):
+    """Plans proposed over MCP, bound to their hash and requester until taken."""
+
+    def put(self, plan: Plan, *, ttl: float) -> None:
         """Remember ``plan`` for ``plan.requested_by`` under its hash for ``ttl`` seconds."""
         key = self.keys.proposal(plan.hash, plan.requested_by)
         with self.errors():
             self.r.set(key, Proposal(plan=plan).model_dump_json(), px=int(ttl * 1000))
 
-    def proposal(self, plan_hash: str, requester: str) -> Proposal:
+    def get(self, plan_hash: str, requester: str) -> Proposal:
         """The plan ``requester`` was given with this hash; NotFound if none (or expired)."""
         with self.errors():
             raw = self.r.get(self.keys.proposal(plan_hash, requester))
@@ -34,7 +36,7 @@ class ProposalStore(RedisBase):
             raise NotFound(_missing(plan_hash, requester))
         return Proposal.model_validate_json(raw)
 
-    def take_proposal(self, plan_hash: str, requester: str, *, run_id: str) -> Proposal:
+    def take(self, plan_hash: str, requester: str, *, run_id: str) -> Proposal:
         """Bind the remembered plan to ``run_id`` once; the proposal as it was before.
 
         A proposal whose ``run_id`` is already set was requested earlier: it is returned
@@ -57,7 +59,7 @@ class ProposalStore(RedisBase):
 
         return self.cas([key], attempt, busy=f"plan {plan_hash[:12]}")
 
-    def rebind_proposal(self, plan_hash: str, requester: str, *, old: str, new: str) -> None:
+    def rebind(self, plan_hash: str, requester: str, *, old: str, new: str) -> None:
         """Point a proposal bound to run ``old`` at ``new`` (the store gave the run another
         id); a proposal bound elsewhere, or gone, is left alone."""
         key = self.keys.proposal(plan_hash, requester)

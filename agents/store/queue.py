@@ -7,17 +7,44 @@ backlog, and the backlog is exact even where Redis cannot compute a group's lag.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import redis
 from redis.client import Pipeline
 
-from agents.store._redis import GROUP, text
-from agents.store.runs import RunStore
+from agents.store._redis import GROUP, Part, Write, text
+
+PAGE = 500
+"""Stream entries read per round trip when scanning the queue."""
 
 
-class QueueStore(RunStore):
-    def enqueue(self, run_id: str) -> None:
-        with self.errors():
-            self.queue_step(run_id)(self.r)
+class Queue(Part):
+    """The run queue: a stream consumed by a group of workers; an entry names a run."""
+
+    def step(self, run_id: str) -> Write:
+        """The XADD that queues ``run_id``; return it from an ``update_run`` change to
+        queue the run in the same transaction as its state change."""
+        return lambda pipe: pipe.xadd(self.keys.queue(), {"run": run_id})
+
+    def entries(self) -> Iterator[tuple[str, str]]:
+        """(entry id, run id) of every entry still in the stream, oldest first, in pages."""
+        start = "-"
+        while True:
+            page = self.r.xrange(self.keys.queue(), min=start, max="+", count=PAGE)
+            for entry_id, fields in page:
+                yield text(entry_id), text(fields.get(b"run", b""))
+            if len(page) < PAGE:
+                return
+            start = f"({text(page[-1][0])}"
+
+    def unqueue(self, run_id: str) -> list[Write]:
+        """The writes that acknowledge and delete ``run_id``'s queue entries (read now, so
+        call it inside a change), for a run that no longer needs a worker."""
+        found = [entry_id for entry_id, run in self.entries() if run == run_id]
+        if not found:
+            return []
+        return [lambda pipe: pipe.xack(self.keys.queue(), GROUP, *found),
+                lambda pipe: pipe.xdel(self.keys.queue(), *found)]
 
     def wake_next(self, environment: str) -> str | None:
         """Move the first run waiting for ``environment``'s lock onto the queue, popping and
@@ -30,7 +57,7 @@ class QueueStore(RunStore):
                 return None
             pipe.multi()
             pipe.lpop(key)
-            self.queue_step(text(first))(pipe)
+            self.step(text(first))(pipe)
             pipe.execute()
             return text(first)
 
@@ -44,7 +71,7 @@ class QueueStore(RunStore):
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    def read_queue(self, consumer: str, *, block: float) -> tuple[str, str] | None:
+    def read(self, consumer: str, *, block: float) -> tuple[str, str] | None:
         """The next new entry for ``consumer`` as (entry id, run id), waiting up to ``block`` s."""
         with self.errors():
             reply = self.r.xreadgroup(GROUP, consumer, {self.keys.queue(): ">"}, count=1,
@@ -74,11 +101,11 @@ class QueueStore(RunStore):
         with self.errors():
             self._settle(self.r.pipeline(), [entry_id])
 
-    def settle_run(self, run_id: str) -> int:
+    def settle(self, run_id: str) -> int:
         """Acknowledge and delete every entry naming ``run_id`` (a run executed in-process,
         so no worker needs to take it); the number settled."""
         with self.errors():
-            found = [i for i, run in self.queue_entries() if run == run_id]
+            found = [i for i, run in self.entries() if run == run_id]
             if found:
                 self._settle(self.r.pipeline(), found)
         return len(found)
@@ -89,11 +116,11 @@ class QueueStore(RunStore):
         pipe.xdel(self.keys.queue(), *entry_ids)
         pipe.execute()
 
-    def queue_depth(self) -> int:
+    def depth(self) -> int:
         """Entries no worker has taken yet."""
-        return self.queue_backlog()[0]
+        return self.backlog()[0]
 
-    def queue_backlog(self) -> tuple[int, int]:
+    def backlog(self) -> tuple[int, int]:
         """(entries no worker has taken yet, entries taken but not yet acknowledged)."""
         key = self.keys.queue()
         with self.errors():

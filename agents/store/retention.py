@@ -4,7 +4,7 @@ A run owns its record, its places in the two runs indexes, its plan's versions a
 ``latest`` pointer, its companion keys (``Keys.run_companions``: lease, cancel flag, audit
 list, history marker), queue entries left naming it and places in lock queues. Its audit
 entries in the shared stream and its deploys in the history are separate records with
-their own retention (``AuditStore.old_audit``, ``HistoryStore.old_deploys``); ``where`` is
+their own retention (``AuditLog.older_than``, ``History.older_than``); ``where`` is
 never trimmed.
 
 ``trim_runs`` reads under WATCH, hands what it read to the caller's ``export`` (which must
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from redis.client import Pipeline
 
 from agents.run.record import Run
-from agents.store._redis import GROUP, text
-from agents.store.queue import QueueStore
+from agents.store._redis import GROUP, Part, RedisBase, text
+from agents.store.queue import Queue
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,14 @@ def finished_before(run: Run, cutoff: float) -> bool:
     return run.status.terminal and ended < cutoff
 
 
-class RetentionStore(QueueStore):
+class Trimming(Part):
+    """Finished runs found by age and deleted with everything they own, in one MULTI each
+    (the retention job exports them first); a run still queued is never trimmed."""
+
+    def __init__(self, db: RedisBase, *, queue: Queue) -> None:
+        super().__init__(db)
+        self.queue = queue
+
     def runs_created_before(self, cutoff: float) -> list[str]:
         """Ids of runs created before ``cutoff``, oldest first (from the creation index:
         a run cannot have finished before it was created)."""
@@ -87,7 +94,7 @@ class RetentionStore(QueueStore):
                    for (raw, run), audit in zip(done, audits, strict=True)]
         return Found(records, [run for _, run in runs if not finished_before(run, cutoff)])
 
-    def trim_runs(self, run_ids: list[str], cutoff: float, *, export: Export,
+    def trim(self, run_ids: list[str], cutoff: float, *, export: Export,
                   keep_plans: Iterable[str] = ()) -> Found:
         """Export, then delete, the runs among ``run_ids`` that finished before ``cutoff``.
 
@@ -159,7 +166,7 @@ class RetentionStore(QueueStore):
         """Queue entries naming any of ``run_ids`` (the stream holds only the backlog)."""
         found: dict[str, list[str]] = defaultdict(list)
         if run_ids:
-            for entry_id, run_id in self.queue_entries():
+            for entry_id, run_id in self.queue.entries():
                 if run_id in run_ids:
                     found[run_id].append(entry_id)
         return found

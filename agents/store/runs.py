@@ -9,7 +9,7 @@ record; every read here folds the journal in, so readers see the whole run.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from redis.client import Pipeline
 
@@ -21,11 +21,10 @@ from agents.plan.targets import PlanTargets
 from agents.policy.approvals import approval_problem, approvals_needed
 from agents.policy.rules import Policy
 from agents.run.record import Approval, HostChange, Run, RunStatus, StepState
-from agents.store._redis import GROUP, Keys, Write, text
-from agents.store.audit import AuditStore
+from agents.store._redis import Keys, Part, RedisBase, Write, text
+from agents.store.audit import AuditLog
+from agents.store.queue import Queue
 
-PAGE = 500
-"""Stream entries read per round trip when scanning the queue."""
 Change = Callable[[Run], "list[Write] | None"]
 """Edits a run in place; may return extra commands to run in the same transaction."""
 
@@ -35,8 +34,16 @@ MAX_CANDIDATES = 10
 """Runs listed when a typed prefix is ambiguous."""
 
 
-class RunStore(AuditStore):
-    def create_run(self, run: Run) -> Run:
+class Runs(Part):
+    """Run records: created, read, and changed by one compare-and-set each. An approval
+    that completes a run queues it, and a state change writes its audit entry, in the same
+    EXEC (hence ``audit`` and ``queue``)."""
+
+    def __init__(self, db: RedisBase, *, audit: AuditLog, queue: Queue) -> None:
+        super().__init__(db)
+        self.audit, self.queue = audit, queue
+
+    def create(self, run: Run) -> Run:
         """Store a new run and index it, all or nothing; a taken id is replaced in place."""
         run.id = self.create_unique(
             "run", run.id, lambda run_id: [self.keys.run(run_id)],
@@ -55,7 +62,7 @@ class RunStore(AuditStore):
         pipe.execute()
         return True
 
-    def find_run(self, typed: str) -> Run:
+    def find(self, typed: str) -> Run:
         """The run a person means by ``typed``: a whole id, or a unique prefix of one.
 
         NotFound if nothing matches; AmbiguousId (listing the candidates) if several do.
@@ -65,10 +72,10 @@ class RunStore(AuditStore):
             raise NotFound(f"no run {typed.strip()} — run ids are letters, digits and dashes")
         with self.errors():
             if self.r.exists(self.keys.run(wanted)):
-                return self.run(wanted)
+                return self.get(wanted)
             matches = self._ids_with_prefix(wanted)
         if len(matches) == 1:
-            return self.run(matches[0])
+            return self.get(matches[0])
         if not matches:
             raise NotFound(f"no run {typed.strip()} — `deckhand runs` lists recent ones")
         shown = ", ".join(matches[:MAX_CANDIDATES]) + (", …" if len(matches) > MAX_CANDIDATES
@@ -88,13 +95,13 @@ class RunStore(AuditStore):
             found |= {text(i) for i, _ in legacy}
         return sorted(found)
 
-    def run(self, run_id: str) -> Run:
+    def get(self, run_id: str) -> Run:
         found = self._current([run_id])
         if run_id not in found:
             raise NotFound(f"no run {run_id} — `deckhand runs` lists recent ones")
         return found[run_id]
 
-    def runs(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
+    def recent(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
         """Most recent runs first, optionally only those in ``statuses``.
 
         Unfinished statuses are read from the index of open runs, whatever their age (plus
@@ -113,18 +120,18 @@ class RunStore(AuditStore):
         runs.sort(key=lambda r: r.created_at, reverse=True)
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
 
-    def runs_since(self, since: float, *, limit: int = 10_000) -> list[Run]:
+    def since(self, since: float, *, limit: int = 10_000) -> list[Run]:
         """Runs created at or after ``since`` (epoch seconds), newest first, at most ``limit``."""
-        return self.runs_by_id(self.run_ids_since(since, limit=limit))
+        return self.by_id(self.ids_since(since, limit=limit))
 
-    def run_ids_since(self, since: float, *, limit: int) -> list[str]:
+    def ids_since(self, since: float, *, limit: int) -> list[str]:
         """Ids of the runs created since ``since`` (epoch seconds), newest first, at most
         ``limit``."""
         with self.errors():
             ids = self.r.zrevrangebyscore(self.keys.runs(), "+inf", since, start=0, num=limit)
         return [text(i) for i in ids]
 
-    def runs_by_id(self, run_ids: list[str]) -> list[Run]:
+    def by_id(self, run_ids: list[str]) -> list[Run]:
         """The runs with these ids, in one round trip (ids without a record are left out)."""
         if not run_ids:
             return []
@@ -151,7 +158,7 @@ class RunStore(AuditStore):
                 for run_id, raw, journal in zip(run_ids, replies[::2], replies[1::2],
                                                 strict=True) if raw is not None}
 
-    def update_run(self, run_id: str, change: Change) -> Run:
+    def update(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
         def indexed(run: Run) -> list[Write]:
             extras = list(change(run) or ())
@@ -174,7 +181,7 @@ class RunStore(AuditStore):
             if new.terminal:
                 run.finished_at = self.clock()
 
-        run = self.update_run(run_id, change)
+        run = self.update(run_id, change)
         return self.durable(run, f"end ({new.value})") if new.terminal else run
 
     def approve(self, run_id: str, *, user: str, user_groups: Iterable[str] = (),
@@ -194,16 +201,16 @@ class RunStore(AuditStore):
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
                                           plan_hash=plan_hash,
                                           break_glass=policy.break_glass.allows(user, groups)))
-            audit = self.audit_write("approved", actor=actor or user, run_id=run_id,
+            audit = self.audit.write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
                                      hash=plan_hash)
             if approvals_needed(run, policy) > 0:
                 return [audit]
             run.move(RunStatus.APPROVED)
             run.move(RunStatus.QUEUED)
-            return [audit, self.queue_step(run_id)]
+            return [audit, self.queue.step(run_id)]
 
-        run = self.durable(self.update_run(run_id, change), f"approval by {user}")
+        run = self.durable(self.update(run_id, change), f"approval by {user}")
         with tracing.span("deckhand.approval", {
                 "deckhand.run.id": run_id, "deckhand.approver": user,
                 "deckhand.approvals": len(run.approvals), "deckhand.run.status": run.status.value},
@@ -215,33 +222,8 @@ class RunStore(AuditStore):
         in the record (an operator reading it knows a failover may have lost that write)."""
         if self.replicate(f"{what} on run {run.id}"):
             return run
-        return self.update_run(run.id, lambda r: r.meta.setdefault("unreplicated", [])
+        return self.update(run.id, lambda r: r.meta.setdefault("unreplicated", [])
                                .append(what))
-
-    def queue_step(self, run_id: str) -> Write:
-        """The XADD that queues ``run_id``; return it from an ``update_run`` change to
-        queue the run in the same transaction as its state change."""
-        return lambda pipe: pipe.xadd(self.keys.queue(), {"run": run_id})
-
-    def queue_entries(self) -> Iterator[tuple[str, str]]:
-        """(entry id, run id) of every entry still in the stream, oldest first, in pages."""
-        start = "-"
-        while True:
-            page = self.r.xrange(self.keys.queue(), min=start, max="+", count=PAGE)
-            for entry_id, fields in page:
-                yield text(entry_id), text(fields.get(b"run", b""))
-            if len(page) < PAGE:
-                return
-            start = f"({text(page[-1][0])}"
-
-    def unqueue_steps(self, run_id: str) -> list[Write]:
-        """The writes that acknowledge and delete ``run_id``'s queue entries (read now, so
-        call it inside a change), for a run that no longer needs a worker."""
-        found = [entry_id for entry_id, run in self.queue_entries() if run == run_id]
-        if not found:
-            return []
-        return [lambda pipe: pipe.xack(self.keys.queue(), GROUP, *found),
-                lambda pipe: pipe.xdel(self.keys.queue(), *found)]
 
     def revise(self, run_id: str, plan: Plan, targets: PlanTargets) -> Run:
         """Bind a waiting run to a new plan version; earlier approvals no longer count."""
@@ -256,7 +238,7 @@ class RunStore(AuditStore):
             run.steps = {s.id: StepState(id=s.id) for s in plan.steps}
             run.rollback = {r.id: StepState(id=r.id) for r in plan.rollback}
 
-        return self.update_run(run_id, change)
+        return self.update(run_id, change)
 
     def request_cancel(self, run_id: str, *, user: str) -> Run:
         """Cancel a waiting run at once (its queue entry goes with it, so the queue depth
@@ -270,9 +252,9 @@ class RunStore(AuditStore):
             run.move(RunStatus.CANCELLED)
             run.reason = f"cancelled by {user}"
             run.finished_at = self.clock()
-            return self.unqueue_steps(run_id) if queued else []
+            return self.queue.unqueue(run_id) if queued else []
 
-        return self.update_run(run_id, change)
+        return self.update(run_id, change)
 
     def cancel_requested(self, run_id: str) -> str | None:
         with self.errors():

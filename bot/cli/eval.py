@@ -197,13 +197,13 @@ def _from_history(args: argparse.Namespace, console: Console) -> int:
     if url is None:
         embedded_store_note()
     store = Store.connect(url.get_secret_value() if url else None)
-    runs = store.runs_since(time.time() - args.since, limit=HISTORY_LIMIT)
+    runs = store.runs.since(time.time() - args.since, limit=HISTORY_LIMIT)
     if len(runs) >= HISTORY_LIMIT:  # say so: the counts are of a part of the window
         Console(stderr=True).print(
             f"note: only the newest {HISTORY_LIMIT:,} runs of the last "
             f"{args.since / 86400:g} days were read; pass a shorter --since for all of a "
             f"window", markup=False, soft_wrap=True)
-    found = tally(fates(runs, store.plans_at))
+    found = tally(fates(runs, store.plans.at))
     if args.json:
         sys.stdout.write(json.dumps([_row(m, t) for m, t in found.items()], indent=2) + "\n")
     elif not found:

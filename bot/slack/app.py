@@ -18,10 +18,6 @@ from slack_bolt.error import BoltError
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_handlers import (
-    ConnectionErrorRetryHandler,
-    RateLimitErrorRetryHandler,
-)
 
 from agents.services import Services
 from agents.settings import Settings
@@ -29,6 +25,7 @@ from bot.slack.bot import Bot, Directory
 from bot.slack.listeners import actions, commands, events, home, views, workflow
 from bot.slack.listeners import schedules as slack_schedules
 from bot.slack.redacting import RedactingWebClient
+from bot.slack.retries import web_api_retries
 from tools.errors import ConfigError, DeckhandError, Problem
 from tools.redact import Redactor
 
@@ -36,14 +33,13 @@ log = logging.getLogger("deckhand.slack")
 
 
 def make_client(settings: Settings, redact: Callable[[str], str] | None = None) -> WebClient:
-    """The Web API client: base URL from SLACK_API_URL, honours 429 Retry-After, and
+    """The Web API client: base URL from SLACK_API_URL, deckhand's one retry policy, and
     redacts every payload (``redact``: the config's secrets too; default: the environment's)."""
     token = _required(settings.slack_bot_token, "SLACK_BOT_TOKEN", "the bot token (xoxb-…)")
     return RedactingWebClient(
         token=token, base_url=settings.slack_api_url,
         redact=redact or Redactor.from_env(settings.secret_values()),
-        retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=5),
-                        ConnectionErrorRetryHandler(max_retry_count=2)])
+        retry_handlers=web_api_retries())
 
 
 def build_app(services: Services, settings: Settings, *, client: WebClient | None = None

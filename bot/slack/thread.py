@@ -6,9 +6,9 @@ records what happened: a host event is folded into the updater's own copy of the
 sender threads per run do the Slack I/O, so announcements are never queued behind
 rate-limited status edits: one posts failure replies, the rollback announcement (broadcast
 to the channel) and the summary in order; the other edits the status message at most once
-per ``interval`` seconds. The final status edit is retried
-until it lands (each try honours Retry-After), and the summary waits for it a bounded time,
-so the status reads final before the summary when Slack allows it.
+per ``interval`` seconds. Retries are the client's (``retries.py``): the final status edit
+is sent ``patiently()``, waiting through a long rate-limit storm, and the summary waits for it
+a bounded time, so the status reads final before the summary when Slack allows it.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from agents.run.record import Event, EventKind, Phase, Run, StepStatus
 from agents.run.results import step_output
 from agents.store import Store
 from bot.slack import blocks as bk
+from bot.slack.retries import patiently
 
 log = logging.getLogger("deckhand.slack.thread")
 
 Post = Callable[[], Any]
-FINAL_ATTEMPTS = 12
-"""Tries of the final status edit (each after the client's own Retry-After retries)."""
 
 
 class ThreadUpdater:
@@ -156,7 +155,7 @@ class ThreadUpdater:
                     continue
                 final, dirty = self._finished, self._dirty
             if dirty:
-                self._flush_status(attempts=FINAL_ATTEMPTS if final else 3)
+                self._flush_status(final=final)
             with self._wake:
                 done = final and not self._dirty
             if done:
@@ -177,27 +176,30 @@ class ThreadUpdater:
                 log.warning("the final status edit is still being retried; summary goes first")
             self._safely(post)
 
-    def _flush_status(self, *, attempts: int) -> None:
+    def _flush_status(self, *, final: bool) -> None:
         with self._wake:
             self._dirty = False
         snapshot = self._mirror.snapshot()
-        if snapshot is not None:
-            self._send_status(snapshot, attempts=attempts)
-            self._last_update = time.monotonic()
+        if snapshot is None:
+            return
+        if final:  # the status people read afterwards: wait through a long storm
+            with patiently():
+                self._send_status(snapshot)
+        else:
+            self._send_status(snapshot)
+        self._last_update = time.monotonic()
 
-    def _send_status(self, run: Run, *, attempts: int) -> None:
+    def _send_status(self, run: Run) -> None:
         blocks = bk.status_blocks(self.plan, run)
         text = bk.outcome_text(self.plan, run)
         if self.status_ts is None:
             reply = self._safely(lambda: self.client.chat_postMessage(
-                channel=self.channel, thread_ts=self.thread_ts, blocks=blocks, text=text),
-                attempts=attempts)
+                channel=self.channel, thread_ts=self.thread_ts, blocks=blocks, text=text))
             self.status_ts = reply["ts"] if reply else None
         else:
             status_ts = self.status_ts
             self._safely(lambda: self.client.chat_update(
-                channel=self.channel, ts=status_ts, blocks=blocks, text=text),
-                attempts=attempts)
+                channel=self.channel, ts=status_ts, blocks=blocks, text=text))
 
     def _show_outcome(self, run: Run) -> None:
         """Edit the top-level plan message so the channel sees how the run ended."""
@@ -212,17 +214,15 @@ class ThreadUpdater:
         return self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts,
                                             blocks=blocks, text=text, reply_broadcast=broadcast)
 
-    def _safely(self, post: Post, *, attempts: int = 3) -> Any:
-        """Send, retrying transient failures; a deploy never waits on Slack forever."""
-        for attempt in range(attempts):
-            try:
-                return post()
-            except SlackApiError as exc:
-                log.error("Slack refused an update (%s), attempt %d",
-                          exc.response.get("error"), attempt + 1)
-            except OSError as exc:
-                log.error("cannot reach Slack (%s), attempt %d", exc, attempt + 1)
-            time.sleep(min(0.5 * (attempt + 1), 5.0))
+    def _safely(self, post: Post) -> Any:
+        """Send once (the client already retried what can be retried); a failure is logged,
+        never raised: a deploy never waits on Slack, nor fails because of it."""
+        try:
+            return post()
+        except SlackApiError as exc:
+            log.error("Slack refused an update (%s)", exc.response.get("error"))
+        except OSError as exc:
+            log.error("cannot reach Slack (%s)", exc)
         return None
 
 
@@ -242,7 +242,7 @@ def thread_listener_factory(client: WebClient, store: Store, *, interval: float 
         slack = run.meta.get("slack") or _posted_soon(store, run)
         if not slack:
             return None
-        plan = store.plan(run.plan_id, run.plan_version)
+        plan = store.plans.get(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
                              thread_ts=slack["thread_ts"], interval=interval, policy=policy,
                              plan_ts=slack.get("plan_ts"), trace_link=trace_link)
@@ -256,7 +256,7 @@ def _posted_soon(store: Store, run: Run, timeout: float = 5.0) -> dict[str, str]
         return None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        slack = store.run(run.id).meta.get("slack")
+        slack = store.runs.get(run.id).meta.get("slack")
         if slack:
             return dict(slack)
         time.sleep(0.05)
