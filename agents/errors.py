@@ -8,6 +8,8 @@ Extends the tree in ``tools.errors``:
     ├── PlanError                      a plan cannot be made or is not acceptable
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
+    │   ├── FreezeRefused              an environment the plan touches is frozen
+    │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     ├── EvaluationError                an evaluation cannot run as asked (planner, recordings)
@@ -74,6 +76,10 @@ def _merged(message: str, step_ids: list[str]) -> str:
 
 class FreezeRefused(PlanError):
     """An environment the plan touches is frozen; the message says until when and why."""
+
+
+class BreakGlassRefused(PlanError):
+    """Break-glass was asked for a plan no freeze covers (it lifts a freeze, nothing else)."""
 
 
 class NoPlanFound(PlanError):

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from agents import tracing
 from agents.config import Config
 from agents.dryrun import DryPlan, dry_plan
-from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
+from agents.errors import BreakGlassRefused, FreezeRefused, PlanError, PlanInvalid, StoreError
 from agents.executor import Executor, ExecutorDeps, Listener
 from agents.freeze import Frozen, frozen
 from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
@@ -56,7 +56,8 @@ class Services:
     def make_plan(self, request: str, *, requested_by: str,
                   break_glass: str | None = None) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
-        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given).
+        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given;
+        BreakGlassRefused for a break-glass reason when nothing is frozen).
 
         A request longer than MAX_REQUEST is refused here, once for every front end, rather
         than cut before the model or failing later as an invalid goal.
@@ -73,6 +74,10 @@ class Services:
         blocked = self.frozen(self.targets(plan).environments)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
+        if blocked is None and break_glass:  # it lifts a freeze; it never replaces approvers
+            raise BreakGlassRefused(
+                f"no freeze covers {', '.join(self.targets(plan).environments) or 'this plan'} "
+                f"now, so there is nothing to break: ask again without --break-glass")
         return plan
 
     def break_glass_note(self, plan: Plan, reason: str) -> str:
@@ -81,8 +86,8 @@ class Services:
         grant = self.config.policy.break_glass
         who = ", ".join([*grant.users, *grant.groups]) or "nobody (set policy.break_glass)"
         during = f"{blocked.environment} is frozen ({blocked.reason}); " if blocked else ""
-        return (f"Break-glass: {during}requested because: {reason}. Needs one more "
-                f"approval, from {who}.")
+        return (f"Break-glass: {during}requested because: {reason}. The environments' "
+                f"approvals still apply in full, plus one grant from {who}.")
 
     def frozen(self, environments: list[str]) -> Frozen | None:
         """The freeze that blocks a change to ``environments`` now, if any."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agents import graph
+from agents.eligibility import PlanSubject, eligibility
 from agents.errors import PlanInvalid
 from agents.plan import PLACEHOLDER, Plan, RollbackStep, Step
 from agents.policy import Policy
@@ -62,6 +63,7 @@ class PlanChecker:
         self._rollback_coverage()
         if graph_ok:
             self._promotion_order()
+        self._approvable()
         return self.found
 
     def _add(self, step_id: str, message: str) -> None:
@@ -188,6 +190,18 @@ class PlanChecker:
                     self._add(step.id, f"changes {env} without first passing {previous}: no "
                                        f"step it depends on changes {previous} (promotion "
                                        f"order: {' -> '.join(self.policy.promotion)})")
+
+
+    def _approvable(self) -> None:
+        """A plan whose rules together allow nobody would wait for approval forever."""
+        if not self.plan.steps or self.templated:
+            return
+        answer = eligibility(PlanSubject.of(self.targets, requested_by=self.plan.requested_by),
+                             self.policy)
+        if answer.nobody:
+            rules = "; ".join(line.describe() for line in answer.lines)
+            self._add(self.plan.steps[0].id, f"nobody may approve this plan: no one is allowed "
+                                             f"by every rule that covers it ({rules})")
 
 
 def _ref_type_problem(key: str, spec: ParamSpec | None, source_tool: str,

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from redis.client import Pipeline
 
 from agents import tracing
-from agents.approvals import approval_problem, approvals_needed
+from agents.approvals import approval_grant, approvals_needed
+from agents.eligibility import Grant
 from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
 from agents.ids import normalize
 from agents.plan import Plan
@@ -186,17 +187,17 @@ class RunStore(AuditStore):
         groups = list(user_groups)
 
         def change(run: Run) -> list[Write]:
-            problem = approval_problem(run, user=user, user_groups=groups,
-                                       plan_version=plan_version, plan_hash=plan_hash,
-                                       policy=policy, now=self.clock())
-            if problem:
-                raise ApprovalRefused(problem)
+            grant = approval_grant(run, user=user, user_groups=groups,
+                                   plan_version=plan_version, plan_hash=plan_hash,
+                                   policy=policy, now=self.clock())
+            if not isinstance(grant, Grant):
+                raise ApprovalRefused(grant)
+            glass = grant is Grant.BREAK_GLASS
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
-                                          plan_hash=plan_hash,
-                                          break_glass=policy.break_glass.allows(user, groups)))
+                                          plan_hash=plan_hash, break_glass=glass))
             audit = self.audit_write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
-                                     hash=plan_hash)
+                                     hash=plan_hash, grant=grant.value)
             if approvals_needed(run, policy) > 0:
                 return [audit]
             run.move(RunStatus.APPROVED)
