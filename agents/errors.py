@@ -17,6 +17,7 @@ Extends the tree in ``tools.errors``:
     └── StoreError                     durable state refused or failed a change
         ├── NotFound                   no such plan / run / schedule
         │   └── AmbiguousId            a typed id prefix names several records
+        ├── ProposalTampered           a remembered plan no longer matches its hash
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
         ├── LockHeld                   the environment is locked by another run
@@ -109,6 +110,10 @@ class StoreError(DeckhandError):
 
 class NotFound(StoreError):
     """No plan, run or schedule with that id."""
+
+
+class ProposalTampered(StoreError):
+    """A remembered plan no longer has the hash it is stored under (edited in Redis)."""
 
 
 class AmbiguousId(NotFound):
