@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import re
 import secrets
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -63,6 +62,7 @@ class DeskTools:
 
     def __init__(self, desk: Desk):
         self.desk = desk
+        self.stdio_connection = secrets.token_hex(16)
 
     async def catalog(self) -> CatalogView:
         """The tools a plan may use (parameters, where they run, whether they change hosts),
@@ -73,7 +73,7 @@ class DeskTools:
         """Plan a request and validate it. Returns the plan with its hash and the
         environments and hosts it touches, or the refusal listing every problem."""
         return await _off_loop(self.desk.plan, request, requester=requester_of(ctx),
-                               connection=connection_of(ctx))
+                               connection=connection_of(ctx, self.stdio_connection))
 
     async def run_status(self, run_id: RunId) -> RunView:
         """Where a run stands: status, approvals still needed and who may give them, steps."""
@@ -90,7 +90,7 @@ class DeskTools:
         the run id. Only plans you made with `plan` in the last minutes are accepted."""
         return await _off_loop(self.desk.request_deploy, plan_hash, channel,
                                requester=requester_of(ctx), client=client_name(ctx),
-                               connection=connection_of(ctx))
+                               connection=connection_of(ctx, self.stdio_connection))
 
 
 async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -187,16 +187,12 @@ def http_user(ctx: Context) -> str | None:
     return user.access_token.client_id if isinstance(user, AuthenticatedUser) else None
 
 
-_CONNECTIONS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
-def connection_of(ctx: Context) -> str:
-    """A random id for this client connection (its session), made by deckhand: what a
-    stdio plan is bound to, since the client's name is only what it calls itself. Over
-    HTTP the bearer token's user is the binding ("")."""
-    if http_user(ctx) is not None:
-        return ""
-    return _CONNECTIONS.setdefault(ctx.session, secrets.token_hex(16))
+def connection_of(ctx: Context, stdio_connection: str) -> str:
+    """What a plan made on this connection is bound to, besides its requester: over HTTP
+    the bearer token's user is verified (""), on stdio the client's name is only what it
+    calls itself, so the plan is bound to the connection — ``stdio_connection``, a random id
+    the server made (a stdio server serves exactly one connection, for its life)."""
+    return "" if http_user(ctx) is not None else stdio_connection
 
 
 def client_name(ctx: Context) -> str:
