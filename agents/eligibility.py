@@ -149,7 +149,7 @@ class Eligibility:
         if len(parts) == 1:
             return parts[0]
         both = self.candidates()
-        also = f" — by name: {', '.join(both)}" if both else ""
+        also = f" — by name: {Approvers(users=both).describe()}" if both else ""
         return f"only someone allowed by every rule ({'; '.join(parts)}){also}"
 
     def candidates(self) -> list[str]:
@@ -186,8 +186,9 @@ class Eligibility:
             state = "given" if self.glass_granted else "needed"
             out.append(f"break-glass: one grant from {self.glass_who()} ({state}), on top of "
                        f"the approvals above")
-        out.append(f"needed: {self.remaining} more ({self.needed} from: {self.who()}"
-                   + (", 1 break-glass grant" if self.glass_needed else "") + ")")
+        glass = f", and the break-glass grant from {self.glass_who()}" if self.glass_needed \
+            else ""
+        out.append(f"still needed: {self.needed} approval(s) from {self.who()}{glass}")
         return out
 
 
