@@ -114,7 +114,7 @@ class DeskServer(MCPServer[Any]):
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            if not isinstance(exc.__cause__, DeckhandError):  # deckhand's own are audited
+            if not _raised_by_deckhand(exc):  # deckhand's own refusals are audited there
                 await anyio.to_thread.run_sync(functools.partial(
                     self._audit_refusal, name, arguments, context, exc))
             raise
@@ -123,11 +123,21 @@ class DeskServer(MCPServer[Any]):
                        context: Context[Any, Any] | None, exc: ToolError) -> None:
         cause = exc.__cause__
         fields = sorted({".".join(str(p) for p in err["loc"]) for err in cause.errors()}) \
-            if isinstance(cause, ValidationError) else []
+            if isinstance(cause, ValidationError) else []  # the SDK's, for the arguments
         actor = requester_of(context) if context is not None else "mcp:unknown"
         self.desk.services.store.audit(
             "mcp_call_refused", actor=actor, tool=name[:80], fields=fields,
             reason=str(exc)[:300], arguments=_shapes(arguments))
+
+
+def _raised_by_deckhand(exc: BaseException) -> bool:
+    """Whether a DeckhandError is in ``exc``'s cause chain (the SDK wraps a tool's error)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, DeckhandError):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _shapes(arguments: dict[str, Any]) -> dict[str, str]:
