@@ -125,15 +125,22 @@ class Eligibility:
         if user in self.approved:
             return (f"you already approved; {self.remaining} more approval(s) needed from "
                     f"someone else")
-        if glass_ok and self.glass_needed:
-            return Grant.BREAK_GLASS
-        if env_ok and self.needed > 0:
+        env_slot = env_ok and self.needed > 0
+        if glass_ok and self.glass_needed and not (env_slot and self._other_granter(user)):
+            return Grant.BREAK_GLASS  # someone who is both counts where they are scarcer
+        if env_slot:
             return Grant.ENVIRONMENT
         if glass_ok:
             return (f"the break-glass grant is given; the {self.needed} approval(s) still "
                     f"needed must come from: {self.who()}")
         return "the environment approvals are given; one break-glass grant is still needed " \
                f"from {self.glass_who()}"
+
+    def _other_granter(self, user: str) -> bool:
+        """Whether someone besides ``user`` could give the break-glass grant."""
+        glass = self.break_glass
+        return glass is not None and (bool(glass.groups) or any(
+            u != user and not self.excludes(u) and u not in self.approved for u in glass.users))
 
     def who(self) -> str:
         """Who may give an environment approval, per rule, never naming someone excluded."""
@@ -218,10 +225,10 @@ def eligibility(subject: Subject, policy: Policy, *, now: float | None = None) -
     return Eligibility(
         lines=lines, rule=policy.strictest(subject.scopes), requester=subject.requested_by,
         approved=tuple(a.user for a in approvals),
-        env_approvals=sum(1 for a in approvals if not a.break_glass),
+        env_approvals=sum(1 for a in approvals if not (a.break_glass and subject.break_glass)),
         break_glass=(Approvers(users=policy.break_glass.users, groups=policy.break_glass.groups)
                      if subject.break_glass else None),
-        glass_granted=any(a.break_glass for a in approvals),
+        glass_granted=bool(subject.break_glass) and any(a.break_glass for a in approvals),
         freeze=frozen(policy.freeze, subject.environments, moment))
 
 

@@ -141,8 +141,8 @@ def _add_run(commands: Commands) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="run each step's check only: no approval, nothing changes")
     parser.add_argument("--break-glass", metavar="REASON",
-                        help="go ahead during a freeze; needs one more approval "
-                             "(policy.break_glass)")
+                        help="go ahead during a freeze (refused when nothing is frozen): the "
+                             "usual approvals plus one grant from policy.break_glass")
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 

@@ -219,6 +219,31 @@ def test_break_glass_needs_every_production_approval_plus_one_grant(
     store.r.flushdb()
 
 
+@pytest.mark.parametrize(("granters", "expected"), [
+    (["alice", "ic1"], [("alice", False), ("bob", False), ("ic1", True)]),
+    (["alice"], [("alice", True)]),  # the only granter: her approval is the grant
+])
+def test_someone_both_approver_and_granter_counts_where_scarcer(
+        tmp_path: Path, sshd_hosts: SSHFleet, redis_url: str, granters: list[str],
+        expected: list[tuple[str, bool]]) -> None:
+    policy = {**POLICY, "break_glass": {"users": granters},
+              "freeze": [{"environments": ["production"], "reason": "weekend",
+                          "cron": "0 18 * * fri", "hours": 62}]}
+    store, services = on_redis(load_config(write(tmp_path, sshd_hosts, policy)), redis_url,
+                               FRIDAY_EVENING)
+    run = request(services, "production v1.0.0", by="carol", glass="outage")
+    for user, _ in expected:
+        run = approve(services, run, user)
+    assert [(a.user, a.break_glass) for a in run.approvals] == expected
+    queued = RunStatus.QUEUED if len(expected) == 3 else RunStatus.AWAITING_APPROVAL
+    assert run.status is queued
+    if len(expected) == 1:  # production's two approvals are still wanted, from bob and...
+        with pytest.raises(ApprovalRefused, match="not allowed"):
+            approve(services, run, "mallory")
+        assert approve(services, run, "bob").status is RunStatus.AWAITING_APPROVAL
+    store.r.flushdb()
+
+
 def test_cli_break_glass_without_a_freeze_exits_with_the_reason(
         tmp_path: Path, sshd_hosts: SSHFleet, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, sshd_hosts)
