@@ -6,6 +6,7 @@ several environments, a freeze and break-glass; and never naming someone the rul
 
 from __future__ import annotations
 
+import json
 import textwrap
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,7 +23,7 @@ from agents.store import Store
 from bot.cli import main
 from bot.mcp.desk import Desk
 from bot.slack import blocks as bk
-from tests.fixtures.slack_world import SlackWorld, button
+from tests.fixtures.slack_world import SlackWorld, actions_of, button
 
 CONFIG = """
 inventory:
@@ -199,3 +200,17 @@ def test_slack_refusal_and_home_give_the_same_list(world: SlackWorld) -> None:
                  if c.payload.get("user_id") == "UBOB"], what="UBOB's Home")[0]
     assert f"0/2 approvals, from {who}" in home.text_of_blocks()
     assert world.store.run(run.id).status is RunStatus.AWAITING_APPROVAL
+
+
+def test_slack_break_glass_without_a_freeze_is_refused(world: SlackWorld) -> None:
+    """The same border as the terminal's: break-glass lifts a freeze, so with none it is
+    refused and nothing is stored or posted for approval."""
+    assert world.deploy("v2.3.1 --break-glass checkout is down")[0] == 200
+    said = world.standin.wait_for(
+        lambda: [c for c in [*world.standin.of("chat.postEphemeral"),
+                             *world.standin.of("chat.postMessage")]
+                 if "no freeze covers" in json.dumps(c.payload)]
+        or [r for r in world.standin.responses if "no freeze covers" in json.dumps(r)],
+        what="the refusal")
+    assert said and world.store.runs() == []
+    assert not [c for c in world.standin.of("chat.postMessage") if actions_of(c)]
