@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from agents import graph
 from agents.eligibility import PlanSubject, eligibility
 from agents.errors import PlanInvalid
-from agents.plan import PLACEHOLDER, Plan, RollbackStep, Step
+from agents.plan import PLACEHOLDER, Plan, RollbackStep, Step, is_read_only
 from agents.policy import Policy
 from agents.targets import resolve
 from tools.catalog import (
@@ -194,8 +194,8 @@ class PlanChecker:
 
     def _approvable(self) -> None:
         """A plan whose rules together allow nobody would wait for approval forever."""
-        if not self.plan.steps or self.templated:
-            return
+        if not self.plan.steps or self.templated or is_read_only(self.plan, self.catalog):
+            return  # a single read-only step runs without approval
         answer = eligibility(PlanSubject.of(self.targets, requested_by=self.plan.requested_by),
                              self.policy)
         if answer.nobody:
