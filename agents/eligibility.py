@@ -217,6 +217,12 @@ class PlanSubject:
                    requested_by, targets.scopes, break_glass)
 
 
+def of_scopes(scopes: Iterable[str], *, requested_by: str = "") -> PlanSubject:
+    """A subject known only by its policy scopes (a schedule's stored environments)."""
+    listed = list(scopes)
+    return PlanSubject([s for s in listed if s != UNSCOPED], {}, requested_by, listed)
+
+
 def eligibility(subject: Subject, policy: Policy, *, now: float | None = None) -> Eligibility:
     """The answer for ``subject`` under ``policy`` at ``now`` (None: the wall clock)."""
     lines = tuple(_lines(subject, policy))
