@@ -16,7 +16,7 @@ from agents.history.retention import RetentionSettings
 from agents.plan.model import PLACEHOLDER, Plan
 from agents.plan.playbooks import Playbook
 from agents.plan.validation import PlanChecker
-from agents.policy.rules import Policy
+from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
 from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
@@ -267,6 +267,30 @@ def _policy_problems(policy: Policy, inventory: Inventory) -> list[tuple[Where, 
             out.append((("promotion", index), f"unknown environment {name!r} {hint}"))
         elif name in policy.promotion[:index]:
             out.append((("promotion", index), f"{name!r} is listed twice"))
+    for index, window in enumerate(policy.freeze):  # a typo here freezes nothing
+        out += [(("freeze", index, "environments", i), f"unknown environment {name!r} {hint}")
+                for i, name in enumerate(window.environments) if name not in known]
+    return out + _approver_problems(policy)
+
+
+def _approver_problems(policy: Policy) -> list[tuple[Where, str]]:
+    """A written rule must name its approvers or say ``anyone: true``: an emptied list
+    means nobody, never anyone, so say which was meant."""
+    written: list[tuple[Where, EnvPolicy]] = [
+        (("environments", name), rule) for name, rule in policy.environments.items()]
+    if "default" in policy.model_fields_set:
+        written.append((("default",), policy.default))
+    if policy.unscoped is not None:
+        written.append((("unscoped",), policy.unscoped))
+    out: list[tuple[Where, str]] = []
+    for where, rule in written:
+        who = rule.approvers
+        if who.nobody:
+            out.append(((*where, "approvers"), "names no approver: list users or groups, or "
+                        "write `anyone: true` if anyone may approve"))
+        elif who.anyone and (who.users or who.groups):
+            out.append(((*where, "approvers"), "says `anyone: true` and also lists approvers: "
+                        "keep one"))
     return out
 
 

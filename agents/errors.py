@@ -8,6 +8,8 @@ Extends the tree in ``tools.errors``:
     ├── PlanError                      a plan cannot be made or is not acceptable
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
+    │   ├── FreezeRefused              an environment the plan touches is frozen
+    │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     ├── EvaluationError                an evaluation cannot run as asked (planner, recordings)
@@ -15,6 +17,7 @@ Extends the tree in ``tools.errors``:
     └── StoreError                     durable state refused or failed a change
         ├── NotFound                   no such plan / run / schedule
         │   └── AmbiguousId            a typed id prefix names several records
+        ├── ProposalTampered           a remembered plan no longer matches its hash
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
         ├── LockHeld                   the environment is locked by another run
@@ -73,6 +76,10 @@ class FreezeRefused(PlanError):
     """An environment the plan touches is frozen; the message says until when and why."""
 
 
+class BreakGlassRefused(PlanError):
+    """Break-glass was asked for a plan no freeze covers (it lifts a freeze, nothing else)."""
+
+
 class NoPlanFound(PlanError):
     """Nothing can plan this request; the message lists what can be asked instead."""
 
@@ -100,6 +107,10 @@ class StoreError(DeckhandError):
 
 class NotFound(StoreError):
     """No plan, run or schedule with that id."""
+
+
+class ProposalTampered(StoreError):
+    """A remembered plan no longer has the hash it is stored under (edited in Redis)."""
 
 
 class AmbiguousId(NotFound):

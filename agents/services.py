@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from agents import tracing
 from agents.config import Config
-from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
+from agents.errors import BreakGlassRefused, FreezeRefused, PlanError, PlanInvalid, StoreError
 from agents.history.deploys import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.history.verify import Observed, VersionProbe
 from agents.plan.dryrun import DryPlan, dry_plan
@@ -20,6 +20,7 @@ from agents.plan.model import MAX_REQUEST, Plan, is_read_only
 from agents.plan.targets import PlanTargets, resolve
 from agents.plan.validation import validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
+from agents.policy.eligibility import unapprovable
 from agents.policy.freeze import Frozen, frozen
 from agents.run.executor import Executor, ExecutorDeps, Listener
 from agents.run.record import Run, RunStatus
@@ -56,7 +57,8 @@ class Services:
     def make_plan(self, request: str, *, requested_by: str,
                   break_glass: str | None = None) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
-        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given).
+        (FreezeRefused during a freeze, unless a ``break_glass`` reason is given;
+        BreakGlassRefused for a break-glass reason when nothing is frozen).
 
         A request longer than MAX_REQUEST is refused here, once for every front end, rather
         than cut before the model or failing later as an invalid goal.
@@ -73,6 +75,10 @@ class Services:
         blocked = self.frozen(self.targets(plan).environments)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
+        if blocked is None and break_glass:  # it lifts a freeze; it never replaces approvers
+            raise BreakGlassRefused(
+                f"no freeze covers {', '.join(self.targets(plan).environments) or 'this plan'} "
+                f"now, so there is nothing to break: ask again without --break-glass")
         return plan
 
     def break_glass_note(self, plan: Plan, reason: str) -> str:
@@ -81,8 +87,8 @@ class Services:
         grant = self.config.policy.break_glass
         who = ", ".join([*grant.users, *grant.groups]) or "nobody (set policy.break_glass)"
         during = f"{blocked.environment} is frozen ({blocked.reason}); " if blocked else ""
-        return (f"Break-glass: {during}requested because: {reason}. Needs one more "
-                f"approval, from {who}.")
+        return (f"Break-glass: {during}requested because: {reason}. The environments' "
+                f"approvals still apply in full, plus one grant from {who}.")
 
     def frozen(self, environments: list[str]) -> Frozen | None:
         """The freeze that blocks a change to ``environments`` now, if any."""
@@ -132,6 +138,10 @@ class Services:
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
                                             self.store.history.versions)
+        if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
+            nobody = unapprovable(self.targets(plan), self.config.policy,
+                                  requested_by=plan.requested_by)
+            problems += [f"step {plan.steps[0].id}: {nobody}"] if nobody else []
         if problems:
             raise PlanInvalid(problems)
 

@@ -30,6 +30,7 @@ from agents.engine.occurrences import Occurrence, auto_problem, run_occurrence
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.ids import short_id
 from agents.plan.model import Plan
+from agents.policy.eligibility import eligibility, of_scopes
 from agents.schedules.model import Schedule, split_spec, zone_named
 from agents.services import Services
 from agents.store.schedules import ScheduleBook
@@ -340,11 +341,12 @@ def _change(ctx: _Ctx, schedule_id: str, change: Callable[[Schedule], None]) -> 
 
 def _check_rights(ctx: _Ctx, schedule: Schedule, action: str) -> None:
     """Only approvers of its environments may resume, run or remove an --auto schedule."""
-    policy, envs = ctx.services.config.policy, schedule.environments
-    if schedule.auto and not policy.may_approve(ctx.user, ctx.user_groups, envs):
+    envs = schedule.environments
+    answer = eligibility(of_scopes(envs), ctx.services.config.policy)
+    if schedule.auto and not answer.allows(ctx.user, ctx.user_groups):
         raise ScheduleError(f"{short_id(schedule.id)} runs unattended, so only people who may "
                             f"approve {', '.join(envs) or 'its plans'} can {action} it. Who can: "
-                            f"{policy.approvers_text(envs)}")
+                            f"{answer.who()}")
 
 
 def _audit(ctx: _Ctx, action: str, schedule: Schedule, **details: Any) -> None:

@@ -27,6 +27,7 @@ from agents.errors import ApprovalRefused, NotFound, PlanError
 from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
+from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.rules import Policy
 from agents.run.record import Approval, Run, RunStatus
 from agents.schedules.model import Schedule
@@ -219,9 +220,9 @@ def auto_problem(policy: Policy, environments: Iterable[str], *, user: str,
     where = ", ".join(envs) or "the default environment"
     if not rule.unattended:
         return f"policy does not allow unattended runs in {where}"
-    if not policy.may_approve(user, groups, envs):
-        return (f"{user} is not allowed to approve plans for {where}. Who can: "
-                f"{policy.approvers_text(envs)}")
+    answer = eligibility(of_scopes(envs, requested_by=user), policy)
+    if not answer.allows(user, groups):
+        return f"{user} is not allowed to approve plans for {where}. Who can: {answer.who()}"
     if rule.min_approvals > 1:
         return f"{where} needs {rule.min_approvals} approvals; a schedule carries only one"
     if not rule.self_approval:

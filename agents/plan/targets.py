@@ -3,12 +3,16 @@
 Validation, promotion order, approval policy, locks, the executor and every display read
 this one resolution, so a parameter default, a host group or a rollback step can never
 touch an environment that some other check did not see.
+
+A step's environments are every environment that lists a host it touches, not only the one
+it names: ``staging: [stg-1, prod-1]`` deploys prod-1, so production's approvers, counts,
+freezes, lock and promotion order govern it too (the strictest rule that covers a host).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.plan.model import Plan, RollbackStep, Step
 from tools.catalog import OUTPUT_REF, Catalog, Tool
@@ -46,6 +50,9 @@ class PlanTargets:
     """Every step's targets (rollback included), and what the plan as a whole touches."""
 
     steps: Mapping[str, StepTargets]
+    reach: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """For each environment touched, which of its hosts the plan touches: why its rules
+    apply (``production: (prod-1,)`` for a staging deploy that includes prod-1)."""
 
     @property
     def environments(self) -> list[str]:
@@ -84,7 +91,7 @@ def resolve(plan: Plan, catalog: Catalog, inventory: Inventory) -> PlanTargets:
     for step in plan.all_steps:
         if step.id not in out:
             out[step.id] = step_targets(step, catalog, inventory, undo=undo)
-    return PlanTargets(out)
+    return PlanTargets(out, _reach(out, inventory))
 
 
 def step_targets(step: Step | RollbackStep, catalog: Catalog, inventory: Inventory, *,
@@ -113,12 +120,27 @@ def _where(tool: Tool, params: Mapping[str, object],
     if tool.target == "environment":
         env = environment_of(tool, params)
         found = inventory.environments.get(env or "")
-        return ((env,) if env else ()), tuple(found.hosts if found else ())
+        hosts = tuple(found.hosts if found else ())
+        named = (env,) if env else ()
+        return tuple(_unique([*named, *covering(hosts, inventory)])), hosts
     if tool.target.startswith("group:"):
         hosts = tuple(inventory.groups.get(tool.target[6:], ()))
-        envs = [name for name, e in inventory.environments.items() if set(e.hosts) & set(hosts)]
-        return tuple(envs), hosts
+        return covering(hosts, inventory), hosts
     return (), (LOCAL_HOST_NAME,)
+
+
+def covering(hosts: Iterable[str], inventory: Inventory) -> tuple[str, ...]:
+    """Every environment that lists one of ``hosts`` (inventory order)."""
+    wanted = set(hosts)
+    return tuple(name for name, e in inventory.environments.items() if wanted & set(e.hosts))
+
+
+def _reach(steps: Mapping[str, StepTargets], inventory: Inventory
+           ) -> dict[str, tuple[str, ...]]:
+    touched = {h for t in steps.values() for h in t.hosts}
+    envs = _unique(e for t in steps.values() for e in t.environments)
+    return {env: tuple(h for h in found.hosts if h in touched)
+            for env in envs for found in [inventory.environments.get(env)] if found is not None}
 
 
 def _unique(items: Iterable[str]) -> list[str]:

@@ -205,6 +205,7 @@ class PlanChecker:
                                        f"order: {' -> '.join(self.policy.promotion)})")
 
 
+
 def _ref_type_problem(key: str, spec: ParamSpec | None, source_tool: str,
                       output: str) -> list[str]:
     """An output is a string caught by its tool's pattern; it may feed a constrained parameter

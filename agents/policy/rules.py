@@ -17,22 +17,34 @@ __all__ = ["UNSCOPED", "Approvers", "EnvPolicy", "Policy"]
 
 
 class Approvers(BaseModel):
-    """People allowed to approve: Slack user ids and user-group ids (or terminal user names)."""
+    """People allowed to approve: Slack user ids and user-group ids (or terminal user names).
+
+    Empty lists mean nobody: "anyone" is only ever the explicit ``anyone: true`` (a typo or
+    an emptied list must not open an environment). ``deckhand check`` refuses a written
+    rule that names nobody.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     users: list[str] = Field(default_factory=list)
     groups: list[str] = Field(default_factory=list)
+    anyone: bool = Field(default=False, description="anyone may approve (say so explicitly)")
+
+    @property
+    def nobody(self) -> bool:
+        return not (self.anyone or self.users or self.groups)
 
     def allows(self, user: str, user_groups: Iterable[str] = ()) -> bool:
-        if not self.users and not self.groups:
-            return True  # nobody listed: anyone may approve
+        if self.anyone:
+            return True
         return user in self.users or bool(set(user_groups) & set(self.groups))
 
     def describe(self) -> str:
+        if self.anyone:
+            return "anyone"
         names = [f"<@{u}>" if u.startswith(("U", "W")) else u for u in self.users]
         names += [f"<!subteam^{g}>" if g.startswith("S") else g for g in self.groups]
-        return ", ".join(names) or "anyone"
+        return ", ".join(names) or "nobody"
 
 
 class EnvPolicy(BaseModel):
@@ -59,7 +71,8 @@ class Policy(BaseModel):
     require_rollback: bool = True
     max_replans: int = Field(default=1, ge=0, le=5)
     on_failure: Literal["finish", "cancel"] = "finish"
-    default: EnvPolicy = Field(default_factory=EnvPolicy)
+    default: EnvPolicy = Field(default_factory=lambda: EnvPolicy(approvers=Approvers(anyone=True)))
+    """Environments without an entry (and sharing no host with one): anyone, unless written."""
     environments: dict[str, EnvPolicy] = Field(default_factory=dict)
     freeze: list[FreezeWindow] = Field(default_factory=list)
     break_glass: BreakGlass = Field(default_factory=BreakGlass)

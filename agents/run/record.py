@@ -193,7 +193,8 @@ class Approval(BaseModel):
     plan_version: int
     plan_hash: str
     break_glass: bool = False
-    """The approver may grant a break-glass override (policy.break_glass)."""
+    """This approval is the run's break-glass grant (from policy.break_glass), given on top
+    of the environments' approvals; False: one of those approvals."""
 
 
 class Run(BaseModel):
@@ -206,6 +207,8 @@ class Run(BaseModel):
     goal: str = ""
     environments: list[str] = Field(default_factory=list)
     hosts: list[str] = Field(default_factory=list)
+    reach: dict[str, list[str]] = Field(default_factory=dict)
+    """Per environment, the hosts of it the plan touches (why its rules apply)."""
     unscoped: bool = False
     status: RunStatus = RunStatus.AWAITING_APPROVAL
     requested_by: str = "unknown"
@@ -244,6 +247,7 @@ class Run(BaseModel):
     def set_targets(self, targets: PlanTargets) -> None:
         """Record what the plan touches (every step, rollback included)."""
         self.environments, self.hosts = targets.environments, targets.hosts
+        self.reach = {env: list(hosts) for env, hosts in targets.reach.items()}
         self.unscoped = targets.unscoped
 
     @property

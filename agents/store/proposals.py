@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from redis.client import Pipeline
 
-from agents.errors import NotFound
+from agents.errors import NotFound, ProposalTampered
 from agents.plan.model import Plan
 from agents.store._redis import Part
 
@@ -22,9 +22,10 @@ class Proposal(BaseModel):
 class Proposals(Part):
     """Plans proposed over MCP, bound to their hash and requester until taken."""
 
-    def put(self, plan: Plan, *, ttl: float) -> None:
-        """Remember ``plan`` for ``plan.requested_by`` under its hash for ``ttl`` seconds."""
-        key = self.keys.proposal(plan.hash, plan.requested_by)
+    def put(self, plan: Plan, *, ttl: float, owner: str | None = None) -> None:
+        """Remember ``plan`` for ``owner`` (default ``plan.requested_by``; MCP passes its
+        connection) under its hash for ``ttl`` seconds."""
+        key = self.keys.proposal(plan.hash, owner or plan.requested_by)
         with self.errors():
             self.r.set(key, Proposal(plan=plan).model_dump_json(), px=int(ttl * 1000))
 
@@ -34,7 +35,7 @@ class Proposals(Part):
             raw = self.r.get(self.keys.proposal(plan_hash, requester))
         if raw is None:
             raise NotFound(_missing(plan_hash, requester))
-        return Proposal.model_validate_json(raw)
+        return _verified(raw, plan_hash)
 
     def take(self, plan_hash: str, requester: str, *, run_id: str) -> Proposal:
         """Bind the remembered plan to ``run_id`` once; the proposal as it was before.
@@ -49,7 +50,7 @@ class Proposals(Part):
             raw = pipe.get(key)
             if raw is None:
                 raise NotFound(_missing(plan_hash, requester))
-            before = Proposal.model_validate_json(raw)
+            before = _verified(raw, plan_hash)
             if before.run_id is None:
                 pipe.multi()
                 pipe.set(key, before.model_copy(update={"run_id": run_id}).model_dump_json(),
@@ -77,6 +78,19 @@ class Proposals(Part):
         self.cas([key], attempt, busy=f"plan {plan_hash[:12]}")
 
 
+def _verified(raw: bytes | str, plan_hash: str) -> Proposal:
+    """The stored proposal, only if its plan still has the hash it is stored under: a plan
+    edited in Redis after deckhand validated it never becomes a run under the old hash."""
+    proposal = Proposal.model_validate_json(raw)
+    if proposal.plan.hash != plan_hash:
+        raise ProposalTampered(f"the plan stored for hash {plan_hash[:12]}… no longer has that "
+                               f"hash (it was changed in the store after it was validated); "
+                               f"refused — call `plan` again")
+    return proposal
+
+
 def _missing(plan_hash: str, requester: str) -> str:
-    return (f"no plan with hash {plan_hash[:12]}… was made for {requester} recently (unknown, "
+    who = requester.partition("@")[0]  # not the connection's binding token
+    return (f"no plan with hash {plan_hash[:12]}… was made for {who} on this connection "
+            f"recently (unknown, "
             f"changed or expired); call `plan` and request the hash it returns")

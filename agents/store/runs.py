@@ -18,7 +18,8 @@ from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFo
 from agents.ids import normalize
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
-from agents.policy.approvals import approval_problem, approvals_needed
+from agents.policy.approvals import approval_grant, approvals_needed
+from agents.policy.eligibility import Grant
 from agents.policy.rules import Policy
 from agents.run.record import Approval, HostChange, Run, RunStatus, StepState
 from agents.store._redis import Keys, Part, RedisBase, Write, text
@@ -193,17 +194,17 @@ class Runs(Part):
         groups = list(user_groups)
 
         def change(run: Run) -> list[Write]:
-            problem = approval_problem(run, user=user, user_groups=groups,
-                                       plan_version=plan_version, plan_hash=plan_hash,
-                                       policy=policy, now=self.clock())
-            if problem:
-                raise ApprovalRefused(problem)
+            grant = approval_grant(run, user=user, user_groups=groups,
+                                   plan_version=plan_version, plan_hash=plan_hash,
+                                   policy=policy, now=self.clock())
+            if not isinstance(grant, Grant):
+                raise ApprovalRefused(grant)
+            glass = grant is Grant.BREAK_GLASS
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
-                                          plan_hash=plan_hash,
-                                          break_glass=policy.break_glass.allows(user, groups)))
+                                          plan_hash=plan_hash, break_glass=glass))
             audit = self.audit.write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
-                                     hash=plan_hash)
+                                     hash=plan_hash, grant=grant.value)
             if approvals_needed(run, policy) > 0:
                 return [audit]
             run.move(RunStatus.APPROVED)

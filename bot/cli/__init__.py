@@ -20,6 +20,7 @@ from rich.console import Console
 from agents.config import load_config
 from agents.errors import ApprovalRefused
 from agents.plan.yaml import plan_to_yaml
+from agents.policy.eligibility import shared_host_notes
 from agents.prompts.templates import PromptSet
 from agents.run.record import RunStatus
 from agents.settings import Settings
@@ -98,12 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
-    from bot.cli import completion, history, hosts, init, mcp, retention, runs, schedules, serve
+    from bot.cli import (
+        completion,
+        history,
+        hosts,
+        init,
+        mcp,
+        policy,
+        retention,
+        runs,
+        schedules,
+        serve,
+    )
     from bot.cli import eval as evaluation
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
-            completion.register]
+            policy.register, completion.register]
 
 
 def _add_demo(commands: Commands) -> None:
@@ -129,8 +141,8 @@ def _add_run(commands: Commands) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="run each step's check only: no approval, nothing changes")
     parser.add_argument("--break-glass", metavar="REASON",
-                        help="go ahead during a freeze; needs one more approval "
-                             "(policy.break_glass)")
+                        help="go ahead during a freeze (refused when nothing is frozen): the "
+                             "usual approvals plus one grant from policy.break_glass")
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
@@ -193,6 +205,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
     _report_prompts(console, config.prompts)
+    for note in shared_host_notes(config.inventory, config.policy):
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     return report_redis(console, Settings())
 
 

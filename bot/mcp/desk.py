@@ -14,7 +14,7 @@ from typing import Protocol
 
 from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
 from agents.plan.model import Plan
-from agents.policy.approvals import approvals_needed
+from agents.policy.eligibility import eligibility
 from agents.run.record import Run, RunStatus, StepState
 from agents.services import Services
 from agents.store import LockInfo
@@ -66,17 +66,20 @@ class Desk:
                           for n, e in inventory.environments.items()],
             groups={n: list(hosts) for n, hosts in inventory.groups.items()})
 
-    def plan(self, request: str, *, requester: str) -> PlanView:
-        """Plan and validate ``request``; remember an accepted plan for ``request_deploy``."""
+    def plan(self, request: str, *, requester: str, connection: str = "") -> PlanView:
+        """Plan and validate ``request``; remember an accepted plan for ``request_deploy``
+        from the same ``connection`` (stdio: the client's name is only self-declared, so
+        another process calling itself the same cannot request this plan)."""
         try:
             plan = self.services.make_plan(request, requested_by=requester)
         except PlanInvalid as exc:
             return self._refused(request, requester, exc.problems)
         except PlanError as exc:
             return self._refused(request, requester, [str(exc)])
-        self.services.store.proposals.put(plan, ttl=self.plan_ttl)
+        self.services.store.proposals.put(plan, ttl=self.plan_ttl,
+                                    owner=_owner(requester, connection))
         self.services.store.audit.record("mcp_planned", actor=requester, plan_id=plan.id,
-                                         plan_hash=plan.hash, request=request)
+                                  plan_hash=plan.hash, request=request)
         targets = self.services.targets(plan)
         return PlanView(accepted=True, plan_hash=plan.hash, plan=plan,
                         environments=targets.environments, hosts=targets.hosts,
@@ -89,13 +92,14 @@ class Desk:
 
     def run_status(self, run_id: str) -> RunView:
         run = self.services.store.runs.find(run_id)
-        policy = self.services.config.policy
+        answer = eligibility(run, self.services.config.policy, now=self.services.clock())
         return RunView(
             run_id=run.id, status=run.status.value, goal=run.goal, plan_hash=run.plan_hash,
             environments=run.environments, requested_by=run.requested_by,
             approved_by=[a.user for a in run.approvals],
-            approvals_needed=approvals_needed(run, policy),
-            approvers=policy.approvers_text(run.environments),
+            break_glass_grant=next((a.user for a in run.approvals if a.break_glass), None),
+            approvals_needed=answer.remaining if run.status is RunStatus.AWAITING_APPROVAL
+            else 0, approvers=answer.who(), approval_rules=answer.explain(),
             steps=[step_view(s) for s in run.steps.values()],
             rollback=[step_view(s) for s in run.rollback.values()],
             changed_hosts=run.changed_hosts, reason=run.reason)
@@ -116,7 +120,7 @@ class Desk:
             for env, spec in inventory.environments.items()])
 
     def request_deploy(self, plan_hash: str, channel: str | None, *, requester: str,
-                       client: str) -> DeployRequest:
+                       client: str, connection: str = "") -> DeployRequest:
         """Store the remembered plan ``plan_hash`` as a run awaiting a human's approval.
 
         Refused (and audited) unless ``requester`` made that plan with ``plan`` recently and
@@ -125,29 +129,30 @@ class Desk:
         if self.poster is not None and not channel:
             raise Refused("Slack is configured: name the channel to post the plan in")
         try:
-            return self._request(plan_hash, channel, requester=requester, client=client)
+            return self._request(plan_hash, channel, requester=requester, client=client,
+                                 owner=_owner(requester, connection))
         except DeckhandError as exc:
             self.services.store.audit.record("mcp_request_refused", actor=requester,
                                              plan_hash=plan_hash, reason=str(exc))
             raise
 
     def _request(self, plan_hash: str, channel: str | None, *, requester: str,
-                 client: str) -> DeployRequest:
+                 client: str, owner: str) -> DeployRequest:
         store = self.services.store
-        proposal, run_id = store.proposals.get(plan_hash, requester), ""
+        proposal, run_id = store.proposals.get(plan_hash, owner), ""
         if proposal.run_id is None:
             self._recheck(proposal.plan)
             run_id = store.ids("run")
-            proposal = store.proposals.take(plan_hash, requester, run_id=run_id)
+            proposal = store.proposals.take(plan_hash, owner, run_id=run_id)
         if proposal.run_id is not None:  # requested before (or a concurrent twin won)
             return self._already(proposal.run_id, channel)
         plan = store.plans.save(proposal.plan)  # a taken plan id is replaced in place
         run = store.runs.create(Run.for_plan(plan, self.services.targets(plan), id=run_id,
                                              meta={"via": "mcp", "client": client}))
         if run.id != run_id:  # so was a taken run id: point the proposal at the new one
-            store.proposals.rebind(plan_hash, requester, old=run_id, new=run.id)
+            store.proposals.rebind(plan_hash, owner, old=run_id, new=run.id)
         store.audit.record("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
-                           client=client, plan_hash=plan_hash)
+                    client=client, plan_hash=plan_hash)
         if self.poster is not None and channel:
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)
@@ -172,6 +177,11 @@ class Desk:
             plan = self.services.store.plans.get(run.plan_id, run.plan_version)
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=True, slack=bool(run.meta.get("slack")))
+
+
+def _owner(requester: str, connection: str) -> str:
+    """Whom a remembered plan is bound to: the requester, on this connection if given."""
+    return f"{requester}@{connection}" if connection else requester
 
 
 def deploy_request(run: Run, *, already: bool, slack: bool) -> DeployRequest:

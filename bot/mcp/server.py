@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -21,7 +22,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, Field, ValidationError
 
 from bot.mcp.auth import StaticTokens
 from bot.mcp.desk import Desk
@@ -61,6 +62,7 @@ class DeskTools:
 
     def __init__(self, desk: Desk):
         self.desk = desk
+        self.stdio_connection = secrets.token_hex(16)
 
     async def catalog(self) -> CatalogView:
         """The tools a plan may use (parameters, where they run, whether they change hosts),
@@ -70,7 +72,8 @@ class DeskTools:
     async def plan(self, ctx: Context, request: Request) -> PlanView:
         """Plan a request and validate it. Returns the plan with its hash and the
         environments and hosts it touches, or the refusal listing every problem."""
-        return await _off_loop(self.desk.plan, request, requester=requester_of(ctx))
+        return await _off_loop(self.desk.plan, request, requester=requester_of(ctx),
+                               connection=connection_of(ctx, self.stdio_connection))
 
     async def run_status(self, run_id: RunId) -> RunView:
         """Where a run stands: status, approvals still needed and who may give them, steps."""
@@ -86,7 +89,8 @@ class DeskTools:
         posted for approval (in Slack when configured, else for `deckhand approve`). Returns
         the run id. Only plans you made with `plan` in the last minutes are accepted."""
         return await _off_loop(self.desk.request_deploy, plan_hash, channel,
-                               requester=requester_of(ctx), client=client_name(ctx))
+                               requester=requester_of(ctx), client=client_name(ctx),
+                               connection=connection_of(ctx, self.stdio_connection))
 
 
 async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -97,12 +101,61 @@ async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ToolError(str(exc)) from exc
 
 
+class DeskServer(MCPServer[Any]):
+    """The SDK's server, with one border every tool call crosses: a call refused before
+    deckhand's code runs (unknown tool, arguments failing their schema) is audited too."""
+
+    def __init__(self, desk: Desk, **options: Any):
+        super().__init__("deckhand", **options)
+        self.desk = desk
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not _raised_by_deckhand(exc):  # deckhand's own refusals are audited there
+                await anyio.to_thread.run_sync(functools.partial(
+                    self._audit_refusal, name, arguments, context, exc))
+            raise
+
+    def _audit_refusal(self, name: str, arguments: dict[str, Any],
+                       context: Context[Any, Any] | None, exc: ToolError) -> None:
+        cause = exc.__cause__
+        fields = sorted({".".join(str(p) for p in err["loc"]) for err in cause.errors()}) \
+            if isinstance(cause, ValidationError) else []  # the SDK's, for the arguments
+        actor = requester_of(context) if context is not None else "mcp:unknown"
+        self.desk.services.store.audit.record(
+            "mcp_call_refused", actor=actor, tool=name[:80], fields=fields,
+            reason=str(exc)[:300], arguments=_shapes(arguments))
+
+
+def _raised_by_deckhand(exc: BaseException) -> bool:
+    """Whether a DeckhandError is in ``exc``'s cause chain (the SDK wraps a tool's error)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, DeckhandError):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _shapes(arguments: dict[str, Any]) -> dict[str, str]:
+    """What each argument was (type and size), not its value: that is the caller's data,
+    possibly a megabyte of it."""
+    out = {}
+    for key, value in list(arguments.items())[:20]:
+        size = f", {len(value)} chars" if isinstance(value, str) else ""
+        out[str(key)[:80]] = f"{type(value).__name__}{size}"
+    return out
+
+
 def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
     """The MCP server for ``desk``; with ``auth``, HTTP requests need a bearer token."""
     settings = None if auth is None else AuthSettings(issuer_url=AnyHttpUrl(auth.issuer_url),
                                                         resource_server_url=None)
-    server: MCPServer[Any] = MCPServer(
-        "deckhand", instructions=INSTRUCTIONS, auth=settings,
+    server: MCPServer[Any] = DeskServer(
+        desk, instructions=INSTRUCTIONS, auth=settings,
         token_verifier=None if auth is None else auth.tokens)
     tools = DeskTools(desk)
     server.add_tool(tools.catalog, annotations=READ_ONLY)
@@ -142,6 +195,14 @@ def http_user(ctx: Context) -> str | None:
     request = ctx.request_context.request
     user = getattr(request, "scope", {}).get("user")
     return user.access_token.client_id if isinstance(user, AuthenticatedUser) else None
+
+
+def connection_of(ctx: Context, stdio_connection: str) -> str:
+    """What a plan made on this connection is bound to, besides its requester: over HTTP
+    the bearer token's user is verified (""), on stdio the client's name is only what it
+    calls itself, so the plan is bound to the connection — ``stdio_connection``, a random id
+    the server made (a stdio server serves exactly one connection, for its life)."""
+    return "" if http_user(ctx) is not None else stdio_connection
 
 
 def client_name(ctx: Context) -> str:

@@ -81,6 +81,11 @@ class RunView(BaseModel):
     approved_by: list[str]
     approvals_needed: int
     approvers: str = Field(description="who may approve it")
+    approval_rules: list[str] = Field(
+        default_factory=list, description="each rule that governs it (environment, host, "
+        "freeze, break-glass), where it is configured, and what is still needed")
+    break_glass_grant: str | None = Field(
+        default=None, description="who gave the break-glass grant, if any")
     steps: list[StepView]
     rollback: list[StepView]
     changed_hosts: list[str]

@@ -13,7 +13,7 @@ from typing import Any
 
 from agents.history.deploys import Where
 from agents.ids import short_id
-from agents.policy.approvals import approvals_needed
+from agents.policy.eligibility import eligibility
 from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, StepStatus
 from agents.run.results import tally
@@ -92,13 +92,14 @@ def _pending_blocks(data: HomeData, policy: Policy) -> list[Block]:
 
 
 def _pending_text(run: Run, policy: Policy, now: float) -> str:
-    rule = policy.strictest(run.scopes)
-    have = rule.min_approvals - approvals_needed(run, policy)
+    answer = eligibility(run, policy, now=now)
+    have = len(run.approvals)
     where = ", ".join(run.scopes)
     return bk.trim(f"*{bk.shown(run.goal, 300)}*\n`{short_id(run.id)}` · plan "
                    f"v{run.plan_version} · {where} · "
                    f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
-                   f"{have}/{rule.min_approvals} approvals · Modify or Reject in its thread",
+                   f"{have}/{have + answer.remaining} approvals, from "
+                   f"{answer.who()} · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
 
 

@@ -72,20 +72,23 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
     store.r.flushdb()
 
 
-def test_break_glass_needs_one_more_approval_from_the_commanders(frozen_config: Config,
-                                                                 redis_url: str) -> None:
+def test_break_glass_needs_the_approvals_plus_one_grant(frozen_config: Config,
+                                                        redis_url: str) -> None:
     _, store, services = _at(FRIDAY_EVENING, frozen_config, redis_url)
     plan = services.make_plan("deploy v2.3.1", requested_by="alice",
                               break_glass="checkout is down, the fix is in v2.3.1")
-    assert "Needs one more approval, from ic-ann" in services.break_glass_note(plan, "x")
+    assert "plus one grant from ic-ann" in services.break_glass_note(plan, "x")
     store.plans.save(plan)
     run = store.runs.create(Run.for_plan(plan, services.targets(plan),
-                                           break_glass="checkout is down"))
+                                          break_glass="checkout is down"))
     approve = {"plan_version": 1, "plan_hash": plan.hash, "policy": frozen_config.policy}
     assert store.runs.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
-    assert store.runs.approve(run.id, user="carol", **approve).status is \
-        RunStatus.AWAITING_APPROVAL  # two, but none from an incident commander
-    assert store.runs.approve(run.id, user="ic-ann", **approve).status is RunStatus.QUEUED
+    with pytest.raises(ApprovalRefused, match="one break-glass grant is still needed"):
+        store.runs.approve(run.id, user="carol", **approve)  # production's one approval is given
+    done = store.runs.approve(run.id, user="ic-ann", **approve)
+    assert done.status is RunStatus.QUEUED
+    assert [(a.user, a.break_glass) for a in done.approvals] == [("bob", False),
+                                                                  ("ic-ann", True)]
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
     done = worker.process(run.id)
     assert done is not None and done.status is RunStatus.SUCCEEDED

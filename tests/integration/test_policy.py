@@ -105,7 +105,7 @@ STRICT = """
 policy:
   promotion: [staging, production]
   environments:
-    staging: {approvers: {users: []}}
+    staging: {approvers: {anyone: true}}
     production:
       approvers: {users: [alice, bob]}
       min_approvals: 1

@@ -135,7 +135,7 @@ def test_bad_input_is_a_clear_error_and_stores_nothing(services: Services, args:
 
 def test_auto_needs_approver_rights_and_stores_nothing_otherwise(services: Services) -> None:
     staging = services.config.policy.environments["staging"]
-    staging.approvers.users = ["U-LEAD"]
+    staging.approvers.users, staging.approvers.anyone = ["U-LEAD"], False
     reply = cmd(services, 'add "every day at 02:00" deploy v1.2.3 to staging --auto',
                 user="U-INTERN")
     assert not reply.ok and "U-INTERN is not allowed to approve" in reply.text
@@ -377,7 +377,8 @@ def test_locked_environment_with_wait_policy_delays(services: Services) -> None:
 
 def test_run_now_and_rights_on_auto_schedules(services: Services) -> None:
     schedule = add_auto(services, '"every day at 13:00" deploy v1.2.3 to staging')
-    services.config.policy.environments["staging"].approvers.users = ["U123"]
+    staging = services.config.policy.environments["staging"]
+    staging.approvers.users, staging.approvers.anyone = ["U123"], False
     refused = cmd(services, f"run {schedule.id}", user="U-INTERN")
     assert not refused.ok and "only people who may approve staging" in refused.text
     assert not cmd(services, f"remove {schedule.id}", user="U-INTERN").ok

@@ -59,8 +59,8 @@ def config_for(tmp_path: Path, *, idempotent: bool = True, lock: str = "refuse")
     config.policy = config.policy.model_validate({
         "promotion": ["staging", "production"],
         "environments": {"production": {"min_approvals": 2, "self_approval": False,
-                                        "approval_ttl": 60},
-                         "staging": {"lock": lock}}})
+                                        "approval_ttl": 60, "approvers": {"anyone": True}},
+                         "staging": {"lock": lock, "approvers": {"anyone": True}}}})
     return config
 
 

@@ -25,7 +25,7 @@ inventory:
 policy:
   promotion: [staging]
   environments:
-    staging: {{min_approvals: 2}}
+    staging: {{min_approvals: 2, approvers: {{anyone: true}}}}
 tools:
   change:
     description: change the host; waits for a release file on its first try

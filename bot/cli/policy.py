@@ -1,0 +1,81 @@
+"""``deckhand policy explain RUN|--plan FILE``: who may approve, how many are still needed,
+and which rule of which environment, host or freeze says so — the answer Slack, the App
+Home and MCP give, from ``agents.policy.eligibility``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+
+from agents.errors import PlanError
+from agents.plan.model import Plan
+from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
+from agents.services import Services
+from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add_parser("policy", help="explain who may approve a run or a plan")
+    sub = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    explain = sub.add_parser("explain", help="who may approve RUN (or --plan FILE), how many "
+                             "approvals are still needed, and which rule says so")
+    explain.add_argument("run_id", nargs="?", metavar="RUN")
+    explain.add_argument("--plan", type=Path, metavar="FILE",
+                         help="a plan file (YAML or JSON: goal, steps, rollback), e.g. from "
+                              "`deckhand plan --format yaml`")
+    explain.add_argument("--requested-by", default="", metavar="USER",
+                         help="with --plan: who would ask (self-approval rules)")
+    explain.add_argument("--user", metavar="USER", help="also say whether USER may approve")
+    add_config_arg(explain)
+    explain.set_defaults(handler=_explain)
+
+
+def _explain(args: argparse.Namespace, console: Console) -> int:
+    if (args.run_id is None) == (args.plan is None):
+        raise PlanError("name a run (deckhand policy explain RUN) or a plan file (--plan FILE)")
+    if args.run_id is not None:
+        embedded_store_note()
+    services = services_for(args)
+    try:
+        answer, title = _answer(args, services)
+    finally:
+        services.close()
+    console.print(title, markup=False, highlight=False, soft_wrap=True)
+    for line in answer.explain():
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    if args.user:
+        grant = answer.grant(args.user)
+        kind = "the break-glass grant" if grant is Grant.BREAK_GLASS else "an environment approval"
+        verdict = f"yes ({kind})" if isinstance(grant, Grant) else f"no: {grant}"
+        console.print(f"{args.user} may approve: {verdict}", markup=False, highlight=False,
+                      soft_wrap=True)
+    return 0
+
+
+def _answer(args: argparse.Namespace, services: Services) -> tuple[Eligibility, str]:
+    policy, now = services.config.policy, services.clock()
+    if args.run_id is not None:
+        run = services.store.runs.find(args.run_id)
+        return (eligibility(run, policy, now=now),
+                f"run {run.id} ({run.status.value}), requested by {run.requested_by}:")
+    plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
+    subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
+    return eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):"
+
+
+def _read_plan(path: Path, *, requested_by: str) -> Plan:
+    try:
+        body = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise PlanError(f"cannot read the plan file {path}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise PlanError(f"{path}: a plan is a mapping with goal, steps and rollback")
+    keep = {k: body[k] for k in ("goal", "steps", "rollback") if k in body}
+    try:
+        return Plan.model_validate({**keep, "requested_by": requested_by})
+    except ValidationError as exc:
+        raise PlanError(f"{path} is not a plan: {exc.errors()[0]['msg']}") from exc
