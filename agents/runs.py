@@ -17,6 +17,7 @@ from agents.ids import new_id
 from agents.plan import Plan
 from agents.policy import UNSCOPED
 from agents.targets import PlanTargets
+from tools.gates import GateSample
 
 
 class RunStatus(StrEnum):
@@ -96,6 +97,8 @@ class EventKind(StrEnum):
     ROLLBACK_STARTED = "rollback_started"
     ROLLBACK_FINISHED = "rollback_finished"
     REPLANNED = "replanned"
+    GATE_JUDGED = "gate_judged"
+    """A gate was evaluated (after a rollout batch, or as a step): every sample it judged."""
     RUN_FINISHED = "run_finished"
 
 
@@ -127,6 +130,8 @@ class Event(BaseModel):
     plan: dict[str, Any] | None = None
     """REPLANNED: the revised plan (agents.plan.Plan as JSON) and its hash."""
     plan_hash: str | None = None
+    gate: dict[str, Any] | None = None
+    """GATE_JUDGED: the GateCheck (as JSON)."""
 
     def describe(self) -> str:
         """One human line for logs and audit."""
@@ -169,6 +174,23 @@ class HostChange(BaseModel):
     step: str
     result: HostResult
     changed: bool
+
+
+class GateCheck(BaseModel):
+    """One evaluation of a gate in a run, with every sample it judged."""
+
+    name: str
+    step: str
+    """The step whose rollout it judged (or the gate step itself)."""
+    after_batch: int | None = None
+    batches: int | None = None
+    ok: bool
+    reason: str | None = None
+    """Why it failed, naming the worst sample."""
+    samples: list[GateSample] = Field(default_factory=list)
+    lines: list[str] = Field(default_factory=list)
+    """Its result lines (http and ci_status gates have no samples)."""
+    at: float = Field(default_factory=time.time)
 
 
 class StepState(BaseModel):
@@ -225,6 +247,8 @@ class Run(BaseModel):
     break_glass: str | None = None
     """Why this run must go ahead during a freeze (it then needs one more approval)."""
     meta: dict[str, Any] = Field(default_factory=dict)
+    gates: list[GateCheck] = Field(default_factory=list)
+    """Every gate evaluated in this run, in order."""
     seq: int = 0
     """How many events this record has folded in: host changes with a higher ``seq`` are
     newer than the record and still apply to it."""
@@ -395,6 +419,11 @@ def _replanned(run: Run, ev: Event) -> None:
         run.reason = f"replanned after: {ev.error}; the revision needs approval"
 
 
+def _gate_judged(run: Run, ev: Event) -> None:
+    if ev.gate is not None:
+        run.gates.append(GateCheck.model_validate(ev.gate))
+
+
 def _run_finished(run: Run, ev: Event) -> None:
     final = RunStatus(ev.status or "failed")
     if run.status is not final:
@@ -413,5 +442,6 @@ _APPLY = {
     EventKind.STEP_FINISHED: _step_finished,
     EventKind.ROLLBACK_STARTED: _rollback_started,
     EventKind.REPLANNED: _replanned,
+    EventKind.GATE_JUDGED: _gate_judged,
     EventKind.RUN_FINISHED: _run_finished,
 }

@@ -19,6 +19,7 @@ from rich.text import Text
 from agents import tracing
 from agents.approvals import approval_problem, approvals_needed
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
+from agents.gate_checks import gate_lines
 from agents.ids import short_id
 from agents.runs import Run
 from agents.services import Services
@@ -152,6 +153,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     plan = store.plan(run.plan_id, run.plan_version)
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
+    for line in gate_lines(run):  # every measured value against its threshold
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
     if found:
         console.print(f"trace: {found}", highlight=False, soft_wrap=True)
