@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agents.config import load_config
+from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
 from agents.planning.templates import PromptSet
@@ -193,7 +193,20 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
     _report_prompts(console, config.prompts)
-    return report_redis(console, Settings())
+    gates = _report_gates(console, config)
+    return max(report_redis(console, Settings()), gates)
+
+
+def _report_gates(console: Console, config: Config) -> int:
+    """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
+    from agents.gate_check import gate_findings
+
+    problems, notes = gate_findings(config)
+    for line in problems:
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+    for line in notes:
+        console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+    return 1 if problems else 0
 
 
 def _report_prompts(console: Console, prompts: PromptSet) -> None:
