@@ -31,7 +31,7 @@ def gate_findings(config: Config, *, timeout: float = ASK_TIMEOUT) -> tuple[list
     for name, tool in config.catalog.tools.items():
         if tool.gate is None:
             continue
-        url = _filled(getattr(tool.gate, "url", None) or getattr(tool.gate, "api_url", ""),
+        url = _filled(str(getattr(tool.gate, "url", None) or getattr(tool.gate, "api_url", "")),
                       config)
         if url is not None and not url.startswith(("http://", "https://")):
             problems.append(f"{where(name, 'url')}: not an http(s) URL once vars are filled: "
