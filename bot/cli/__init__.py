@@ -194,7 +194,23 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.playbooks)} playbooks")
     _report_prompts(console, config.prompts)
     gates = _report_gates(console, config)
-    return max(report_redis(console, Settings()), gates)
+    settings = Settings()
+    redis = report_redis(console, settings)
+    return max(redis, gates, _report_schedules(console, config, settings) if redis == 0 else 0)
+
+
+def _report_schedules(console: Console, config: Config, settings: Settings) -> int:
+    """With REDIS_URL: each schedule whose plan no longer validates under ``config``."""
+    if settings.redis_url is None:
+        return 0
+    from agents.schedule_health import schedule_findings
+    from agents.store import Store
+
+    store = Store.connect(settings.redis_url.get_secret_value())
+    findings = schedule_findings(config, store)
+    for line in findings:
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+    return 1 if findings else 0
 
 
 def _report_gates(console: Console, config: Config) -> int:

@@ -26,6 +26,7 @@ from agents.approvals import approval_problem
 from agents.executor import Listener
 from agents.policy import Policy
 from agents.runs import Event, EventKind, Run, RunStatus
+from agents.schedule_health import checked
 from agents.schedules import Schedule
 from agents.store.schedules import ScheduleBook
 from bot.slack.bot import Bot
@@ -73,7 +74,9 @@ def _involves(run: Run, user: str) -> bool:
 
 def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
     now = datetime.now(UTC)
-    return [(s, None if s.paused else s.next_fire(now)) for s in ScheduleBook(bot.store).all()]
+    config = bot.services.config
+    return [(checked(s, config, bot.store), None if s.paused else s.next_fire(now))
+            for s in ScheduleBook(bot.store).all()]
 
 
 def publish_home(bot: Bot, user: str) -> None:

@@ -17,6 +17,7 @@ from agents.ids import short_id
 from agents.policy import Policy
 from agents.results import tally
 from agents.runs import Run, RunStatus, StepStatus
+from agents.schedule_health import flags as schedule_flags
 from agents.schedules import Schedule
 from agents.store import LockInfo
 from bot.slack import blocks as bk
@@ -176,7 +177,9 @@ def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:
     flags = " · auto" if schedule.auto else ""
     when = "⏸️ paused" if schedule.paused else (
         f"next {schedule.local(next_fire)}" if next_fire else "no further runs")
-    return f"⏰ `{short_id(schedule.id)}` {schedule.spec} → {schedule.request} · {when}{flags}"
+    troubles = "".join(f"\n    {bk.shown(line, 500)}" for line in schedule_flags(schedule))
+    return (f"⏰ `{short_id(schedule.id)}` {schedule.spec} → {schedule.request} · {when}{flags}"
+            f"{troubles}")
 
 
 def _clock(at: float) -> str:
