@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from agents.config import Config
+from agents.gate_checks import gate_lines
 from agents.runs import Run, RunStatus
 from agents.services import Services, build_services
 from bot.cli.demo import probe
@@ -64,6 +65,8 @@ def test_error_rate_gate_stops_the_rollout_after_the_first_batch(
     assert "worst: ✗ sample" in (failed[-1].reason or "")
     audited = [e for e in services.store.audit_log(run_id=bad.id) if e.action == "gate_judged"]
     assert audited and audited[-1].details["gate"]["samples"][0]["query"].startswith("sum(rate(")
+    shown = "\n".join(gate_lines(services.store.run(bad.id)))  # what `runs show` prints
+    assert "gate error_rate after batch 1 of 2 at" in shown and "✗ sample" in shown
 
     # one batch for the whole environment: its gate runs after it (the last) all the same
     rollout.batch_size = "100%"
