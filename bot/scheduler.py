@@ -128,16 +128,16 @@ class Scheduler:
             self._missed(schedule, due, now)
         if due.fire_time is None:
             return None
-        if not self.book.claim(schedule.id, due.fire_time, owner=self.name,
-                               ttl=claim_ttl(self.grace)):
+        if not self.book.claim_occurrence(schedule.id, due.fire_time, owner=self.name,
+                                          lease=self.lease, ttl=claim_ttl(self.grace)):
             return None  # another replica has this occurrence
         current = self.book.mark_fired(schedule.id, due.fire_time, due.coalesced)
-        if current is None:
-            return None  # removed in the meantime
+        if current is None:  # removed in the meantime
+            self.book.settle_occurrence(schedule.id, due.fire_time, owner=self.name,
+                                        status=OccurrenceStatus.DONE, note="schedule removed")
+            return None
         self.store.audit("schedule_fired", actor=self.name, schedule=schedule.id,
                          fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
-        self.book.open_occurrence(schedule.id, due.fire_time, owner=self.name,
-                                  lease=self.lease, ttl=claim_ttl(self.grace))
         self._hand_over(current, due.fire_time)
         return Fired(current, due.fire_time, due.coalesced)
 

@@ -145,24 +145,42 @@ class ScheduleBook:
 
     # -- occurrence leases (see agents.occurrences) -------------------------------------------
 
-    def open_occurrence(self, schedule_id: str, fire_time: datetime, *, owner: str,
-                        lease: timedelta, ttl: timedelta) -> None:
-        """Record a claimed occurrence as being planned by ``owner``, under a lease."""
+    def claim_occurrence(self, schedule_id: str, fire_time: datetime, *, owner: str,
+                         lease: timedelta, ttl: timedelta) -> bool:
+        """Claim an occurrence (True for exactly one caller, across replicas) and, in the
+        same transaction, record it as being handled by ``owner`` under a lease."""
         iso = _iso(fire_time)
+        claim = self.keys.schedule_claim(schedule_id, "fired", iso)
         state = OccurrenceState(schedule=schedule_id, fire_time=fire_time, owner=owner)
-        with self.store.errors(), self.r.pipeline() as pipe:
+
+        def attempt(pipe: Pipeline) -> bool:
+            if pipe.exists(claim):
+                return False
+            pipe.multi()
+            pipe.set(claim, owner, px=_ms(ttl))
             pipe.set(self.keys.schedule_claim(schedule_id, "occurrence", iso),
                      state.model_dump_json(), px=_ms(ttl))
             pipe.set(self.keys.schedule_claim(schedule_id, "lease", iso), owner, px=_ms(lease))
             pipe.zadd(self.keys.schedules_open(), {f"{schedule_id} {iso}": fire_time.timestamp()})
             pipe.execute()
+            return True
+
+        return self.store.cas([claim], attempt, busy=f"occurrence {schedule_id} {iso}")
 
     def renew_lease(self, schedule_id: str, fire_time: datetime, *, owner: str,
                     lease: timedelta) -> bool:
         """Extend ``owner``'s lease; False if it is not (or no longer) theirs."""
         key = self.keys.schedule_claim(schedule_id, "lease", _iso(fire_time))
-        with self.store.errors():
-            return bool(self.r.eval(_RENEW, 1, key, owner, _ms(lease)))
+
+        def attempt(pipe: Pipeline) -> bool:
+            if pipe.get(key) != owner.encode():
+                return False
+            pipe.multi()
+            pipe.pexpire(key, _ms(lease))
+            pipe.execute()
+            return True
+
+        return self.store.cas([key], attempt, busy=f"lease {key}")
 
     def occurrence(self, schedule_id: str, fire_time: datetime) -> OccurrenceState | None:
         with self.store.errors():
@@ -252,14 +270,6 @@ class ScheduleBook:
 
         with contextlib.suppress(NotFound):
             self.update(schedule_id, change)
-
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
 
 
 def _iso(fire_time: datetime) -> str:

@@ -104,8 +104,8 @@ def test_an_occurrence_whose_takeover_also_died_is_recorded_missed(
     now = datetime.now(UTC)
     schedule, fire = _schedule(store, now)
     book, short = ScheduleBook(store), timedelta(milliseconds=50)
-    book.open_occurrence(schedule.id, fire, owner="replica-a", lease=short,
-                         ttl=timedelta(days=2))
+    assert book.claim_occurrence(schedule.id, fire, owner="replica-a", lease=short,
+                                 ttl=timedelta(days=2))
     wait_until(lambda: book.abandoned_occurrences(), timeout=5, what="A's lease to lapse")
     taken = book.take_over(schedule.id, fire, owner="replica-b", lease=short)
     assert taken is not None and taken.attempt == 2  # and then B died too
