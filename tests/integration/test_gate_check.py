@@ -5,6 +5,7 @@ Prometheus, which refuses what only it knows to be wrong."""
 from __future__ import annotations
 
 import textwrap
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,3 +139,38 @@ def test_an_unreachable_prometheus_is_a_note_not_a_problem(
         """))
     code, lines = _check(path, capsys)
     assert code == 0 and any("not asked to parse it" in line for line in lines), lines
+
+
+VALID = ['sum by (job) (rate(http_requests_total{code=~"5.."}[5m])) / ignoring(code) '
+         'group_left sum by (job) (rate(http_requests_total[5m]))',
+         'absent(up{job="x"} == 1)', 'count_values("version", build_version)',
+         'label_replace(up, "foo", "$1", "job", "(.*)")', 'vector(1) and on() hour() > 9',
+         '-x', 'x > bool 1', 'x unless y', 'rate(x[5m] offset 1h)', 'x @ start()', '1e3',
+         '0x1F', 'Inf', 'NaN', 'x{a="b",}', '{__name__=~"job:.*"}', 'sum without(instance)(x)',
+         'topk by (a) (3, x)', 'max_over_time(deriv(rate(x[1m])[5m:1m])[1h:])',
+         'x offset -5m', 'up == on(job) group_right count(up) by (job)', 'x[1h30m]',
+         'histogram_quantile(0.99, sum(rate(h_bucket[5m])) by (le))', 'x ^ 2 % 3',
+         'time() - process_start_time_seconds', 'sort_desc(sum(x) by (a))', 'job:rate5m:sum']
+INVALID = ['max(app_error_ratio', 'garbage garbage', 'rate(x[5m]', 'x{a=b}', 'foo(x)',
+           'sum(x) +', '{}', 'x[5m', ')', 'x{a="1"', 'x =~ y', 'x[5x]', 'sum by job (x)',
+           'x{a~"1"}', 'this is not promql!', '(x))', 'rate(x[5m]) offset', '1 +* 2']
+
+
+@pytest.mark.parametrize("query", VALID + INVALID)
+def test_the_local_check_agrees_with_prometheus(query: str, prometheus: Prometheus) -> None:
+    """Never refuses what Prometheus parses (a false refusal would stop every command), and
+    refuses the malformed ones without a server."""
+    from tools.promql import PromQLError, check
+
+    try:
+        check(query)
+        local = True
+    except PromQLError:
+        local = False
+    try:
+        prometheus.query(query)
+        remote = True
+    except urllib.error.HTTPError as exc:
+        assert exc.code in (400, 422), exc
+        remote = False
+    assert (local, remote) == ((True, True) if query in VALID else (False, False))
