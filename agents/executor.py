@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents import logcontext, tracing
-from agents.gate_checks import gate_check, stop_reason
+from agents.gate_records import gate_check, stop_reason
 from agents.plan import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.runs import Event, EventKind, GateCheck, Phase, Run, RunStatus, StepStatus
 from agents.targets import environment_of, resolve

@@ -215,7 +215,7 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
 
 def _report_gates(console: Console, config: Config) -> int:
     """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
-    from agents.gate_check import gate_findings
+    from agents.check_gates import gate_findings
 
     problems, notes = gate_findings(config)
     for line in problems:

@@ -19,7 +19,7 @@ from rich.text import Text
 from agents import tracing
 from agents.approvals import approval_problem, approvals_needed
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
-from agents.gate_checks import gate_lines
+from agents.gate_records import gate_lines
 from agents.ids import short_id
 from agents.runs import Run
 from agents.services import Services

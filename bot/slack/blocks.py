@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from agents import tracing
-from agents.gate_checks import where as gate_where
+from agents.gate_records import where as gate_where
 from agents.history import Deploy, Where
 from agents.ids import short_id
 from agents.plan import Plan, Step, format_params
