@@ -14,14 +14,23 @@ from tools.runners.base import CommandResult
 from tools.runners.gate import GateCommandResult
 
 
+MAX_SAMPLES = 200
+"""Samples kept per evaluation (failed ones first): a query over 500 instances sampled 5
+times must not make every later write of the run record megabytes long."""
+
+
 def gate_check(name: str, step: str, result: CommandResult, *, after_batch: int | None = None,
                batches: int | None = None) -> GateCheck:
     """The record of one evaluation (a runner that is not the gate runner: lines only)."""
     if isinstance(result, GateCommandResult):
         gate = result.gate
+        kept = sorted(gate.samples, key=lambda s: s.ok)[:MAX_SAMPLES]  # stable: failed first
+        lines = gate.lines if len(gate.lines) <= MAX_SAMPLES else [
+            *gate.lines[:MAX_SAMPLES - 1], f"… {len(gate.lines) - MAX_SAMPLES} more line(s)",
+            gate.lines[-1]]
         return GateCheck(name=name, step=step, after_batch=after_batch, batches=batches,
                          ok=result.ok, reason=None if result.ok else gate.reason or "failed",
-                         samples=gate.samples, lines=gate.lines)
+                         samples=kept, samples_total=len(gate.samples), lines=lines)
     lines = result.tail.splitlines()
     return GateCheck(name=name, step=step, after_batch=after_batch, batches=batches,
                      ok=result.ok, reason=None if result.ok else (lines[-1] if lines else

@@ -188,6 +188,8 @@ class GateCheck(BaseModel):
     reason: str | None = None
     """Why it failed, naming the worst sample."""
     samples: list[GateSample] = Field(default_factory=list)
+    samples_total: int = 0
+    """How many were judged (``samples`` keeps the failed ones first, up to a bound)."""
     lines: list[str] = Field(default_factory=list)
     """Its result lines (http and ci_status gates have no samples)."""
     at: float = Field(default_factory=time.time)
