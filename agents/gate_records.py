@@ -13,7 +13,6 @@ from agents.runs import GateCheck, Run
 from tools.runners.base import CommandResult
 from tools.runners.gate import GateCommandResult
 
-
 MAX_SAMPLES = 200
 """Samples kept per evaluation (failed ones first): a query over 500 instances sampled 5
 times must not make every later write of the run record megabytes long."""
