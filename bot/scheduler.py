@@ -7,8 +7,8 @@ seconds, or at once through ``reload()``). APScheduler only wakes the process up
 right moment; what fires is decided by ``fire_due(now)`` from Redis state, and a Redis
 claim per (schedule, fire time) lets exactly one replica handle each occurrence, under a
 lease: if that replica dies while handling it, another takes it over once, with the same
-idempotency key, or records it missed (``agents.occurrences``). Fire times,
-DST rules and the missed-occurrence policy are those of ``agents.schedules``.
+idempotency key, or records it missed (``agents.schedules.keys``). Fire times,
+DST rules and the missed-occurrence policy are those of ``agents.schedules.model``.
 
 Tests drive ``tick(now)`` / ``fire_due(now)`` with a controlled clock; nothing sleeps.
 """
@@ -28,10 +28,10 @@ from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from agents.engine.occurrences import Occurrence, run_occurrence
 from agents.errors import NotFound, ScheduleError, StoreError
-from agents.occurrences import DEFAULT_LEASE, Heartbeat, OccurrenceState, OccurrenceStatus
-from agents.schedule_runs import Occurrence, run_occurrence
-from agents.schedules import (
+from agents.schedules.keys import DEFAULT_LEASE, Heartbeat, OccurrenceState, OccurrenceStatus
+from agents.schedules.model import (
     DEFAULT_GRACE,
     Due,
     Schedule,
@@ -77,7 +77,7 @@ class Scheduler:
         self.sync_every = sync_every
         self.lease = lease
         """How long a claimed occurrence may go without its claimer's heartbeat before
-        another replica takes it over (``agents.occurrences``)."""
+        another replica takes it over (``agents.schedules.keys``)."""
         self._aps: BackgroundScheduler | None = None
         self._version: int | None = None
         self._reload_lock = threading.Lock()

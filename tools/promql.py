@@ -5,7 +5,7 @@ aggregations with by/without, binary operators with bool/on/ignoring/group_left/
 It answers one question — would Prometheus refuse to parse this? — with the first problem
 and its column, so ``deckhand check`` can refuse a gate without a server. It does not type
 check (a range vector where an instant one is wanted parses here); when the configured
-Prometheus is reachable, ``deckhand check`` also asks it (``agents.check_gates``).
+Prometheus is reachable, ``deckhand check`` also asks it (``bot.cli.check_gates``).
 No maintained pure-Python PromQL parser exists on PyPI, hence this one.
 """
 

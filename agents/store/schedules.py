@@ -1,5 +1,5 @@
 """Schedules in Redis: one JSON record per schedule, an index by creation, a version that
-replicas watch to rebuild their jobs, and per-fire-time claims (see ``agents.schedules``)."""
+replicas watch to rebuild their jobs, and per-fire-time claims (see ``agents.schedules.model``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from redis.client import Pipeline
 
 from agents.errors import AmbiguousId, NotFound
 from agents.ids import normalize
-from agents.occurrences import ATTEMPTS, OccurrenceState, OccurrenceStatus
-from agents.schedules import Schedule
+from agents.schedules.keys import ATTEMPTS, OccurrenceState, OccurrenceStatus
+from agents.schedules.model import Schedule
 from agents.store._redis import RedisBase, Write
 
 ScheduleChange = Callable[[Schedule], None]
@@ -143,7 +143,7 @@ class ScheduleBook:
         with contextlib.suppress(NotFound):  # removed meanwhile: nothing to re-arm
             self.update(schedule_id, change)
 
-    # -- occurrence leases (see agents.occurrences) -------------------------------------------
+    # -- occurrence leases (see agents.schedules.keys) -------------------------------------------
 
     def claim_occurrence(self, schedule_id: str, fire_time: datetime, *, owner: str,
                          lease: timedelta, ttl: timedelta) -> bool:

@@ -19,9 +19,9 @@ from rich.console import Console
 
 from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
-from agents.plan_yaml import plan_to_yaml
-from agents.planning.templates import PromptSet
-from agents.runs import RunStatus
+from agents.plan.yaml import plan_to_yaml
+from agents.prompts.templates import PromptSet
+from agents.run.record import RunStatus
 from agents.settings import Settings
 from bot.cli.common import (
     Commands,
@@ -203,7 +203,7 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
     """With REDIS_URL: each schedule whose plan no longer validates under ``config``."""
     if settings.redis_url is None:
         return 0
-    from agents.schedule_health import schedule_findings
+    from agents.engine.schedule_health import schedule_findings
     from agents.store import Store
 
     store = Store.connect(settings.redis_url.get_secret_value())
@@ -215,7 +215,7 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
 
 def _report_gates(console: Console, config: Config) -> int:
     """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
-    from agents.check_gates import gate_findings
+    from bot.cli.check_gates import gate_findings
 
     problems, notes = gate_findings(config)
     for line in problems:

@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from agents.config import Config
-from agents.gate_records import gate_lines
-from agents.runs import Run, RunStatus
+from agents.run.gates import gate_lines
+from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from bot.cli.demo import probe
 from bot.terminal.console import ConsoleFlow

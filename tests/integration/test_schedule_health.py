@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agents.config import Config
-from agents.planning.playbooks import PlaybookPlanner
-from agents.schedule_health import checked
-from agents.schedule_runs import Outcome, run_occurrence
-from agents.schedules import Schedule
+from agents.engine.occurrences import Outcome, run_occurrence
+from agents.engine.schedule_health import checked
+from agents.plan.playbooks import PlaybookPlanner
+from agents.schedules.model import Schedule
 from agents.services import build_services
 from agents.store import Store
 from agents.store.schedules import ScheduleBook

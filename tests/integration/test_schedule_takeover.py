@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agents.config import Config
-from agents.occurrences import OccurrenceStatus, occurrence_run_id
-from agents.planning.playbooks import PlaybookPlanner
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
-from agents.schedules import Schedule
+from agents.schedules.keys import OccurrenceStatus, occurrence_run_id
+from agents.schedules.model import Schedule
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from slack_sdk import WebClient
 
-from agents.policy import Policy
-from agents.runs import Event, EventKind, Run, RunStatus
-from agents.targets import PlanTargets
+from agents.plan.targets import PlanTargets
+from agents.policy.rules import Policy
+from agents.run.record import Event, EventKind, Run, RunStatus
 from bot.slack.thread import ThreadUpdater
 from tests.fixtures.builders import make_plan
 from tests.fixtures.slack_standin import SlackStandin
@@ -39,7 +39,7 @@ def test_replanned_run_posts_the_diff_and_asks_again(slack_standin: SlackStandin
 
 
 def test_a_gate_posts_every_sample_against_its_bound(slack_standin: SlackStandin) -> None:
-    from agents.runs import GateCheck
+    from agents.run.record import GateCheck
     from tools.gates import GateSample
 
     client = WebClient(token="xoxb-t", base_url=f"{slack_standin.url}/api/")

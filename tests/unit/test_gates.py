@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents.config import load_config
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from tests.fixtures.builders import make_config, make_executor, make_plan
 from tests.fixtures.sample import free_port
 from tools.errors import ConfigError, ParamError

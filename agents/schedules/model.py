@@ -45,7 +45,7 @@ Exactly once across replicas
     renews. A replica that dies while handling it (planning, typically) lets the lease
     lapse; the next replica to tick takes the occurrence over once, with the same
     idempotency key (the run's id is derived from schedule and fire time, so it is stored
-    once), or records it missed with the reason (``agents.occurrences``). Either way it
+    once), or records it missed with the reason (``agents.schedules.keys``). Either way it
     shows in ``schedules list``.
 
 Storage: ``agents.store.schedules.ScheduleBook`` (``schedule:ID`` as JSON, an index by

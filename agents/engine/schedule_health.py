@@ -9,10 +9,10 @@ from __future__ import annotations
 from agents.config import Config
 from agents.errors import NotFound, PlanInvalid
 from agents.ids import short_id
-from agents.schedules import Schedule
+from agents.plan.validation import validate_plan
+from agents.schedules.model import Schedule
 from agents.store import Store
 from agents.store.schedules import ScheduleBook
-from agents.validation import validate_plan
 
 
 def checked(schedule: Schedule, config: Config, store: Store) -> Schedule:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from agents.runs import GateCheck, Run
+from agents.run.record import GateCheck, Run
 from tools.runners.base import CommandResult
 from tools.runners.gate import GateCommandResult
 
