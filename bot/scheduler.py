@@ -67,7 +67,7 @@ class Scheduler:
                  on_missed: OnMissed | None = None, grace: timedelta = DEFAULT_GRACE,
                  clock: Callable[[], datetime] = utc_now, name: str | None = None,
                  sync_every: float = 10.0, lease: timedelta = DEFAULT_LEASE):
-        self.book = ScheduleBook(store)
+        self.book = store.schedules
         self.store = store
         self.on_occurrence = on_occurrence
         self.on_missed = on_missed
@@ -136,8 +136,8 @@ class Scheduler:
             self.book.settle_occurrence(schedule.id, due.fire_time, owner=self.name,
                                         status=OccurrenceStatus.DONE, note="schedule removed")
             return None
-        self.store.audit("schedule_fired", actor=self.name, schedule=schedule.id,
-                         fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
+        self.store.audit.record("schedule_fired", actor=self.name, schedule=schedule.id,
+                                fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
         self._hand_over(current, due.fire_time)
         return Fired(current, due.fire_time, due.coalesced)
 
@@ -164,10 +164,10 @@ class Scheduler:
         missed = state.status is OccurrenceStatus.MISSED
         log.warning("schedule %s, occurrence %s: %s", state.schedule,
                     state.fire_time.isoformat(), state.note)
-        self.store.audit("schedule_missed" if missed else "schedule_taken_over",
-                         actor=self.name, schedule=state.schedule,
-                         fire_time=state.fire_time.isoformat(), attempt=state.attempt,
-                         previous_owner=state.previous_owner, reason=state.note)
+        self.store.audit.record("schedule_missed" if missed else "schedule_taken_over",
+                                actor=self.name, schedule=state.schedule,
+                                fire_time=state.fire_time.isoformat(), attempt=state.attempt,
+                                previous_owner=state.previous_owner, reason=state.note)
         try:
             schedule = self.book.get(state.schedule)
         except NotFound:
@@ -190,8 +190,8 @@ class Scheduler:
             return
         log.warning("schedule %s missed occurrences from %s (older than the grace time)",
                     schedule.id, schedule.local(first))
-        self.store.audit("schedule_missed", actor=self.name, schedule=schedule.id,
-                         since=first.isoformat(), grace=self.grace.total_seconds())
+        self.store.audit.record("schedule_missed", actor=self.name, schedule=schedule.id,
+                                since=first.isoformat(), grace=self.grace.total_seconds())
         if self.on_missed is not None:
             self._guarded(self.on_missed, schedule, first)
 

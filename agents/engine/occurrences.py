@@ -100,7 +100,7 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
         What happened, with the plan, run and message to post.
     """
     done = _Done(services.store, schedule, fire_time, manual)
-    book = ScheduleBook(services.store)
+    book = services.store.schedules
     try:
         plan = services.make_plan(schedule.request, requested_by=schedule.requester)
     except PlanError as exc:
@@ -117,7 +117,7 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     if not created:
         return done(Outcome.ALREADY_STORED, f"run {run.id} for this occurrence was stored by "
                     f"an earlier attempt; it is {run.status.value}",
-                    plan=services.store.plan(run.plan_id, run.plan_version), run=run)
+                    plan=services.store.plans.get(run.plan_id, run.plan_version), run=run)
     if schedule.auto:
         return _unattended(services, done, plan, run, lock)
     return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: plan ready for approval"
@@ -137,10 +137,10 @@ class _Done:
         occurrence = Occurrence(self.schedule, self.fire_time, outcome, message,
                                 manual=self.manual, **parts)
         run, plan = occurrence.run, occurrence.plan
-        self.store.audit(f"schedule_{outcome.value}", actor=self.schedule.requester,
-                         run_id=run.id if run else None, plan_id=plan.id if plan else None,
-                         schedule=self.schedule.id, fire_time=self.fire_time.isoformat(),
-                         manual=self.manual, message=message)
+        self.store.audit.record(f"schedule_{outcome.value}", actor=self.schedule.requester,
+                                run_id=run.id if run else None, plan_id=plan.id if plan else None,
+                                schedule=self.schedule.id, fire_time=self.fire_time.isoformat(),
+                                manual=self.manual, message=message)
         return occurrence
 
     @property
@@ -154,7 +154,7 @@ class _Done:
 
 def _held_lock(store: Store, environments: Iterable[str]) -> LockInfo | None:
     wanted = set(environments)
-    return next((lock for lock in store.locks() if lock.environment in wanted), None)
+    return next((lock for lock in store.locks.all() if lock.environment in wanted), None)
 
 
 def _lock_note(lock: LockInfo | None) -> str:
@@ -167,18 +167,18 @@ def _store_run(store: Store, schedule: Schedule, plan: Plan, targets: PlanTarget
                fire_time: datetime, manual: bool) -> tuple[Run, bool]:
     """The occurrence's run, and whether this call stored it: a clock-fired occurrence's
     run id comes from its idempotency key, so every attempt at it stores one run."""
-    store.save_plan(plan)
+    store.plans.save(plan)
     meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual,
             "occurrence": occurrence_key(schedule.id, fire_time)}
     fresh = Run.for_plan(plan, targets, meta=meta)
     if manual:
-        return store.create_run(fresh), True
-    run, created = store.create_run_once(
-        fresh.model_copy(update={"id": occurrence_run_id(schedule.id, fire_time)}))
+        return store.runs.create(fresh), True
+    run, created = store.runs.create_once(
+         fresh.model_copy(update={"id": occurrence_run_id(schedule.id, fire_time)}))
     if not created:
         return run, False
-    store.audit("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
-                request=schedule.request, schedule=schedule.id)
+    store.audit.record("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
+                       request=schedule.request, schedule=schedule.id)
     return run, True
 
 
@@ -222,7 +222,7 @@ def _diff_from_approved(store: Store, schedule: Schedule, plan: Plan) -> PlanDif
     if schedule.approved_plan_id is None:
         return None
     try:
-        return diff_plans(store.plan(schedule.approved_plan_id), plan)
+        return diff_plans(store.plans.get(schedule.approved_plan_id), plan)
     except NotFound:
         return None
 
@@ -263,8 +263,8 @@ def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: P
                                       plan_version=plan.version, plan_hash=plan.hash))
         run.move(RunStatus.APPROVED)
         run.move(RunStatus.QUEUED)
-        audit = store.audit_write("approved", actor=schedule.approver_label, run_id=run_id,
+        audit = store.audit.write("approved", actor=schedule.approver_label, run_id=run_id,
                                   plan_id=plan.id, version=plan.version, hash=plan.hash)
-        return [audit, store.queue_step(run_id)]  # approval, audit and queue: one EXEC
+        return [audit, store.queue.step(run_id)]  # approval, audit and queue: one EXEC
 
-    return store.update_run(run_id, change)
+    return store.runs.update(run_id, change)

@@ -28,7 +28,7 @@ def _approved_plan_problem(schedule: Schedule, config: Config, store: Store) -> 
     if schedule.approved_plan_id is None:
         return None
     try:
-        plan = store.plan(schedule.approved_plan_id)
+        plan = store.plans.get(schedule.approved_plan_id)
     except NotFound:
         return "its approved plan is no longer stored; re-create the schedule"
     try:
@@ -48,7 +48,7 @@ def flags(schedule: Schedule) -> list[str]:
 def schedule_findings(config: Config, store: Store) -> list[str]:
     """``deckhand check``: one line per schedule that no longer plans under ``config``."""
     out = []
-    for schedule in ScheduleBook(store).all():
+    for schedule in store.schedules.all():
         seen = checked(schedule, config, store)
         if seen.plan_problem:
             out.append(f"schedule {short_id(schedule.id)} ({schedule.spec} → "

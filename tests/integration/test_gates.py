@@ -63,9 +63,9 @@ def test_error_rate_gate_stops_the_rollout_after_the_first_batch(
     failed = [c for c in bad.gates if not c.ok]
     assert failed and failed[-1].samples and failed[-1].after_batch == 1
     assert "worst: ✗ sample" in (failed[-1].reason or "")
-    audited = [e for e in services.store.audit_log(run_id=bad.id) if e.action == "gate_judged"]
+    audited = [e for e in services.store.audit.entries(run_id=bad.id) if e.action == "gate_judged"]
     assert audited and audited[-1].details["gate"]["samples"][0]["query"].startswith("sum(rate(")
-    shown = "\n".join(gate_lines(services.store.run(bad.id)))  # what `runs show` prints
+    shown = "\n".join(gate_lines(services.store.runs.get(bad.id)))  # what `runs show` prints
     assert "gate error_rate after batch 1 of 2 at" in shown and "✗ sample" in shown
 
     # one batch for the whole environment: its gate runs after it (the last) all the same

@@ -27,12 +27,12 @@ def _stale_schedule(config: Config, store: Store) -> Schedule:
     steps = [s.model_copy(update={"tool": "retired_tool"}) if i == 0 else s
              for i, s in enumerate(plan.steps)]
     plan = plan.model_copy(update={"steps": steps})
-    store.save_plan(plan)
+    store.plans.save(plan)
     now = datetime.now(UTC)
-    return ScheduleBook(store).create(Schedule(
-        spec="0 2 * * *", cron="0 2 * * *", request="deploy v2.3.1 to staging",
-        created_by="U1", auto=True, approved_plan_id=plan.id, approved_plan_hash=plan.hash,
-        created_at=now - timedelta(days=1), armed_at=now))
+    return store.schedules.create(Schedule(
+    spec="0 2 * * *", cron="0 2 * * *", request="deploy v2.3.1 to staging",
+    created_by="U1", auto=True, approved_plan_id=plan.id, approved_plan_hash=plan.hash,
+    created_at=now - timedelta(days=1), armed_at=now))
 
 
 def test_a_schedule_that_no_longer_validates_is_flagged_everywhere(
@@ -61,15 +61,15 @@ def test_an_occurrence_that_cannot_plan_flags_its_schedule_until_one_plans(
         sample_config: Config, store: Store) -> None:
     services = build_services(sample_config, store=store)
     now = datetime.now(UTC)
-    schedule = ScheduleBook(store).create(Schedule(
-        spec="0 2 * * *", cron="0 2 * * *", request="make the coffee", created_by="U1",
-        created_at=now, armed_at=now))
+    schedule = store.schedules.create(Schedule(
+    spec="0 2 * * *", cron="0 2 * * *", request="make the coffee", created_by="U1",
+    created_at=now, armed_at=now))
     assert run_occurrence(services, schedule, now).outcome is Outcome.PLAN_FAILED
     listed = handle_schedule_command(["list"], user="U1", user_groups=[], channel=None,
                                      services=services, now=now)
     assert "⚠ plan:" in listed.text and "make the coffee" in listed.text
 
-    ScheduleBook(store).update(schedule.id, lambda s: setattr(s, "request", "status staging"))
-    fixed = ScheduleBook(store).get(schedule.id)
+    store.schedules.update(schedule.id, lambda s: setattr(s, "request", "status staging"))
+    fixed = store.schedules.get(schedule.id)
     assert run_occurrence(services, fixed, now).outcome is Outcome.AWAITING_APPROVAL
-    assert ScheduleBook(store).get(schedule.id).plan_problem is None
+    assert store.schedules.get(schedule.id).plan_problem is None

@@ -37,7 +37,7 @@ def _schedule(store: Store, now: datetime) -> tuple[Schedule, datetime]:
     schedule = Schedule(spec=cron, cron=cron, request=REQUEST, created_by="U1",
                         created_at=now - timedelta(minutes=10),
                         armed_at=now - timedelta(minutes=10))
-    return ScheduleBook(store).create(schedule), fire
+    return store.schedules.create(schedule), fire
 
 
 def _llm_env(standin: OpenAIStandin) -> dict[str, str]:
@@ -69,7 +69,7 @@ def test_a_replica_killed_while_planning_has_its_occurrence_taken_over_once(
             [sys.executable, "-m", "bot.cli", "schedules", "serve", "--config",
              str(sample_config.path)], env=env, stdout=log, stderr=log)
     try:
-        book = ScheduleBook(store)
+        book = store.schedules
         wait_until(lambda: openai_standin.requests and book.occurrence(schedule.id, fire),
                    timeout=30, what="replica A to claim the occurrence and ask the LLM")
         claimed = book.occurrence(schedule.id, fire)
@@ -85,12 +85,12 @@ def test_a_replica_killed_while_planning_has_its_occurrence_taken_over_once(
     assert [(f.schedule.id, f.fire_time) for f in fired] == [(schedule.id, fire)]
     assert replica_b.recover(datetime.now(UTC)) == []  # once
 
-    runs = [r for r in store.runs(limit=50) if r.meta.get("schedule") == schedule.id]
+    runs = [r for r in store.runs.recent(limit=50) if r.meta.get("schedule") == schedule.id]
     assert [r.id for r in runs] == [occurrence_run_id(schedule.id, fire)]  # one run, its key
     state = book.occurrence(schedule.id, fire)
     assert state is not None and state.status is OccurrenceStatus.DONE
     assert (state.owner, state.attempt, state.previous_owner) == ("replica-b", 2, claimed.owner)
-    audit = [e for e in store.audit_log(limit=50) if e.details.get("schedule") == schedule.id]
+    audit = [e for e in store.audit.entries(limit=50) if e.details.get("schedule") == schedule.id]
     assert [e.action for e in audit].count("schedule_taken_over") == 1
     assert len(openai_standin.requests) == 2
     listed = handle_schedule_command(["list"], user="U1", user_groups=[], channel=None,
@@ -103,7 +103,7 @@ def test_an_occurrence_whose_takeover_also_died_is_recorded_missed(
         sample_config: Config, store: Store) -> None:
     now = datetime.now(UTC)
     schedule, fire = _schedule(store, now)
-    book, short = ScheduleBook(store), timedelta(milliseconds=50)
+    book, short = store.schedules, timedelta(milliseconds=50)
     assert book.claim_occurrence(schedule.id, fire, owner="replica-a", lease=short,
                                  ttl=timedelta(days=2))
     wait_until(lambda: book.abandoned_occurrences(), timeout=5, what="A's lease to lapse")
@@ -121,6 +121,6 @@ def test_an_occurrence_whose_takeover_also_died_is_recorded_missed(
     assert "⚠ last occurrence" in handle_schedule_command(
         ["list"], user="U1", user_groups=[], channel=None,
         services=build_services(sample_config, store=store), now=now).text
-    audit = store.audit_log(limit=20)
+    audit = store.audit.entries(limit=20)
     assert any(e.action == "schedule_missed" and "2 attempt(s)" in e.details["reason"]
                for e in audit)
