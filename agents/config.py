@@ -220,7 +220,8 @@ class _Loader:
         if not (tools and inventory):
             return  # every step would report knock-on "unknown tool/environment" problems
         for env_name, env in config.inventory.environments.items():
-            for problem in _batch_gate_problems(env.rollout.after_each_batch, config.catalog):
+            names = [n for n in env.rollout.after_each_batch if n not in self.broken_tools]
+            for problem in _batch_gate_problems(names, config.catalog):
                 self._add(self.doc, ("inventory", "environments", env_name, "rollout"), problem)
         for index, book in playbooks:
             checker = _PlaybookCheck(book, config, self.broken_tools)

@@ -9,6 +9,7 @@ with or without ``KIND-``. Ids written before this format (``run-1a2b3c4d``) sti
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 
@@ -24,6 +25,13 @@ def new_id(kind: str, *, now: float | None = None) -> str:
     """A fresh id such as ``run-01jd3xq4k7m2v9d8e5t0b6c1na``."""
     millis = int((time.time() if now is None else now) * 1000)
     return f"{kind}-{_base32(millis, TIME_CHARS)}{_base32(secrets.randbits(80), RANDOM_CHARS)}"
+
+
+def derived_id(kind: str, key: str, *, at: float) -> str:
+    """The id one idempotency ``key`` always gets (time part ``at``), in the same format:
+    two replicas handling the same thing create the same record, never two."""
+    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:10], "big")
+    return f"{kind}-{_base32(int(at * 1000), TIME_CHARS)}{_base32(digest, RANDOM_CHARS)}"
 
 
 def short_id(record_id: str) -> str:

@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     schedule_tz: str = Field(default="UTC", alias="DECKHAND_TZ")
     schedule_grace: float = Field(default=1800.0, gt=0, alias="DECKHAND_SCHEDULE_GRACE",
                                   description="seconds a missed occurrence may still fire")
+    schedule_lease: float = Field(
+        default=60.0, gt=0, alias="DECKHAND_SCHEDULE_LEASE",
+        description="seconds a claimed occurrence may go without its replica's heartbeat "
+                    "before another replica takes it over")
 
     openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")

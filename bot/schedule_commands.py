@@ -27,6 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from agents.engine.occurrences import Occurrence, auto_problem, run_occurrence
+from agents.engine.schedule_health import checked
+from agents.engine.schedule_health import flags as schedule_flags
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.ids import short_id
 from agents.plan.model import Plan
@@ -59,9 +61,10 @@ class ScheduleView:
         flags = "".join(f" [{f}]" for f, on in (("auto", s.auto), ("paused", s.paused)) if on)
         upcoming = ", ".join(s.local(t) for t in self.next_fires) or "—"
         where = f" in {s.channel}" if s.channel else ""
+        troubles = "".join(f"\n    {line}" for line in schedule_flags(s))
         return (f"{short_id(s.id)}{flags}  {s.spec}  ({s.cron}, {s.timezone})  → "
                 f"{s.request!r}{where}\n"
-                f"    next: {'paused' if s.paused else upcoming}")
+                f"    next: {'paused' if s.paused else upcoming}{troubles}")
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,8 @@ def _plan_line(plan: Plan, scopes: list[str]) -> str:
 
 
 def _list(ctx: _Ctx, words: list[str]) -> ScheduleReply:
-    views = [ScheduleView(s, [] if s.paused else s.next_fires(ctx.now, 3))
+    config, store = ctx.services.config, ctx.services.store
+    views = [ScheduleView(checked(s, config, store), [] if s.paused else s.next_fires(ctx.now, 3))
              for s in ctx.book.all()]
     text = "\n".join(v.describe() for v in views) or "No schedules. " + USAGE.splitlines()[0]
     return ScheduleReply(True, text, schedules=views)

@@ -5,7 +5,9 @@ job store (APScheduler's docs: a job store must not be shared between schedulers
 from Redis on start and whenever ``schedules:version`` moves (checked every ``sync_every``
 seconds, or at once through ``reload()``). APScheduler only wakes the process up at the
 right moment; what fires is decided by ``fire_due(now)`` from Redis state, and a Redis
-claim per (schedule, fire time) lets exactly one replica handle each occurrence. Fire times,
+claim per (schedule, fire time) lets exactly one replica handle each occurrence, under a
+lease: if that replica dies while handling it, another takes it over once, with the same
+idempotency key, or records it missed (``agents.schedules.keys``). Fire times,
 DST rules and the missed-occurrence policy are those of ``agents.schedules.model``.
 
 Tests drive ``tick(now)`` / ``fire_due(now)`` with a controlled clock; nothing sleeps.
@@ -28,6 +30,7 @@ from apscheduler.triggers.base import BaseTrigger
 
 from agents.engine.occurrences import Occurrence, run_occurrence
 from agents.errors import NotFound, ScheduleError, StoreError
+from agents.schedules.keys import DEFAULT_LEASE, Heartbeat, OccurrenceState, OccurrenceStatus
 from agents.schedules.model import (
     DEFAULT_GRACE,
     Due,
@@ -62,7 +65,7 @@ class Scheduler:
     def __init__(self, store: Store, *, on_occurrence: OnOccurrence,
                  on_missed: OnMissed | None = None, grace: timedelta = DEFAULT_GRACE,
                  clock: Callable[[], datetime] = utc_now, name: str | None = None,
-                 sync_every: float = 10.0):
+                 sync_every: float = 10.0, lease: timedelta = DEFAULT_LEASE):
         self.book = store.schedules
         self.store = store
         self.on_occurrence = on_occurrence
@@ -71,6 +74,9 @@ class Scheduler:
         self.clock = clock
         self.name = name or f"scheduler-{socket.gethostname()}-{os.getpid()}"
         self.sync_every = sync_every
+        self.lease = lease
+        """How long a claimed occurrence may go without its claimer's heartbeat before
+        another replica takes it over (``agents.schedules.keys``)."""
         self._aps: BackgroundScheduler | None = None
         self._version: int | None = None
         self._reload_lock = threading.Lock()
@@ -82,6 +88,7 @@ class Scheduler:
         """The scheduler a bot replica runs: the default occurrence handler feeding ``report``,
         the grace time from ``DECKHAND_SCHEDULE_GRACE``."""
         options.setdefault("grace", timedelta(seconds=services.settings.schedule_grace))
+        options.setdefault("lease", timedelta(seconds=services.settings.schedule_lease))
         return cls(services.store, on_occurrence=occurrence_handler(services, report),
                    on_missed=on_missed, **options)
 
@@ -93,9 +100,10 @@ class Scheduler:
         return self.fire_due(now)
 
     def fire_due(self, now: datetime) -> list[Fired]:
-        """Fire every schedule due at ``now`` that this replica wins the claim for."""
+        """Fire every schedule due at ``now`` that this replica wins the claim for, then take
+        over the occurrences whose claimer stopped while handling them."""
         fired = [self._fire_checked(schedule, now) for schedule in self.book.all()]
-        return [f for f in fired if f is not None]
+        return [f for f in fired if f is not None] + self.recover(now)
 
     def _fire_checked(self, schedule: Schedule, now: datetime) -> Fired | None:
         try:
@@ -119,16 +127,57 @@ class Scheduler:
             self._missed(schedule, due, now)
         if due.fire_time is None:
             return None
-        if not self.book.claim(schedule.id, due.fire_time, owner=self.name,
-                               ttl=claim_ttl(self.grace)):
+        if not self.book.claim_occurrence(schedule.id, due.fire_time, owner=self.name,
+                                          lease=self.lease, ttl=claim_ttl(self.grace)):
             return None  # another replica has this occurrence
         current = self.book.mark_fired(schedule.id, due.fire_time, due.coalesced)
-        if current is None:
-            return None  # removed in the meantime
+        if current is None:  # removed in the meantime
+            self.book.settle_occurrence(schedule.id, due.fire_time, owner=self.name,
+                                        status=OccurrenceStatus.DONE, note="schedule removed")
+            return None
         self.store.audit.record("schedule_fired", actor=self.name, schedule=schedule.id,
-                         fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
+                                fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
         self._hand_over(current, due.fire_time)
         return Fired(current, due.fire_time, due.coalesced)
+
+    def recover(self, now: datetime) -> list[Fired]:
+        """Take over (once) each occurrence whose claimer's lease lapsed, or record it
+        missed with the reason; the ones this replica took over and handled."""
+        fired = []
+        for schedule_id, fire_time in self.book.abandoned_occurrences():
+            too_old = (f"the occurrence is older than the grace time "
+                       f"({self.grace.total_seconds():g}s)") if now - fire_time > self.grace \
+                else None
+            state = self.book.take_over(schedule_id, fire_time, owner=self.name,
+                                        lease=self.lease, too_old=too_old)
+            if state is None:
+                continue  # another replica got there first, or it was settled meanwhile
+            schedule = self._recorded(state)
+            if schedule is not None and state.status is OccurrenceStatus.PLANNING:
+                self._hand_over(schedule, fire_time)
+                fired.append(Fired(schedule, fire_time))
+        return fired
+
+    def _recorded(self, state: OccurrenceState) -> Schedule | None:
+        """Audit and flag a takeover or a miss; the schedule (None if it was removed)."""
+        missed = state.status is OccurrenceStatus.MISSED
+        log.warning("schedule %s, occurrence %s: %s", state.schedule,
+                    state.fire_time.isoformat(), state.note)
+        self.store.audit.record("schedule_missed" if missed else "schedule_taken_over",
+                                actor=self.name, schedule=state.schedule,
+                                fire_time=state.fire_time.isoformat(), attempt=state.attempt,
+                                previous_owner=state.previous_owner, reason=state.note)
+        try:
+            schedule = self.book.get(state.schedule)
+        except NotFound:
+            return None
+        self.book.flag(schedule.id, last_problem=f"{schedule.local(state.fire_time)}: "
+                                                 f"{state.note}")
+        if not missed:
+            return schedule
+        if self.on_missed is not None:
+            self._guarded(self.on_missed, schedule, state.fire_time)
+        return None
 
     def _missed(self, schedule: Schedule, due: Due, now: datetime) -> None:
         first = due.missed_since
@@ -141,22 +190,36 @@ class Scheduler:
         log.warning("schedule %s missed occurrences from %s (older than the grace time)",
                     schedule.id, schedule.local(first))
         self.store.audit.record("schedule_missed", actor=self.name, schedule=schedule.id,
-                         since=first.isoformat(), grace=self.grace.total_seconds())
+                                since=first.isoformat(), grace=self.grace.total_seconds())
         if self.on_missed is not None:
             self._guarded(self.on_missed, schedule, first)
 
     def _hand_over(self, schedule: Schedule, fire_time: datetime) -> None:
-        self._guarded(self.on_occurrence, schedule, fire_time)
+        """Handle the occurrence under a renewed lease, then settle it."""
+        def renew() -> bool:
+            return self.book.renew_lease(schedule.id, fire_time, owner=self.name,
+                                         lease=self.lease)
+
+        with Heartbeat(renew, self.lease, what=f"{schedule.id}@{fire_time.isoformat()}"):
+            error = self._guarded(self.on_occurrence, schedule, fire_time)
+        note = f"handling failed: {error!r}" if error is not None else None
+        self.book.settle_occurrence(schedule.id, fire_time, owner=self.name, note=note,
+                                    status=OccurrenceStatus.FAILED if note
+                                    else OccurrenceStatus.DONE)
+        if note:
+            self.book.flag(schedule.id, last_problem=f"{schedule.local(fire_time)}: {note}")
 
     def _guarded(self, callback: Callable[[Schedule, datetime], None], schedule: Schedule,
-                 when: datetime) -> None:
+                 when: datetime) -> Exception | None:
         # One schedule's failing callback must not stop the others from firing: log it
-        # with its traceback and carry on (the occurrence stays claimed: at most once).
+        # with its traceback and carry on (the occurrence is settled as failed, and shown).
         try:
             callback(schedule, when)
-        except Exception:
+        except Exception as exc:
             log.exception("schedule %s: handling the occurrence at %s failed",
                           schedule.id, when.isoformat())
+            return exc
+        return None
 
     # -- APScheduler -------------------------------------------------------------------------
 

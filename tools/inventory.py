@@ -44,7 +44,9 @@ class Rollout(BaseModel):
                               description="hosts at once in a batch (a thread each)")
     stop_on_failure: bool = True
     after_each_batch: list[str] = Field(
-        default_factory=list, description="gates that must pass between batches")
+        default_factory=list, description=(
+            "gates that must pass after every batch, the last (and a single) one included: "
+            "a step is not done until its last batch's gates passed"))
 
     @field_validator("batch_size")
     @classmethod

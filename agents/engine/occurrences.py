@@ -30,6 +30,7 @@ from agents.plan.targets import PlanTargets
 from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.rules import Policy
 from agents.run.record import Approval, Run, RunStatus
+from agents.schedules.keys import occurrence_key, occurrence_run_id
 from agents.schedules.model import Schedule
 from agents.services import Services
 from agents.store import LockInfo, Store
@@ -44,6 +45,8 @@ class Outcome(StrEnum):
     """An environment was locked and its policy refuses to wait: nothing was created."""
     PLAN_FAILED = "plan_failed"
     """The request could not be planned this time: nothing was created."""
+    ALREADY_STORED = "already_stored"
+    """An earlier attempt at this occurrence (a replica that then stopped) stored its run."""
 
 
 @dataclass(frozen=True)
@@ -97,17 +100,24 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
         What happened, with the plan, run and message to post.
     """
     done = _Done(services.store, schedule, fire_time, manual)
+    book = services.store.schedules
     try:
         plan = services.make_plan(schedule.request, requested_by=schedule.requester)
     except PlanError as exc:
+        book.flag(schedule.id, plan_problem=f"{schedule.local(fire_time)}: {exc}")
         return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}")
+    book.flag(schedule.id, plan_problem=None)
     targets = services.targets(plan)
     envs = targets.environments
     lock = _held_lock(services.store, envs)
     if lock is not None and services.config.policy.strictest(targets.scopes).lock == "refuse":
         return done(Outcome.SKIPPED_LOCKED, f"skipped: {lock.describe()}, and policy does not "
                     f"queue behind it", plan=plan, lock=lock)
-    run = _store_run(services.store, schedule, plan, targets, fire_time, manual)
+    run, created = _store_run(services.store, schedule, plan, targets, fire_time, manual)
+    if not created:
+        return done(Outcome.ALREADY_STORED, f"run {run.id} for this occurrence was stored by "
+                    f"an earlier attempt; it is {run.status.value}",
+                    plan=services.store.plans.get(run.plan_id, run.plan_version), run=run)
     if schedule.auto:
         return _unattended(services, done, plan, run, lock)
     return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: plan ready for approval"
@@ -154,13 +164,22 @@ def _lock_note(lock: LockInfo | None) -> str:
 
 
 def _store_run(store: Store, schedule: Schedule, plan: Plan, targets: PlanTargets,
-               fire_time: datetime, manual: bool) -> Run:
+               fire_time: datetime, manual: bool) -> tuple[Run, bool]:
+    """The occurrence's run, and whether this call stored it: a clock-fired occurrence's
+    run id comes from its idempotency key, so every attempt at it stores one run."""
     store.plans.save(plan)
-    meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual}
-    run = store.runs.create(Run.for_plan(plan, targets, meta=meta))
+    meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual,
+            "occurrence": occurrence_key(schedule.id, fire_time)}
+    fresh = Run.for_plan(plan, targets, meta=meta)
+    if manual:
+        return store.runs.create(fresh), True
+    run, created = store.runs.create_once(
+        fresh.model_copy(update={"id": occurrence_run_id(schedule.id, fire_time)}))
+    if not created:
+        return run, False
     store.audit.record("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
                        request=schedule.request, schedule=schedule.id)
-    return run
+    return run, True
 
 
 # -- unattended (--auto) -----------------------------------------------------------------

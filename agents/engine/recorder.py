@@ -12,6 +12,7 @@ whether it would survive a failover (a replica has it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from agents.errors import StoreError
 from agents.plan.model import Plan
@@ -21,7 +22,7 @@ from agents.store import LostOwnership, Store, Write
 from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
-           EventKind.ROLLBACK_FINISHED, EventKind.RUN_FINISHED}
+           EventKind.ROLLBACK_FINISHED, EventKind.GATE_JUDGED, EventKind.RUN_FINISHED}
 UNRECORDED = {EventKind.STEP_OUTPUT, EventKind.STEP_RETRY}
 """Events that change nothing in the record (output lives in host tails)."""
 
@@ -44,9 +45,10 @@ class RunRecorder:
             return lambda: self._write(lambda: self.store.leases.record_hosts_as_owner(
                        run.id, changes, worker=self.worker))
         if event.kind in AUDITED:  # taken now, written after the record that it follows
+            gate: dict[str, Any] = {"gate": event.gate} if event.gate is not None else {}
             self._audits.append(self.store.audit.write(
                 event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
-                phase=event.phase.value, status=event.status, error=event.error))
+                phase=event.phase.value, status=event.status, error=event.error, **gate))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
             self.store.plans.save(Plan.model_validate(event.plan))  # before the run names it
         self._write(lambda: self.store.leases.save_as_owner(run, worker=self.worker))

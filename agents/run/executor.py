@@ -22,7 +22,8 @@ from typing import Any, Literal
 from agents import logcontext, tracing
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
-from agents.run.record import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from agents.run.gates import gate_check, stop_reason
+from agents.run.record import Event, EventKind, GateCheck, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
@@ -339,11 +340,6 @@ class _Execution:
         outcomes: list[_HostOutcome] = []
         batches = rollout.batches(hosts)
         for number, batch in enumerate(batches, start=1):
-            if number > 1 and phase is Phase.PLAN and tool.mutates:
-                failure = self._batch_gates(step, params, rollout, number - 1, token)
-                if failure is not None:
-                    outcomes.append(_HostOutcome(ok=False, error=failure))
-                    break
             refused = self._start_batch(step, phase, tool, params, batch)
             if refused:
                 outcomes += refused
@@ -358,6 +354,11 @@ class _Execution:
                         lambda h: self._run_on_host(step, phase, tool, params, h, token), batch)
             if rollout.stop_on_failure and not all(o.ok for o in outcomes):
                 break
+            if phase is Phase.PLAN and tool.mutates:  # after every batch, the last included
+                failure = self._batch_gates(step, params, rollout, (number, len(batches)), token)
+                if failure is not None:
+                    outcomes.append(_HostOutcome(ok=False, error=failure))
+                    break
         return outcomes
 
     def _start_batch(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
@@ -391,13 +392,15 @@ class _Execution:
         return _HostOutcome(ok=False, error=error)
 
     def _batch_gates(self, step: Step | RollbackStep, params: dict[str, ParamValue],
-                     rollout: Rollout, done: int, token: CancelToken) -> str | None:
-        """Run the rollout's gates after batch ``done``; why the rollout stops, or None."""
+                     rollout: Rollout, batch: tuple[int, int], token: CancelToken) -> str | None:
+        """Run the rollout's gates after batch ``batch`` = (number, of); why the rollout
+        stops, or None. Each evaluation is recorded with every sample (GATE_JUDGED)."""
         ids = {"step_id": step.id, "phase": Phase.PLAN, "host": LOCAL_HOST.name}
+        done, total = batch
         for name in rollout.after_each_batch:
             gate = self.deps.catalog.get(name)
             shared = {k: v for k, v in params.items() if k in gate.params}
-            self._output(f"gate {name} after batch {done}:", ids)
+            self._output(f"gate {name} after batch {done} of {total}:", ids)
             try:
                 spec = self.deps.catalog.render(gate, shared, host_vars={},
                                                 config_vars=self.deps.config_vars)
@@ -405,10 +408,20 @@ class _Execution:
                     spec, timeout=gate.timeout, cancel=token,
                     on_output=lambda line: self._output(line, ids))
             except DeckhandError as exc:  # a gate that cannot run fails closed
-                return f"gate {name} could not run after batch {done}: {exc}"
-            if not result.ok:
-                return f"gate {name} failed after batch {done}: {_last_line(result.tail)}"
+                return f"gate {name} could not run after batch {done} of {total}: {exc}"
+            check = gate_check(name, step.id, result, after_batch=done, batches=total)
+            self._gate_judged(check)
+            if not check.ok:
+                return stop_reason(check)
         return None
+
+    def _gate_judged(self, check: GateCheck) -> None:
+        redact = self.deps.redact
+        check.lines = [redact(line) for line in check.lines]
+        check.reason = redact(check.reason) if check.reason else None
+        self.emit(EventKind.GATE_JUDGED, step_id=check.step,
+                  status="passed" if check.ok else "failed", error=check.reason,
+                  gate=check.model_dump(mode="json"))
 
     def _run_on_host(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                      params: dict[str, ParamValue], host: Host,
@@ -438,6 +451,8 @@ class _Execution:
             watch = _OutputWatch(tool.outputs, success.patterns,
                                  lambda line: self._output(line, ids))
             result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
+            if tool.gate is not None and result is not None:  # a gate as a step: its samples
+                self._gate_judged(gate_check(tool.name, step.id, result))
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout)

@@ -16,6 +16,7 @@ from agents.errors import IllegalTransition
 from agents.ids import new_id
 from agents.plan.model import Plan
 from agents.plan.targets import UNSCOPED, PlanTargets
+from tools.gates import GateSample
 
 
 class RunStatus(StrEnum):
@@ -95,6 +96,8 @@ class EventKind(StrEnum):
     ROLLBACK_STARTED = "rollback_started"
     ROLLBACK_FINISHED = "rollback_finished"
     REPLANNED = "replanned"
+    GATE_JUDGED = "gate_judged"
+    """A gate was evaluated (after a rollout batch, or as a step): every sample it judged."""
     RUN_FINISHED = "run_finished"
 
 
@@ -126,6 +129,8 @@ class Event(BaseModel):
     plan: dict[str, Any] | None = None
     """REPLANNED: the revised plan (agents.plan.model.Plan as JSON) and its hash."""
     plan_hash: str | None = None
+    gate: dict[str, Any] | None = None
+    """GATE_JUDGED: the GateCheck (as JSON)."""
 
     def describe(self) -> str:
         """One human line for logs and audit."""
@@ -168,6 +173,25 @@ class HostChange(BaseModel):
     step: str
     result: HostResult
     changed: bool
+
+
+class GateCheck(BaseModel):
+    """One evaluation of a gate in a run, with every sample it judged."""
+
+    name: str
+    step: str
+    """The step whose rollout it judged (or the gate step itself)."""
+    after_batch: int | None = None
+    batches: int | None = None
+    ok: bool
+    reason: str | None = None
+    """Why it failed, naming the worst sample."""
+    samples: list[GateSample] = Field(default_factory=list)
+    samples_total: int = 0
+    """How many were judged (``samples`` keeps the failed ones first, up to a bound)."""
+    lines: list[str] = Field(default_factory=list)
+    """Its result lines (http and ci_status gates have no samples)."""
+    at: float = Field(default_factory=time.time)
 
 
 class StepState(BaseModel):
@@ -227,6 +251,8 @@ class Run(BaseModel):
     break_glass: str | None = None
     """Why this run must go ahead during a freeze (it then needs one more approval)."""
     meta: dict[str, Any] = Field(default_factory=dict)
+    gates: list[GateCheck] = Field(default_factory=list)
+    """Every gate evaluated in this run, in order."""
     seq: int = 0
     """How many events this record has folded in: host changes with a higher ``seq`` are
     newer than the record and still apply to it."""
@@ -398,6 +424,11 @@ def _replanned(run: Run, ev: Event) -> None:
         run.reason = f"replanned after: {ev.error}; the revision needs approval"
 
 
+def _gate_judged(run: Run, ev: Event) -> None:
+    if ev.gate is not None:
+        run.gates.append(GateCheck.model_validate(ev.gate))
+
+
 def _run_finished(run: Run, ev: Event) -> None:
     final = RunStatus(ev.status or "failed")
     if run.status is not final:
@@ -416,5 +447,6 @@ _APPLY = {
     EventKind.STEP_FINISHED: _step_finished,
     EventKind.ROLLBACK_STARTED: _rollback_started,
     EventKind.REPLANNED: _replanned,
+    EventKind.GATE_JUDGED: _gate_judged,
     EventKind.RUN_FINISHED: _run_finished,
 }

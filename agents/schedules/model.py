@@ -41,9 +41,12 @@ Missed occurrences
 Exactly once across replicas
     Every replica computes the same fire times, and a firing first claims
     ``schedule:ID:fired:<UTC ISO fire time>`` with SET NX (TTL well beyond the grace time).
-    Only the replica that got the claim handles the occurrence. The claim comes first, so
-    a replica that dies between claim and handling loses that occurrence: at most once,
-    never twice.
+    Only the replica that got the claim handles the occurrence, under a lease its heartbeat
+    renews. A replica that dies while handling it (planning, typically) lets the lease
+    lapse; the next replica to tick takes the occurrence over once, with the same
+    idempotency key (the run's id is derived from schedule and fire time, so it is stored
+    once), or records it missed with the reason (``agents.schedules.keys``). Either way it
+    shows in ``schedules list``.
 
 Storage: ``agents.store.schedules.ScheduleBook`` (``schedule:ID`` as JSON, an index by
 creation, ``schedules:version`` bumped on every change so replicas rebuild their jobs, and
@@ -430,6 +433,11 @@ class Schedule(BaseModel):
     last_fire: datetime | None = None
     last_coalesced: int = 0
     fires: int = 0
+    last_problem: str | None = None
+    """What went wrong with the latest troubled occurrence (taken over, missed, failed)."""
+    plan_problem: str | None = None
+    """Why the request no longer plans (or validates) under the current config; cleared by
+    the next occurrence that plans."""
 
     @property
     def zone(self) -> ZoneInfo:

@@ -142,6 +142,10 @@ class Keys:
     def schedule_claim(self, schedule_id: str, kind: str, fire_time_iso: str) -> str:
         return self("schedule", schedule_id, kind, fire_time_iso)
 
+    def schedules_open(self) -> str:
+        """Occurrences claimed and not yet settled (``ID ISO``), scored by fire time."""
+        return self("schedules", "open")
+
     def proposal(self, plan_hash: str, requester: str) -> str:
         return self("proposal", plan_hash, requester)
 

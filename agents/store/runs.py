@@ -51,6 +51,14 @@ class Runs(Part):
             lambda pipe, run_id: self._write_new_run(pipe, run, run_id))
         return run
 
+    def create_once(self, run: Run) -> tuple[Run, bool]:
+        """Store ``run`` under its own id unless a run has it already: (the stored run,
+        whether this call created it). For ids derived from an idempotency key."""
+        created = self.cas([self.keys.run(run.id)],
+                           lambda pipe: self._write_new_run(pipe, run, run.id),
+                           busy=f"run {run.id}")
+        return (run, True) if created else (self.get(run.id), False)
+
     def _write_new_run(self, pipe: Pipeline, run: Run, run_id: str) -> bool:
         if pipe.exists(self.keys.run(run_id)):
             return False

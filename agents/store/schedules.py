@@ -12,6 +12,7 @@ from redis.client import Pipeline
 
 from agents.errors import AmbiguousId, NotFound
 from agents.ids import normalize
+from agents.schedules.keys import ATTEMPTS, OccurrenceState, OccurrenceStatus
 from agents.schedules.model import Schedule
 from agents.store._redis import RedisBase, Write
 
@@ -141,3 +142,139 @@ class ScheduleBook:
 
         with contextlib.suppress(NotFound):  # removed meanwhile: nothing to re-arm
             self.update(schedule_id, change)
+
+    # -- occurrence leases (see agents.schedules.keys) -------------------------------------------
+
+    def claim_occurrence(self, schedule_id: str, fire_time: datetime, *, owner: str,
+                         lease: timedelta, ttl: timedelta) -> bool:
+        """Claim an occurrence (True for exactly one caller, across replicas) and, in the
+        same transaction, record it as being handled by ``owner`` under a lease."""
+        iso = _iso(fire_time)
+        claim = self.keys.schedule_claim(schedule_id, "fired", iso)
+        state = OccurrenceState(schedule=schedule_id, fire_time=fire_time, owner=owner)
+
+        def attempt(pipe: Pipeline) -> bool:
+            if pipe.exists(claim):
+                return False
+            pipe.multi()
+            pipe.set(claim, owner, px=_ms(ttl))
+            pipe.set(self.keys.schedule_claim(schedule_id, "occurrence", iso),
+                     state.model_dump_json(), px=_ms(ttl))
+            pipe.set(self.keys.schedule_claim(schedule_id, "lease", iso), owner, px=_ms(lease))
+            pipe.zadd(self.keys.schedules_open(), {f"{schedule_id} {iso}": fire_time.timestamp()})
+            pipe.execute()
+            return True
+
+        return self.store.cas([claim], attempt, busy=f"occurrence {schedule_id} {iso}")
+
+    def renew_lease(self, schedule_id: str, fire_time: datetime, *, owner: str,
+                    lease: timedelta) -> bool:
+        """Extend ``owner``'s lease; False if it is not (or no longer) theirs."""
+        key = self.keys.schedule_claim(schedule_id, "lease", _iso(fire_time))
+
+        def attempt(pipe: Pipeline) -> bool:
+            if pipe.get(key) != owner.encode():
+                return False
+            pipe.multi()
+            pipe.pexpire(key, _ms(lease))
+            pipe.execute()
+            return True
+
+        return self.store.cas([key], attempt, busy=f"lease {key}")
+
+    def occurrence(self, schedule_id: str, fire_time: datetime) -> OccurrenceState | None:
+        with self.store.errors():
+            raw = self.r.get(self.keys.schedule_claim(schedule_id, "occurrence", _iso(fire_time)))
+        return OccurrenceState.model_validate_json(raw) if raw else None
+
+    def settle_occurrence(self, schedule_id: str, fire_time: datetime, *, owner: str,
+                          status: OccurrenceStatus, note: str | None = None) -> bool:
+        """End ``owner``'s attempt; False (nothing written) if another replica holds it."""
+        iso = _iso(fire_time)
+        key = self.keys.schedule_claim(schedule_id, "occurrence", iso)
+
+        def attempt(pipe: Pipeline) -> bool:
+            raw = pipe.get(key)
+            state = OccurrenceState.model_validate_json(raw) if raw else None
+            if state is None or state.owner != owner or \
+                    state.status is not OccurrenceStatus.PLANNING:
+                return False
+            state.status, state.note = status, note or state.note
+            self._close(pipe, key, state, iso)
+            return True
+
+        return self.store.cas([key], attempt, busy=f"occurrence {schedule_id} {iso}")
+
+    def abandoned_occurrences(self) -> list[tuple[str, datetime]]:
+        """Open occurrences whose lease has lapsed (their claimer stopped)."""
+        with self.store.errors():
+            raw = cast(list[bytes], self.r.zrange(self.keys.schedules_open(), 0, -1))
+            open_ = [tuple(m.decode().split(" ", 1)) for m in raw]
+            held = [self.r.exists(self.keys.schedule_claim(sid, "lease", iso))
+                    for sid, iso in open_]
+        return [(sid, datetime.fromisoformat(iso))
+                for (sid, iso), leased in zip(open_, held, strict=True) if not leased]
+
+    def take_over(self, schedule_id: str, fire_time: datetime, *, owner: str,
+                  lease: timedelta, too_old: str | None = None) -> OccurrenceState | None:
+        """Take an abandoned occurrence (status PLANNING, ``owner`` now holds the lease), or
+        record it MISSED when it may not be taken (``too_old``: why; or no attempt left);
+        None when another replica got there first or its claimer still holds it."""
+        iso = _iso(fire_time)
+        key = self.keys.schedule_claim(schedule_id, "occurrence", iso)
+        lease_key = self.keys.schedule_claim(schedule_id, "lease", iso)
+
+        def attempt(pipe: Pipeline) -> OccurrenceState | None:
+            raw = pipe.get(key)
+            if pipe.exists(lease_key):
+                return None
+            state = OccurrenceState.model_validate_json(raw) if raw else None
+            if state is None or state.status is not OccurrenceStatus.PLANNING:
+                pipe.multi()
+                pipe.zrem(self.keys.schedules_open(), f"{schedule_id} {iso}")
+                pipe.execute()
+                return None
+            lost = f"{state.owner} stopped while handling it (its lease lapsed)"
+            if too_old or state.attempt >= ATTEMPTS:
+                state.status = OccurrenceStatus.MISSED
+                state.note = f"missed: {lost}, and " + (
+                    too_old or f"{state.attempt} attempt(s) were made; none is left")
+                self._close(pipe, key, state, iso)
+                return state
+            state.previous_owner, state.owner = state.owner, owner
+            state.attempt += 1
+            state.note = f"taken over by {owner}: {lost}"
+            pipe.multi()
+            pipe.set(key, state.model_dump_json(), keepttl=True)
+            pipe.set(lease_key, owner, px=_ms(lease))
+            pipe.execute()
+            return state
+
+        return self.store.cas([key, lease_key], attempt, busy=f"occurrence {schedule_id} {iso}")
+
+    def _close(self, pipe: Pipeline, key: str, state: OccurrenceState, iso: str) -> None:
+        pipe.multi()
+        pipe.set(key, state.model_dump_json(), keepttl=True)
+        pipe.delete(self.keys.schedule_claim(state.schedule, "lease", iso))
+        pipe.zrem(self.keys.schedules_open(), f"{state.schedule} {iso}")
+        pipe.execute()
+
+    def flag(self, schedule_id: str, **fields: str | None) -> None:
+        """Set what ``schedules list`` flags on a schedule (``last_problem``,
+        ``plan_problem``; None clears); nothing is written when nothing changes."""
+        def change(schedule: Schedule) -> None:
+            if all(getattr(schedule, k) == v for k, v in fields.items()):
+                raise Unchanged
+            for name, value in fields.items():
+                setattr(schedule, name, value)
+
+        with contextlib.suppress(NotFound):
+            self.update(schedule_id, change)
+
+
+def _iso(fire_time: datetime) -> str:
+    return fire_time.astimezone(UTC).isoformat()
+
+
+def _ms(span: timedelta) -> int:
+    return max(1, int(span.total_seconds() * 1000))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agents.config import load_config
+from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
 from agents.plan.yaml import plan_to_yaml
 from agents.policy.eligibility import shared_host_notes
@@ -207,7 +207,36 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     _report_prompts(console, config.prompts)
     for note in shared_host_notes(config.inventory, config.policy):
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    return report_redis(console, Settings())
+    gates = _report_gates(console, config)
+    settings = Settings()
+    redis = report_redis(console, settings)
+    return max(redis, gates, _report_schedules(console, config, settings) if redis == 0 else 0)
+
+
+def _report_schedules(console: Console, config: Config, settings: Settings) -> int:
+    """With REDIS_URL: each schedule whose plan no longer validates under ``config``."""
+    if settings.redis_url is None:
+        return 0
+    from agents.engine.schedule_health import schedule_findings
+    from agents.store import Store
+
+    store = Store.connect(settings.redis_url.get_secret_value())
+    findings = schedule_findings(config, store)
+    for line in findings:
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+    return 1 if findings else 0
+
+
+def _report_gates(console: Console, config: Config) -> int:
+    """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
+    from bot.cli.check_gates import gate_findings
+
+    problems, notes = gate_findings(config)
+    for line in problems:
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+    for line in notes:
+        console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+    return 1 if problems else 0
 
 
 def _report_prompts(console: Console, prompts: PromptSet) -> None:

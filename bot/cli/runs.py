@@ -21,6 +21,7 @@ from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
 from agents.policy.approvals import approval_problem, approvals_needed
+from agents.run.gates import gate_lines
 from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
@@ -152,6 +153,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     plan = store.plans.get(run.plan_id, run.plan_version)
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
+    for line in gate_lines(run):  # every measured value against its threshold
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
     if found:
         console.print(f"trace: {found}", highlight=False, soft_wrap=True)

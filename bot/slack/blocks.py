@@ -20,7 +20,8 @@ from agents.ids import short_id
 from agents.plan.diff import Mark, PlanDiff
 from agents.plan.model import Plan, Step, format_params
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus, StepState, StepStatus
+from agents.run.gates import where as gate_where
+from agents.run.record import GateCheck, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, tally
 
 Block = dict[str, Any]
@@ -370,6 +371,19 @@ def failure_blocks(step_id: str, state: StepState) -> list[Block]:
         blocks.append(context(f"failed on {len(failed)}/{len(state.hosts)} hosts: "
                               f"{_host_names([h.host for h in failed], 30)}"))
     return blocks
+
+
+def gate_text(check: GateCheck) -> str:
+    verdict = "passed" if check.ok else f"failed: {check.reason}"
+    return f"gate {check.name} {gate_where(check)} {verdict}"
+
+
+def gate_blocks(check: GateCheck) -> list[Block]:
+    """A gate's verdict and every (already redacted) line it measured, as a code block."""
+    icon = "✅" if check.ok else "❌"
+    lines = escape("\n".join(check.lines)).replace("```", "'''")
+    return [section(f"{icon} {shown(gate_text(check), 1000)}"),
+            section(f"```{trim(lines, MAX_SECTION - 100)}```")]
 
 
 def output_blocks(step_id: str, output: str) -> list[Block]:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 
 from slack_sdk.errors import SlackApiError
 
+from agents.engine.schedule_health import checked
 from agents.policy.approvals import approval_problem
 from agents.policy.rules import Policy
 from agents.run.executor import Listener
@@ -72,7 +73,9 @@ def _involves(run: Run, user: str) -> bool:
 
 def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
     now = datetime.now(UTC)
-    return [(s, None if s.paused else s.next_fire(now)) for s in bot.store.schedules.all()]
+    config = bot.services.config
+    return [(checked(s, config, bot.store), None if s.paused else s.next_fire(now))
+            for s in bot.store.schedules.all()]
 
 
 def publish_home(bot: Bot, user: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agents.engine.schedule_health import flags as schedule_flags
 from agents.history.deploys import Where
 from agents.ids import short_id
 from agents.policy.eligibility import eligibility
@@ -177,7 +178,9 @@ def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:
     flags = " · auto" if schedule.auto else ""
     when = "⏸️ paused" if schedule.paused else (
         f"next {schedule.local(next_fire)}" if next_fire else "no further runs")
-    return f"⏰ `{short_id(schedule.id)}` {schedule.spec} → {schedule.request} · {when}{flags}"
+    troubles = "".join(f"\n    {bk.shown(line, 500)}" for line in schedule_flags(schedule))
+    return (f"⏰ `{short_id(schedule.id)}` {schedule.spec} → {schedule.request} · {when}{flags}"
+            f"{troubles}")
 
 
 def _clock(at: float) -> str:

@@ -29,7 +29,7 @@ from agents.plan.model import Plan
 from agents.policy.rules import Policy
 from agents.run.executor import Listener
 from agents.run.mirror import RunMirror
-from agents.run.record import Event, EventKind, Phase, Run, StepStatus
+from agents.run.record import Event, EventKind, GateCheck, Phase, Run, StepStatus
 from agents.run.results import step_output
 from agents.store import Store
 from bot.slack import blocks as bk
@@ -97,6 +97,9 @@ class ThreadUpdater:
             self._announce(lambda: self._reply([bk.section(text)], text, broadcast=True))
         elif event.kind is EventKind.REPLANNED and event.plan is not None:
             self._replanned(Plan.model_validate(event.plan), event, run)
+        elif event.kind is EventKind.GATE_JUDGED and event.gate is not None:
+            check = GateCheck.model_validate(event.gate)
+            self._announce(lambda: self._reply(bk.gate_blocks(check), bk.gate_text(check)))
         elif event.kind is EventKind.RUN_FINISHED:
             self._queue_output(run)
             self._announce(lambda: self._reply(bk.summary_blocks(self.plan, run,
@@ -231,7 +234,7 @@ def _announced(event: Event) -> bool:
     if event.kind is EventKind.STEP_FINISHED:
         return event.status == StepStatus.FAILED
     return event.kind in (EventKind.ROLLBACK_STARTED, EventKind.REPLANNED,
-                          EventKind.RUN_FINISHED)
+                          EventKind.GATE_JUDGED, EventKind.RUN_FINISHED)
 
 
 def thread_listener_factory(client: WebClient, store: Store, *, interval: float = 1.0,

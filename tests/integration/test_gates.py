@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from agents.config import Config
+from agents.run.gates import gate_lines
 from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from bot.cli.demo import probe
@@ -57,3 +58,21 @@ def test_error_rate_gate_stops_the_rollout_after_the_first_batch(
     assert step.error is not None and "gate error_rate failed after batch 1" in step.error
     assert set(step.hosts) == {"prod-1"}  # the second batch never started
     assert {p.body for p in probe(sample_config)} == {"v2.4.0"}  # and prod-1 is back
+
+    # what the gate measured is in the record and the audit entry, the worst sample named
+    failed = [c for c in bad.gates if not c.ok]
+    assert failed and failed[-1].samples and failed[-1].after_batch == 1
+    assert "worst: ✗ sample" in (failed[-1].reason or "")
+    audited = [e for e in services.store.audit.entries(run_id=bad.id) if e.action == "gate_judged"]
+    assert audited and audited[-1].details["gate"]["samples"][0]["query"].startswith("sum(rate(")
+    shown = "\n".join(gate_lines(services.store.runs.get(bad.id)))  # what `runs show` prints
+    assert "gate error_rate after batch 1 of 2 at" in shown and "✗ sample" in shown
+
+    # one batch for the whole environment: its gate runs after it (the last) all the same
+    rollout.batch_size = "100%"
+    single = _run(services, "deploy v2.5.0-errors")
+    assert single.status is RunStatus.ROLLED_BACK
+    error = single.steps["deploy_production"].error or ""
+    assert "gate error_rate failed after batch 1 of 1 (the last)" in error
+    assert set(single.steps["deploy_production"].hosts) == {"prod-1", "prod-2"}
+    assert {p.body for p in probe(sample_config)} == {"v2.4.0"}

@@ -36,3 +36,29 @@ def test_replanned_run_posts_the_diff_and_asks_again(slack_standin: SlackStandin
     assert run.status is RunStatus.AWAITING_APPROVAL and run.plan_version == 2
     assert len(slack_standin.of("chat.update")) <= 1  # interval 60 s: edits coalesced
     assert slack_standin.violations == []
+
+
+def test_a_gate_posts_every_sample_against_its_bound(slack_standin: SlackStandin) -> None:
+    from agents.run.record import GateCheck
+    from tools.gates import GateSample
+
+    client = WebClient(token="xoxb-t", base_url=f"{slack_standin.url}/api/")
+    plan = make_plan([{"id": "deploy", "tool": "deploy", "params": {"version": "v1.0.0"}}])
+    run = Run.for_plan(plan, PlanTargets({}), status=RunStatus.APPROVED)
+    sample = GateSample(query="ratio", series='{series="b"}', value="0.5", at=1.0, round=1,
+                        bound="must be ≥ 0.99", ok=False, problem="below 0.99")
+    check = GateCheck(name="success", step="deploy", after_batch=3, batches=3, ok=False,
+                      reason="1 failed round(s), limit 0; worst: " + sample.line(1),
+                      samples=[sample], lines=["query ratio (must be ≥ 0.99)", sample.line(1)])
+    updater = ThreadUpdater(client, plan, channel="C1", thread_ts="1.1", interval=60)
+    for event in (Event(kind=EventKind.RUN_STARTED, run_id=run.id),
+                  Event(kind=EventKind.GATE_JUDGED, run_id=run.id, step_id="deploy",
+                        status="failed", error=check.reason,
+                        gate=check.model_dump(mode="json"))):
+        run.apply(event)
+        updater(event, run)
+    updater.close()
+    texts = [c.text_of_blocks() for c in slack_standin.of("chat.postMessage")]
+    gate = [t for t in texts if "gate success after batch 3 of 3 (the last) failed" in t]
+    assert gate and 'series=\\"b\\"} = 0.5 (must be ≥ 0.99)' in gate[0], texts
+    assert run.gates == [check] and slack_standin.violations == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any
 import pytest
 
 from agents.config import load_config
-from tests.fixtures.builders import make_config
+from agents.run.record import RunStatus
+from tests.fixtures.builders import make_config, make_executor, make_plan
 from tests.fixtures.sample import free_port
 from tools.errors import ConfigError, ParamError
 from tools.runners.gate import GateRunner
@@ -25,6 +27,8 @@ class Answers(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", free_port()), _Handler)
         self.routes: dict[str, tuple[int, Any]] = {}
+        self.queued: dict[str, list[tuple[int, Any]]] = {}
+        """Answers given once each, in order, before ``routes``."""
         self.auth: list[str | None] = []
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -38,7 +42,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self.server.auth.append(self.headers.get("Authorization"))
-        status, body = self.server.routes.get(self.path.split("?")[0], (404, "nope"))
+        path = self.path.split("?")[0]
+        queued = self.server.queued.get(path)
+        status, body = queued.pop(0) if queued else self.server.routes.get(path, (404, "nope"))
         data = (body if isinstance(body, str) else json.dumps(body)).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
@@ -148,3 +154,40 @@ def test_rollouts_may_only_wait_on_gates(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "deploy is not a gate" in message
     assert "unknown tool 'eror_rate'. Did you mean 'error_rate'?" in message
+
+
+def _vector(*series: tuple[str, float, str]) -> tuple[int, Any]:
+    return 200, {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"instance": name}, "value": [at, value]} for name, at, value in series]}}
+
+
+def test_stale_and_vanished_series_fail_the_gate_named(answers: Answers) -> None:
+    now = time.time()
+    spec = {"kind": "prometheus", "url": answers.url, "query": "up", "min": 1, "interval": 0}
+    answers.queued["/api/v1/query"] = [_vector(("a", now, "1"), ("b", now - 900, "1"))]
+    stale = GateRunner().run(json.dumps(spec), timeout=5)
+    assert stale.exit_code == 1
+    assert 'instance="b"} = 1' in (stale.gate.reason or "") and "stale" in stale.tail
+    answers.queued["/api/v1/query"] = [_vector(("a", now, "1"), ("b", now, "1")),
+                                       _vector(("a", now, "1"))]
+    gone = GateRunner().run(json.dumps({**spec, "count": 2}), timeout=5)
+    assert gone.exit_code == 1
+    assert 'instance="b"} = absent' in (gone.gate.reason or "") and "vanished" in gone.tail
+
+
+def test_a_gate_step_records_its_samples_in_the_run(tmp_path: Path, answers: Answers) -> None:
+    config = make_config(tmp_path, tools=f"""
+tools:
+  healthy_ratio:
+    description: every instance answers
+    gate: {{kind: prometheus, url: "{answers.url}", query: "up", min: 1, interval: 0}}
+""")
+    now = time.time()
+    answers.routes["/api/v1/query"] = _vector(("a", now, "1"), ("b", now, "0"))
+    plan = make_plan([{"id": "judge", "tool": "healthy_ratio", "params": {}}])
+    run = make_executor(config).execute(plan)
+    assert run.status is RunStatus.FAILED
+    [check] = run.gates
+    assert (check.name, check.step, check.ok) == ("healthy_ratio", "judge", False)
+    assert sorted(s.value for s in check.samples) == ["0", "1"]
+    assert 'instance="b"} = 0' in (check.reason or "")

@@ -10,6 +10,7 @@ from typing import Any
 from slack_bolt import Ack, App
 
 from agents.engine.occurrences import Occurrence, Outcome
+from agents.run.record import RunStatus
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
@@ -48,7 +49,9 @@ def post_occurrence(bot: Bot, occurrence: Occurrence) -> None:
     if occurrence.run is None or occurrence.plan is None:
         bot.client.chat_postMessage(channel=channel, text=f"⏰ {occurrence.message}")
         return
-    waiting = occurrence.outcome is Outcome.AWAITING_APPROVAL
+    waiting = occurrence.outcome is Outcome.AWAITING_APPROVAL or (
+        occurrence.outcome is Outcome.ALREADY_STORED  # its first claimer stopped before posting
+        and occurrence.run.status is RunStatus.AWAITING_APPROVAL)
     diff = occurrence.diff if waiting else None  # shown against the plan approved at creation
     bot.post_plan(occurrence.plan, occurrence.run, channel=channel, actions=waiting,
                   note=f"⏰ {occurrence.message}", diff=diff)
