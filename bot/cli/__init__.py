@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agents.config import load_config
+from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
 from agents.planning.templates import PromptSet
@@ -33,6 +34,7 @@ from bot.cli.common import (
     services_for,
 )
 from bot.cli.health import report_redis
+from bot.logs import announce
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.console import ConsoleFlow, ExitCode
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(console: Console, message: str) -> None:
-    console.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
+    announce(console, message, level=logging.ERROR)  # JSON too under --log-format json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,7 +195,26 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
     _report_prompts(console, config.prompts)
-    return report_redis(console, Settings())
+    state = _report_state(console, config)
+    return max(state, report_redis(console, Settings()))
+
+
+def _report_state(console: Console, config: Config) -> int:
+    """Where ``{state_dir}`` points and whether deckhand can write there (1 if it cannot)."""
+    from agents.state_dir import ENV, unwritable
+
+    if config.state_dir is None:
+        return 0
+    problem = unwritable(config.state_dir)
+    if problem is None:
+        console.print(f"state: {config.state_dir} (writable)", markup=False, highlight=False,
+                      soft_wrap=True)
+        return 0
+    level = "error" if config.uses_state_dir else "note"
+    console.print(f"{level}: state directory {config.state_dir} is not writable ({problem}); "
+                  f"set {ENV} or `state_dir:` to a writable directory (in the image: the "
+                  f"volume at /var/lib/deckhand)", markup=False, highlight=False, soft_wrap=True)
+    return 1 if config.uses_state_dir else 0
 
 
 def _report_prompts(console: Console, prompts: PromptSet) -> None:

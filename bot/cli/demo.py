@@ -166,5 +166,5 @@ def _show_endpoints(config: Config, console: Console) -> list[Probe]:
 def _kept(config: Config, base: Path, console: Console) -> None:
     ports = ", ".join(f"{h.name}: {app_port(h.vars)}" for h in config.inventory.hosts.values())
     console.print(f"Kept the sample in {base} with its servers running ({ports}). Stop them "
-                  f"with: for d in {base}/sample/.deckhand/hosts/*; do "
+                  f"with: for d in {config.state_dir}/hosts/*; do "
                   f"{config.vars['app']}/bin/stop.sh $d; done", highlight=False, soft_wrap=True)
