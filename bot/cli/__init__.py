@@ -196,7 +196,17 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.playbooks)} playbooks")
     _report_prompts(console, config.prompts)
     state = _report_state(console, config)
+    _report_charts(console)
     return max(state, report_redis(console, Settings()))
+
+
+def _report_charts(console: Console) -> None:
+    from bot import charts
+
+    reason = charts.missing()
+    console.print("pictures: on (timeline, eval chart)" if reason is None else
+                  f"note: pictures off (Slack timeline, runs show --timeline, eval --chart): "
+                  f"{reason}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _report_state(console: Console, config: Config) -> int:

@@ -202,6 +202,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         versions = dict.fromkeys(run.plan_versions or [run.plan_version])
         console.print(provenance_text([store.plan(run.plan_id, v) for v in versions]))
     if args.timeline:
+        from bot import charts
+
+        charts.require("--timeline")
         from bot.timeline import save_timeline  # matplotlib loads only when asked
 
         drawn = save_timeline(plan, run, args.timeline)
