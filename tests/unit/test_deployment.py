@@ -121,7 +121,7 @@ def test_redis_runs_the_scripts_the_topology_test_runs_with_a_password() -> None
 def test_compose_limits_resources_and_keeps_the_root_read_only() -> None:
     for name, service in _services().items():
         assert service["deploy"]["resources"]["limits"]["memory"], name
-    for name, service in _deckhand_services().items():
+    for service in _deckhand_services().values():
         assert service["read_only"] is True and any(t.startswith("/tmp") for t in service["tmpfs"])
         state = service["environment"]["DECKHAND_STATE_DIR"]
         assert any(v.endswith(f":{state}") for v in service["volumes"]), "state on a volume"
