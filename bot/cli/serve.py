@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import threading
 from typing import TYPE_CHECKING
@@ -62,6 +63,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError([Problem("environment", SINGLE_PROCESS)])
     services = build_services(config_for(args), settings)
     warn_about_redis(services.store)
+    _warn_about_pictures(console)
     from bot.slack.runtime import BotRuntime
 
     runtime = BotRuntime(services, settings, workers=args.workers)
@@ -75,6 +77,14 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     finally:
         runtime.stop()
     return 0
+
+
+def _warn_about_pictures(console: Console) -> None:
+    """Said once at start: run timelines will not be posted (bot.charts)."""
+    from bot import charts
+
+    if (reason := charts.missing()) is not None:
+        announce(console, f"no run timelines in Slack threads: {reason}", level=logging.WARNING)
 
 
 def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Settings,

@@ -9,8 +9,10 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from prometheus_client import generate_latest
 
 from agents.config import load_config
 from agents.errors import SettingsInvalid
@@ -18,6 +20,8 @@ from agents.settings import Settings
 from bot import charts
 from bot.cli import main
 from bot.logs import HANDLER_NAME, configure_logging
+from bot.metrics import Metrics
+from bot.slack.timeline_upload import TimelineUploader
 from tests.fixtures.sample import copy_examples
 
 
@@ -126,3 +130,9 @@ def test_without_matplotlib_each_picture_says_it_is_off(
         charts.require("--timeline")
     assert main(["check", str(copy_examples(tmp_path / "c"))]) == 0
     assert "note: pictures off (Slack timeline" in capsys.readouterr().out
+    uploader = TimelineUploader(None, None, channel="C1", thread_ts="1.2")  # type: ignore[arg-type]
+    assert uploader.upload(SimpleNamespace(id="r-1")) is None  # type: ignore[arg-type]
+    metrics = Metrics()
+    metrics.timeline_uploaded(None)
+    exposition = generate_latest(metrics.registry).decode()
+    assert 'deckhand_timeline_uploads_total{result="unavailable"} 1.0' in exposition
