@@ -18,6 +18,8 @@ from agents.plan.playbooks import Playbook
 from agents.plan.validation import PlanChecker
 from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
+from agents.state_dir import PLACEHOLDER as STATE_DIR
+from agents.state_dir import resolve_state_dir
 from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
@@ -25,7 +27,7 @@ from tools.inventory import Inventory
 from tools.yamlsrc import Located, load_yaml_file
 
 SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history",
-            "retention", "planner"}
+            "retention", "planner", "state_dir"}
 BUILTIN_SCOPES = ("host.", "vars.")
 
 
@@ -45,6 +47,10 @@ class Config:
     """None: nothing is ever trimmed."""
     prompts: PromptSet = field(default_factory=PromptSet)
     """The LLM planner's prompt templates (``planner.prompts`` replaces some from files)."""
+    state_dir: Path | None = None
+    """Where ``{state_dir}`` points (agents.state_dir); None: not resolved (built in code)."""
+    uses_state_dir: bool = False
+    """Whether the file writes anything under ``{state_dir}``."""
 
 
 def load_config(path: Path | str) -> Config:
@@ -71,6 +77,9 @@ class _Loader:
         self.tools_prefix: Where = ("tools",)
         self.problems: list[Problem] = list(doc.problems)
         self.broken_tools: set[str] = set()
+        raw = doc.data.get("state_dir") if isinstance(doc.data, dict) else None
+        self.state_dir = resolve_state_dir(path.parent, str(raw) if raw else None)
+        self.dirs = {"{config_dir}": str(path.parent), STATE_DIR: str(self.state_dir)}
 
     def build(self) -> Config | None:
         data = self.doc.data
@@ -81,20 +90,21 @@ class _Loader:
             if key not in SECTIONS:
                 self._add(self.doc, (key,), f"unknown section (expected one of "
                                              f"{', '.join(sorted(SECTIONS))})")
-        config_vars = self._vars(_expand(data.get("vars") or {}, str(self.path.parent)))
+        config_vars = self._vars(_expand(data.get("vars") or {}, self.dirs))
         tools = self._tools(data.get("tools") or {})
-        inventory = self._inventory(_expand(data.get("inventory") or {}, str(self.path.parent)))
+        inventory = self._inventory(_expand(data.get("inventory") or {}, self.dirs))
         policy = self._model(Policy, data.get("policy") or {}, ("policy",))
         playbooks = self._playbooks(data.get("playbooks") or [])
         history = self._model(HistorySettings,
-                              _expand(data.get("history") or {}, str(self.path.parent)),
+                              _expand(data.get("history") or {}, self.dirs),
                               ("history",))
         config = Config(self.path, Catalog(tools or {}), inventory or Inventory(),
                         policy or Policy(require_rollback=False), [b for _, b in playbooks],
                         config_vars, self._secrets(data.get("secrets") or []),
                         history or HistorySettings(), self._retention(data.get("retention")),
                         PromptSet(self._prompts(_expand(data.get("planner") or {},
-                                                        str(self.path.parent)))))
+                                                        self.dirs))),
+                        self.state_dir, STATE_DIR in str(data))
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
                           policy=policy is not None, playbooks=playbooks)
@@ -117,7 +127,7 @@ class _Loader:
         if raw is None:
             return None
         settings: RetentionSettings | None = self._model(
-            RetentionSettings, _expand(raw, str(self.path.parent)), ("retention",))
+            RetentionSettings, _expand(raw, self.dirs), ("retention",))
         if settings is not None:
             settings.export = str(self.path.parent / Path(settings.export).expanduser())
         return settings
@@ -384,14 +394,17 @@ class _PlaybookCheck:
 _PARAM_IN_MESSAGE = re.compile(r"^(?:unknown )?parameter '([^']+)'")
 
 
-def _expand(value: Any, config_dir: str) -> Any:
-    """Replace ``{config_dir}`` in every string, so sample paths work from any checkout."""
+def _expand(value: Any, dirs: dict[str, str]) -> Any:
+    """Replace ``{config_dir}`` and ``{state_dir}`` in every string, so sample paths work
+    from any checkout and state goes where the operator says (agents.state_dir)."""
     if isinstance(value, str):
-        return value.replace("{config_dir}", config_dir)
+        for placeholder, path in dirs.items():
+            value = value.replace(placeholder, path)
+        return value
     if isinstance(value, dict):
-        return {k: _expand(v, config_dir) for k, v in value.items()}
+        return {k: _expand(v, dirs) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, config_dir) for v in value]
+        return [_expand(v, dirs) for v in value]
     return value
 
 

@@ -13,6 +13,11 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agents.errors import SettingsInvalid
+from agents.secret_files import secrets_from_files
+
+SECRETS = ["REDIS_URL", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN",
+           "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS"]
+"""Settings that may also come from a file named by NAME_FILE (agents.secret_files)."""
 
 
 class Settings(BaseSettings):
@@ -45,6 +50,13 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     http_port: int = Field(default=3000, alias="PORT")
+    metrics_host: str = Field(default="127.0.0.1", alias="DECKHAND_METRICS_HOST",
+                              description="address /metrics listens on (0.0.0.0 in a container)")
+    state_dir: str | None = Field(default=None, alias="DECKHAND_STATE_DIR",
+                                  description="where {state_dir} in the config points")
+    single_process: bool = Field(
+        default=False, alias="DECKHAND_SINGLE_PROCESS",
+        description="allow `serve --http` without REDIS_URL (an in-process store)")
     log_format: Literal["text", "json"] = Field(default="text", alias="DECKHAND_LOG_FORMAT")
     trace_url: str | None = Field(
         default=None, alias="DECKHAND_TRACE_URL",
@@ -54,6 +66,7 @@ class Settings(BaseSettings):
 
     def __init__(self, **values: Any):
         """Raises SettingsInvalid naming each bad variable (never a pydantic traceback)."""
+        values = {**secrets_from_files(SECRETS), **values}  # NAME_FILE, as NAME
         try:
             super().__init__(**values)
         except ValidationError as exc:

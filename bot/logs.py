@@ -80,3 +80,19 @@ def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
     # APScheduler logs two INFO lines per job run (every 10 s): quiet by default
     logging.getLogger("apscheduler").setLevel(max(level, logging.WARNING))
     return handler
+
+
+def json_logging() -> bool:
+    """Whether ``configure_logging`` installed JSON lines (then every line must be JSON)."""
+    return any(h.get_name() == HANDLER_NAME and isinstance(h.formatter, JsonFormatter)
+               for h in logging.getLogger().handlers)
+
+
+def announce(console: Any, message: str, *, level: int = logging.INFO) -> None:
+    """A line for the operator: a JSON log line under ``--log-format json`` (so a log store
+    parses every line), else one unwrapped console line."""
+    if json_logging():
+        logging.getLogger("deckhand").log(level, message)
+    else:
+        console.print(message, markup=False, highlight=False, soft_wrap=True,
+                      style="red" if level >= logging.ERROR else None)

@@ -149,9 +149,11 @@ class Metrics:
             self.llm_tokens.labels(info.model, "prompt").inc(info.prompt_tokens)
             self.llm_tokens.labels(info.model, "completion").inc(info.completion_tokens)
 
-    def timeline_uploaded(self, ok: bool) -> None:
-        """Count a timeline upload that worked (``ok``) or failed."""
-        self.timeline_uploads.labels("ok" if ok else "failed").inc()
+    def timeline_uploaded(self, ok: bool | None) -> None:
+        """Count a timeline upload that worked (``ok``), failed, or could not be drawn
+        (None: matplotlib is not installed; see bot.charts)."""
+        self.timeline_uploads.labels("unavailable" if ok is None
+                                     else "ok" if ok else "failed").inc()
 
     def run_listener_factory(self, store: Store) -> Callable[[Run], Listener]:
         """For workers: an executor listener per run that records its steps and outcome."""

@@ -21,6 +21,7 @@ from agents import logcontext
 from agents.engine.recorder import RunRecorder
 from agents.engine.retention import SLICE, Retention, RetentionReport, due, run_exclusively
 from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
+from agents.readiness import Liveness
 from agents.run.executor import Listener
 from agents.run.record import Phase, Run, RunStatus
 from agents.services import Services
@@ -50,6 +51,10 @@ class WorkerOptions:
     """Seconds a queue entry must sit unacknowledged before another worker takes it."""
     block: float = 2.0
     """Seconds to block waiting for new work."""
+    stuck_after: float | None = None
+    """Seconds without progress before the worker reports itself stuck (None: max(60, 3 ×
+    lease)): neither its loop (every ``block`` s when idle) nor its run's heartbeat (every
+    second) moved; Redis's retries (15 s) fit well inside the default."""
 
 
 class Worker:
@@ -64,12 +69,15 @@ class Worker:
         self.store = store
         self.name = name or default_worker_name()
         self.options = options or WorkerOptions()
+        self.liveness = Liveness(stale_after=self.options.stuck_after
+                                 or max(60.0, 3 * self.options.lease))
         store.queue.ensure_group()
 
     def serve(self, stop: threading.Event) -> None:
         """Process runs until ``stop`` is set."""
         log.info("worker %s ready", self.name)
         while not stop.is_set():
+            self.liveness.beat("waiting for work")
             try:
                 self.step()
             except StoreError as exc:  # Redis down: say so, wait, try again
@@ -327,6 +335,7 @@ class _Heartbeat:
         if not store.leases.heartbeat(self.run.id, worker=name, lease=lease):
             self.token.cancel("this worker lost the run to another worker")
             return
+        self.worker.liveness.beat(f"running {self.run.id} (lease renewed)")
         store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from bot.cli.common import (
     services_for,
 )
 from bot.cli.health import report_redis
+from bot.logs import announce
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.console import ConsoleFlow, ExitCode
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(console: Console, message: str) -> None:
-    console.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
+    announce(console, message, level=logging.ERROR)  # JSON too under --log-format json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,10 +209,13 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     _report_prompts(console, config.prompts)
     for note in shared_host_notes(config.inventory, config.policy):
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    state = _report_state(console, config)
+    _report_charts(console)
     gates = _report_gates(console, config)
     settings = Settings()
     redis = report_redis(console, settings)
-    return max(redis, gates, _report_schedules(console, config, settings) if redis == 0 else 0)
+    schedules = _report_schedules(console, config, settings) if redis == 0 else 0
+    return max(redis, gates, state, schedules)
 
 
 def _report_schedules(console: Console, config: Config, settings: Settings) -> int:
@@ -237,6 +242,32 @@ def _report_gates(console: Console, config: Config) -> int:
     for line in notes:
         console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
     return 1 if problems else 0
+
+def _report_charts(console: Console) -> None:
+    from bot import charts
+
+    reason = charts.missing()
+    console.print("pictures: on (timeline, eval chart)" if reason is None else
+                  f"note: pictures off (Slack timeline, runs show --timeline, eval --chart): "
+                  f"{reason}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _report_state(console: Console, config: Config) -> int:
+    """Where ``{state_dir}`` points and whether deckhand can write there (1 if it cannot)."""
+    from agents.state_dir import ENV, unwritable
+
+    if config.state_dir is None:
+        return 0
+    problem = unwritable(config.state_dir)
+    if problem is None:
+        console.print(f"state: {config.state_dir} (writable)", markup=False, highlight=False,
+                      soft_wrap=True)
+        return 0
+    level = "error" if config.uses_state_dir else "note"
+    console.print(f"{level}: state directory {config.state_dir} is not writable ({problem}); "
+                  f"set {ENV} or `state_dir:` to a writable directory (in the image: the "
+                  f"volume at /var/lib/deckhand)", markup=False, highlight=False, soft_wrap=True)
+    return 1 if config.uses_state_dir else 0
 
 
 def _report_prompts(console: Console, prompts: PromptSet) -> None:

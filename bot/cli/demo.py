@@ -9,6 +9,7 @@ Then every host's HTTP endpoint is asked which version it serves.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -44,16 +45,23 @@ def copy_examples(dest: Path) -> Path:
         raise FileNotFoundError(f"sample config not found in {source}; run from a checkout "
                                 f"or set DECKHAND_EXAMPLES")
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".deckhand", "__pycache__"))
-    return dest / "deckhand.yml"
+    path = dest / "deckhand.yml"
+    path.write_text(_free_ports(path.read_text()))
+    return path
+
+
+def _free_ports(text: str) -> str:
+    """The sample's fixed app ports (18181, …) replaced by free ones in the copy's file, so
+    every command reading it — not only this process — agrees and another process holding
+    the sample's port never collides with this copy."""
+    def line(match: re.Match[str]) -> str:
+        return f"{match.group(1)}port: {free_port()}"
+    return re.sub(r"^(\s+[\w-]+:\s*\{.*)port: \d+", line, text, flags=re.MULTILINE)
 
 
 def prepare_workspace(dest: Path) -> Config:
-    """Copy the sample to ``dest``, load its config and give every host a free port."""
-    config = load_config(copy_examples(dest))
-    for host in config.inventory.hosts.values():
-        if "port" in host.vars:
-            host.vars["port"] = free_port()
-    return config
+    """Copy the sample to ``dest`` (every host on a free port) and load its config."""
+    return load_config(copy_examples(dest))
 
 
 def free_port() -> int:
@@ -158,5 +166,5 @@ def _show_endpoints(config: Config, console: Console) -> list[Probe]:
 def _kept(config: Config, base: Path, console: Console) -> None:
     ports = ", ".join(f"{h.name}: {app_port(h.vars)}" for h in config.inventory.hosts.values())
     console.print(f"Kept the sample in {base} with its servers running ({ports}). Stop them "
-                  f"with: for d in {base}/sample/.deckhand/hosts/*; do "
+                  f"with: for d in {config.state_dir}/hosts/*; do "
                   f"{config.vars['app']}/bin/stop.sh $d; done", highlight=False, soft_wrap=True)

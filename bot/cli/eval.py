@@ -163,6 +163,9 @@ def _print_tables(console: Console, specs: list[PlannerSpec], outcomes: list[lis
 
 
 def _chart(console: Console, summaries: list[Summary], path: Path, *, quiet: bool) -> None:
+    from bot import charts
+
+    charts.require("--chart")
     from bot.eval_chart import save_chart  # matplotlib loads only when asked
 
     try:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
+import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,10 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from agents import tracing
-from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
 from agents.policy.approvals import approval_problem, approvals_needed
+from agents.readiness import StoreProbe, watch_drain
 from agents.run.gates import gate_lines
 from agents.run.record import Run
 from agents.services import Services
@@ -35,9 +39,12 @@ from bot.cli.common import (
     services_for,
 )
 from bot.cli.health import warn_about_redis
-from bot.logs import add_log_format_arg, configure_logging
+from bot.logs import add_log_format_arg, announce, configure_logging
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import provenance_text, status_table, summary
+
+if TYPE_CHECKING:
+    from bot.metrics import Metrics
 
 
 def register(commands: Commands) -> None:
@@ -49,7 +56,15 @@ def register(commands: Commands) -> None:
     worker.add_argument("--once", action="store_true", help="handle one queue entry and exit")
     worker.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics")
-    worker.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
+    worker.add_argument("--metrics-host", default=None,
+                        help="address for --metrics-port (default $DECKHAND_METRICS_HOST, "
+                             "else loopback only)")
+    worker.add_argument("--stuck-after", type=float, default=None,
+                        help="seconds without progress before /healthz says stuck "
+                             "(default max(60, 3 × --lease))")
+    worker.add_argument("--drain-store-wait", type=float, default=10.0,
+                        help="while draining, exit once the store has not answered for this "
+                             "many seconds (no primary); the run is taken over (default 10)")
     add_config_arg(worker)
     add_log_format_arg(worker)
     worker.set_defaults(handler=_worker)
@@ -86,18 +101,25 @@ def register(commands: Commands) -> None:
 
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
-    configure_logging(args.log_format or Settings().log_format)
+    settings = Settings()
+    configure_logging(args.log_format or settings.log_format)
     services = services_for(args)
     warn_about_redis(services.store)
-    options = WorkerOptions(lease=args.lease, claim_after=args.claim_after)
+    options = WorkerOptions(lease=args.lease, claim_after=args.claim_after,
+                            stuck_after=args.stuck_after)
+    metrics = _worker_metrics(args, services)
     worker = Worker(services, services.store, name=args.name, options=options,
-                    listener_factories=_worker_metrics(args, services))
+                    listener_factories=[metrics.run_listener_factory(services.store)]
+                    if metrics else [])
     if args.once:
         return 0 if worker.step() else 1
+    probe = StoreProbe(services.store.ping)
+    if metrics is not None:
+        _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
-    _drain_on_signals(stop, console)
-    console.print(f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
-                  f"drains: the current run finishes, no new one starts")
+    _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
+    announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
+                      f"drains: the current run finishes, no new one starts")
     try:
         worker.serve(stop)
     except KeyboardInterrupt:
@@ -107,31 +129,52 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _drain_on_signals(stop: threading.Event, console: Console) -> None:
+def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe, *,
+                      wait: float) -> None:
     """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
-    at once; the run is then taken over by another worker when this one's lease runs out."""
+    at once; the run is then taken over by another worker when this one's lease runs out.
+    So does a store that stops answering (no primary) for ``wait`` seconds while draining."""
+    def give_up(reason: str) -> None:
+        announce(console, f"draining: stopped waiting for the store ({reason}); exiting now — "
+                          f"another worker takes the run in hand over after this one's lease",
+                 level=logging.WARNING)
+        os.kill(os.getpid(), signal.SIGTERM)  # a real signal: interrupts a blocked read
+
     def handle(signum: int, frame: object) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        console.print("draining: finishing the current run (again to stop now; another "
-                      "worker takes the run over after this one's lease)")
+        announce(console, "draining: finishing the current run (again to stop now; another "
+                          "worker takes the run over after this one's lease)")
+        threading.Thread(target=watch_drain, args=(probe,), daemon=True, name="drain-watch",
+                         kwargs={"wait": wait, "give_up": give_up}).start()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
 
 
-def _worker_metrics(args: argparse.Namespace, services: Services) -> list[ListenerFactory]:
-    """With --metrics-port: serve this worker's metrics, and record its runs."""
+def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | None:
+    """With --metrics-port: this worker's metrics (its runs, queue and SSH figures)."""
     if args.metrics_port is None:
-        return []
+        return None
     from bot.metrics import Metrics
 
     metrics = Metrics()
     metrics.watch_queue(services.store)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
-    metrics.serve(host=args.metrics_host, port=args.metrics_port)
-    return [metrics.run_listener_factory(services.store)]
+    return metrics
+
+
+def _serve_worker_port(args: argparse.Namespace, settings: Settings, metrics: Metrics,
+                       worker: Worker, probe: StoreProbe, console: Console) -> None:
+    """/metrics, /healthz (stuck or not) and /readyz (Redis answers) on --metrics-port."""
+    from bot.worker_http import serve_worker_http, worker_app
+
+    host = args.metrics_host or settings.metrics_host
+    serve_worker_http(worker_app(metrics.wsgi_app(), worker.liveness, probe), host=host,
+                      port=args.metrics_port)
+    announce(console, f"metrics and health on http://{host}:{args.metrics_port}/metrics "
+                      f"(/healthz, /readyz)")
 
 
 def _runs(args: argparse.Namespace, console: Console) -> int:
@@ -162,6 +205,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         versions = dict.fromkeys(run.plan_versions or [run.plan_version])
         console.print(provenance_text([store.plans.get(run.plan_id, v) for v in versions]))
     if args.timeline:
+        from bot import charts
+
+        charts.require("--timeline")
         from bot.timeline import save_timeline  # matplotlib loads only when asked
 
         drawn = save_timeline(plan, run, args.timeline)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import threading
 from typing import TYPE_CHECKING
@@ -14,8 +15,12 @@ from agents.services import build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
 from bot.cli.health import warn_about_redis
-from bot.logs import add_log_format_arg, configure_logging
+from bot.logs import add_log_format_arg, announce, configure_logging
 from tools.errors import ConfigError, Problem
+
+SINGLE_PROCESS = ("`serve --http` needs REDIS_URL: behind a load balancer each replica would "
+                  "keep its own in-process store. Set REDIS_URL, or opt into one process "
+                  "with --single-process (DECKHAND_SINGLE_PROCESS=1)")
 
 if TYPE_CHECKING:  # the Slack stack loads only when `serve` runs, not for every command
     from bot.slack.runtime import BotRuntime
@@ -29,8 +34,9 @@ def register(commands: Commands) -> None:
     parser.add_argument("--port", type=int, default=None, help="HTTP port (default $PORT or 3000)")
     parser.add_argument("--metrics-port", type=int, default=9102,
                         help="serve /metrics on this port of its own (default 9102; 0: off)")
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="address for --metrics-port (default loopback only)")
+    parser.add_argument("--metrics-host", default=None,
+                        help="address for --metrics-port (default $DECKHAND_METRICS_HOST, "
+                             "else loopback only)")
     parser.add_argument("--public-metrics", action="store_true",
                         help="also serve /metrics on the public HTTP port")
     parser.add_argument("--max-body", type=int, default=1 << 20,
@@ -41,6 +47,9 @@ def register(commands: Commands) -> None:
                         help="open HTTP connections at once (capped below the fd limit)")
     parser.add_argument("--workers", type=int, default=1,
                         help="executor workers in this process (0: use `deckhand worker`)")
+    parser.add_argument("--single-process", action="store_true",
+                        help="allow --http without REDIS_URL: an in-process store that only "
+                             "this process sees (also DECKHAND_SINGLE_PROCESS=1)")
     add_config_arg(parser)
     add_log_format_arg(parser)
     parser.set_defaults(handler=_serve)
@@ -49,8 +58,12 @@ def register(commands: Commands) -> None:
 def _serve(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     configure_logging(args.log_format or settings.log_format)
+    if args.http and settings.redis_url is None and not (args.single_process
+                                                         or settings.single_process):
+        raise ConfigError([Problem("environment", SINGLE_PROCESS)])
     services = build_services(config_for(args), settings)
     warn_about_redis(services.store)
+    _warn_about_pictures(console)
     from bot.slack.runtime import BotRuntime
 
     runtime = BotRuntime(services, settings, workers=args.workers)
@@ -66,6 +79,14 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _warn_about_pictures(console: Console) -> None:
+    """Said once at start: run timelines will not be posted (bot.charts)."""
+    from bot import charts
+
+    if (reason := charts.missing()) is not None:
+        announce(console, f"no run timelines in Slack threads: {reason}", level=logging.WARNING)
+
+
 def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Settings,
                 console: Console) -> None:
     from bot.slack.http import HttpLimits
@@ -73,13 +94,14 @@ def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Setting
     port = args.port or settings.http_port
     limits = HttpLimits(max_body=args.max_body, read_timeout=args.read_timeout,
                         connection_limit=args.connection_limit)
-    metrics = (args.metrics_host, args.metrics_port) if args.metrics_port else None
+    metrics_host = args.metrics_host or settings.metrics_host
+    metrics = (metrics_host, args.metrics_port) if args.metrics_port else None
     server = runtime.start_http(host=args.host, port=port, limits=limits, metrics=metrics,
                                 public_metrics=args.public_metrics)
-    console.print(f"deckhand listening on http://{args.host}:{port}/slack/events "
-                  f"(/healthz, /readyz); store: {runtime.services.store.where}")
+    announce(console, f"deckhand listening on http://{args.host}:{port}/slack/events "
+                      f"(/healthz, /readyz); store: {runtime.services.store.where}")
     if metrics:
-        console.print(f"metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
+        announce(console, f"metrics on http://{metrics_host}:{args.metrics_port}/metrics")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
@@ -91,5 +113,6 @@ def _serve_socket_mode(runtime: BotRuntime, settings: Settings, console: Console
     if settings.slack_app_token is None:
         raise ConfigError([Problem("environment", "set SLACK_APP_TOKEN (xapp-…) for Socket "
                                    "Mode, or run `deckhand serve --http`")])
-    console.print(f"deckhand connecting over Socket Mode; store: {runtime.services.store.where}")
+    announce(console, f"deckhand connecting over Socket Mode; store: "
+                      f"{runtime.services.store.where}")
     runtime.serve_socket_mode(settings.slack_app_token.get_secret_value())

@@ -2,7 +2,8 @@
 
 A small WSGI router around Bolt's WSGI adapter, served by waitress (a well-kept, pure
 Python production WSGI server): ``/slack/events`` for commands, interactivity and events;
-``/healthz`` (process up) and ``/readyz`` (Redis reachable) for load balancers and Docker.
+``/healthz`` (process up) and ``/readyz`` (Redis answers, within 1.5 s: a hung Redis gets a
+503 with the reason, never a hung probe) for load balancers and Docker.
 ``/metrics`` is served on a port of its own unless the operator asks for it here.
 
 Why waitress, tuned, rather than another server: Bolt is a sync WSGI app whose handler holds
@@ -30,8 +31,8 @@ from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
+from agents.readiness import StoreProbe
 from agents.store import Store
-from tools.errors import DeckhandError
 
 StartResponse = Callable[..., Any]
 Extra = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -44,6 +45,7 @@ class Router:
                  extra: dict[str, Extra] | None = None):
         self.slack = SlackRequestHandler(app)
         self.store = store
+        self.probe = StoreProbe(store.ping)
         self.ready = ready or (lambda: True)
         self.extra = extra or {}
 
@@ -60,10 +62,9 @@ class Router:
         return _json(start, "404 Not Found", {"ok": False, "error": "not found"})
 
     def _readyz(self, start: StartResponse) -> Iterable[bytes]:
-        try:
-            self.store.ping()
-        except DeckhandError as exc:
-            return _json(start, "503 Service Unavailable", {"ok": False, "redis": str(exc)})
+        problem = self.probe.problem()
+        if problem is not None:
+            return _json(start, "503 Service Unavailable", {"ok": False, "redis": problem})
         if not self.ready():
             return _json(start, "503 Service Unavailable", {"ok": False, "worker": "not alive"})
         return _json(start, "200 OK", {"ok": True})

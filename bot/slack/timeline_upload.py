@@ -22,7 +22,8 @@ from agents.store import Store
 
 log = logging.getLogger("deckhand.slack.timeline")
 
-Outcome = Callable[[bool], None]
+Outcome = Callable[[bool | None], None]
+"""True: uploaded; False: Slack did not take it; None: pictures not installed."""
 """Told whether an upload worked (e.g. a metrics counter)."""
 
 
@@ -51,7 +52,7 @@ class TimelineUploader:
         def work() -> None:
             inherit()
             try:
-                ok = self.upload(final)
+                ok: bool | None = self.upload(final)
             except Exception:  # a bug in drawing must not go unseen, nor touch anything else
                 log.exception("could not draw the timeline of %s", final.id)
                 ok = False
@@ -60,8 +61,14 @@ class TimelineUploader:
         self.thread = threading.Thread(target=work, daemon=True, name=f"timeline-{final.id}")
         self.thread.start()
 
-    def upload(self, run: Run) -> bool:
-        """Draw and upload now; False (logged) if Slack did not take it."""
+    def upload(self, run: Run) -> bool | None:
+        """Draw and upload now; False (logged) if Slack did not take it, None (logged) if
+        pictures are not installed (bot.charts)."""
+        from bot import charts
+
+        if (reason := charts.missing()) is not None:
+            log.warning("no timeline picture for %s: %s", run.id, reason)
+            return None
         from bot.timeline import render_timeline  # matplotlib loads on the first upload
 
         # the final version, if replanned

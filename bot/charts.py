@@ -1,0 +1,35 @@
+"""Pictures are optional: matplotlib (with numpy, fontTools and Pillow, ~165 MB installed)
+comes with the ``charts`` extra, ``pip install 'deckhand[charts]'``. Without it every
+picture says it is off, where it would have appeared: ``runs show --timeline`` and
+``eval --chart`` fail with this line, the Slack timeline is skipped with a warning and
+counted as ``deckhand_timeline_uploads{result="unavailable"}``, and ``deckhand check``
+says so. Nothing else depends on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tools.errors import DeckhandError
+
+INSTALL = "pip install 'deckhand[charts]'"
+
+
+class ChartsUnavailable(DeckhandError):
+    """A picture was asked for, and matplotlib is not installed."""
+
+
+def missing() -> str | None:
+    """None when pictures can be drawn; else one line saying why not and what to install."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return f"matplotlib is not installed (pictures are optional: {INSTALL})"
+    return None
+
+
+def require(feature: str) -> None:
+    """ChartsUnavailable naming ``feature`` when pictures cannot be drawn."""
+    reason = missing()
+    if reason is not None:
+        raise ChartsUnavailable(f"{feature} needs a picture, but {reason}")

@@ -1,0 +1,71 @@
+#!/bin/sh
+# A deckhand Redis data node (primary or replica): deploy/compose.yml's entrypoint, also run
+# as a process by tests/integration/test_compose_redis.py (so what is tested is what ships).
+#
+# The role is never fixed on the command line. At every start the node asks the sentinels
+# who the primary is now and follows the majority: after a failover the old primary comes
+# back as a replica of the promoted one, not as a second primary with old data. Only when
+# no sentinel answers within SENTINEL_WAIT seconds does it keep the role in its own config
+# file (on the volume; Sentinel rewrites it with CONFIG REWRITE at every reconfiguration),
+# and on the very first boot the role FIRST_PRIMARY gives it.
+#
+# Environment: ANNOUNCE_HOST (this node's name as the others reach it), FIRST_PRIMARY
+# (host:port), SENTINELS ("host:port host:port …"), SERVICE (deckhand), REDIS_PORT (6379),
+# REDIS_BIND ("* -::*"), DATA_DIR (/data), SENTINEL_WAIT (10),
+# REDIS_PASSWORD_FILE (the password every node and client uses; unset: none).
+set -eu
+: "${REDIS_PORT:=6379}" "${SERVICE:=deckhand}" "${DATA_DIR:=/data}" "${SENTINEL_WAIT:=10}"
+: "${REDIS_BIND:=* -::*}"
+me="$ANNOUNCE_HOST:$REDIS_PORT"
+conf="$DATA_DIR/redis.conf"
+password=""
+[ -z "${REDIS_PASSWORD_FILE:-}" ] || password=$(cat "$REDIS_PASSWORD_FILE")
+
+if [ ! -s "$conf" ]; then  # first boot: the role the compose file gives
+  {
+    echo "port $REDIS_PORT"
+    echo "bind $REDIS_BIND"
+    echo "dir $DATA_DIR"
+    echo "appendonly yes"
+    echo "appendfsync everysec"
+    echo "maxmemory-policy noeviction"
+    echo "replica-announce-ip $ANNOUNCE_HOST"
+    echo "replica-announce-port $REDIS_PORT"
+    [ "$FIRST_PRIMARY" = "$me" ] || echo "replicaof ${FIRST_PRIMARY%:*} ${FIRST_PRIMARY##*:}"
+  } > "$conf"
+fi
+
+ask_sentinels() {  # prints "count host:port" for the most common answer, or nothing
+  for sentinel in $SENTINELS; do
+    timeout 2 redis-cli -h "${sentinel%:*}" -p "${sentinel##*:}" --raw \
+      SENTINEL get-master-addr-by-name "$SERVICE" 2>/dev/null | paste -sd: - || true
+  done | grep -E '^[^:]+:[0-9]+$' | sort | uniq -c | sort -rn | head -n 1
+}
+
+count=$(echo $SENTINELS | wc -w)
+majority=$((count / 2 + 1))
+deadline=$(($(date +%s) + SENTINEL_WAIT))
+answer=""
+while :; do
+  answer=$(ask_sentinels)
+  votes=$(echo "${answer:-0}" | awk '{print $1}')
+  [ "$votes" -lt "$majority" ] || break
+  [ "$(date +%s)" -lt "$deadline" ] || break
+  sleep 0.5
+done
+primary=$(echo "$answer" | awk '{print $2}')
+
+if [ -z "$primary" ]; then
+  echo "redis.sh: no sentinel answered in ${SENTINEL_WAIT}s; keeping the role in $conf" >&2
+  set --
+elif [ "$primary" = "$me" ]; then
+  echo "redis.sh: the sentinels say this node ($me) is the primary" >&2
+  set -- --replicaof no one
+else
+  echo "redis.sh: the sentinels say the primary is $primary; replicating it" >&2
+  set -- --replicaof "${primary%:*}" "${primary##*:}"
+fi
+if [ -n "$password" ]; then  # on the command line, not only in the file: it may rotate
+  set -- "$@" --requirepass "$password" --masterauth "$password"
+fi
+exec redis-server "$conf" "$@"
