@@ -32,9 +32,9 @@ def is_gantz(raw: Any) -> bool:
 
 
 class Unconverted(NamedTuple):
-    """Why entry ``index`` cannot be converted; ``line`` is a line of its script, if known."""
+    """Why entry ``entry`` cannot be converted; ``line`` is a line of its script, if known."""
 
-    index: int
+    entry: int
     why: str
     line: int | None = None
 
@@ -48,7 +48,7 @@ def convert(raw: list[Any]) -> tuple[dict[str, Tool], list[Unconverted]]:
             tool = convert_one(entry)
         except (ValueError, ValidationError) as exc:
             refused = refusals_in(exc)
-            problems += [Unconverted(index, str(r).replace("command", "script"), r.line)
+            problems += [Unconverted(index, r.describe("script"), r.line)
                          for _, r in refused] or [Unconverted(index, _reason(exc))]
             continue
         if tool.name in tools:

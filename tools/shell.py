@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import shlex
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -113,7 +113,11 @@ class Refusal:
     context: Context
 
     def __str__(self) -> str:
-        return (f"{{{self.field}}} on line {self.line} of the command stands "
+        return self.describe("command")
+
+    def describe(self, text: str) -> str:
+        """Say what is wrong; ``text`` names what the line counts in (command, script)."""
+        return (f"{{{self.field}}} on line {self.line} of the {text} stands "
                 f"{self.context.value}: {_WHY[self.context]}")
 
 
@@ -168,10 +172,8 @@ class ShellTemplate:
                 raise ValueRefused(f"{{{slot.field}}} contains a NUL byte, which no shell "
                                    f"can carry")
             assigned[slot.variable] = text
-        body = "".join(lit + (_reference(s) if s else "") for lit, s in
-                       zip(self.literals, [*self.slots, None], strict=True))
         hidden = frozenset(s.variable for s in self.slots if s.field in secret)
-        command = ShellCommand(tuple(assigned.items()), body, hidden)
+        command = ShellCommand(self, tuple(assigned.items()), hidden)
         size = len(command.source.encode("utf-8", "surrogatepass"))
         if size > MAX_COMMAND_BYTES:
             raise ValueRefused(f"the command would be {size} bytes, over the "
@@ -184,22 +186,33 @@ class ShellTemplate:
 class ShellCommand:
     """What a shell runs: assignments from quoted literals, then the template's body."""
 
+    template: ShellTemplate
     assignments: tuple[tuple[str, str], ...]
-    body: str
+    """(variable, value) for every value, in the order they are assigned."""
     secret: frozenset[str] = field(default_factory=frozenset)
+    """Variables whose values ``shown`` masks."""
 
     @property
     def source(self) -> str:
         """The exact text handed to the shell."""
         prelude = "".join(f"{name}={_single(value)}\n" for name, value in self.assignments)
-        return prelude + self.body
+        return prelude + self._body(_reference)
 
     def shown(self, mask: str = "***") -> str:
-        """For people: the body with each value shown quoted in place, secrets masked."""
+        """For people: the template with each value in place (quoted where the template
+        left it unquoted), secrets masked. Never run this text: it is for reading."""
         values = {name: mask if name in self.secret else value
                   for name, value in self.assignments}
-        return re.sub(r'"?\$\{(DH_\w+)\}"?',
-                      lambda m: shlex.quote(values.get(m.group(1), m.group(0))), self.body)
+
+        def inline(slot: Slot) -> str:
+            value = values[slot.variable]
+            return shlex.quote(value) if slot.context is Context.WORD else value
+        return self._body(inline)
+
+    def _body(self, piece: Callable[[Slot], str]) -> str:
+        slots: list[Slot | None] = [*self.template.slots, None]
+        return "".join(lit + (piece(s) if s else "")
+                       for lit, s in zip(self.template.literals, slots, strict=True))
 
     def __str__(self) -> str:
         return self.shown()

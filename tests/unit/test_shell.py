@@ -1,0 +1,119 @@
+"""tools.shell: the context of every placeholder, as /bin/sh and bash would read it.
+
+The integration test (tests/integration/test_shell_contexts.py) runs the safe contexts on a
+real sshd host; this table pins the scanner's verdict for the many shapes around them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.runners.local import LocalRunner
+from tools.shell import MAX_COMMAND_BYTES, Context, ShellRefused, ValueRefused, parse
+
+C = Context
+
+VERDICTS: list[tuple[str, list[Context]]] = [
+    ("echo {t}", [C.WORD]),
+    ('echo "note: {t}"', [C.DOUBLE]),
+    ("cat <<EOF\nnote: {t}\nEOF\necho {t}", [C.HEREDOC, C.WORD]),
+    ("cat <<-EOF\n\tnote: {t}\n\tEOF", [C.HEREDOC]),
+    ("echo a#{t}", [C.WORD]),  # a # inside a word does not start a comment
+    ("sh -c 'echo \"$1\"' sh {t}", [C.WORD]),  # a positional argument is data
+    ("[[ {t} == x ]] && echo", [C.WORD]),
+    ("[ {t} -eq 1 ]", [C.WORD]),  # test/[ never evaluates its operands
+    ("export V={t}", [C.WORD]),
+    ("printf '%s\\n' {t}", [C.WORD]),
+    ("V={t} ./deploy.sh", [C.WORD]),
+    ("echo {t} | grep x", [C.WORD]),
+    ("cat <<< {t}", [C.WORD]),
+    ('echo "$(echo "{t}")"', [C.DOUBLE]),
+    ("case {t} in a) echo {t};; esac", [C.WORD, C.WORD]),
+    ("for x in {t}; do echo $x {t}; done", [C.WORD, C.WORD]),
+    ("if [ -n {t} ]; then echo {t}; fi", [C.WORD, C.WORD]),
+    ("echo hi > /tmp/{t}", [C.WORD]),
+    ("{vars.app}/bin/run.sh {t}", [C.WORD, C.WORD]),  # the operator's value may
+    ("cat <<EOF\n$(echo {t})\nEOF", [C.WORD]),
+]
+
+REFUSED: list[tuple[str, Context]] = [
+    ("echo '{t}'", C.SINGLE),
+    ("echo $'{t}'", C.SINGLE),
+    ("cat <<'EOF'\nnote: {t}\nEOF", C.QUOTED_HEREDOC),
+    ('cat <<"EOF"\n{t}\nEOF', C.QUOTED_HEREDOC),
+    ("echo hi # {t}", C.COMMENT),
+    ("eval echo {t}", C.EVAL),
+    ('eval "echo {t}"', C.EVAL),
+    ('eval "$(echo {t})"', C.EVAL),
+    ("( eval {t} )", C.EVAL),
+    ('sh -c "echo {t}"', C.SHELL_C),
+    ('bash -lc "x {t}"', C.SHELL_C),
+    ("echo $(( {t} + 1 ))", C.ARITHMETIC),
+    ("(( {t} > 1 )) && echo", C.ARITHMETIC),
+    ("echo $[ {t} ]", C.ARITHMETIC),
+    ("let x={t}", C.ARITHMETIC),
+    ("cat <<EOF\n$(( {t} ))\nEOF", C.ARITHMETIC),
+    ("[[ {t} -eq 1 ]] && echo", C.TEST_ARITHMETIC),
+    ("[[ -v {t} ]]", C.TEST_ARITHMETIC),
+    ("export {t}", C.NAME),
+    ("declare a[{t}]=1", C.NAME),
+    ("a[{t}]=1", C.NAME),
+    ("read {t}", C.NAME),
+    ("printf -v {t} %s 1", C.NAME),
+    ("{t} --version", C.COMMAND),
+    ("sudo {t}", C.COMMAND),
+    ("ssh host echo {t}", C.REMOTE),
+    ("watch -n1 ls {t}", C.REMOTE),
+    ("echo {t} | sh", C.FED_TO_SHELL),
+    ("sh <<EOF\necho {t}\nEOF", C.FED_TO_SHELL),
+    ("cat <<EOF | bash\necho {t}\nEOF", C.FED_TO_SHELL),
+    ("bash <<< {t}", C.FED_TO_SHELL),
+    ("echo ${{x:-{t}}}", C.EXPANSION),
+    ("echo `echo {t}`", C.BACKTICK),
+    ("cat <<{t}\nx\n", C.DELIMITER),
+    ('echo "{t}', C.UNREAD),
+]
+
+
+@pytest.mark.parametrize(("template", "contexts"), VERDICTS)
+def test_safe_contexts(template: str, contexts: list[Context]) -> None:
+    assert [s.context for s in parse(template).slots] == contexts
+
+
+@pytest.mark.parametrize(("template", "context"), REFUSED)
+def test_unsafe_contexts_are_refused_naming_the_context(template: str,
+                                                       context: Context) -> None:
+    with pytest.raises(ShellRefused) as caught:
+        parse(template)
+    assert caught.value.refusals[0].context is context
+    assert context.value in str(caught.value)
+
+
+def test_the_refusal_names_the_line() -> None:
+    with pytest.raises(ShellRefused, match="on line 3 of the command"):
+        parse("set -e\ncat <<'EOF'\n{t}\nEOF")
+
+
+def test_rendered_values_are_data_for_sh(tmp_path: Path) -> None:
+    marker = tmp_path / "M"
+    value = f"$(touch {marker}) `touch {marker}` '\"; touch {marker}\nEOF\n\x1b[2J"
+    command = parse("cat <<EOF\n{t}\nEOF\nprintf %s {t} \"[{t}]\"").fill({"t": value})
+    result = LocalRunner().run(command.source, timeout=10)
+    assert result.ok and not marker.exists()
+    assert result.tail == f"{value}\n{value}[{value}]"
+
+
+def test_nul_and_oversized_commands_are_refused() -> None:
+    with pytest.raises(ValueRefused, match="NUL"):
+        parse("echo {t}").fill({"t": "a\0b"})
+    with pytest.raises(ValueRefused, match=str(MAX_COMMAND_BYTES)):
+        parse("echo {t}").fill({"t": "x" * MAX_COMMAND_BYTES})
+
+
+def test_shown_is_readable_and_masks_secrets() -> None:
+    command = parse('curl -H "Authorization: {key}" {url}').fill(
+        {"key": "s3cret", "url": "https://x/a b"}, secret=frozenset({"key"}))
+    assert command.shown() == "curl -H \"Authorization: ***\" 'https://x/a b'"
+    assert "s3cret" not in str(command) and "s3cret" in command.source
