@@ -220,3 +220,32 @@ def test_unsafe_contexts_are_refused_at_load_and_check_with_file_line_and_contex
     assert main(["check", str(path)]) == 2
     printed = capsys.readouterr().out
     assert f"tools.yml:{lines['quoted_heredoc']}" in printed and "quoted heredoc" in printed
+
+
+def test_a_hostile_step_output_is_data_in_the_next_steps_heredoc(
+        sshd_hosts: SSHFleet, pool: RunnerPool, tmp_path: Path) -> None:
+    """A host prints `$(touch M)`; the next step gets it as ${steps.emit.value} inside an
+    unquoted heredoc (the issue's `note` tool) and writes it out unchanged."""
+    out, marker = tmp_path / "out", tmp_path / "M"
+    out.mkdir()
+    payload = f"$(touch {marker}) `touch {marker}` '\"; touch {marker}"
+    tools = {
+        "emit": {"description": "prints a value a host chose",
+                 "command": f"printf 'value=%s\\n' {{v}}", "target": f"group:{HOST}",
+                 "params": {"v": {"max_length": 4000}}, "outputs": {"value": "^value=(.*)$"}},
+        "note": {"description": "writes a note", "target": f"group:{HOST}",
+                 "command": f"cat > {out}/note <<EOF\nnote: {{text}}\nEOF",
+                 "params": {"text": {"max_length": 1000}}, "approval": "none"},
+    }
+    config = load_config(_config(tmp_path, sshd_hosts, "tools.yml",
+                                 yaml.safe_dump({"tools": tools})))
+    plan = Plan.model_validate({"goal": "relay", "steps": [
+        {"id": "emit", "tool": "emit", "params": {"v": payload}},
+        {"id": "note", "tool": "note", "depends_on": ["emit"],
+         "params": {"text": "${steps.emit.value}"}}]})
+    deps = ExecutorDeps(config.catalog, config.inventory, pool.for_host, config.vars)
+    run = Executor(deps).execute(plan)
+    assert run.status is RunStatus.SUCCEEDED, run.reason
+    assert run.steps["emit"].outputs == {"value": payload}
+    assert (out / "note").read_bytes() == f"note: {payload}\n".encode()
+    assert not marker.exists()
