@@ -231,7 +231,7 @@ def test_a_hostile_step_output_is_data_in_the_next_steps_heredoc(
     payload = f"$(touch {marker}) `touch {marker}` '\"; touch {marker}"
     tools = {
         "emit": {"description": "prints a value a host chose",
-                 "command": f"printf 'value=%s\\n' {{v}}", "target": f"group:{HOST}",
+                 "command": "printf 'value=%s\\n' {v}", "target": f"group:{HOST}",
                  "params": {"v": {"max_length": 4000}}, "outputs": {"value": "^value=(.*)$"}},
         "note": {"description": "writes a note", "target": f"group:{HOST}",
                  "command": f"cat > {out}/note <<EOF\nnote: {{text}}\nEOF",
