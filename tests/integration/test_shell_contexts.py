@@ -48,7 +48,7 @@ REFUSED_CONTEXTS: dict[str, tuple[str, Context]] = {
     "quoted_heredoc": ("cat <<'EOF'\nnote: {v}\nEOF", Context.QUOTED_HEREDOC),
     "comment": ("true\n# note: {v}", Context.COMMENT),
     "eval": ("eval printf %s {v}", Context.EVAL),
-    "sh_c": ('sh -c "printf %s {v}"', Context.SHELL_C),
+    "sh_c": ('sh -c "printf %s {v}"', Context.PROGRAM),
     "arithmetic": ("echo $(( {v} + 1 ))", Context.ARITHMETIC),
     "arithmetic_command": ("(( {v} > 1 )) || true", Context.ARITHMETIC),
     "double_bracket": ("[[ {v} -eq 1 ]] || true", Context.TEST_ARITHMETIC),

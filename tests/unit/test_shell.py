@@ -36,6 +36,16 @@ VERDICTS: list[tuple[str, list[Context]]] = [
     ("echo hi > /tmp/{t}", [C.WORD]),
     ("{vars.app}/bin/run.sh {t}", [C.WORD, C.WORD]),  # the operator's value may
     ("cat <<EOF\n$(echo {t})\nEOF", [C.WORD]),
+    ("( echo {t} )", [C.WORD]),  # a subshell is not a word of anything
+    ("diff <(cat {t}) f", [C.WORD]),
+    ('x=$(cat {t}); echo "$x"', [C.WORD]),
+    ("{{ echo {t}; }} > f; echo x | sh", [C.WORD]),  # the group is not in the pipeline
+    ("bash ./deploy.sh {t} < input", [C.WORD]),  # a script file: arguments are data
+    ("awk -v v={t} '{{print v}}' f", [C.WORD]),
+    ("awk '{{print}}' {t}", [C.WORD]),  # after the program: a file name
+    ("sed -e 's/a/b/' {t}", [C.WORD]),
+    ("python3 -c 'import sys; print(sys.argv[1])' {t}", [C.WORD]),
+    ("echo {t} 2>&1 | tee f", [C.WORD]),
 ]
 
 REFUSED: list[tuple[str, Context]] = [
@@ -48,8 +58,8 @@ REFUSED: list[tuple[str, Context]] = [
     ('eval "echo {t}"', C.EVAL),
     ('eval "$(echo {t})"', C.EVAL),
     ("( eval {t} )", C.EVAL),
-    ('sh -c "echo {t}"', C.SHELL_C),
-    ('bash -lc "x {t}"', C.SHELL_C),
+    ('sh -c "echo {t}"', C.PROGRAM),
+    ('bash -lc "x {t}"', C.PROGRAM),
     ("echo $(( {t} + 1 ))", C.ARITHMETIC),
     ("(( {t} > 1 )) && echo", C.ARITHMETIC),
     ("echo $[ {t} ]", C.ARITHMETIC),
@@ -71,6 +81,20 @@ REFUSED: list[tuple[str, Context]] = [
     ("cat <<EOF | bash\necho {t}\nEOF", C.FED_TO_SHELL),
     ("bash <<< {t}", C.FED_TO_SHELL),
     ("echo ${{x:-{t}}}", C.EXPANSION),
+    ("{{ echo {t}; }} | sh", C.FED_TO_SHELL),
+    ("( echo {t} ) | bash", C.FED_TO_SHELL),
+    ("if true; then echo {t}; fi | sh", C.FED_TO_SHELL),
+    ("echo $(echo {t}) | python3", C.FED_TO_SHELL),
+    ("$(echo {t})", C.COMMAND),  # its output, split into words, would be the command
+    ("sh -c \"$(echo {t})\"", C.PROGRAM),
+    ("python3 -c \"print({t})\"", C.PROGRAM),
+    ("perl -e \"print {t}\"", C.PROGRAM),
+    ("awk \"{{print {t}}}\" f", C.PROGRAM),
+    ("sed -i \"s/^V=.*/V={t}/\" .env", C.PROGRAM),  # GNU sed's e flag runs commands
+    ("sed -e \"s/a/{t}/\" f", C.PROGRAM),
+    ("trap \"echo {t}\" EXIT", C.EVAL),
+    ("alias x=\"echo {t}\"", C.EVAL),
+    ("echo \"$(cat {t}\"", C.UNREAD),
     ("echo `echo {t}`", C.BACKTICK),
     ("cat <<{t}\nx\n", C.DELIMITER),
     ('echo "{t}', C.UNREAD),
