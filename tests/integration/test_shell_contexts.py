@@ -249,3 +249,39 @@ def test_a_hostile_step_output_is_data_in_the_next_steps_heredoc(
     assert run.steps["emit"].outputs == {"value": payload}
     assert (out / "note").read_bytes() == f"note: {payload}\n".encode()
     assert not marker.exists()
+
+
+ISSUE_CONFIG = """
+inventory:
+  hosts: {box: {connection: local}}
+tools:
+  note:
+    description: print a note
+    command: |
+      cat <<EOF
+      note: {text}
+      EOF
+    params: {text: {max_length: 200}}
+    approval: none
+playbooks:
+  - name: note
+    description: print a note
+    match: ['^note (?P<text>.+)$']
+    examples: ["note hello"]
+    goal: "Note"
+    steps: [{id: note, tool: note, params: {text: "{text}"}}]
+"""
+
+
+def test_the_issue_reproduction_through_deckhand_run(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    """`deckhand run 'note $(touch pwned)' --yes` with the issue's read-only heredoc tool."""
+    path = tmp_path / "deckhand.yml"
+    path.write_text(textwrap.dedent(ISSUE_CONFIG))
+    marker = tmp_path / "pwned"
+    for attack in (f"$(touch {marker})", f"`touch {marker}`"):
+        assert main(["run", f"note {attack}", "--yes", "--config", str(path)]) == 0
+        printed = "".join(capsys.readouterr().out.split())  # rich wraps long lines
+        assert "".join(f"note: {attack}".split()) in printed
+    assert not marker.exists()
