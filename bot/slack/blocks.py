@@ -108,7 +108,12 @@ def header(text: str) -> Block:
 
 
 def mention(user: str) -> str:
-    return f"<@{user}>" if user[:1] in ("U", "W") else user
+    """A mention of a Slack user id deckhand recorded (a signed request's user, an approver);
+    any other name (a terminal ``--user``, an MCP client) is shown as escaped text."""
+    return f"<@{user}>" if _SLACK_USER_ID.fullmatch(user) else escape(user)
+
+
+_SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
 
 
 def button_value(run: Run) -> str:

@@ -74,3 +74,9 @@ def test_notices_never_make_mentions_from_text() -> None:
                      "UNKNOWN WARNING UPDATE12")
     assert "<@" not in text and "<!" not in text
     assert "&lt;@UBOB&gt;" in text and "(UALICE)" in text and "UNKNOWN WARNING" in text
+
+
+def test_a_mention_is_made_only_of_a_slack_user_id() -> None:
+    assert bk.mention("U0ALICE") == "<@U0ALICE>"
+    for name in ("bob <!channel>", "U<!here>", "W1>", "alice"):
+        assert "<" not in bk.mention(name).replace("&lt;", "")
