@@ -174,8 +174,23 @@ def variable_for(field_name: str) -> str:
     scope, _, key = field_name.partition(".")
     if key:
         prefix = {"host": "DH_HOST_", "vars": "DH_VAR_"}.get(scope, f"DH_{scope.upper()}_")
-        return prefix + re.sub(r"\W", "_", key)
-    return "DH_" + re.sub(r"\W", "_", field_name)
+        return prefix + _NOT_NAME.sub("_", key)
+    return "DH_" + _NOT_NAME.sub("_", field_name)
+
+
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _variables(fields: list[str]) -> dict[str, str]:
+    """One distinct shell variable per field (``host.app-dir`` and ``host.app_dir`` too)."""
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(fields):
+        variable, n = variable_for(name), 1
+        while variable in out.values():
+            n += 1
+            variable = f"{variable_for(name)}_{n}"
+        out[name] = variable
+    return out
 
 
 @lru_cache(maxsize=2048)
@@ -195,7 +210,8 @@ def parse(template: str) -> ShellTemplate:
         raise ValueRefused("the command contains U+E000, which deckhand reserves")
     source = _MARK.join(literals)
     contexts = contexts_of(source, _MARK)
-    slots = tuple(Slot(f, variable_for(f), _operator_may_choose(f, contexts[i]))
+    variables = _variables(fields)
+    slots = tuple(Slot(f, variables[f], _operator_may_choose(f, contexts[i]))
                   for i, f in enumerate(fields))
     refused = [Refusal(s.field, source[:_nth_mark(source, i)].count("\n") + 1, s.context)
                for i, s in enumerate(slots) if s.context not in SAFE]

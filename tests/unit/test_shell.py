@@ -141,3 +141,9 @@ def test_shown_is_readable_and_masks_secrets() -> None:
         {"key": "s3cret", "url": "https://x/a b"}, secret=frozenset({"key"}))
     assert command.shown() == "curl -H \"Authorization: ***\" 'https://x/a b'"
     assert "s3cret" not in str(command) and "s3cret" in command.source
+
+
+def test_every_field_gets_its_own_valid_variable(tmp_path: Path) -> None:
+    command = parse("printf '%s|' {host.app-dir} {host.app_dir} {host.dé}").fill(
+        {"host.app-dir": "a", "host.app_dir": "b", "host.dé": "c"})
+    assert LocalRunner().run(command.source, timeout=10).tail == "a|b|c|"
