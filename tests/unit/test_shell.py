@@ -147,3 +147,25 @@ def test_every_field_gets_its_own_valid_variable(tmp_path: Path) -> None:
     command = parse("printf '%s|' {host.app-dir} {host.app_dir} {host.dé}").fill(
         {"host.app-dir": "a", "host.app_dir": "b", "host.dé": "c"})
     assert LocalRunner().run(command.source, timeout=10).tail == "a|b|c|"
+
+
+def test_a_check_command_is_held_to_the_same_rules(tmp_path: Path) -> None:
+    from agents.config import load_config
+    from tools.errors import ConfigError
+
+    path = tmp_path / "deckhand.yml"
+    path.write_text(
+        "inventory:\n  hosts: {box: {connection: local}}\n"
+        "tools:\n"
+        "  deploy:\n"
+        "    description: d\n"
+        "    command: ./deploy.sh {version}\n"
+        "    check: |\n"
+        "      ./deploy.sh --check {version}\n"
+        "      eval \"echo {version}\"\n"
+        "    params: {version: {}}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    [problem] = caught.value.problems
+    assert problem.where == f"{path}:9 tools.deploy.check"
+    assert Context.EVAL.value in problem.message and "line 2 of the command" in problem.message
