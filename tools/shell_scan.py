@@ -205,6 +205,8 @@ class _Scanner:
             return i
         if c == "#" and not simple.in_word:
             return self.comment(i)
+        if c == "&" and src[i + 1:i + 2] == ">":  # &> file: a redirection, not a separator
+            return self.redirection(i, simple, heredocs)
         if c in ";&|":
             double = src[i:i + 2] in ("||", "&&", ";;", ";&", "|&")
             self.end_simple(simple, separator="|" if c == "|" and not double else c)

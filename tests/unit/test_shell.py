@@ -46,6 +46,7 @@ VERDICTS: list[tuple[str, list[Context]]] = [
     ("sed -e 's/a/b/' {t}", [C.WORD]),
     ("python3 -c 'import sys; print(sys.argv[1])' {t}", [C.WORD]),
     ("echo {t} 2>&1 | tee f", [C.WORD]),
+    ("./deploy.sh &>/dev/null {t}", [C.WORD]),
 ]
 
 REFUSED: list[tuple[str, Context]] = [
