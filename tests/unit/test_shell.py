@@ -6,9 +6,12 @@ real sshd host; this table pins the scanner's verdict for the many shapes around
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tools.runners.local import LocalRunner
 from tools.shell import MAX_COMMAND_BYTES, Context, ShellRefused, ValueRefused, parse
@@ -170,3 +173,15 @@ def test_a_check_command_is_held_to_the_same_rules(tmp_path: Path) -> None:
     [problem] = caught.value.problems
     assert problem.where == f"{path}:9 tools.deploy.check"
     assert Context.EVAL.value in problem.message and "line 2 of the command" in problem.message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_characters="\0"), max_size=200))
+def test_any_text_arrives_byte_exact_in_every_safe_context(value: str) -> None:
+    """Whatever the text (quotes, $( ), backticks, newlines, EOF lines, escapes, non-ASCII),
+    /bin/sh prints it back unchanged as a word, inside "…" and in a heredoc body."""
+    command = parse("printf '%s|' {t} \"<{t}>\"\ncat <<EOF\n{t}\nEOF").fill({"t": value})
+    result = subprocess.run(["/bin/sh", "-c", command.source], capture_output=True,
+                            timeout=10, check=False)
+    expected = f"{value}|<{value}>|{value}\n".encode("utf-8", "surrogatepass")
+    assert (result.returncode, result.stdout) == (0, expected)
