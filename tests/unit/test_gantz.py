@@ -1,4 +1,4 @@
-"""gantz-style tool files: {{param}} placeholders become validated, shell-quoted parameters."""
+"""gantz-style tool files: {{param}} placeholders become validated parameters, delivered as variables."""
 
 from __future__ import annotations
 
