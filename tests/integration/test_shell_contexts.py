@@ -285,3 +285,17 @@ def test_the_issue_reproduction_through_deckhand_run(tmp_path: Path,
         printed = "".join(capsys.readouterr().out.split())  # rich wraps long lines
         assert "".join(f"note: {attack}".split()) in printed
     assert not marker.exists()
+
+
+def test_the_largest_quote_heavy_value_fits_one_ssh_command(
+        sshd_hosts: SSHFleet, pool: RunnerPool, tmp_path: Path) -> None:
+    """4000 single quotes (max_length's ceiling) grow ~5x through two layers of quoting;
+    they still fit the 128 KiB argument sshd's shell gets, and arrive byte-exact."""
+    out = tmp_path / "out"
+    out.mkdir()
+    template = SAFE_CONTEXTS["heredoc"][0].replace("{out}", str(out))
+    value = "'" * 4000
+    command = parse(template).fill({"v": value, "n": "quotes"})
+    runner = pool.for_host(sshd_hosts.inventory().hosts[HOST])
+    assert runner.run(command.source, timeout=30).ok
+    assert (out / "quotes").read_text() == f"note: {value}\n"
