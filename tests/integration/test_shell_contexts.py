@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from agents.config import Config, load_config
-from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan
-from agents.runs import RunStatus
+from agents.plan.model import Plan
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import RunStatus
 from bot.cli import main
 from tests.fixtures.sshd import SSHFleet
 from tools.errors import ConfigError, ParamError
