@@ -24,6 +24,7 @@ from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
+from tools.shell import ShellRefused, refusals_in
 from tools.yamlsrc import Located, load_yaml_file
 
 SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history",
@@ -186,8 +187,10 @@ class _Loader:
                      ) -> dict[str, Tool] | None:
         """A gantz-style list: every entry that cannot be converted is a problem, with why."""
         tools, problems = gantz.convert(raw)
-        for index, why in problems:
-            self._add(doc, (*prefix, index), f"cannot convert this gantz tool: {why}")
+        for index, why, line in problems:
+            where = (doc.where_in_text((*prefix, index, "script", "shell"), line) if line
+                     else doc.where((*prefix, index)))
+            self.problems.append(Problem(where, f"cannot convert this gantz tool: {why}"))
         return None if problems else tools
 
     def _inventory(self, raw: Any) -> Inventory | None:
@@ -211,7 +214,14 @@ class _Loader:
             return model.model_validate(raw, context=context)
         except ValidationError as exc:
             for err in exc.errors():
+                if isinstance((err.get("ctx") or {}).get("error"), ShellRefused):
+                    continue  # reported below, one per placeholder, at its own line
                 self._add(doc or self.doc, (*where, *err["loc"]), _pydantic_message(err))
+            for loc, refusal in refusals_in(exc):
+                located = doc or self.doc
+                self.problems.append(Problem(located.where_in_text((*where, *loc),
+                                                                    refusal.line),
+                                             str(refusal)))
             return None
 
     def _cross_check(self, config: Config, *, tools: bool, inventory: bool, policy: bool,

@@ -3,14 +3,15 @@
 A tool is a command template plus a parameter schema. What a tool may do (whether it
 mutates, how it is rolled back, where it runs) is decided here by the operator, never
 by a planner. Parameter values only reach a shell through :meth:`Catalog.render`, after
-schema validation, each one shell-quoted.
+schema validation, as data: ``tools.shell`` parses each command template once (a template
+that puts a placeholder where no value is safe is refused at load) and delivers every value
+as a variable assigned from a quoted literal, never as shell source.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-import shlex
 import string
 from collections.abc import Callable, Collection
 from enum import StrEnum
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tools.errors import ParamError, UnknownTool
 from tools.gates import GATE_TEMPLATE_FIELDS, SAFE_VALUE, GateSpec
 from tools.regex import compile_safe
+from tools.shell import ShellCommand, ValueRefused
+from tools.shell import parse as parse_shell
 
 ParamValue = str | int | bool
 
@@ -137,6 +140,13 @@ class Tool(BaseModel):
     approval: Literal["required", "none"] = "required"
     """``none``: a one-step plan of this tool runs at once. Only for tools that merely read."""
 
+    @field_validator("command", "check")
+    @classmethod
+    def _shell_safe(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_shell(value)  # ShellRefused names each unsafe placeholder, line, context
+        return value
+
     @field_validator("target")
     @classmethod
     def _target_form(cls, value: str) -> str:
@@ -243,18 +253,37 @@ class Catalog:
 
     def render(self, tool: Tool, params: dict[str, Any], *, host_vars: dict[str, Any],
                config_vars: dict[str, Any]) -> str:
-        """The shell command for one invocation, every substituted value shell-quoted.
+        """What runs for one invocation: the shell source (values delivered as variables,
+        see :meth:`command`), or for a gate its filled spec as JSON.
 
         Raises ParamError if a parameter is invalid or a placeholder has no value.
         """
+        if tool.gate is not None:
+            full = self._valid(tool, params)
+            scopes = {"host": host_vars, "vars": config_vars}
+            return _render_gate(tool, tool.gate, full, scopes)
+        return self.command(tool, params, host_vars=host_vars, config_vars=config_vars).source
+
+    def command(self, tool: Tool, params: dict[str, Any], *, host_vars: dict[str, Any],
+                config_vars: dict[str, Any]) -> ShellCommand:
+        """The typed shell command for one invocation of a command tool (secrets known,
+        so ``shown()`` masks them)."""
+        full = self._valid(tool, params)
+        scopes = {"host": host_vars, "vars": config_vars}
+        template = parse_shell(tool.command or "")
+        values = {f: _lookup(f, full, scopes, tool.name) for f in template.fields}
+        secret = frozenset(k for k, spec in tool.params.items() if spec.secret)
+        try:
+            return template.fill(values, secret=secret)
+        except ValueRefused as exc:
+            raise ParamError(f"tool {tool.name}: {exc}") from exc
+
+    def _valid(self, tool: Tool, params: dict[str, Any]) -> dict[str, ParamValue]:
         full = self.with_defaults(tool, params)
         problems = self.param_problems(tool, full)
         if problems:
             raise ParamError(f"tool {tool.name}: " + "; ".join(problems))
-        scopes = {"host": host_vars, "vars": config_vars}
-        if tool.gate is not None:
-            return _render_gate(tool, tool.gate, full, scopes)
-        return _fill(tool.command or "", lambda f: quote(_lookup(f, full, scopes, tool.name)))
+        return full
 
 
 def _fill(template: str, value_of: Callable[[str], str]) -> str:
@@ -282,13 +311,6 @@ def _render_gate(tool: Tool, gate: GateSpec, params: dict[str, Any],
 
     filled = {k: _fill(v, value_of) for k, v in tool.templates.items()}
     return gate.model_copy(update=filled).model_dump_json(by_alias=True)
-
-
-def quote(value: Any) -> str:
-    """Shell-quote one value; booleans become ``true``/``false``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return shlex.quote(str(value))
 
 
 def unknown_tool_message(name: str, known: list[str]) -> str:

@@ -2,9 +2,10 @@
 converted into catalog tools.
 
 Each ``{{param}}`` becomes a deckhand placeholder, so its value is validated against the
-parameter's schema and shell-quoted by ``Catalog.render`` — never substituted raw. A
-placeholder inside quotes is refused (deckhand quotes the value itself, and a quoted
-context would change what the quoting means). Such tools change hosts (``mutates: true``)
+parameter's schema and delivered as a variable by ``Catalog.render`` — never substituted
+raw. The same shell parser as tools.yml (``tools.shell``) refuses a placeholder wherever no
+value is safe ('…', quoted heredocs, comments, eval, sh -c, arithmetic…), with its line in
+the script. Such tools change hosts (``mutates: true``)
 unless the file says otherwise: fail closed. Whatever cannot be converted is reported,
 with why, instead of being guessed at.
 """
@@ -12,11 +13,12 @@ with why, instead of being guessed at.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
 from tools.catalog import ParamSpec, Tool
+from tools.shell import refusals_in
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 TYPES = {"string": "string", "integer": "integer", "boolean": "boolean"}
@@ -29,18 +31,28 @@ def is_gantz(raw: Any) -> bool:
     return isinstance(raw, list)
 
 
-def convert(raw: list[Any]) -> tuple[dict[str, Tool], list[tuple[int, str]]]:
-    """The tools that convert, and (index, why) for every entry that does not."""
+class Unconverted(NamedTuple):
+    """Why entry ``entry`` cannot be converted; ``line`` is a line of its script, if known."""
+
+    entry: int
+    why: str
+    line: int | None = None
+
+
+def convert(raw: list[Any]) -> tuple[dict[str, Tool], list[Unconverted]]:
+    """The tools that convert, and why for every entry that does not."""
     tools: dict[str, Tool] = {}
-    problems: list[tuple[int, str]] = []
+    problems: list[Unconverted] = []
     for index, entry in enumerate(raw):
         try:
             tool = convert_one(entry)
         except (ValueError, ValidationError) as exc:
-            problems.append((index, _reason(exc)))
+            refused = refusals_in(exc)
+            problems += [Unconverted(index, r.describe("script"), r.line)
+                         for _, r in refused] or [Unconverted(index, _reason(exc))]
             continue
         if tool.name in tools:
-            problems.append((index, f"tool {tool.name!r} is defined twice"))
+            problems.append(Unconverted(index, f"tool {tool.name!r} is defined twice"))
         tools[tool.name] = tool
     return tools, problems
 
@@ -89,9 +101,6 @@ def _command(script: str, params: set[str]) -> str:
         name = match.group(1)
         if name not in params:
             raise ValueError(f"script uses {{{{{name}}}}}, which is not a declared parameter")
-        if _quoted_at(script, match.start()):
-            raise ValueError(f"{{{{{name}}}}} is inside quotes; remove them — deckhand "
-                             f"quotes every value itself")
         out += [_escape(script[last:match.start()]), "{" + name + "}"]
         last = match.end()
     out.append(_escape(script[last:]))
@@ -100,22 +109,6 @@ def _command(script: str, params: set[str]) -> str:
 
 def _escape(literal: str) -> str:
     return literal.replace("{", "{{").replace("}", "}}")
-
-
-def _quoted_at(script: str, position: int) -> bool:
-    """Whether ``position`` is inside single or double quotes (POSIX sh rules, roughly)."""
-    quote, index = "", 0
-    while index < position:
-        char = script[index]
-        if char == "\\" and quote != "'":
-            index += 2
-            continue
-        if quote and char == quote:
-            quote = ""
-        elif not quote and char in "'\"":
-            quote = char
-        index += 1
-    return bool(quote)
 
 
 def _reason(exc: Exception) -> str:

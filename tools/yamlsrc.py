@@ -26,6 +26,8 @@ class Located:
     source: str
     lines: dict[PathKey, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    text_starts: dict[PathKey, int] = field(default_factory=dict)
+    """The line where each scalar's text begins (the line after ``|`` for a block)."""
 
     def where(self, path: Iterable[str | int]) -> str:
         """``file:line path.to.node`` for the deepest known prefix of ``path``."""
@@ -36,6 +38,15 @@ class Located:
                 dotted = ".".join(str(p) for p in parts)
                 return f"{self.source}:{line} {dotted}".rstrip()
         return self.source
+
+    def where_in_text(self, path: Iterable[str | int], line: int) -> str:
+        """``file:line path`` for line ``line`` (1-based) of the text at ``path``."""
+        parts = tuple(path)
+        start = self.text_starts.get(parts)
+        if start is None:
+            return self.where(parts)
+        dotted = ".".join(str(p) for p in parts)
+        return f"{self.source}:{start + line - 1} {dotted}"
 
 
 def load_yaml(text: str, source: str) -> Located:
@@ -70,6 +81,8 @@ def load_yaml_file(path: Path) -> Located:
 
 def _record_lines(node: yaml.Node, path: PathKey, out: Located) -> None:
     out.lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.ScalarNode):
+        out.text_starts[path] = node.start_mark.line + (2 if node.style in ("|", ">") else 1)
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:

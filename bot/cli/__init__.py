@@ -38,6 +38,7 @@ from bot.cli.health import report_redis
 from bot.logs import announce
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
+from bot.terminal.border import TerminalConsole, yaml_for_terminal
 from bot.terminal.console import ConsoleFlow, ExitCode
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
@@ -46,7 +47,7 @@ from tools.errors import ConfigError, DeckhandError
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    console = TerminalConsole()
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
@@ -176,7 +177,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":
-        sys.stdout.write(plan_to_yaml(plan))
+        sys.stdout.write(yaml_for_terminal(plan_to_yaml(plan)))
     else:
         console.print(plan_table(plan, services.targets(plan)))
     return 0

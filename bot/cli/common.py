@@ -13,6 +13,7 @@ from rich.console import Console
 from agents.config import Config, load_config
 from agents.services import Services, build_services
 from agents.settings import Settings
+from bot.terminal.border import TerminalConsole
 from bot.terminal.console import Confirm
 from tools.errors import ConfigNotFound
 
@@ -81,7 +82,7 @@ def embedded_store_note() -> None:
     """Say so (on stderr) when the store is the in-process one: it dies with this process."""
     if Settings().redis_url is not None:
         return
-    Console(stderr=True).print(
+    TerminalConsole(stderr=True).print(
         "[yellow]note:[/] REDIS_URL is not set, so this command uses an embedded store that "
         "lives only for this one process — it cannot see runs from `deckhand run`, `serve` "
         "or `worker`. To share one store, start Redis and set REDIS_URL (e.g. export "

@@ -35,6 +35,7 @@ from agents.settings import Settings
 from agents.store import Store
 from bot.cli.common import Commands, add_config_arg, config_for, embedded_store_note
 from bot.terminal import evaluation as tables
+from bot.terminal.border import TerminalConsole
 
 AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -181,7 +182,7 @@ def _verdict(summaries: list[Summary], missed: list[str]) -> int:
     lines = [f"{s.planner}: {s.missing_recordings} case(s) had no recording (see each case); "
              f"re-record with --record DIR" for s in summaries if s.missing_recordings]
     lines += [f"threshold missed: {line}" for line in missed]
-    err = Console(stderr=True)
+    err = TerminalConsole(stderr=True)
     for line in lines:
         err.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
     return 1 if lines else 0
@@ -202,7 +203,7 @@ def _from_history(args: argparse.Namespace, console: Console) -> int:
     store = Store.connect(url.get_secret_value() if url else None)
     runs = store.runs.since(time.time() - args.since, limit=HISTORY_LIMIT)
     if len(runs) >= HISTORY_LIMIT:  # say so: the counts are of a part of the window
-        Console(stderr=True).print(
+        TerminalConsole(stderr=True).print(
             f"note: only the newest {HISTORY_LIMIT:,} runs of the last "
             f"{args.since / 86400:g} days were read; pass a shorter --since for all of a "
             f"window", markup=False, soft_wrap=True)

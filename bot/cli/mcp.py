@@ -14,6 +14,7 @@ from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
 from bot.mcp.desk import DEFAULT_PLAN_TTL, Desk, PlanPoster
+from bot.terminal.border import TerminalConsole
 
 if TYPE_CHECKING:  # the SDK loads only when `deckhand mcp` runs
     from bot.mcp.server import HttpAuth
@@ -42,7 +43,7 @@ def _mcp(args: argparse.Namespace, console: Console) -> int:
     from bot.mcp.server import build_server, serve
 
     settings = Settings()
-    err = Console(stderr=True)
+    err = TerminalConsole(stderr=True)
     auth = _http_auth(settings) if args.http else None
     services = build_services(config_for(args), settings)
     desk = Desk(services, poster=_slack_poster(services, settings), plan_ttl=args.plan_ttl)

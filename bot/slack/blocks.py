@@ -73,7 +73,6 @@ def trim(text: str, limit: int = MAX_SECTION) -> str:
 
 
 _OUTPUT_REF = re.compile(r"\$\{steps\.(\w+)\.(\w+)\}")
-_USER_ID = re.compile(r"(?<![<@\w])([UW][A-Z0-9]{4,})\b")
 
 
 def params_text(params: Mapping[str, object], limit: int = 120) -> str:
@@ -83,19 +82,11 @@ def params_text(params: Mapping[str, object], limit: int = 120) -> str:
     return shown(text, limit).replace("⟨", "`").replace("⟩", "`")
 
 
-def people(text: str) -> str:
-    """Bare Slack user IDs in a message from deckhand's own rules, shown as mentions."""
-    return _USER_ID.sub(lambda m: f"<@{m.group(1)}>", text)
-
-
 def notice(text: str) -> str:
-    """A refusal or notice for one user: escaped like any text, keeping deckhand's own
-    mentions, with bare user IDs shown as mentions (an ephemeral one notifies nobody)."""
-    text = _OWN_MENTION.sub(r"<@\1>", escape(text))
-    return people(text)
-
-
-_OWN_MENTION = re.compile(r"&lt;@([UW][A-Z0-9]+)&gt;")
+    """A refusal or notice for one user, escaped like any text. It makes no mentions: a
+    mention is built only by :func:`mention` from an id deckhand resolved itself, never by
+    pattern from text (which may echo what the user typed: ``<@U0EVIL1>``, ``UNKNOWN``)."""
+    return escape(text)
 
 
 def shown(text: object, limit: int = MAX_SECTION) -> str:
@@ -117,7 +108,12 @@ def header(text: str) -> Block:
 
 
 def mention(user: str) -> str:
-    return f"<@{user}>" if user[:1] in ("U", "W") else user
+    """A mention of a Slack user id deckhand recorded (a signed request's user, an approver);
+    any other name (a terminal ``--user``, an MCP client) is shown as escaped text."""
+    return f"<@{user}>" if _SLACK_USER_ID.fullmatch(user) else escape(user)
+
+
+_SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
 
 
 def button_value(run: Run) -> str:

@@ -38,12 +38,17 @@ def test_types_enum_and_bounds() -> None:
     assert ParamSpec(max_length=3).check("abcd") is not None
 
 
-def test_render_quotes_every_value() -> None:
+def test_render_delivers_values_as_variables_and_shows_them_quoted() -> None:
     catalog = Catalog({"t": Tool(name="t", description="d", command="echo {msg} {host.dir}",
-                                 params={"msg": ParamSpec()})})
+                                 params={"msg": ParamSpec(), "key": ParamSpec(
+                                     secret=True, required=False)})})
     cmd = catalog.render(catalog.get("t"), {"msg": "it's $(x) `y`"},
                          host_vars={"dir": "/srv/my app"}, config_vars={})
-    assert cmd == "echo 'it'\"'\"'s $(x) `y`' '/srv/my app'"
+    assert cmd == ("DH_msg='it'\\''s $(x) `y`'\nDH_HOST_dir='/srv/my app'\n"
+                   'echo "${DH_msg}" "${DH_HOST_dir}"')
+    shown = catalog.command(catalog.get("t"), {"msg": "it's"}, host_vars={"dir": "/a b"},
+                            config_vars={}).shown()
+    assert shown == "echo 'it'\"'\"'s' '/a b'"
 
 
 def test_render_refuses_invalid_params_and_missing_values() -> None:

@@ -48,7 +48,7 @@ SHORT_RENDEZVOUS_TOOLS = """
 tools:
   sh:
     description: shell snippet, short deadline
-    command: "sh -c {script}"
+    command: "sh -c 'eval \\"$1\\"' sh {script}"
     params: {script: {type: string, max_length: 4000}}
     timeout: 1
 """

@@ -1,4 +1,4 @@
-"""gantz-style tool files: {{param}} placeholders become validated, shell-quoted parameters."""
+"""gantz-style tool files: {{param}} placeholders become validated parameters, delivered as variables."""
 
 from __future__ import annotations
 
@@ -60,9 +60,11 @@ def test_an_injection_attempt_stays_inert(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("entry", "why"), [
     ({"name": "a", "description": "d", "script": {"shell": "echo '{{x}}'"},
-      "parameters": [{"name": "x"}]}, "inside quotes"),
-    ({"name": "a", "description": "d", "script": {"shell": 'echo "$HOME {{x}}"'},
-      "parameters": [{"name": "x"}]}, "inside quotes"),
+      "parameters": [{"name": "x"}]}, "single quotes"),
+    ({"name": "a", "description": "d", "script": {"shell": "cat <<'E'\n{{x}}\nE"},
+      "parameters": [{"name": "x"}]}, "line 2 of the command stands in a quoted heredoc"),
+    ({"name": "a", "description": "d", "script": {"shell": "sh -c \"echo {{x}}\""},
+      "parameters": [{"name": "x"}]}, "sh -c"),
     ({"name": "a", "description": "d", "script": {"shell": "echo {{y}}"}}, "not a declared"),
     ({"name": "a", "description": "d", "script": {"python": "print(1)"}}, "script: {shell"),
     ({"name": "a", "description": "d", "script": {"shell": "echo {{n}}"},
@@ -84,7 +86,8 @@ def test_a_config_may_point_at_a_gantz_file(tmp_path: Path) -> None:
     (tmp_path / "gantz.yaml").write_text(textwrap.dedent(broken))
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert "gantz.yaml:15 tools.2" in str(err.value) and "inside quotes" in str(err.value)
+    assert "gantz.yaml:15 tools.2.script.shell" in str(err.value)
+    assert "single quotes" in str(err.value)
 
 
 def _entries(text: str) -> list:

@@ -69,6 +69,14 @@ def test_step_outputs_read_as_words_and_ids_are_not_repeated() -> None:
     assert "artifact=artifact of `build`" in text and "${" not in text
 
 
-def test_notices_mention_people_but_never_let_user_text_mention() -> None:
-    text = bk.notice("only the requester (UALICE) may; ask <@UBOB>. You typed <!here>")
-    assert "(<@UALICE>)" in text and "<@UBOB>" in text and "&lt;!here&gt;" in text
+def test_notices_never_make_mentions_from_text() -> None:
+    text = bk.notice("only the requester (UALICE) may; ask <@UBOB>. You typed <!here> "
+                     "UNKNOWN WARNING UPDATE12")
+    assert "<@" not in text and "<!" not in text
+    assert "&lt;@UBOB&gt;" in text and "(UALICE)" in text and "UNKNOWN WARNING" in text
+
+
+def test_a_mention_is_made_only_of_a_slack_user_id() -> None:
+    assert bk.mention("U0ALICE") == "<@U0ALICE>"
+    for name in ("bob <!channel>", "U<!here>", "W1>", "alice"):
+        assert "<" not in bk.mention(name).replace("&lt;", "")

@@ -1,0 +1,55 @@
+"""The terminal's one door: control characters and bidi overrides are shown, never sent.
+
+A goal from a model or a Modify edit, a ``--user``, a host's output or a config value may
+hold ``\\x1b[2J`` (clear the screen), ``\\x1b[31m`` (recolour what follows) or U+202E (show
+the rest of the line reversed). Escaping each string where it is printed would miss the
+next path, so the console itself is the border: every console deckhand prints through is a
+:class:`TerminalConsole`, which rewrites the text of every segment it writes — table cells,
+live status, prompts and summaries alike — so such characters appear as ``\\x1b`` or
+``\\u202e``. rich's own styling and cursor movement are not text: they are added after this
+point (styles) or travel as control segments, so deckhand's colours still work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import yaml
+from rich.console import Console
+from rich.segment import Segment
+
+INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline) and C1 controls, ESC included
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides
+    "\u2028\u2029\ufeff\ufff9-\ufffb]")  # line/paragraph separators, BOM, annotations
+"""Characters a terminal acts on or reorders instead of showing."""
+
+
+def visible(text: str) -> str:
+    """``text`` with every :data:`INVISIBLE` character written out (``\\x1b``, ``\\u202e``)."""
+    return INVISIBLE.sub(_spelled, text)
+
+
+def _spelled(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def yaml_for_terminal(text: str) -> str:
+    """YAML written straight to stdout (``plan --format yaml``): when it holds an
+    :data:`INVISIBLE` character, the same data again with every such character escaped
+    the YAML way (``"\\e"``, ``"\\u202E"``), so it still reads back as the same plan."""
+    if not INVISIBLE.search(text):
+        return text
+    return yaml.safe_dump(yaml.safe_load(text), sort_keys=False, allow_unicode=False)
+
+
+class TerminalConsole(Console):
+    """A rich Console whose written text can never carry a control sequence or bidi
+    override that deckhand did not make (see the module docstring)."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(visible(segment.text), segment.style)
+            for segment in buffer)
