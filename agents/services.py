@@ -203,6 +203,7 @@ def build_services(config: Config, settings: Settings | None = None, *,
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
         store = Store.connect(url)
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
+    store.redact_with(redact)  # the store's door knows the config's secrets too
     runners = RunnerPool(inventory=config.inventory)
     planner = build_planner(config, settings)
     deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact,

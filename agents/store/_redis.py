@@ -17,6 +17,11 @@ whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
 
+Every byte deckhand writes passes one door (:class:`RedactingRedis`): each command's
+arguments after its key are redacted (JSON stays valid JSON) on the client and on every
+pipeline it hands out, so a secret in a failure reason, an audit entry, a host journal or a
+plan never lands in Redis, whichever module or call site wrote it.
+
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
 taken retries under a fresh id from ``RedisBase.ids`` (see ``RedisBase.create_unique``).
@@ -37,6 +42,8 @@ from redis.client import Pipeline
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
 from agents.store.connect import untrusted_certificate
+from tools.redact import redact as env_redact
+from tools.redact import redact_text
 
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
@@ -51,6 +58,58 @@ Write = Callable[[Pipeline], Any]
 """A command queued in a transaction (e.g. a run's XADD onto the queue)."""
 IdFactory = Callable[[str], str]
 """Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
+
+
+UNSCRUBBED = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT", "FCALL", "FUNCTION"})
+"""Commands whose arguments are code, not data (deckhand's store sends none of them)."""
+
+
+def scrub_args(redact: Callable[[str], str], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A command's arguments with everything after its key redacted (text and UTF-8 bytes;
+    other bytes and numbers as they are)."""
+    if len(args) < 3 or str(args[0]).upper() in UNSCRUBBED:
+        return args
+    return (*args[:2], *(_scrub(redact, a) for a in args[2:]))
+
+
+def _scrub(redact: Callable[[str], str], value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_text(redact, value)
+    if isinstance(value, bytes):
+        try:
+            text = value.decode()
+        except UnicodeDecodeError:
+            return value
+        clean = redact_text(redact, text)
+        return value if clean is text else clean.encode()
+    return value
+
+
+class RedactingPipeline(Pipeline):
+    """A pipeline whose commands pass the redactor (immediate and queued alike)."""
+
+    redact: Callable[[str], str] = staticmethod(env_redact)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return super().execute_command(*scrub_args(self.redact, args), **kwargs)
+
+
+class RedactingRedis(redis.Redis):
+    """The store's only client: the caller's connection pool (plain, TLS, Sentinel or
+    fakeredis), with every command's data redacted before it is sent."""
+
+    def __init__(self, client: redis.Redis, redact: Callable[[str], str]):
+        super().__init__(connection_pool=client.connection_pool)
+        self.redact = redact
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return super().execute_command(*scrub_args(self.redact, args), **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
+        pipe = RedactingPipeline(self.connection_pool, self.response_callbacks, transaction,
+                                 shard_hint)
+        pipe.redact = self.redact
+        return pipe
 
 
 class Keys:
@@ -163,10 +222,10 @@ class RedisBase:
 
     def __init__(self, client: redis.Redis, *, prefix: str = "dh",
                  clock: Callable[[], float] = time.time, where: str = "redis",
-                 ids: IdFactory = new_id):
+                 ids: IdFactory = new_id, redact: Callable[[str], str] = env_redact):
         # Any: redis-py types replies as bytes | str (it depends on decode_responses); this
         # store always uses bytes, and decodes at the few places it reads text.
-        self.r: Any = client
+        self.r: Any = RedactingRedis(client, redact)
         self.prefix = prefix
         self.keys = Keys(prefix)
         self.clock = clock
@@ -174,6 +233,10 @@ class RedisBase:
         self.ids = ids
         self.replicate_timeout = 2.0
         self._replicas: tuple[float, int] | None = None
+
+    def redact_with(self, redact: Callable[[str], str]) -> None:
+        """Redact what is written with ``redact`` (the config's secrets too) from now on."""
+        self.r.redact = redact
 
     @property
     def embedded(self) -> bool:
