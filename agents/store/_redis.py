@@ -9,7 +9,8 @@ prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:au
 into ``run:ID`` and deleted when the run ends or is taken over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
-``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
+``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``audit:chain``
+(hash: the stream's hash chain, see ``chain``), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
@@ -55,7 +56,9 @@ T = TypeVar("T")
 log = logging.getLogger("deckhand.store")
 M = TypeVar("M", bound=BaseModel)
 Write = Callable[[Pipeline], Any]
-"""A command queued in a transaction (e.g. a run's XADD onto the queue)."""
+"""A command queued in a transaction (e.g. a run's XADD onto the queue). A write with a
+``prepare(pipe, state)`` method reads under WATCH first (an audit entry reads the chain's
+head): queue writes with ``RedisBase.queue_writes``, which calls it."""
 IdFactory = Callable[[str], str]
 """Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
 
@@ -91,7 +94,8 @@ class RedactingPipeline(Pipeline):
     redact: Callable[[str], str] = staticmethod(env_redact)
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        return super().execute_command(*scrub_args(self.redact, args), **kwargs)
+        return super().execute_command(  # type: ignore[no-untyped-call]
+            *scrub_args(self.redact, args), **kwargs)
 
 
 class RedactingRedis(redis.Redis):
@@ -103,7 +107,8 @@ class RedactingRedis(redis.Redis):
         self.redact = redact
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        return super().execute_command(*scrub_args(self.redact, args), **options)
+        return super().execute_command(  # type: ignore[no-untyped-call]
+            *scrub_args(self.redact, args), **options)
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
         pipe = RedactingPipeline(self.connection_pool, self.response_callbacks, transaction,
@@ -171,6 +176,10 @@ class Keys:
 
     def audit(self) -> str:
         return self("audit")
+
+    def audit_chain(self) -> str:
+        """The audit stream's hash chain: genesis, head, trimmed head (``chain``)."""
+        return self("audit", "chain")
 
     def dedupe(self, key: str) -> str:
         return self("dedupe", key)
@@ -316,14 +325,28 @@ class RedisBase:
                 raise NotFound(missing)
             record = model.model_validate_json(raw)
             extras = change(record) or ()
-            pipe.multi()
-            pipe.set(key, record.model_dump_json())
-            for extra in extras:
-                extra(pipe)
+            self.queue_writes(pipe, [lambda p: p.set(key, record.model_dump_json()), *extras])
             pipe.execute()
             return record
 
         return self.cas([key], attempt, busy=key.removeprefix(self.prefix + ":"))
+
+    @staticmethod
+    def queue_writes(pipe: Pipeline, writes: Sequence[Write]) -> None:
+        """Let each write read what it needs under WATCH (``prepare``), then open the MULTI
+        and queue them all, in order; the caller executes."""
+        state: dict[str, Any] = {}
+        for write in writes:
+            prepare = getattr(write, "prepare", None)
+            if prepare is not None:
+                prepare(pipe, state)
+        pipe.multi()
+        for write in writes:
+            write(pipe)
+
+    def scrubbed(self, value: str) -> str:
+        """``value`` as the door would write it (for what must be hashed as stored)."""
+        return str(_scrub(self.r.redact, value))
 
     def replicate(self, what: str) -> bool:
         """Wait until a replica has everything written so far (True), if there are replicas.
