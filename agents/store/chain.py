@@ -131,7 +131,7 @@ def verify(r: Any, keys: Keys) -> ChainReport:
     if "genesis" not in meta:
         return _unchained(r, keys, report)
     report.trimmed = meta.get("trimmed_id")
-    expected, last = meta.get("trimmed_hash") or meta["genesis"], None
+    expected, last, newest = meta.get("trimmed_hash") or meta["genesis"], None, "the stream"
     start = (f"the last entry retention removed ({report.trimmed})" if report.trimmed
              else "the chain's genesis")
     while True:  # again from the newest checked entry while others append meanwhile
@@ -143,16 +143,17 @@ def verify(r: Any, keys: Keys) -> ChainReport:
                                           f"entry {last}" if last else start)
             if report.broken:
                 return report
-            expected, last = fields["hash"], stream_id
+            expected, last, newest = fields["hash"], stream_id, _describe(stream_id, fields)
             report.entries += 1
             report.hashes.add(expected)
         head = r.hget(keys.audit_chain(), "head")
         if (text(head) if head else meta["genesis"]) == expected:
             break
         if not r.xrange(keys.audit(), min=f"({last}" if last else "-", max="+", count=1):
-            report.broken = Broken(f"entry {last}" if last else "the stream",
-                                   "is not the newest entry deckhand recorded: an entry was "
-                                   "added past deckhand, or the newest ones were removed")
+            report.broken = Broken(newest,
+                                   "is the newest entry but not the head deckhand recorded: "
+                                   "an entry was added past deckhand, or the newest ones "
+                                   "were removed")
             return report
     report.broken = _copies(r, keys, report, meta)
     return report
@@ -160,7 +161,7 @@ def verify(r: Any, keys: Keys) -> ChainReport:
 
 def _link_problem(stream_id: str, fields: dict[str, str], expected: str,
                   before: str) -> Broken | None:
-    where = f"entry {stream_id} ({fields.get('action', '?')} by {fields.get('actor', '?')})"
+    where = _describe(stream_id, fields)
     if "hash" not in fields or "prev" not in fields:
         return Broken(where, "carries no link: it was inserted outside deckhand")
     if entry_hash(fields) != fields["hash"]:
@@ -169,6 +170,10 @@ def _link_problem(stream_id: str, fields: dict[str, str], expected: str,
         return Broken(where, f"does not link to {before}: an entry between them was removed "
                              f"or inserted, or {before} was edited")
     return None
+
+
+def _describe(stream_id: str, fields: dict[str, str]) -> str:
+    return f"entry {stream_id} ({fields.get('action', '?')} by {fields.get('actor', '?')})"
 
 
 def _copies(r: Any, keys: Keys, report: ChainReport, meta: dict[str, str]) -> Broken | None:
