@@ -26,7 +26,7 @@ from agents.targets import PlanTargets, resolve
 from agents.validation import validate_plan
 from agents.verify import Observed, VersionProbe
 from tools.gitlog import GitRepo
-from tools.redact import Redactor
+from tools.redact import Redactor, activate
 from tools.runners.pool import RunnerPool
 
 log = logging.getLogger("deckhand.services")
@@ -204,6 +204,7 @@ def build_services(config: Config, settings: Settings | None = None, *,
         store = Store.connect(url)
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     store.redact_with(redact)  # the store's door knows the config's secrets too
+    activate(redact)  # and so do the process's log, terminal and span doors
     runners = RunnerPool(inventory=config.inventory)
     planner = build_planner(config, settings)
     deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact,

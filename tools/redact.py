@@ -1,10 +1,19 @@
-"""The one redaction function every output passes through before it is stored, logged or posted."""
+"""The one redaction function every output passes through before it is stored, logged or posted.
+
+Each sink has one door that calls it: the store (``agents.store._redis.RedactingRedis``),
+Slack (``bot.slack.redacting.RedactingWebClient``), the model (``LLMPlanner._create``), MCP
+answers (``bot.mcp.server``), the terminal (``bot.terminal.door.RedactingConsole``), exported
+spans (``bot.telemetry.RedactingSpanExporter``) and log records (the record factory below,
+installed when this module is imported).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -130,3 +139,39 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _strings(item)
+
+
+class _Active:
+    """The redactor of this process's borders that are set up before the config is read
+    (log records, the terminal, exported spans): the environment's secrets at first, the
+    config's too once ``activate`` is called (``build_services`` does)."""
+
+    redactor: Callable[[str], str] = redact
+
+
+def activate(redactor: Callable[[str], str]) -> None:
+    """Make ``redactor`` (the config's secrets + the environment's) the process's own."""
+    _Active.redactor = redactor
+
+
+def active(text: str) -> str:
+    """``text`` through the process's redactor (see ``activate``)."""
+    return _Active.redactor(text)
+
+
+def _redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    """The log door: every record is made with its message (and traceback) redacted, so no
+    handler, formatter or test capture ever sees the raw text."""
+    record = _BASE_FACTORY(*args, **kwargs)
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError):  # a malformed call: logging reports it when formatting
+        return record
+    record.msg, record.args = active(message), None
+    if record.exc_info and record.exc_text is None:
+        record.exc_text = active("".join(traceback.format_exception(*record.exc_info)).rstrip())
+    return record
+
+
+_BASE_FACTORY = logging.getLogRecordFactory()
+logging.setLogRecordFactory(_redacted_record)

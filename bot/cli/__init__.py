@@ -36,6 +36,7 @@ from bot.cli.health import report_redis
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.console import ConsoleFlow, ExitCode
+from bot.terminal.door import RedactingConsole
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
 
@@ -43,7 +44,7 @@ from tools.errors import ConfigError, DeckhandError
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    console = RedactingConsole()  # the terminal's door: every handler prints through it
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
