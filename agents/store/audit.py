@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.store import chain
+from agents.store.chain import AuditAppend, ChainReport, trimmed, verify
 from agents.store._redis import RedisBase, Write, text
 
 LEGACY_SCAN = 10_000
@@ -70,13 +70,13 @@ class AuditStore(RedisBase):
                  "action": action, "run_id": run_id or "", "plan_id": plan_id or "",
                  "details": json.dumps(details, sort_keys=True, default=str)}
         # hashed as stored: redacted now, so the store's door finds nothing left to change
-        return chain.AuditAppend(self.keys, {k: self.scrubbed(v) for k, v in entry.items()},
+        return AuditAppend(self.keys, {k: self.scrubbed(v) for k, v in entry.items()},
                                  run_id)
 
-    def verify_audit(self) -> chain.ChainReport:
+    def verify_audit(self) -> ChainReport:
         """The audit chain checked end to end (``chain.verify``)."""
         with self.errors():
-            return chain.verify(self.r, self.keys)
+            return verify(self.r, self.keys)
 
     def audit_since(self, since: float, *, page: int = 1000) -> list[tuple[str, AuditEntry]]:
         """(stream id, entry) of every stream entry from ``since`` (by stream time) on."""
@@ -135,7 +135,7 @@ class AuditStore(RedisBase):
             with self.r.pipeline() as pipe:
                 pipe.xdel(self.keys.audit(), *stream_ids)
                 if entries:
-                    pipe.hset(self.keys.audit_chain(), mapping=chain.trimmed(
+                    pipe.hset(self.keys.audit_chain(), mapping=trimmed(
                         entries, {text(k): text(v) for k, v in meta.items()}))
                 return int(pipe.execute()[0])
 

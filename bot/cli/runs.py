@@ -25,7 +25,7 @@ from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
 from agents.worker import ListenerFactory, Worker, WorkerOptions
-from bot.cli import audit_chain
+from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
     add_config_arg,
@@ -186,7 +186,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     store = services_for(args).store
     if args.what != "log":
-        return audit_chain.handle(args, store, console)
+        return audit_chain_handle(args, store, console)
     run_id = _audited_run(store, args.run_id) if args.run_id else None
     entries = store.audit_log(run_id=run_id, limit=args.limit)
     if args.json:
