@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.store.chain import AuditAppend, ChainReport, trimmed, verify
 from agents.store._redis import RedisBase, Write, text
+from agents.store.chain import AuditAppend, ChainReport, trimmed, verify
 
 LEGACY_SCAN = 10_000
 """Newest shared-stream entries searched for a run that has no list of its own."""

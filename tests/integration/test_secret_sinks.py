@@ -33,9 +33,10 @@ from bot.mcp.server import DeskTools
 from bot.slack import blocks as bk
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
 from tests.fixtures.otlp import Receiver
-from tests.integration.test_llm_planner import step, wire
+from tests.fixtures.polling import wait_until
 from tests.fixtures.slack_standin import SlackStandin
 from tests.fixtures.slack_world import button, start_world
+from tests.integration.test_llm_planner import step, wire
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURED = "cfg-Secret-7f3a9c2e1d"
@@ -110,14 +111,23 @@ def redis_bytes(client: redis.Redis) -> dict[str, bytes]:
     """Every key's value as Redis holds it (typed reads, and DUMP), plus the key names."""
     found: dict[str, bytes] = {}
     for key in client.scan_iter("*"):
-        kind = client.type(key).decode()
-        value: Any = {"string": lambda: client.get(key), "hash": lambda: client.hgetall(key),
-                      "list": lambda: client.lrange(key, 0, -1),
-                      "set": lambda: client.smembers(key),
-                      "zset": lambda: client.zrange(key, 0, -1, withscores=True),
-                      "stream": lambda: client.xrange(key)}[kind]()
-        found[key.decode()] = repr(value).encode() + key + (client.dump(key) or b"")
+        found[key.decode()] = repr(_value(client, key)).encode() + key + (client.dump(key) or b"")
     return found
+
+
+def _value(client: redis.Redis, key: bytes) -> Any:
+    kind = client.type(key).decode()
+    if kind == "string":
+        return client.get(key)
+    if kind == "hash":
+        return client.hgetall(key)
+    if kind == "list":
+        return client.lrange(key, 0, -1)
+    if kind == "set":
+        return client.smembers(key)
+    if kind == "zset":
+        return client.zrange(key, 0, -1, withscores=True)
+    return client.xrange(key)
 
 
 @pytest.fixture
@@ -171,7 +181,6 @@ def test_a_failing_release_leaks_into_no_store_terminal_span_or_log(
 
 
 def wait_for_spans(otlp: Receiver) -> None:
-    from tests.fixtures.polling import wait_until
     wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")
 
 
