@@ -160,6 +160,8 @@ def test_only_old_finished_runs_go_each_exported_with_everything_it_owned(
     assert audit and all(line["at"] < time.time() - 90 * DAY for line in audit)
     left = store.audit_log(limit=10_000)
     assert left and all(entry.at > time.time() - 90 * DAY for entry in left)
+    assert audit[-1]["hash"] == left[0].prev  # the archive and the stream are one chain
+    assert store.verify_audit().ok and store.verify_audit().trimmed == audit[-1]["stream_id"]
     assert store.deployed_state("staging").hosts["web-1"].version == "v1.0.0"  # where: kept
     assert len(store.history("staging")) == 1  # history.retention_days is not set
 
