@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import redis
 
-from agents.runs import HostResult, Run, StepState, StepStatus
+from agents.run.record import HostResult, Run, StepState, StepStatus
 from agents.store import Store
 from tools.redact import Redactor, redact_text
 

@@ -25,7 +25,7 @@ import redis
 
 from agents.config import Config, load_config
 from agents.planning.llm import LLMPlanner
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import build_services
 from agents.store import Store
 from bot.mcp.desk import Desk
