@@ -51,7 +51,7 @@ def record_rewrite(url: str, hosts: int) -> tuple[float, float]:
     """(through the store and its door, the same transaction on a bare client)."""
     store = Store.connect(url)
     store.redact_with(Redactor.from_env(SECRETS))
-    run = store.create_run(big_run(hosts))
+    run = store.runs.create(big_run(hosts))
     bare, key = redis.Redis.from_url(url), store.keys.run(run.id)
 
     def raw() -> None:
@@ -78,8 +78,8 @@ def door_cpu(hosts: int) -> float:
 
 def audit_append(url: str) -> tuple[float, float]:
     store = Store.connect(url)
-    chained = median_ms(lambda: store.audit("step_finished", actor="w", run_id="run-1",
-                                            step="deploy", status="succeeded"), 500)
+    chained = median_ms(lambda: store.audit.record("step_finished", actor="w", run_id="run-1",
+                                                   step="deploy", status="succeeded"), 500)
     client = store.r
 
     def bare() -> None:

@@ -55,12 +55,12 @@ def verify(redis_url: str, monkeypatch: pytest.MonkeyPatch,
 @pytest.fixture
 def audited(store: Store) -> list[tuple[str, dict[str, str]]]:
     """Six entries, two runs' copies among them, written by deckhand."""
-    store.audit("planned", actor="alice", run_id="run-1", plan_id="p1", request="deploy")
-    store.audit("approved", actor="bob", run_id="run-1", version=1)
-    store.audit("schedule_created", actor="carol", schedule="s1")
-    store.commit([store.audit_write("step_finished", actor="w1", run_id="run-2", step="a"),
-                  store.audit_write("run_finished", actor="w1", run_id="run-2")])
-    store.audit("retention", actor="w2", runs=0)
+    store.audit.record("planned", actor="alice", run_id="run-1", plan_id="p1", request="deploy")
+    store.audit.record("approved", actor="bob", run_id="run-1", version=1)
+    store.audit.record("schedule_created", actor="carol", schedule="s1")
+    store.commit([store.audit.write("step_finished", actor="w1", run_id="run-2", step="a"),
+                  store.audit.write("run_finished", actor="w1", run_id="run-2")])
+    store.audit.record("retention", actor="w2", runs=0)
     return entries(store)
 
 
@@ -174,10 +174,10 @@ def test_retention_trims_keep_the_chain_verifiable(store: Store, redis_url: str,
     clock = iter(float(t) for t in range(1000, 1100))
     store.clock = lambda: next(clock)
     for n in range(8):
-        store.audit("step_finished", actor="w", run_id="run-1", step=str(n))
-    old, more = store.old_audit(1004.5)
+        store.audit.record("step_finished", actor="w", run_id="run-1", step=str(n))
+    old, more = store.audit.older_than(1004.5)
     assert len(old) == 5 and not more
-    assert store.forget_audit([i for i, _ in old]) == 5
+    assert store.audit.forget([i for i, _ in old]) == 5
     code, out = verify(redis_url, monkeypatch, capsys)
     assert code == 0 and f"after the trimmed head {old[-1][0]}" in out and "3 linked" in out
     kept = entries(store)

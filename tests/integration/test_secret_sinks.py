@@ -156,7 +156,7 @@ def test_a_failing_release_leaks_into_no_store_terminal_span_or_log(
     cfg = ["--config", str(config.path)]
     ran = deckhand({**cli_env, "COLUMNS": "60"},  # narrow: a table cell wraps a secret
                    "run", "ship v1.0.0", "--yes", "--user", "alice", *cfg)
-    (run,) = store.runs()
+    (run,) = store.runs.recent()
     assert run.status is RunStatus.ROLLED_BACK, ran.stdout + ran.stderr
     assert "[REDACTED]" in (run.steps["release"].error or "")  # the failure reason, masked
     assert (tmp_path / "log.txt").read_text() == "undone\n"  # the rollback really ran
@@ -218,7 +218,7 @@ def test_mcp_answers_hold_no_secret(config: Config, store: Store,
                                     cli_env: dict[str, str]) -> None:
     deckhand(cli_env, "run", "ship v1.0.0", "--yes", "--user", "alice",
              "--config", str(config.path))
-    (run,) = store.runs()
+    (run,) = store.runs.recent()
     tools = DeskTools(Desk(build_services(config, store=store)))
     answers = [anyio.run(tools.run_status, run.id), anyio.run(tools.catalog)]
     text = json.dumps([a.model_dump(mode="json") for a in answers])
