@@ -27,7 +27,7 @@ from agents.run.record import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
 from tools.gitlog import GitRepo
-from tools.redact import Redactor
+from tools.redact import Redactor, activate
 from tools.runners.pool import RunnerPool
 
 log = logging.getLogger("deckhand.services")
@@ -213,6 +213,8 @@ def build_services(config: Config, settings: Settings | None = None, *,
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
         store = Store.connect(url)
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
+    store.redact_with(redact)  # the store's door knows the config's secrets too
+    activate(redact)  # and so do the process's log, terminal and span doors
     runners = RunnerPool(inventory=config.inventory)
     planner = build_planner(config, settings)
     deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact,

@@ -45,7 +45,7 @@ class JsonFormatter(logging.Formatter):
             "thread": record.threadName,
         }
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 

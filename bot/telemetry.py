@@ -7,14 +7,24 @@ and ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_HEADERS`` (e.g. an API ke
 ``OTEL_TRACES_SAMPLER`` / ``_ARG``. The exporter speaks OTLP over HTTP (``http/protobuf``);
 another ``OTEL_EXPORTER_OTLP_PROTOCOL`` is refused with one line. Spans are batched; a
 short-lived command flushes them when it exits (``shutdown``).
+
+Every span passes :class:`RedactingSpanExporter` on its way out (names, attributes, events,
+links' attributes, status descriptions): the spans' door, whichever instrumentation made them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import Link, Status
+
+from tools.redact import active, redact_data
 
 log = logging.getLogger("deckhand.telemetry")
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -38,7 +48,7 @@ def configure_tracing(service: str = "deckhand") -> bool:
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service)})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(RedactingSpanExporter(OTLPSpanExporter())))
     trace.set_tracer_provider(provider)
     _provider = provider
     return True
@@ -55,3 +65,36 @@ def _wanted() -> bool:
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
     return any(os.environ.get(name) for name in ENDPOINTS)
+
+
+class RedactingSpanExporter(SpanExporter):
+    """A span exporter that hands ``inner`` redacted copies of the spans (the spans' door)."""
+
+    def __init__(self, inner: SpanExporter):
+        self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export([redacted_span(s) for s in spans])
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def redacted_span(span: ReadableSpan) -> ReadableSpan:
+    """A copy of ``span`` with every text in it through the process's redactor."""
+    def clean(attributes: Any) -> Any:
+        return redact_data(active, dict(attributes or {}))
+
+    status = span.status
+    if status.description:
+        status = Status(status.status_code, active(status.description))
+    return ReadableSpan(
+        name=active(span.name), context=span.context, parent=span.parent,
+        resource=span.resource, attributes=clean(span.attributes),
+        events=[Event(e.name, clean(e.attributes), e.timestamp) for e in span.events],
+        links=[Link(link.context, clean(link.attributes)) for link in span.links],
+        kind=span.kind, status=status, start_time=span.start_time, end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope)

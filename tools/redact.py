@@ -1,34 +1,67 @@
-"""The one redaction function every output passes through before it is stored, logged or posted."""
+"""The one redaction function every output passes through before it is stored, logged or posted.
+
+Each sink has one door that calls it: the store (``agents.store._redis.RedactingRedis``),
+Slack (``bot.slack.redacting.RedactingWebClient``), the model (``LLMPlanner._create``), MCP
+answers (``bot.mcp.server``), the terminal (``bot.terminal.door.RedactingConsole``), exported
+spans (``bot.telemetry.RedactingSpanExporter``) and log records (the record factory below,
+installed when this module is imported).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
-from collections.abc import Iterable
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 MASK = "[REDACTED]"
 
-# (pattern, replacement): labels such as "password=" are kept, only the value is masked.
-_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
-                re.S), MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), MASK),        # Slack tokens
-    (re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"), MASK),                # Slack app-level tokens
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), MASK),                # OpenAI-style keys
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), MASK),           # GitHub tokens
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),                   # AWS access key ids
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
+# (cue, pattern, replacement): labels such as "password=" are kept, only the value is masked.
+# A rule's regex runs only on a text whose lower case holds one of its cues (a substring
+# search, far cheaper than a regex scan): every store write passes here, most hold nothing.
+_RULES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
+    (("private key",), re.compile(
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
+     MASK),
+    (("xox",), re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), MASK),   # Slack tokens
+    (("xapp-",), re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"), MASK),        # Slack app-level tokens
+    (("sk-",), re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), MASK),          # OpenAI-style keys
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),                            # GitHub tokens
+     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), MASK),
+    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), MASK),
+    (("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), MASK),    # GitLab tokens
+    (("akia", "asia"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),  # AWS key ids
+    (("aiza",), re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), MASK),         # Google API keys
+    (("k_live_", "k_test_"), re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"), MASK),
+    # Webhook URLs are credentials by themselves: whoever has one may post.
+    (("hooks.slack", "webhook"), re.compile(
+        r"(?i)\bhttps?://(?:hooks\.slack\.com|(?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks|"
+        r"[\w.-]+\.webhook\.office\.com|outlook\.office\.com/webhook)[^\s\"'<>`]{0,2048}"),
+     MASK),
+    (("bearer",), re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
     # A key starts at a token boundary and every repeat is bounded, so a long run of word
     # characters costs linear time (unbounded [\w.-]* on both sides was quadratic).
-    (re.compile(r"(?i)((?<![\w.-])[\w.-]{0,64}?(?:password|passwd|secret|token|api[_-]?key)"
-                r"[\w.-]{0,64}\s{0,8}[=:]\s{0,8})(?:\"[^\"]{0,4096}\"|'[^']{0,4096}'|\S+)"),
+    (("passw", "secret", "token", "api_key", "api-key", "apikey"), re.compile(
+        r"(?i)((?<![\w.-])[\w.-]{0,64}?(?:password|passwd|secret|token|api[_-]?key)"
+        r"[\w.-]{0,64}\s{0,8}[=:]\s{0,8})(?:\"[^\"]{0,4096}\"|'[^']{0,4096}'|\S+)"),
      r"\1" + MASK),
-    (re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
+    (("@",), re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
+    # Signed URLs: the signature or key in the query string is the credential.
+    (("sig", "key=", "access_token=", "code=", "auth="), re.compile(
+        r"(?i)([?&](?:sig|signature|x-amz-signature|x-goog-signature|access_token|code|key|"
+        r"auth)=)[^&#\s\"'<>]{1,2048}"), r"\1" + MASK),
 ]
 
 # Environment variables whose values are secrets wherever they show up.
 SECRET_ENV = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "OPENAI_API_KEY",
-              "REDIS_URL", "DECKHAND_SECRETS")
+              "REDIS_URL", "DECKHAND_SECRETS", "DECKHAND_MCP_TOKENS")
+SECRET_NAME = re.compile(r"(?i)(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|"
+                         r"CREDENTIALS?|WEBHOOK)(?:_|$)")
+"""Any other environment variable named like this holds a secret too (``DEPLOY_TOKEN``,
+``AWS_SECRET_ACCESS_KEY``, ``ALERT_WEBHOOK_URL``): its value is masked wherever it shows."""
 
 
 class Redactor:
@@ -41,15 +74,116 @@ class Redactor:
     def from_env(cls, extra: Iterable[str] = ()) -> Redactor:
         values = [os.environ.get(name, "") for name in SECRET_ENV]
         values += os.environ.get("DECKHAND_SECRETS", "").split(",")
+        values += [v for name, v in os.environ.items() if SECRET_NAME.search(name) and len(v) >= 8]
         return cls([*values, *extra])
 
     def __call__(self, text: str) -> str:
         for value in self._values:
-            text = text.replace(value, MASK)
-        for pattern, replacement in _RULES:
-            text = pattern.sub(replacement, text)
+            if value in text:
+                text = text.replace(value, MASK)
+        lower = text.lower()
+        for cues, pattern, replacement in _RULES:
+            if any(cue in lower for cue in cues):
+                text = pattern.sub(replacement, text)
         return text
 
 
 redact = Redactor.from_env()
 """Default redactor built from the process environment."""
+
+
+def redact_data(redact: Callable[[str], str], value: Any) -> Any:
+    """Every string inside ``value`` (dicts, lists, JSON text inside strings) redacted; the
+    same object back when nothing changed."""
+    if isinstance(value, str):
+        return redact_text(redact, value)
+    if isinstance(value, dict):
+        items = {k: redact_data(redact, v) for k, v in value.items()}
+        return value if all(items[k] is value[k] for k in value) else items
+    if isinstance(value, list | tuple):
+        parts = [redact_data(redact, v) for v in value]
+        return value if all(a is b for a, b in zip(parts, value, strict=True)) else parts
+    return value
+
+
+def redact_text(redact: Callable[[str], str], text: str) -> str:
+    """``text`` redacted, keeping JSON text valid JSON: a secret escaped inside a JSON
+    string (a quote, a newline of a PEM key) is found in the decoded string, and a mask
+    never swallows a closing quote. The same object back when nothing changed."""
+    view = _unescaped(text)  # every JSON string in it whole: no match there, none in them
+    if "\\u" not in text and redact(text) == text and (view is text or redact(view) == view):
+        return text
+    if text[:1] in "{[":
+        try:
+            tree = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            joined = "\n\x00\n".join(_strings(tree))  # one pass for the common clean case
+            if redact(joined) == joined:
+                return text
+            clean = redact_data(redact, tree)
+            return text if clean is tree else json.dumps(clean, ensure_ascii=False,
+                                                         separators=(",", ":"))
+    masked = redact(text)
+    return text if masked == text else masked
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with JSON's short escapes undone (C-speed replaces, no parse): each string
+    of a JSON text appears in it whole, between quotes; any other text is unchanged in
+    what a rule can match (escapes only turn two characters into one)."""
+    if "\\" not in text:
+        return text
+    return (text.replace("\\\\", "\x00").replace("\\n", "\n").replace("\\t", "\t")
+            .replace("\\r", "\r").replace('\\"', '"').replace("\\/", "/")
+            .replace("\x00", "\\"))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string (keys too) inside a decoded JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+class _Active:
+    """The redactor of this process's borders that are set up before the config is read
+    (log records, the terminal, exported spans): the environment's secrets at first, the
+    config's too once ``activate`` is called (``build_services`` does)."""
+
+    redactor: Callable[[str], str] = redact
+
+
+def activate(redactor: Callable[[str], str]) -> None:
+    """Make ``redactor`` (the config's secrets + the environment's) the process's own."""
+    _Active.redactor = redactor
+
+
+def active(text: str) -> str:
+    """``text`` through the process's redactor (see ``activate``)."""
+    return _Active.redactor(text)
+
+
+def _redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    """The log door: every record is made with its message (and traceback) redacted, so no
+    handler, formatter or test capture ever sees the raw text."""
+    record = _BASE_FACTORY(*args, **kwargs)
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError):  # a malformed call: logging reports it when formatting
+        return record
+    record.msg, record.args = active(message), None
+    if record.exc_info and record.exc_text is None:
+        record.exc_text = active("".join(traceback.format_exception(*record.exc_info)).rstrip())
+    return record
+
+
+_BASE_FACTORY = logging.getLogRecordFactory()
+logging.setLogRecordFactory(_redacted_record)

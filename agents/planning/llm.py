@@ -47,7 +47,7 @@ from agents.planning import prompt
 from agents.planning.prompt import WirePlan, WireReplan
 from agents.run.record import Run, StepStatus
 from agents.settings import Settings
-from tools.redact import Redactor
+from tools.redact import Redactor, redact_data
 
 log = logging.getLogger("deckhand.planner")
 
@@ -327,8 +327,10 @@ class LLMPlanner:
         attempt = 0
         while True:
             try:
+                # the model's door: the one call of the client, every message redacted here
+                sent = redact_data(self.redact, messages)
                 return self._checked_completion(self.client.chat.completions.create(
-                    model=self.model, messages=cast(list[ChatCompletionMessageParam], messages),
+                    model=self.model, messages=cast(list[ChatCompletionMessageParam], sent),
                     temperature=TEMPERATURE, max_tokens=self.max_tokens,
                     extra_body=None if self.seed is None else {"seed": self.seed},
                     response_format=cast(ResponseFormat, fmt)))

@@ -9,13 +9,19 @@ prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:au
 into ``run:ID`` and deleted when the run ends or is taken over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
-``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``dedupe:KEY``,
+``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``audit:chain``
+(hash: the stream's hash chain, see ``chain``), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
 ``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
+
+Every byte deckhand writes passes one door (:class:`RedactingRedis`): each command's
+arguments after its key are redacted (JSON stays valid JSON) on the client and on every
+pipeline it hands out, so a secret in a failure reason, an audit entry, a host journal or a
+plan never lands in Redis, whichever module or call site wrote it.
 
 A create writes its record and every companion (indexes, ``latest``) in one MULTI under
 WATCH on the record's key, so either all of it lands or none; a create that finds its id
@@ -37,6 +43,8 @@ from redis.client import Pipeline
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
 from agents.store.connect import untrusted_certificate
+from tools.redact import redact as env_redact
+from tools.redact import redact_text
 
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
@@ -48,9 +56,65 @@ T = TypeVar("T")
 log = logging.getLogger("deckhand.store")
 M = TypeVar("M", bound=BaseModel)
 Write = Callable[[Pipeline], Any]
-"""A command queued in a transaction (e.g. a run's XADD onto the queue)."""
+"""A command queued in a transaction (e.g. a run's XADD onto the queue). A write with a
+``prepare(pipe, state)`` method reads under WATCH first (an audit entry reads the chain's
+head): queue writes with ``RedisBase.queue_writes``, which calls it."""
 IdFactory = Callable[[str], str]
 """Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
+
+
+UNSCRUBBED = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT", "FCALL", "FUNCTION"})
+"""Commands whose arguments are code, not data (deckhand's store sends none of them)."""
+
+
+def scrub_args(redact: Callable[[str], str], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A command's arguments with everything after its key redacted (text and UTF-8 bytes;
+    other bytes and numbers as they are)."""
+    if len(args) < 3 or str(args[0]).upper() in UNSCRUBBED:
+        return args
+    return (*args[:2], *(_scrub(redact, a) for a in args[2:]))
+
+
+def _scrub(redact: Callable[[str], str], value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_text(redact, value)
+    if isinstance(value, bytes):
+        try:
+            text = value.decode()
+        except UnicodeDecodeError:
+            return value
+        clean = redact_text(redact, text)
+        return value if clean is text else clean.encode()
+    return value
+
+
+class RedactingPipeline(Pipeline):
+    """A pipeline whose commands pass the redactor (immediate and queued alike)."""
+
+    redact: Callable[[str], str] = staticmethod(env_redact)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return super().execute_command(  # type: ignore[no-untyped-call]
+            *scrub_args(self.redact, args), **kwargs)
+
+
+class RedactingRedis(redis.Redis):
+    """The store's only client: the caller's connection pool (plain, TLS, Sentinel or
+    fakeredis), with every command's data redacted before it is sent."""
+
+    def __init__(self, client: redis.Redis, redact: Callable[[str], str]):
+        super().__init__(connection_pool=client.connection_pool)
+        self.redact = redact
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return super().execute_command(  # type: ignore[no-untyped-call]
+            *scrub_args(self.redact, args), **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
+        pipe = RedactingPipeline(self.connection_pool, self.response_callbacks, transaction,
+                                 shard_hint)
+        pipe.redact = self.redact
+        return pipe
 
 
 class Keys:
@@ -113,6 +177,10 @@ class Keys:
     def audit(self) -> str:
         return self("audit")
 
+    def audit_chain(self) -> str:
+        """The audit stream's hash chain: genesis, head, trimmed head (``chain``)."""
+        return self("audit", "chain")
+
     def dedupe(self, key: str) -> str:
         return self("dedupe", key)
 
@@ -168,10 +236,10 @@ class RedisBase:
 
     def __init__(self, client: redis.Redis, *, prefix: str = "dh",
                  clock: Callable[[], float] = time.time, where: str = "redis",
-                 ids: IdFactory = new_id):
+                 ids: IdFactory = new_id, redact: Callable[[str], str] = env_redact):
         # Any: redis-py types replies as bytes | str (it depends on decode_responses); this
         # store always uses bytes, and decodes at the few places it reads text.
-        self.r: Any = client
+        self.r: Any = RedactingRedis(client, redact)
         self.prefix = prefix
         self.keys = Keys(prefix)
         self.clock = clock
@@ -179,6 +247,10 @@ class RedisBase:
         self.ids = ids
         self.replicate_timeout = 2.0
         self._replicas: tuple[float, int] | None = None
+
+    def redact_with(self, redact: Callable[[str], str]) -> None:
+        """Redact what is written with ``redact`` (the config's secrets too) from now on."""
+        self.r.redact = redact
 
     @property
     def embedded(self) -> bool:
@@ -258,14 +330,28 @@ class RedisBase:
                 raise NotFound(missing)
             record = model.model_validate_json(raw)
             extras = change(record) or ()
-            pipe.multi()
-            pipe.set(key, record.model_dump_json())
-            for extra in extras:
-                extra(pipe)
+            self.queue_writes(pipe, [lambda p: p.set(key, record.model_dump_json()), *extras])
             pipe.execute()
             return record
 
         return self.cas([key], attempt, busy=key.removeprefix(self.prefix + ":"))
+
+    @staticmethod
+    def queue_writes(pipe: Pipeline, writes: Sequence[Write]) -> None:
+        """Let each write read what it needs under WATCH (``prepare``), then open the MULTI
+        and queue them all, in order; the caller executes."""
+        state: dict[str, Any] = {}
+        for write in writes:
+            prepare = getattr(write, "prepare", None)
+            if prepare is not None:
+                prepare(pipe, state)
+        pipe.multi()
+        for write in writes:
+            write(pipe)
+
+    def scrubbed(self, value: str) -> str:
+        """``value`` as the door would write it (for what must be hashed as stored)."""
+        return str(_scrub(self.r.redact, value))
 
     def replicate(self, what: str) -> bool:
         """Wait until a replica has everything written so far (True), if there are replicas.
@@ -300,12 +386,13 @@ class RedisBase:
         return self._replicas[1]
 
     def commit(self, writes: Sequence[Write]) -> None:
-        """Queued writes (e.g. audit entries taken earlier), in one MULTI: all or none."""
-        with self.errors():
-            pipe = self.r.pipeline()
-            for write in writes:
-                write(pipe)
+        """Queued writes (e.g. audit entries taken earlier), in one MULTI: all or none, each
+        audit entry linked to the chain's head as it is then (retried if another lands)."""
+        def attempt(pipe: Any) -> None:
+            self.queue_writes(pipe, writes)
             pipe.execute()
+
+        self.cas([self.keys.audit_chain()], attempt, busy="the audit stream")
 
     def ping(self) -> bool:
         with self.errors():
@@ -347,6 +434,12 @@ class Part:
 
     def commit(self, writes: Sequence[Write]) -> None:
         self.db.commit(writes)
+
+    def queue_writes(self, pipe: Pipeline, writes: Sequence[Write]) -> None:
+        self.db.queue_writes(pipe, writes)
+
+    def scrubbed(self, value: str) -> str:
+        return self.db.scrubbed(value)
 
     @property
     def where(self) -> str:

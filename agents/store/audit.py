@@ -1,4 +1,5 @@
-"""The append-only audit stream, and the dedupe keys that recognise Slack's retries."""
+"""The append-only audit stream, hash-chained (``chain``), and the dedupe keys that recognise
+Slack's retries."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents.store._redis import Part, Write
+from agents.store._redis import Part, Write, text
+from agents.store.chain import AuditAppend, ChainReport, trimmed, verify
 
 LEGACY_SCAN = 10_000
 """Newest shared-stream entries searched for a run that has no list of its own."""
@@ -21,6 +23,10 @@ class AuditEntry:
     run_id: str | None
     plan_id: str | None
     details: dict[str, Any]
+    prev: str = ""
+    """The hash of the entry before it in the stream (the chain's genesis for the first)."""
+    hash: str = ""
+    """This entry's hash (``chain.entry_hash``); empty for entries from before the chain."""
 
     def as_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -59,13 +65,23 @@ class AuditLog(Part):
         entry = {"ref": self.ids("aud"), "at": repr(self.clock()), "actor": actor,
                  "action": action, "run_id": run_id or "", "plan_id": plan_id or "",
                  "details": json.dumps(details, sort_keys=True, default=str)}
+        # hashed as stored: redacted now, so the store's door finds nothing left to change
+        return AuditAppend(self.keys, {k: self.scrubbed(v) for k, v in entry.items()},
+                                 run_id)
 
-        def write(pipe: Any) -> None:  # Any: a Pipeline, or the client itself
-            pipe.xadd(self.keys.audit(), entry)
-            if run_id:
-                pipe.rpush(self.keys.run_audit(run_id), json.dumps(entry))
+    def verify(self) -> ChainReport:
+        """The audit chain checked end to end (``chain.verify``)."""
+        with self.errors():
+            return verify(self.r, self.keys)
 
-        return write
+    def since(self, since: float, *, page: int = 1000) -> list[tuple[str, AuditEntry]]:
+        """(stream id, entry) of every stream entry from ``since`` (by stream time) on."""
+        start, found = f"{int(since * 1000)}-0", []
+        with self.errors():
+            while batch := self.r.xrange(self.keys.audit(), min=start, max="+", count=page):
+                found += [(text(i), _audit_entry(i, f)) for i, f in batch]
+                start = f"({text(batch[-1][0])}"
+        return found
 
     def entries(self, *, run_id: str | None = None, limit: int = 200) -> list[AuditEntry]:
         """The newest ``limit`` entries, oldest first; only one run's when ``run_id`` is
@@ -99,11 +115,25 @@ class AuditLog(Part):
         return found, len(page) == limit
 
     def forget(self, stream_ids: list[str]) -> int:
-        """Delete exactly these stream entries (already exported); how many were there."""
+        """Delete exactly these stream entries (already exported, the stream's oldest, oldest
+        first); how many were there. The newest one's hash is kept as the trimmed head, in
+        the same MULTI, so the chain stays verifiable from the first entry kept."""
         if not stream_ids:
             return 0
         with self.errors():
-            return int(self.r.xdel(self.keys.audit(), *stream_ids))
+            with self.r.pipeline(transaction=False) as pipe:
+                for stream_id in stream_ids:
+                    pipe.xrange(self.keys.audit(), min=stream_id, max=stream_id)
+                pipe.hgetall(self.keys.audit_chain())
+                *pages, meta = pipe.execute()
+            entries = [(text(i), {text(k): text(v) for k, v in f.items()})
+                       for page in pages for i, f in page]
+            with self.r.pipeline() as pipe:
+                pipe.xdel(self.keys.audit(), *stream_ids)
+                if entries:
+                    pipe.hset(self.keys.audit_chain(), mapping=trimmed(
+                        entries, {text(k): text(v) for k, v in meta.items()}))
+                return int(pipe.execute()[0])
 
     def _legacy_run_entries(self, run_id: str, limit: int) -> list[Any]:
         """A run audited before per-run lists existed: its entries among the newest
@@ -126,4 +156,5 @@ def _entry(entry_id: str, text: dict[str, str]) -> AuditEntry:
     """Entries written before refs existed are known by their stream id."""
     return AuditEntry(id=entry_id, at=float(text["at"]), actor=text["actor"],
                       action=text["action"], run_id=text["run_id"] or None,
-                      plan_id=text["plan_id"] or None, details=json.loads(text["details"]))
+                      plan_id=text["plan_id"] or None, details=json.loads(text["details"]),
+                      prev=text.get("prev", ""), hash=text.get("hash", ""))

@@ -30,6 +30,7 @@ from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
+from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
     add_config_arg,
@@ -81,7 +82,12 @@ def register(commands: Commands) -> None:
     add_config_arg(runs)
     runs.set_defaults(handler=_runs)
 
-    audit = commands.add_parser("audit", help="who did what when (append-only)")
+    audit = commands.add_parser("audit", help="who did what when (append-only, hash-chained)")
+    audit.add_argument("what", nargs="?", choices=["log", "verify", "export"], default="log",
+                       help="verify: check the hash chain, exit 1 at the first broken link; "
+                            "export: entries with their links as JSON lines")
+    audit.add_argument("--since", help="with export: a date, a time or an age (24h, 7d)")
+    audit.add_argument("--format", default="jsonl", help="with export: jsonl")
     audit.add_argument("--run", dest="run_id")
     audit.add_argument("--json", action="store_true", help="JSON lines, for export")
     audit.add_argument("--limit", type=int, default=200)
@@ -228,6 +234,8 @@ def runs_table(runs: list[Run]) -> Table:
 def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     store = services_for(args).store
+    if args.what != "log":
+        return audit_chain_handle(args, store, console)
     run_id = _audited_run(store, args.run_id) if args.run_id else None
     entries = store.audit.entries(run_id=run_id, limit=args.limit)
     if args.json:

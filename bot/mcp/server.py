@@ -22,14 +22,16 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import AnyHttpUrl, Field, ValidationError
+from pydantic import AnyHttpUrl, BaseModel, Field, ValidationError
 
 from bot.mcp.auth import StaticTokens
 from bot.mcp.desk import Desk
 from bot.mcp.views import CatalogView, DeployRequest, PlanView, RunView, WhereReport
 from tools.errors import DeckhandError
+from tools.redact import redact_data
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 INSTRUCTIONS = (
     "deckhand plans deployments and runs them only after a human approves. Call `plan` "
@@ -67,30 +69,41 @@ class DeskTools:
     async def catalog(self) -> CatalogView:
         """The tools a plan may use (parameters, where they run, whether they change hosts),
         the environments with their hosts, and host groups."""
-        return await _off_loop(self.desk.catalog)
+        return await self._answer(self.desk.catalog)
 
     async def plan(self, ctx: Context, request: Request) -> PlanView:
         """Plan a request and validate it. Returns the plan with its hash and the
         environments and hosts it touches, or the refusal listing every problem."""
-        return await _off_loop(self.desk.plan, request, requester=requester_of(ctx),
-                               connection=connection_of(ctx, self.stdio_connection))
+        return await self._answer(self.desk.plan, request, requester=requester_of(ctx),
+                                  connection=connection_of(ctx, self.stdio_connection))
 
     async def run_status(self, run_id: RunId) -> RunView:
         """Where a run stands: status, approvals still needed and who may give them, steps."""
-        return await _off_loop(self.desk.run_status, run_id)
+        return await self._answer(self.desk.run_status, run_id)
 
     async def where(self) -> WhereReport:
         """Per environment: its hosts, who holds its lock, runs in flight, the last success."""
-        return await _off_loop(self.desk.where)
+        return await self._answer(self.desk.where)
 
     async def request_deploy(self, ctx: Context, plan_hash: PlanHash,
                              channel: Channel = None) -> DeployRequest:
         """Ask humans to approve the plan `plan` returned with this hash: it is stored and
         posted for approval (in Slack when configured, else for `deckhand approve`). Returns
         the run id. Only plans you made with `plan` in the last minutes are accepted."""
-        return await _off_loop(self.desk.request_deploy, plan_hash, channel,
-                               requester=requester_of(ctx), client=client_name(ctx),
-                               connection=connection_of(ctx, self.stdio_connection))
+        return await self._answer(self.desk.request_deploy, plan_hash, channel,
+                                  requester=requester_of(ctx), client=client_name(ctx),
+                                  connection=connection_of(ctx, self.stdio_connection))
+
+    async def _answer(self, fn: Callable[..., M], *args: Any, **kwargs: Any) -> M:
+        """The MCP answers' door: every result and error passes the config's redactor."""
+        redact = self.desk.services.redact
+        try:
+            answer = await _off_loop(fn, *args, **kwargs)
+        except ToolError as exc:
+            raise ToolError(redact(str(exc))) from exc
+        dumped = answer.model_dump(mode="json")
+        clean = redact_data(redact, dumped)
+        return answer if clean is dumped else type(answer).model_validate(clean)
 
 
 async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -16,8 +16,9 @@ import re
 from collections.abc import Iterable
 
 import yaml
-from rich.console import Console
 from rich.segment import Segment
+
+from bot.terminal.door import RedactingConsole
 
 INVISIBLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline) and C1 controls, ESC included
@@ -45,9 +46,10 @@ def yaml_for_terminal(text: str) -> str:
     return yaml.safe_dump(yaml.safe_load(text), sort_keys=False, allow_unicode=False)
 
 
-class TerminalConsole(Console):
-    """A rich Console whose written text can never carry a control sequence or bidi
-    override that deckhand did not make (see the module docstring)."""
+class TerminalConsole(RedactingConsole):
+    """The terminal's one door: a rich Console whose text is redacted as it is laid out
+    (``door.RedactingConsole``) and can never carry a control sequence or bidi override
+    that deckhand did not make (see the module docstring)."""
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(

@@ -159,6 +159,8 @@ def test_only_old_finished_runs_go_each_exported_with_everything_it_owned(
     assert audit and all(line["at"] < time.time() - 90 * DAY for line in audit)
     left = store.audit.entries(limit=10_000)
     assert left and all(entry.at > time.time() - 90 * DAY for entry in left)
+    assert audit[-1]["hash"] == left[0].prev  # the archive and the stream are one chain
+    assert store.audit.verify().ok and store.audit.verify().trimmed == audit[-1]["stream_id"]
     assert store.history.current("staging").hosts["web-1"].version == "v1.0.0"  # where: kept
     assert len(store.history.recent("staging")) == 1  # history.retention_days is not set
 

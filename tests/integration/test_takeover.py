@@ -152,4 +152,5 @@ def test_audit_entries_of_an_outage_land_once_redis_is_back(tmp_path: Path,
 
     (entry,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "step_finished"]
     assert entry.details["step"] == "first" and entry.at < during  # when it happened
+    assert store.audit.verify().ok  # linked when written: the chain stays whole
     assert store.runs.get(run.id).steps["first"].status is StepStatus.SUCCEEDED

@@ -1,0 +1,60 @@
+"""The redactor's shapes, the env secrets it learns by name, and JSON kept valid."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from tools.redact import MASK, Redactor, redact_text
+
+SHAPES = [
+    "xoxb-1111111111-2222222222-AbCdEfGh", "ghp_" + "a1" * 18, "github_pat_" + "B2" * 20,
+    "glpat-" + "c3" * 10, "AKIAQWERTYUIOPASDFGH", "AIza" + "d" * 35, "sk_live_" + "e" * 20,
+    "https://hooks.slack.com/services/T0/B0/abcdefghijkl",
+    "https://discord.com/api/webhooks/123/abcdef", "Bearer abcdefgh12345678",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----",
+]
+
+
+@pytest.mark.parametrize("secret", SHAPES)
+def test_credential_shapes_are_masked(secret: str) -> None:
+    masked = Redactor()(f"before {secret} after")
+    assert secret.split()[-1] not in masked and MASK in masked and masked.startswith("before")
+
+
+def test_url_credentials_and_signatures_keep_the_url_readable() -> None:
+    masked = Redactor()("clone https://ci:pa55w0rd-x@git.example.com/a.git and "
+                        "https://s3.example.com/o?X-Amz-Signature=abc123&ok=1")
+    assert masked == (f"clone https://ci:{MASK}@git.example.com/a.git and "
+                      f"https://s3.example.com/o?X-Amz-Signature={MASK}&ok=1")
+
+
+def test_env_variables_named_like_secrets_are_learned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_TOKEN", "tok-value-123456")
+    monkeypatch.setenv("ALERT_WEBHOOK_URL", "https://alerts.example/x/y")
+    monkeypatch.setenv("HOME_DIRECTORY", "/home/not-a-secret")
+    masked = Redactor.from_env()("tok-value-123456 https://alerts.example/x/y /home/not-a-secret")
+    assert masked == f"{MASK} {MASK} /home/not-a-secret"
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_json_stays_json_and_escaped_secrets_are_found(ensure_ascii: bool) -> None:
+    redact = Redactor(['qu"oted-secret', "caf\u00e9-secret"])
+    doc = {"a": 'x qu"oted-secret y', "b": "caf\u00e9-secret", "c": "Bearer\nabcdefgh1234",
+           "d": "-----BEGIN EC PRIVATE KEY-----\nabc", "e": "fine\n\"text\"", "n": 1}
+    out = json.loads(redact_text(redact, json.dumps(doc, ensure_ascii=ensure_ascii)))
+    assert out == {"a": f"x {MASK} y", "b": MASK, "c": f"Bearer\n{MASK}", "d": MASK,
+                   "e": "fine\n\"text\"", "n": 1}
+
+
+def test_a_clean_text_comes_back_as_the_same_object() -> None:
+    text = json.dumps({"tail": "line\nline", "status": "ok"})
+    assert redact_text(Redactor(["elsewhere-secret"]), text) is text
+
+
+def test_log_records_are_made_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    logging.getLogger("deckhand.unit").info("token %s", "xoxb-1111111111-22222222")
+    assert caplog.records[-1].getMessage() == f"token {MASK}"
