@@ -43,6 +43,10 @@ Durable = Callable[[str], str | None]
 """Before a mutating command starts on hosts newly counted as changed: None once the record
 of that start is durable (or there is nothing to wait for), else why it is not — the
 command then does not start there. Its argument says what is waited for, for logs."""
+MayStart = Callable[[str], str | None]
+"""Right before any command starts (each batch, each attempt): blocks while the worker
+cannot vouch for its lease on the run (see ``agents.fence``); None once it may start, else
+why not (the run is another worker's now). Its argument names what would start."""
 RunnerFor = Callable[[Host], Runner]
 Replanner = Callable[[Plan, Run], "Plan | None"]
 
@@ -77,17 +81,20 @@ class Executor:
 
     def execute(self, plan: Plan, run: Run | None = None, *,
                 cancel: CancelToken | None = None,
-                listeners: Iterable[Listener] = (), durable: Durable | None = None) -> Run:
+                listeners: Iterable[Listener] = (), durable: Durable | None = None,
+                may_start: MayStart | None = None) -> Run:
         """Run ``plan`` to its end and return the final record.
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
-        asked once per batch of hosts before a mutating command starts (see ``Durable``).
+        asked once per batch of hosts before a mutating command starts (see ``Durable``);
+        ``may_start`` before every batch and attempt (see ``MayStart``).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
-                               [*self.listeners, *listeners], durable or _nothing_to_wait_for)
+                               [*self.listeners, *listeners], durable or _nothing_to_wait_for,
+                               may_start or _nothing_to_wait_for)
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
         with tracing.span("deckhand.run", {
                 "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
@@ -113,9 +120,9 @@ class _Execution:
     """State of one ``execute`` call."""
 
     def __init__(self, executor: Executor, plan: Plan, run: Run, cancel: CancelToken,
-                 listeners: list[Listener], durable: Durable):
+                 listeners: list[Listener], durable: Durable, may_start: MayStart):
         self.ex, self.deps, self.plan, self.run = executor, executor.deps, plan, run
-        self.cancel, self.durable = cancel, durable
+        self.cancel, self.durable, self.may_start = cancel, durable, may_start
         self.steps_token = cancel.child()  # failure with on_failure=cancel kills running steps
         self.listeners = listeners
         self.lock = threading.RLock()
@@ -182,7 +189,8 @@ class _Execution:
         return "continue"
 
     def _prepare_resume(self) -> None:
-        """Steps that were running when a worker died: re-run if idempotent, else fail."""
+        """Steps that were running when the last worker's lease lapsed: re-run if idempotent
+        or if none of its commands started, else fail."""
         for step in self.plan.steps:
             state = self.run.steps.get(step.id)
             if state is None or state.status is not StepStatus.RUNNING:
@@ -192,12 +200,15 @@ class _Execution:
                 for host, result in state.hosts.items():
                     if result.status is StepStatus.RUNNING:
                         self.run.mark_changed(host)
-            if tool is not None and tool.idempotent:
-                state.status = StepStatus.PENDING
+            started = any(r.status is not StepStatus.PENDING for r in state.hosts.values())
+            if (tool is not None and tool.idempotent) or not started:
+                state.status = StepStatus.PENDING  # idempotent, or no command of it started
             else:
+                # the last worker may have died or only lost the store: say what is known
                 self.emit(EventKind.STEP_FINISHED, step_id=step.id, status="failed",
-                          error="was running when its worker died, and its tool is not "
-                                "idempotent, so it is not re-run")
+                          error="was running when its worker stopped renewing its lease "
+                                "(the worker died or lost touch with the store), and its "
+                                "tool is not idempotent, so it is not re-run")
                 self.stop_reason = f"step {step.id} was interrupted"
 
     def _run_steps(self) -> None:
@@ -365,11 +376,15 @@ class _Execution:
         """Before a mutating command starts on a batch: one event records that it may start
         on each of its hosts, and one wait makes that durable for the whole batch. The
         outcomes of a batch that must not start (nothing ran there), else none."""
+        names = [h.name for h in batch]
+        fenced = self.may_start(f"{step.id} on {', '.join(names[:3])}"
+                                + (f" and {len(names) - 3} more" if len(names) > 3 else ""))
+        if fenced is not None:  # no host of the batch started: none is counted as changed
+            return [_HostOutcome(ok=False, error=f"not started on {', '.join(names)}: {fenced}")]
         if not tool.mutates:
             return []
         for host in batch:  # a command that cannot be built fails the step before any host
             self._command(tool, params, host)  # is counted as changed
-        names = [h.name for h in batch]
         fresh = self._not_yet_changed(names)
         self.emit(EventKind.HOSTS_STARTING, step_id=step.id, phase=phase, hosts=names,
                   mutating=True)
@@ -462,6 +477,9 @@ class _Execution:
         """Record that an attempt starts. A mutating one on a host not counted as changed
         (a retry after an attempt that never reached it) is made durable first, as a batch
         is (see ``_start_batch``). Why it must not start, or None."""
+        fenced = self.may_start(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
+        if fenced is not None:
+            return fenced
         fresh = tool.mutates and bool(self._not_yet_changed([ids["host"]]))
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
         return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}") \

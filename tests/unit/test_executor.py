@@ -1,10 +1,11 @@
 import threading
 from pathlib import Path
 
-from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from agents.runs import Event, EventKind, HostResult, Phase, Run, RunStatus, StepStatus
 from agents.targets import resolve
 from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
+from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
 
 # Two steps that can only both succeed if they run at the same time: each announces it
@@ -171,9 +172,19 @@ def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: 
 
     run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory), status=RunStatus.RUNNING)
     run.steps["a"].status = StepStatus.RUNNING  # its worker died mid-step; log is not idempotent
+    run.steps["a"].hosts[LOCAL_HOST.name] = HostResult(host=LOCAL_HOST.name,
+                                                       status=StepStatus.RUNNING)
     resumed = make_executor(config).execute(plan, run)
     assert resumed.status is RunStatus.FAILED
     assert "not idempotent" in (resumed.steps["a"].error or "")
+    assert "died" not in (resumed.steps["a"].error or "").split("(")[0]  # not known
+
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory), status=RunStatus.RUNNING)
+    run.steps["a"].status = StepStatus.RUNNING  # started, but no command of it had started
+    (tmp_path / "log.txt").unlink()
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.reason
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["a", "b"]
 
 
 def _change_fleet(script: str = "true") -> dict:
