@@ -455,7 +455,7 @@ class _Execution:
             result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
-                outcome.error = _judge(result, success, watch, tool.timeout)
+                outcome.error = _judge(result, success, watch, tool.timeout, host.name)
                 outcome.ok = outcome.error is None
             self.emit(EventKind.HOST_FINISHED, status="succeeded" if outcome.ok else "failed",
                       exit_code=result.exit_code if result else None,
@@ -571,14 +571,13 @@ def _nothing_to_wait_for(what: str) -> str | None:
 
 
 def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
-           timeout: float) -> str | None:
+           timeout: float, host: str) -> str | None:
     """Why this result is a failure, or None if it succeeded."""
     if result is None:
         return "did not run"
-    if result.timed_out:
-        return f"timed out after {timeout:g}s; the process was killed"
-    if result.cancelled:
-        return "cancelled; the process was killed"
+    if result.timed_out or result.cancelled:
+        what = f"timed out after {timeout:g}s" if result.timed_out else "cancelled"
+        return f"{what}; {_kill_outcome(result, host)}"
     if result.exit_code != success.exit_code:
         last = _last_line(result.tail)
         return f"exit code {result.exit_code} (expected {success.exit_code})" + (
@@ -586,6 +585,14 @@ def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
     if not watch.matched_success:
         return f"output never matched {watch.unmatched[0]!r}"
     return None
+
+
+def _kill_outcome(result: CommandResult, host: str) -> str:
+    """What became of a command deckhand stopped: killed only when the host confirmed it."""
+    if result.unconfirmed_kill is None:
+        return "the process was killed"
+    return (f"it may still be running on host {host}: the kill was not confirmed "
+            f"({result.unconfirmed_kill})")
 
 
 def _last_line(text: str, limit: int = 300) -> str:

@@ -27,6 +27,9 @@ class CommandResult:
     duration: float
     timed_out: bool = False
     cancelled: bool = False
+    unconfirmed_kill: str | None = None
+    """Timed out or cancelled, but the kill could not be confirmed (why): the command may
+    still be running on the host."""
 
     @property
     def ok(self) -> bool:
@@ -176,7 +179,8 @@ class Runner(Protocol):
         ...
 
     def kill_group(self, pid: int) -> None:
-        """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace)."""
+        """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace);
+        RunnerError unless the group is confirmed gone."""
         ...
 
     def check_ready(self) -> None:
