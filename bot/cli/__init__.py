@@ -36,11 +36,14 @@ from bot.cli.health import report_redis
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.console import ConsoleFlow, ExitCode
+from bot.terminal.output import guard_output
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # a real process (not a test calling main): output can never be fatal
+        guard_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console()

@@ -6,6 +6,7 @@ and ``deckhand demo``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -304,9 +305,10 @@ class ConsoleFlow:
                     self._abandon(run_id)
                 interrupted = True
                 self.services.store.request_cancel(run_id, user=self.user)
-                self.console.print("[magenta]Cancelling: running steps are stopped, then "
-                                   "rollback runs. Wait for it (Ctrl-C again to abandon "
-                                   "it).[/]")
+                with contextlib.suppress(OSError):  # no one to read it: the rollback goes on
+                    self.console.print("[magenta]Cancelling: running steps are stopped, "
+                                       "then rollback runs. Wait for it (Ctrl-C again to "
+                                       "abandon it).[/]")
         return box.get("run")
 
     def _abandon(self, run_id: str) -> None:
