@@ -79,9 +79,9 @@ def guard_output() -> None:
     """Wrap stdout and stderr, ignore SIGPIPE (a write then fails with EPIPE, handled
     above), and make SIGHUP silence the terminal instead of ending the process."""
     if not isinstance(sys.stdout, GuardedStream) and sys.stdout is not None:
-        sys.stdout = GuardedStream(sys.stdout, "stdout")  # type: ignore[assignment]
+        sys.stdout = GuardedStream(sys.stdout, "stdout")
     if not isinstance(sys.stderr, GuardedStream) and sys.stderr is not None:
-        sys.stderr = GuardedStream(sys.stderr, "stderr")  # type: ignore[assignment]
+        sys.stderr = GuardedStream(sys.stderr, "stderr")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, _hung_up)
