@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from agents.config import load_config
 from agents.errors import ApprovalRefused
@@ -38,6 +39,7 @@ from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.console import ConsoleFlow, ExitCode
 from bot.terminal.output import guard_output
 from bot.terminal.render import plan_table
+from tools.command_lint import silent_failures
 from tools.errors import ConfigError, DeckhandError
 
 
@@ -195,6 +197,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.hosts)} hosts, "
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
+    for warning in silent_failures(config.catalog):
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     _report_prompts(console, config.prompts)
     return report_redis(console, Settings())
 
