@@ -20,9 +20,10 @@ _ERREXIT = re.compile(r"(^|[;\n&|]\s*)set\s+(-[a-zA-Z]*e[a-zA-Z]*\b|-o\s+errexit
 
 def silent_failure(tool: Tool) -> str | None:
     """Why ``tool``'s command can exit 0 although a part of it failed, or None."""
-    if not tool.mutates or _ERREXIT.search(tool.command):
-        return None
-    parts = _top_level_parts(tool.command)
+    command = tool.command
+    if not tool.mutates or command is None or _ERREXIT.search(command):
+        return None  # read-only, a gate, or stops at the first failing part
+    parts = _top_level_parts(command)
     if len(parts) < 2:
         return None
     last = parts[-1]
