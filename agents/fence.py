@@ -63,6 +63,11 @@ class LeaseFence:
         return self._clock() - self._renewed_at
 
     @property
+    def holding(self) -> str | None:
+        """What waits for the lease to be renewed, if anything."""
+        return self._waiting if self._lapsed else None
+
+    @property
     def lost(self) -> str | None:
         return self._lost
 
