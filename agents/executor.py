@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -451,8 +452,11 @@ class _Execution:
             if refused is not None:
                 return self._not_started(ids, refused)
             watch = _OutputWatch(tool.outputs, success.patterns,
-                                 lambda line: self._output(line, ids))
-            result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
+                                 lambda text: self._output(text, ids))
+            try:
+                result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
+            finally:
+                watch.flush()
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout, host.name)
@@ -494,7 +498,7 @@ class _Execution:
 
         try:
             runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)
-            result = runner.run(command, timeout=tool.timeout, on_output=watch.feed,
+            result = runner.run(command, timeout=tool.timeout, on_output=watch,
                                 cancel=token, on_start=started)
         except CommandInterrupted as exc:
             return None, f"{host.name}: {exc}", True
@@ -523,13 +527,25 @@ class _Execution:
 
 class _OutputWatch:
     """Watches output lines for declared outputs and the required success patterns (RE2:
-    linear time, so no pattern can stall the step or starve the lease heartbeat)."""
+    linear time, so no pattern can stall the step or starve the lease heartbeat), and
+    passes them on as STEP_OUTPUT: one event per ``BATCH_SECONDS`` of a burst (the first
+    line after a quiet spell at once), holding at most the last ``BATCH_CHARS`` of it —
+    what the record keeps is the command's bounded tail; events are a live glimpse, so a
+    flood of output costs no redaction or event per line."""
+
+    BATCH_SECONDS = 0.05
+    BATCH_CHARS = 64 * 1024
 
     def __init__(self, outputs: dict[str, str], success_patterns: tuple[str, ...],
                  sink: Callable[[str], None]):
         self._outputs = {k: compile_safe(p) for k, p in outputs.items()}
         self._missing = {p: compile_safe(p) for p in success_patterns}
         self._sink = sink
+        self._batch: list[str] = []
+        self._chars = 0
+        self._skipped = 0
+        self._sent = float("-inf")
+        self._lock = threading.Lock()
         self.outputs: dict[str, str] = {}
 
     @property
@@ -540,7 +556,47 @@ class _OutputWatch:
     def unmatched(self) -> list[str]:
         return list(self._missing)
 
-    def feed(self, line: str) -> None:
+    def __call__(self, line: str) -> None:
+        self.feed_many([line])
+
+    def feed_many(self, lines: list[str]) -> None:
+        """The lines of one chunk of output, in order."""
+        if self._outputs or self._missing:
+            for line in lines:
+                self._match(line)
+        with self._lock:  # stdout and stderr may be read by two threads
+            self._batch.extend(lines)
+            self._chars += sum(map(len, lines))
+            if self._chars > 4 * self.BATCH_CHARS:
+                self._trim()
+            due = time.monotonic() - self._sent >= self.BATCH_SECONDS
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Pass on what is batched (also once the command has ended)."""
+        with self._lock:
+            self._trim()
+            batch, skipped = self._batch, self._skipped
+            self._batch, self._chars, self._skipped = [], 0, 0
+            self._sent = time.monotonic()
+        if skipped:
+            batch.insert(0, f"… {skipped} line(s) of output not shown here (see the tail) …")
+        if batch:
+            self._sink("\n".join(batch))
+
+    def _trim(self) -> None:
+        """Keep the last BATCH_CHARS of the batch (whole lines; at least the last one)."""
+        kept, size = 0, 0
+        for line in reversed(self._batch):
+            if kept and size + len(line) > self.BATCH_CHARS:
+                break
+            kept, size = kept + 1, size + len(line) + 1
+        self._skipped += len(self._batch) - kept
+        del self._batch[:len(self._batch) - kept]
+        self._chars = size
+
+    def _match(self, line: str) -> None:
         for key, pattern in self._outputs.items():
             found = pattern.search(line)
             if found:
@@ -548,7 +604,6 @@ class _OutputWatch:
         for text, pattern in list(self._missing.items()):
             if pattern.search(line):
                 del self._missing[text]
-        self._sink(line)
 
 
 def _notify(listener: Listener, event: Event, run: Run) -> Deferred | None:

@@ -90,6 +90,8 @@ class EventKind(StrEnum):
     HOST_PID = "host_pid"
     """The command's process group on the host: what a takeover must stop."""
     STEP_OUTPUT = "step_output"
+    """Output of a command, redacted: one or more lines (joined by newlines) — a burst of
+    output is batched (see ``agents.executor._OutputWatch``)."""
     STEP_RETRY = "step_retry"
     HOST_FINISHED = "host_finished"
     STEP_FINISHED = "step_finished"

@@ -26,6 +26,22 @@ _RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
 ]
 
+# Per rule: literal text any match contains (one of them), and whether to look for it in
+# the case-folded text (the (?i) rules). Text with none of a rule's clues skips that rule
+# — most log lines skip them all, so output is redacted at wire speed.
+_CLUES: list[tuple[tuple[str, ...], bool]] = [
+    (("-----BEGIN",), False), (("xox",), False), (("xapp-",), False), (("sk-",), False),
+    (("gh",), False), (("AKIA",), False), (("bearer",), True),
+    (("passw", "secret", "token", "api_key", "api-key", "apikey"), True), (("://",), False),
+]
+
+
+def _fold(text: str) -> str:
+    """``text`` as a (?i) pattern sees it: case-folded, and dotless ı as i (re's
+    IGNORECASE matches "ı" with "i"; casefold keeps it apart)."""
+    return text.casefold().replace("\u0131", "i")
+
+
 # Environment variables whose values are secrets wherever they show up.
 SECRET_ENV = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "OPENAI_API_KEY",
               "REDIS_URL", "DECKHAND_SECRETS")
@@ -46,8 +62,16 @@ class Redactor:
     def __call__(self, text: str) -> str:
         for value in self._values:
             text = text.replace(value, MASK)
-        for pattern, replacement in _RULES:
-            text = pattern.sub(replacement, text)
+        folded: str | None = None
+        for (pattern, replacement), (clues, fold) in zip(_RULES, _CLUES, strict=True):
+            if fold and folded is None:
+                folded = _fold(text)
+            haystack = folded if fold and folded is not None else text
+            if not any(clue in haystack for clue in clues):
+                continue  # no match is possible here
+            redacted = pattern.sub(replacement, text)
+            if redacted != text:
+                text, folded = redacted, None
         return text
 
 

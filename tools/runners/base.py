@@ -10,8 +10,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 OutputSink = Callable[[str], None]
-PidSink = Callable[[int], None]
 """Receives each complete line of output (without its newline) as it arrives."""
+PidSink = Callable[[int], None]
+
+
+class LinesSink(Protocol):
+    """An OutputSink that can also take the lines of one chunk at once (``feed_many``):
+    a flood of output then costs one call per chunk, not one per line."""
+
+    def __call__(self, line: str) -> None: ...
+
+    def feed_many(self, lines: list[str]) -> None: ...
 
 TAIL_BYTES = 8192
 MAX_LINE = 65536
@@ -95,6 +104,7 @@ class OutputCollector:
 
     def __init__(self, sink: OutputSink | None, tail_bytes: int = TAIL_BYTES):
         self._sink = sink
+        self._many: Callable[[list[str]], None] | None = getattr(sink, "feed_many", None)
         self._tail: deque[str] = deque()
         self._tail_len = 0
         self._tail_bytes = tail_bytes
@@ -144,6 +154,8 @@ class OutputCollector:
             lines.append("".join(parts))
             parts.clear()
             self._partial_len[stream] = 0
+        if max(map(len, lines), default=0) <= MAX_LINE:  # the usual case, at C speed
+            return lines
         return [line[i:i + MAX_LINE] for line in lines
                 for i in range(0, max(len(line), 1), MAX_LINE)]
 
@@ -159,9 +171,14 @@ class OutputCollector:
             self._tail_len -= len(self._tail.popleft())
 
     def _emit(self, lines: list[str]) -> None:
-        if self._sink is not None:
-            for line in lines:
-                self._sink(line.rstrip("\r"))
+        if self._sink is None or not lines:
+            return
+        lines = [line.rstrip("\r") for line in lines]
+        if self._many is not None:
+            self._many(lines)
+            return
+        for line in lines:
+            self._sink(line)
 
 
 class Runner(Protocol):

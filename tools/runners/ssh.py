@@ -105,6 +105,9 @@ _KILL_SCRIPT = (
     "alive && exit 3; exit 0; fi; "
     "sleep 0.1; i=$((i+1)); done"
 )
+_CHUNK = 1 << 20
+"""Bytes read from a stream at once: what has arrived, up to this (a flood of output then
+costs few reads; the channel's window, 2 MB, bounds what waits in memory)."""
 _KILL_ANSWER = 1.0
 """Seconds past the grace the pooled connection has to answer a kill before a fresh
 connection is tried (a frozen sshd session keeps TCP open but answers nothing)."""
@@ -622,10 +625,10 @@ def _read_ready(channel: paramiko.Channel, pid: _PidLine, output: OutputCollecto
     and the deadline is checked between chunks; True if anything was read."""
     read = False
     if channel.recv_ready():
-        pid.feed(channel.recv(65536))
+        pid.feed(channel.recv(_CHUNK))
         read = True
     if channel.recv_stderr_ready():
-        output.feed(channel.recv_stderr(65536), "stderr")
+        output.feed(channel.recv_stderr(_CHUNK), "stderr")
         read = True
     return read
 
