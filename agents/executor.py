@@ -632,6 +632,9 @@ def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
         return "did not run"
     if result.timed_out or result.cancelled:
         what = f"timed out after {timeout:g}s" if result.timed_out else "cancelled"
+        if result.output_held_open:
+            what += (" (the command had ended, but a process it started in the background "
+                     "kept its output open: start daemons with `>/dev/null 2>&1 &`)")
         return f"{what}; {_kill_outcome(result, host)}"
     if result.exit_code != success.exit_code:
         last = _last_line(result.tail)

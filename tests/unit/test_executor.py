@@ -247,3 +247,12 @@ def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> No
     assert run.changed_hosts == []  # the start was withdrawn: no host ran it
     assert run.rollback["undo"].status is StepStatus.SKIPPED
     assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
+
+
+def test_a_daemon_holding_the_output_open_is_named_in_the_timeout(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan([{"id": "start", "tool": "sh_fast_timeout",
+                       "params": {"script": "sleep 30 & echo started"}}])
+    run = make_executor(config).execute(plan)
+    error = run.steps["start"].error or ""
+    assert "timed out after 0.5s" in error and ">/dev/null 2>&1 &" in error, error

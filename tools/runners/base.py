@@ -36,6 +36,9 @@ class CommandResult:
     duration: float
     timed_out: bool = False
     cancelled: bool = False
+    output_held_open: bool = False
+    """Timed out after the command itself had ended: something it started in the background
+    kept its output open (a daemon not started with ``>/dev/null 2>&1 &``)."""
     unconfirmed_kill: str | None = None
     """Timed out or cancelled, but the kill could not be confirmed (why): the command may
     still be running on the host."""

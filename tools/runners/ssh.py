@@ -365,6 +365,8 @@ class SSHRunner:
         try:
             ended = _pump(channel, pid, output, ready, started + timeout, stop_on_kill=True)
             timed_out = not ended and not killer.fired
+            # the command ended, but something it started keeps its output open
+            held_open = timed_out and channel.exit_status_ready()
             if not ended:
                 killer.fire()
                 # The killed process closes its output. If it cannot be killed (kill
@@ -384,7 +386,7 @@ class SSHRunner:
             unregister()
         return CommandResult(code, output.tail(), time.monotonic() - started,
                              timed_out=timed_out, cancelled=killer.fired and not timed_out,
-                             unconfirmed_kill=unconfirmed)
+                             unconfirmed_kill=unconfirmed, output_held_open=held_open)
 
     def _exit_code(self, channel: paramiko.Channel, *, killed: bool) -> int | None:
         if killed:
@@ -691,8 +693,22 @@ def _load_key(path: Path) -> paramiko.PKey:
         raise SSHAuthError(f"key file {path} is encrypted: load it into ssh-agent (and drop "
                            f"key_file from the inventory), or set {PASSPHRASE_ENV}") from exc
     except (OSError, paramiko.SSHException, ValueError) as exc:
+        if passphrase is not None and _encrypted(path):  # paramiko's words are misleading
+            raise SSHAuthError(f"wrong passphrase for {path}: check {PASSPHRASE_ENV}") \
+                from exc
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SSHAuthError(f"cannot use key file {path}: {reason}") from exc
+
+
+def _encrypted(path: Path) -> bool:
+    """Whether the key file needs a passphrase (loading it without one says so)."""
+    try:
+        paramiko.PKey.from_path(path)
+    except (paramiko.PasswordRequiredException, TypeError):
+        return True
+    except (OSError, paramiko.SSHException, ValueError):
+        return False
+    return False
 
 
 def _key_names(keys: list[paramiko.PKey]) -> list[str]:
