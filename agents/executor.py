@@ -261,6 +261,7 @@ class _Execution:
             return RunStatus.CANCELLED if cancelled else RunStatus.FAILED
         if self.run.status is not RunStatus.ROLLING_BACK:
             self.emit(EventKind.ROLLBACK_STARTED, phase=Phase.ROLLBACK, error=self.stop_reason)
+        self._stop_left_running()
         all_ok = True
         for step in self.plan.rollback:
             if self.run.rollback[step.id].status.done:
@@ -464,7 +465,7 @@ class _Execution:
             self.emit(EventKind.HOST_FINISHED, status="succeeded" if outcome.ok else "failed",
                       exit_code=result.exit_code if result else None,
                       tail=self.deps.redact(result.tail) if result else "",
-                      error=outcome.error, attempt=attempt,
+                      error=outcome.error, attempt=attempt, pid=self._left_running(result, ids),
                       # a host we never reached was not changed; one that may have run the
                       # command was (a connection that dropped mid-command included)
                       mutating=tool.mutates and (result is not None or maybe_ran), **ids)
@@ -476,6 +477,32 @@ class _Execution:
             if token.wait(tool.retry_backoff * 2 ** (attempt - 1)):
                 break
         return outcome
+
+    def _left_running(self, result: CommandResult | None, ids: dict[str, Any]) -> int | None:
+        """The process group of a command whose kill the host did not confirm, else None."""
+        if result is None or result.unconfirmed_kill is None:
+            return None
+        with self.lock:
+            state = self.run.states(ids["phase"]).get(ids["step_id"])
+            host = state.hosts.get(ids["host"]) if state else None
+            return host.pid if host else None
+
+    def _stop_left_running(self) -> None:
+        """Before the rollback: stop, on each host, what a command whose kill was not
+        confirmed may have left running, so it cannot land after the undo."""
+        with self.lock:
+            left = [(step, name, result.pid) for step, state in self.run.steps.items()
+                    for name, result in state.hosts.items()
+                    if result.pid is not None and result.status.done]
+        for step, name, pid in left:
+            host = self.deps.inventory.hosts.get(name) or LOCAL_HOST
+            try:
+                self.deps.runner_for(host).kill_group(pid)
+            except DeckhandError as exc:  # still unreachable: the rollback says so there
+                log.warning("run %s: %s on %s may still run (process group %d): %s",
+                            self.run.id, step, name, pid, exc)
+                continue
+            self.emit(EventKind.HOST_PID, step_id=step, host=name, pid=None)  # stopped
 
     def _start_attempt(self, tool: Tool, attempt: int, ids: dict[str, Any]) -> str | None:
         """Record that an attempt starts. A mutating one on a host not counted as changed

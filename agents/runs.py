@@ -359,7 +359,9 @@ def _host_finished(run: Run, ev: Event) -> None:
         host.mutated = True
     elif host.provisional and not _changed_elsewhere(run, host):
         run.changed_hosts.remove(host.host)  # the command never started there
-    host.provisional, host.pid = False, None  # ended: nothing left to stop
+    # ended: nothing left to stop — unless its kill was not confirmed (the event then
+    # carries its process group, for the rollback or a takeover to stop first)
+    host.provisional, host.pid = False, ev.pid
 
 
 def _changed_elsewhere(run: Run, mine: HostResult) -> bool:

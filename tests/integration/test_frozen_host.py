@@ -19,6 +19,7 @@ from tests.fixtures.builders import make_plan
 from tests.fixtures.sshd import SSHFleet
 from tests.integration.test_ssh_truth import _session_processes
 from tools.catalog import Catalog, Tool
+from tools.inventory import SSHSettings
 from tools.runners.pool import RunnerPool
 from tools.runners.ssh import SSHOptions
 
@@ -35,14 +36,20 @@ def _catalog(tmp_path: Path) -> Catalog:
 class _Freezer:
     """Freezes prod-1's sshd session(s) once the step's command has started."""
 
-    def __init__(self, fleet: SSHFleet, *, listener_too: bool):
+    def __init__(self, fleet: SSHFleet, *, listener_too: bool, thaw_at_rollback: bool = False):
         self.fleet, self.listener_too = fleet, listener_too
+        self.thaw_at_rollback = thaw_at_rollback
+        self.alive_at_rollback = False
         self.frozen: list[int] = []
         self.pgid: int | None = None
         self.alive = False
         """Whether the command's process group still ran when the test thawed the host."""
 
     def __call__(self, event: Event, run: Run) -> None:
+        if event.kind is EventKind.ROLLBACK_STARTED and self.thaw_at_rollback:
+            self.alive_at_rollback = self.pgid is not None and _group_alive(self.pgid)
+            for pid in self.frozen:  # the host answers again, its command still running
+                os.kill(pid, signal.SIGCONT)
         if event.kind is EventKind.HOST_PID and self.pgid is None:
             self.pgid = event.pid
             self.frozen = _session_processes(self.fleet, "prod-1")
@@ -65,7 +72,8 @@ class _Freezer:
 @pytest.fixture
 def pool(sshd_hosts: SSHFleet) -> Iterator[RunnerPool]:
     pool = RunnerPool(inventory=sshd_hosts.inventory(),
-                      ssh_options=SSHOptions(connect_timeout=1.0, kill_grace=1.0))
+                      ssh_options=SSHOptions(connect_timeout=1.0, kill_grace=1.0),
+                      ssh=SSHSettings(connect_attempts=1, connect_timeout=1.0))
     yield pool
     pool.close()
 
@@ -113,4 +121,17 @@ def test_a_kill_that_cannot_be_confirmed_says_the_command_may_still_run(
     assert "may still be running on host prod-1" in error and "killed" not in error, error
     assert freezer.alive  # it was, indeed, still running
     assert "prod-1" in run.changed_hosts  # the record says the host may differ
+    assert run.steps["deploy"].hosts["prod-1"].pid == freezer.pgid  # for whoever stops it
     assert run.status is RunStatus.ROLLBACK_FAILED, run.reason  # not "rolled back"
+
+
+def test_the_rollback_first_stops_what_an_unconfirmed_kill_left_running(
+        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
+    freezer = _Freezer(sshd_hosts, listener_too=True, thaw_at_rollback=True)
+    run = _run(tmp_path, pool, freezer)
+    assert "may still be running on host prod-1" in (run.steps["deploy"].error or "")
+    assert freezer.alive_at_rollback  # still running when the rollback began...
+    assert not freezer.alive  # ...and stopped by it, before its undo ran
+    assert run.steps["deploy"].hosts["prod-1"].pid is None
+    assert run.status is RunStatus.ROLLED_BACK, run.reason
+    assert (tmp_path / "log").read_text().splitlines() == ["started", "undone"]
