@@ -375,8 +375,10 @@ class _Heartbeat:
 
     def _lost(self) -> None:
         """Another worker has the run: nothing more starts here, and the audit says why."""
+        waiting = self.fence.holding
         reason = (f"this worker lost the run to another worker (its lease was not renewed "
-                  f"for {self.fence.silent_for:.0f} s: store unreachable)")
+                  f"for {self.fence.silent_for:.0f} s: store unreachable"
+                  + (f"; lease lost before {waiting})" if waiting else ")"))
         self.fence.lose(reason)
         self.token.cancel(reason)
         self.worker.store.audit("lease_lost", actor=self.worker.name, run_id=self.run.id,
