@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import Executor, ExecutorDeps
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import Event, EventKind, Run, RunStatus
 from tests.fixtures.builders import make_plan
 from tests.fixtures.sshd import SSHFleet
 from tests.integration.test_ssh_truth import _session_processes

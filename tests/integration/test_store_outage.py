@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from agents.config import load_config
-from agents.runs import Run, RunStatus, StepStatus
+from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
 from tests.fixtures.builders import make_plan

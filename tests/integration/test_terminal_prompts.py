@@ -13,7 +13,7 @@ import pytest
 
 from agents.config import load_config
 from agents.errors import ApprovalRefused
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.store import Store
 from bot.cli import main
 

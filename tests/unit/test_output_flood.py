@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.run.record import Event, EventKind, Run, RunStatus
 from tests.fixtures.builders import make_config, make_executor, make_plan
 from tools.redact import Redactor
 
