@@ -62,11 +62,11 @@ class RunRecorder:
             return lambda: self._write_hosts(run.id, changes)
         if event.kind in AUDITED:  # taken now, written after the record that it follows
             with self._outbox:
-                self._audits.append(self.store.audit_write(
+                self._audits.append(self.store.audit.write(
                     event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
                     phase=event.phase.value, status=event.status, error=event.error))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
-            self.store.save_plan(Plan.model_validate(event.plan))  # before the run names it
+            self.store.plans.save(Plan.model_validate(event.plan))  # before the run names it
         self._write_record(run)
         return None
 
@@ -128,7 +128,7 @@ class RunRecorder:
         with self._outbox:
             self._record, self._hosts = None, []  # this record supersedes them
             try:
-                self._write(lambda: self.store.save_as_owner(run, worker=self.worker))
+                self._write(lambda: self.store.leases.save_as_owner(run, worker=self.worker))
             except LostOwnership:
                 raise
             except StoreError:
@@ -140,8 +140,8 @@ class RunRecorder:
     def _write_hosts(self, run_id: str, changes: list[HostChange]) -> None:
         if not self.pending:  # the common case: no lock, so no host waits for another
             try:
-                self._write(lambda: self.store.record_hosts_as_owner(
-                    run_id, changes, worker=self.worker))
+                self._write(lambda: self.store.leases.record_hosts_as_owner(
+                           run_id, changes, worker=self.worker))
                 return
             except LostOwnership:
                 raise
@@ -170,7 +170,7 @@ class RunRecorder:
         """The outbox, oldest first; each part is dropped once it has landed."""
         if self._record is not None:
             record = self._record
-            self._write(lambda: self.store.save_as_owner(record, worker=self.worker))
+            self._write(lambda: self.store.leases.save_as_owner(record, worker=self.worker))
             self._record = None
         while self._hosts:
             run_id, changes = self._hosts[0]

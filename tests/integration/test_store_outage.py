@@ -104,12 +104,12 @@ def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
         wait_until(lambda: _worker_log(tmp_path).count("heartbeat for") >= beats + 2,
                    timeout=30, what="the 2 s lease to run out with Redis away")
         own_redis.start()
-        wait_until(lambda: store.run(run.id).status.terminal, timeout=30,
-                   what="the run's end to land in Redis")
+        wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
+                        what="the run's end to land in Redis")
     finally:
         proc.terminate()
         proc.wait(30)
-    _assert_truthful(store, store.run(run.id), _host_log(tmp_path), _worker_log(tmp_path))
+    _assert_truthful(store, store.runs.get(run.id), _host_log(tmp_path), _worker_log(tmp_path))
 
 
 def _assert_truthful(store: Store, final: Run, host: list[str], worker_log: str) -> None:
@@ -117,7 +117,7 @@ def _assert_truthful(store: Store, final: Run, host: list[str], worker_log: str)
     assert final.status is RunStatus.SUCCEEDED, final.reason
     assert final.worker == "steady"
     assert all(s.status is StepStatus.SUCCEEDED for s in final.steps.values())
-    audit = store.audit_log(run_id=final.id)
+    audit = store.audit.entries(run_id=final.id)
     actions = [e.action for e in audit]
     finished = [e.details.get("step") for e in audit if e.action == "step_finished"]
     assert finished == ["a", "b", "c"] and actions.count("run_finished") == 1

@@ -110,14 +110,14 @@ def test_ctrl_c_at_the_prompt_closes_the_run_with_who_and_why(
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 130
-    (run,) = store.runs(limit=10)
+    (run,) = store.runs.recent(limit=10)
     assert run.status is RunStatus.CANCELLED
     assert run.reason and "left the approval prompt" in run.reason
-    (entry,) = [e for e in store.audit_log(run_id=run.id) if e.action == "cancelled"]
+    (entry,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "cancelled"]
     assert entry.actor == run.requested_by and "left the approval prompt" in entry.details["reason"]
     with pytest.raises(ApprovalRefused, match="cancelled"):  # nobody can approve it behind the person's back
-        store.approve(run.id, user="someone-else", plan_version=run.plan_version,
-                      plan_hash=run.plan_hash, policy=load_config(workspace / "deckhand.yml").policy)
+        store.runs.approve(run.id, user="someone-else", plan_version=run.plan_version,
+                           plan_hash=run.plan_hash, policy=load_config(workspace / "deckhand.yml").policy)
 
 
 def test_leaving_the_run_for_other_approvers_is_said_explicitly(
@@ -129,6 +129,6 @@ def test_leaving_the_run_for_other_approvers_is_said_explicitly(
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 4  # ExitCode.NEEDS_APPROVALS
-    (run,) = store.runs(limit=10)
+    (run,) = store.runs.recent(limit=10)
     assert run.status is RunStatus.AWAITING_APPROVAL
-    assert "left_for_approvers" in [e.action for e in store.audit_log(run_id=run.id)]
+    assert "left_for_approvers" in [e.action for e in store.audit.entries(run_id=run.id)]
