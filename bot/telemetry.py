@@ -6,7 +6,9 @@ Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOI
 and ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_HEADERS`` (e.g. an API key),
 ``OTEL_TRACES_SAMPLER`` / ``_ARG``. The exporter speaks OTLP over HTTP (``http/protobuf``);
 another ``OTEL_EXPORTER_OTLP_PROTOCOL`` is refused with one line. Spans are batched; a
-short-lived command flushes them when it exits (``shutdown``).
+short-lived command flushes them when it exits (``shutdown``), for at most ``FLUSH_BOUND``
+seconds: a backend that is down never delays a command more than that. A backend that
+does not take spans is one warning line, once (the SDK's own retry lines are silenced).
 
 Every span passes :class:`RedactingSpanExporter` on its way out (names, attributes, events,
 links' attributes, status descriptions): the spans' door, whichever instrumentation made them.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +32,13 @@ from tools.redact import active, redact_data
 log = logging.getLogger("deckhand.telemetry")
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _provider: object | None = None
+FLUSH_BOUND = 0.5
+"""Seconds a command may spend, at exit, handing its last spans to the backend."""
+EXPORT_TIMEOUT = 2.0
+"""Seconds one export (with the SDK's retries) may take, unless OTEL_*_TIMEOUT says."""
+SDK_LOGGERS = ("opentelemetry.exporter.otlp.proto.http",
+               "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+               "opentelemetry.sdk.trace.export", "opentelemetry.sdk._shared_internal")
 
 
 def configure_tracing(service: str = "deckhand") -> bool:
@@ -46,19 +56,42 @@ def configure_tracing(service: str = "deckhand") -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from bot.telemetry_exporter import WarnOnce
+
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service)})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(RedactingSpanExporter(OTLPSpanExporter())))
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # see shutdown
+    timeout = None if _timeout_set() else EXPORT_TIMEOUT
+    exporter = WarnOnce(RedactingSpanExporter(OTLPSpanExporter(timeout=timeout)),
+                        endpoint=_endpoint())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    for name in SDK_LOGGERS:  # "Transient error … retrying" per batch: ours says it once
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     trace.set_tracer_provider(provider)
     _provider = provider
     return True
 
 
-def shutdown() -> None:
-    """Send the spans still buffered (call before a command exits)."""
+def shutdown(bound: float = FLUSH_BOUND) -> None:
+    """Send the spans still buffered (call before a command exits), waiting at most
+    ``bound`` seconds: what the backend has not taken by then is dropped, said once."""
     flush = getattr(_provider, "shutdown", None)
-    if flush is not None:
-        flush()
+    if flush is None:
+        return
+    done = threading.Thread(target=flush, name="otel-flush", daemon=True)
+    done.start()
+    done.join(bound)
+    if done.is_alive():
+        log.warning("traces: the OTLP backend did not take the last spans within %gs; "
+                    "they are dropped", bound)
+
+
+def _endpoint() -> str:
+    return next((os.environ[n] for n in ENDPOINTS if os.environ.get(n)), "?")
+
+
+def _timeout_set() -> bool:
+    return any(os.environ.get(name) for name in
+               ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"))
 
 
 def _wanted() -> bool:

@@ -20,8 +20,9 @@ from typing import Any
 MASK = "[REDACTED]"
 
 # (cue, pattern, replacement): labels such as "password=" are kept, only the value is masked.
-# A rule's regex runs only on a text whose lower case holds one of its cues (a substring
-# search, far cheaper than a regex scan): every store write passes here, most hold nothing.
+# A rule's regex runs only on a text whose folded form (``_fold``) holds one of its cues (a
+# substring search, far cheaper than a regex scan): every store write and every output
+# chunk passes here, and most hold nothing, so output is redacted at wire speed.
 _RULES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
     (("private key",), re.compile(
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
@@ -55,6 +56,17 @@ _RULES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
         r"auth)=)[^&#\s\"'<>]{1,2048}"), r"\1" + MASK),
 ]
 
+# What a (?i) pattern treats as the same letter, where str.lower() does not: the cues are
+# looked up in the text folded this way, so no text the rules would mask skips its rule.
+_SRE_FOLD = str.maketrans({"\u017f": "s", "\u212a": "k", "\u0131": "i", "\u0130": "i"})
+
+
+def _fold(text: str) -> str:
+    """``text`` as the cues are looked up in: lower case, with re's IGNORECASE equivalences
+    (long s, Kelvin sign, dotless and dotted i) as their ASCII letters."""
+    return text.translate(_SRE_FOLD).lower()
+
+
 # Environment variables whose values are secrets wherever they show up.
 SECRET_ENV = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "OPENAI_API_KEY",
               "REDIS_URL", "DECKHAND_SECRETS", "DECKHAND_MCP_TOKENS")
@@ -81,10 +93,12 @@ class Redactor:
         for value in self._values:
             if value in text:
                 text = text.replace(value, MASK)
-        lower = text.lower()
+        folded = _fold(text)
         for cues, pattern, replacement in _RULES:
-            if any(cue in lower for cue in cues):
-                text = pattern.sub(replacement, text)
+            if any(cue in folded for cue in cues):  # else no match is possible here
+                redacted = pattern.sub(replacement, text)
+                if redacted != text:
+                    text, folded = redacted, _fold(redacted)
         return text
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import logcontext
+from agents.engine.fence import LeaseFence
 from agents.engine.recorder import RunRecorder
 from agents.engine.retention import SLICE, Retention, RetentionReport, due, run_exclusively
 from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
@@ -71,6 +72,8 @@ class Worker:
         self.options = options or WorkerOptions()
         self.liveness = Liveness(stale_after=self.options.stuck_after
                                  or max(60.0, 3 * self.options.lease))
+        self._active: set[str] = set()
+        """Runs this worker is executing: never claimed again here as if from a stranger."""
         store.queue.ensure_group()
 
     def serve(self, stop: threading.Event) -> None:
@@ -126,14 +129,21 @@ class Worker:
         if run.status.terminal or self._frozen_out(run):
             return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
+            if run_id in self._active:  # ours, still executing: its own entry came back
+                return None, False
             if not self._lock(run):
                 return None, True  # refused, or queued behind the lock (re-enqueued later)
+            fence = LeaseFence(self.options.lease)  # counted from before the claim is sent
             claimed = self.store.leases.claim(run_id, worker=self.name, lease=self.options.lease)
             if claimed is None:
                 # Another worker's lease is still alive: keep the entry pending, so it is
                 # taken over if that worker is in fact dead (its lease will have expired).
                 return None, not self._still_running(run_id)
-            return self._execute(claimed, entry_id, listeners), True
+            self._active.add(run_id)
+            try:
+                return self._execute(claimed, entry_id, listeners, fence), True
+            finally:
+                self._active.discard(run_id)
 
     def _frozen_out(self, run: Run) -> bool:
         """A queued run whose environment froze after its approval does not start."""
@@ -248,7 +258,8 @@ class Worker:
 
     # -- execution -------------------------------------------------------------------------
 
-    def _execute(self, run: Run, entry_id: str | None, listeners: list[Listener]) -> Run:
+    def _execute(self, run: Run, entry_id: str | None, listeners: list[Listener],
+                 fence: LeaseFence) -> Run:
         plan = self.store.plans.get(run.plan_id, run.plan_version)
         previous = run.meta.get("previous_worker")
         action = "resumed" if previous else "started"
@@ -259,7 +270,7 @@ class Worker:
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
-        beat = _Heartbeat(self, run, entry_id, token)
+        beat = _Heartbeat(self, run, entry_id, token, fence)
         beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
             if previous:
@@ -267,8 +278,9 @@ class Worker:
             recorder = RunRecorder(self.store, worker=self.name, token=token)
             final = self.services.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
-                durable=recorder.durable)
+                durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what))
             log.info("run %s ended %s", run.id, final.status.value)
+            recorder.drain(give_up=lambda: fence.lost is not None)  # writes an outage held
             if final.status.terminal:
                 self.services.record_history(final)
             return final
@@ -304,11 +316,29 @@ class Worker:
                                 outcome=outcome)
 
 
+def _fenced(fence: LeaseFence, recorder: RunRecorder, what: str) -> str | None:
+    """Before a command starts: the lease is vouched for, and what an outage held has
+    landed first (a record that cannot be written holds the command back, as a lapsed
+    lease does: the store is not reachable enough to start anything)."""
+    while True:
+        refused = fence.may_start(what)
+        if refused is not None or not recorder.pending:
+            return refused
+        try:
+            recorder.flush()
+        except StoreError:
+            time.sleep(0.2)  # let the heartbeat find out whether the lease still holds
+        if not recorder.pending:
+            return None
+
+
 class _Heartbeat:
     """Keeps a worker's claim alive and relays cancel requests while a run executes."""
 
-    def __init__(self, worker: Worker, run: Run, entry_id: str | None, token: CancelToken):
+    def __init__(self, worker: Worker, run: Run, entry_id: str | None, token: CancelToken,
+                 fence: LeaseFence):
         self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
+        self.fence = fence
         self._stop = threading.Event()
         self._inherit = logcontext.inherit()
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -332,10 +362,18 @@ class _Heartbeat:
 
     def _beat(self) -> None:
         store, name, lease = self.worker.store, self.worker.name, self.worker.options.lease
+        sent = time.monotonic()
         if not store.leases.heartbeat(self.run.id, worker=name, lease=lease):
-            self.token.cancel("this worker lost the run to another worker")
+            self._lost()
             return
         self.worker.liveness.beat(f"running {self.run.id} (lease renewed)")
+        outage = self.fence.renewed(sent)
+        if outage is not None:  # the true reason, for the record's readers
+            log.warning("run %s: %s; lease renewed, the run carries on", self.run.id,
+                        outage.describe())
+            store.audit.record("store_outage", actor=name, run_id=self.run.id,
+                               seconds=round(outage.seconds, 1), lease_lapsed=outage.lapsed,
+                               waiting=outage.waiting)
         store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
@@ -343,3 +381,14 @@ class _Heartbeat:
         if who and not self.token.cancelled:
             store.audit.record("cancel_requested", actor=who, run_id=self.run.id)
             self.token.cancel(f"cancelled by {who}")
+
+    def _lost(self) -> None:
+        """Another worker has the run: nothing more starts here, and the audit says why."""
+        waiting = self.fence.holding
+        reason = (f"this worker lost the run to another worker (its lease was not renewed "
+                  f"for {self.fence.silent_for:.0f} s: store unreachable"
+                  + (f"; lease lost before {waiting})" if waiting else ")"))
+        self.fence.lose(reason)
+        self.token.cancel(reason)
+        self.worker.store.audit.record("lease_lost", actor=self.worker.name, run_id=self.run.id,
+                                       reason=reason)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -44,6 +45,10 @@ Durable = Callable[[str], str | None]
 """Before a mutating command starts on hosts newly counted as changed: None once the record
 of that start is durable (or there is nothing to wait for), else why it is not — the
 command then does not start there. Its argument says what is waited for, for logs."""
+MayStart = Callable[[str], str | None]
+"""Right before any command starts (each batch, each attempt): blocks while the worker
+cannot vouch for its lease on the run (see ``agents.engine.fence``); None once it may start, else
+why not (the run is another worker's now). Its argument names what would start."""
 RunnerFor = Callable[[Host], Runner]
 Replanner = Callable[[Plan, Run], "Plan | None"]
 
@@ -78,17 +83,20 @@ class Executor:
 
     def execute(self, plan: Plan, run: Run | None = None, *,
                 cancel: CancelToken | None = None,
-                listeners: Iterable[Listener] = (), durable: Durable | None = None) -> Run:
+                listeners: Iterable[Listener] = (), durable: Durable | None = None,
+                may_start: MayStart | None = None) -> Run:
         """Run ``plan`` to its end and return the final record.
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
-        asked once per batch of hosts before a mutating command starts (see ``Durable``).
+        asked once per batch of hosts before a mutating command starts (see ``Durable``);
+        ``may_start`` before every batch and attempt (see ``MayStart``).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
-                               [*self.listeners, *listeners], durable or _nothing_to_wait_for)
+                               [*self.listeners, *listeners], durable or _nothing_to_wait_for,
+                               may_start or _nothing_to_wait_for)
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
         with tracing.span("deckhand.run", {
                 "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
@@ -114,9 +122,9 @@ class _Execution:
     """State of one ``execute`` call."""
 
     def __init__(self, executor: Executor, plan: Plan, run: Run, cancel: CancelToken,
-                 listeners: list[Listener], durable: Durable):
+                 listeners: list[Listener], durable: Durable, may_start: MayStart):
         self.ex, self.deps, self.plan, self.run = executor, executor.deps, plan, run
-        self.cancel, self.durable = cancel, durable
+        self.cancel, self.durable, self.may_start = cancel, durable, may_start
         self.steps_token = cancel.child()  # failure with on_failure=cancel kills running steps
         self.listeners = listeners
         self.lock = threading.RLock()
@@ -183,7 +191,8 @@ class _Execution:
         return "continue"
 
     def _prepare_resume(self) -> None:
-        """Steps that were running when a worker died: re-run if idempotent, else fail."""
+        """Steps that were running when the last worker's lease lapsed: re-run if idempotent
+        or if none of its commands started, else fail."""
         for step in self.plan.steps:
             state = self.run.steps.get(step.id)
             if state is None or state.status is not StepStatus.RUNNING:
@@ -193,12 +202,15 @@ class _Execution:
                 for host, result in state.hosts.items():
                     if result.status is StepStatus.RUNNING:
                         self.run.mark_changed(host)
-            if tool is not None and tool.idempotent:
-                state.status = StepStatus.PENDING
+            started = any(r.status is not StepStatus.PENDING for r in state.hosts.values())
+            if (tool is not None and tool.idempotent) or not started:
+                state.status = StepStatus.PENDING  # idempotent, or no command of it started
             else:
+                # the last worker may have died or only lost the store: say what is known
                 self.emit(EventKind.STEP_FINISHED, step_id=step.id, status="failed",
-                          error="was running when its worker died, and its tool is not "
-                                "idempotent, so it is not re-run")
+                          error="was running when its worker stopped renewing its lease "
+                                "(the worker died or lost touch with the store), and its "
+                                "tool is not idempotent, so it is not re-run")
                 self.stop_reason = f"step {step.id} was interrupted"
 
     def _run_steps(self) -> None:
@@ -250,6 +262,7 @@ class _Execution:
             return RunStatus.CANCELLED if cancelled else RunStatus.FAILED
         if self.run.status is not RunStatus.ROLLING_BACK:
             self.emit(EventKind.ROLLBACK_STARTED, phase=Phase.ROLLBACK, error=self.stop_reason)
+        self._stop_left_running()
         all_ok = True
         for step in self.plan.rollback:
             if self.run.rollback[step.id].status.done:
@@ -366,11 +379,15 @@ class _Execution:
         """Before a mutating command starts on a batch: one event records that it may start
         on each of its hosts, and one wait makes that durable for the whole batch. The
         outcomes of a batch that must not start (nothing ran there), else none."""
+        names = [h.name for h in batch]
+        fenced = self.may_start(f"{step.id} on {', '.join(names[:3])}"
+                                + (f" and {len(names) - 3} more" if len(names) > 3 else ""))
+        if fenced is not None:  # no host of the batch started: none is counted as changed
+            return [_HostOutcome(ok=False, error=f"not started on {', '.join(names)}: {fenced}")]
         if not tool.mutates:
             return []
         for host in batch:  # a command that cannot be built fails the step before any host
             self._command(tool, params, host)  # is counted as changed
-        names = [h.name for h in batch]
         fresh = self._not_yet_changed(names)
         self.emit(EventKind.HOSTS_STARTING, step_id=step.id, phase=phase, hosts=names,
                   mutating=True)
@@ -449,18 +466,21 @@ class _Execution:
             if refused is not None:
                 return self._not_started(ids, refused)
             watch = _OutputWatch(tool.outputs, success.patterns,
-                                 lambda line: self._output(line, ids))
-            result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
+                                 lambda text: self._output(text, ids))
+            try:
+                result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
+            finally:
+                watch.flush()
             if tool.gate is not None and result is not None:  # a gate as a step: its samples
                 self._gate_judged(gate_check(tool.name, step.id, result))
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
-                outcome.error = _judge(result, success, watch, tool.timeout)
+                outcome.error = _judge(result, success, watch, tool.timeout, host.name)
                 outcome.ok = outcome.error is None
             self.emit(EventKind.HOST_FINISHED, status="succeeded" if outcome.ok else "failed",
                       exit_code=result.exit_code if result else None,
                       tail=self.deps.redact(result.tail) if result else "",
-                      error=outcome.error, attempt=attempt,
+                      error=outcome.error, attempt=attempt, pid=self._left_running(result, ids),
                       # a host we never reached was not changed; one that may have run the
                       # command was (a connection that dropped mid-command included)
                       mutating=tool.mutates and (result is not None or maybe_ran), **ids)
@@ -473,10 +493,39 @@ class _Execution:
                 break
         return outcome
 
+    def _left_running(self, result: CommandResult | None, ids: dict[str, Any]) -> int | None:
+        """The process group of a command whose kill the host did not confirm, else None."""
+        if result is None or result.unconfirmed_kill is None:
+            return None
+        with self.lock:
+            state = self.run.states(ids["phase"]).get(ids["step_id"])
+            host = state.hosts.get(ids["host"]) if state else None
+            return host.pid if host else None
+
+    def _stop_left_running(self) -> None:
+        """Before the rollback: stop, on each host, what a command whose kill was not
+        confirmed may have left running, so it cannot land after the undo."""
+        with self.lock:
+            left = [(step, name, result.pid) for step, state in self.run.steps.items()
+                    for name, result in state.hosts.items()
+                    if result.pid is not None and result.status.done]
+        for step, name, pid in left:
+            host = self.deps.inventory.hosts.get(name) or LOCAL_HOST
+            try:
+                self.deps.runner_for(host).kill_group(pid)
+            except DeckhandError as exc:  # still unreachable: the rollback says so there
+                log.warning("run %s: %s on %s may still run (process group %d): %s",
+                            self.run.id, step, name, pid, exc)
+                continue
+            self.emit(EventKind.HOST_PID, step_id=step, host=name, pid=None)  # stopped
+
     def _start_attempt(self, tool: Tool, attempt: int, ids: dict[str, Any]) -> str | None:
         """Record that an attempt starts. A mutating one on a host not counted as changed
         (a retry after an attempt that never reached it) is made durable first, as a batch
         is (see ``_start_batch``). Why it must not start, or None."""
+        fenced = self.may_start(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
+        if fenced is not None:
+            return fenced
         fresh = tool.mutates and bool(self._not_yet_changed([ids["host"]]))
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
         return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}") \
@@ -491,7 +540,7 @@ class _Execution:
 
         try:
             runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)
-            result = runner.run(command, timeout=tool.timeout, on_output=watch.feed,
+            result = runner.run(command, timeout=tool.timeout, on_output=watch,
                                 cancel=token, on_start=started)
         except CommandInterrupted as exc:
             return None, f"{host.name}: {exc}", True
@@ -520,13 +569,25 @@ class _Execution:
 
 class _OutputWatch:
     """Watches output lines for declared outputs and the required success patterns (RE2:
-    linear time, so no pattern can stall the step or starve the lease heartbeat)."""
+    linear time, so no pattern can stall the step or starve the lease heartbeat), and
+    passes them on as STEP_OUTPUT: one event per ``BATCH_SECONDS`` of a burst (the first
+    line after a quiet spell at once), holding at most the last ``BATCH_CHARS`` of it —
+    what the record keeps is the command's bounded tail; events are a live glimpse, so a
+    flood of output costs no redaction or event per line."""
+
+    BATCH_SECONDS = 0.05
+    BATCH_CHARS = 64 * 1024
 
     def __init__(self, outputs: dict[str, str], success_patterns: tuple[str, ...],
                  sink: Callable[[str], None]):
         self._outputs = {k: compile_safe(p) for k, p in outputs.items()}
         self._missing = {p: compile_safe(p) for p in success_patterns}
         self._sink = sink
+        self._batch: list[str] = []
+        self._chars = 0
+        self._skipped = 0
+        self._sent = float("-inf")
+        self._lock = threading.Lock()
         self.outputs: dict[str, str] = {}
 
     @property
@@ -537,7 +598,47 @@ class _OutputWatch:
     def unmatched(self) -> list[str]:
         return list(self._missing)
 
-    def feed(self, line: str) -> None:
+    def __call__(self, line: str) -> None:
+        self.feed_many([line])
+
+    def feed_many(self, lines: list[str]) -> None:
+        """The lines of one chunk of output, in order."""
+        if self._outputs or self._missing:
+            for line in lines:
+                self._match(line)
+        with self._lock:  # stdout and stderr may be read by two threads
+            self._batch.extend(lines)
+            self._chars += sum(map(len, lines))
+            if self._chars > 4 * self.BATCH_CHARS:
+                self._trim()
+            due = time.monotonic() - self._sent >= self.BATCH_SECONDS
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Pass on what is batched (also once the command has ended)."""
+        with self._lock:
+            self._trim()
+            batch, skipped = self._batch, self._skipped
+            self._batch, self._chars, self._skipped = [], 0, 0
+            self._sent = time.monotonic()
+        if skipped:
+            batch.insert(0, f"… {skipped} line(s) of output not shown here (see the tail) …")
+        if batch:
+            self._sink("\n".join(batch))
+
+    def _trim(self) -> None:
+        """Keep the last BATCH_CHARS of the batch (whole lines; at least the last one)."""
+        kept, size = 0, 0
+        for line in reversed(self._batch):
+            if kept and size + len(line) > self.BATCH_CHARS:
+                break
+            kept, size = kept + 1, size + len(line) + 1
+        self._skipped += len(self._batch) - kept
+        del self._batch[:len(self._batch) - kept]
+        self._chars = size
+
+    def _match(self, line: str) -> None:
         for key, pattern in self._outputs.items():
             found = pattern.search(line)
             if found:
@@ -545,7 +646,6 @@ class _OutputWatch:
         for text, pattern in list(self._missing.items()):
             if pattern.search(line):
                 del self._missing[text]
-        self._sink(line)
 
 
 def _notify(listener: Listener, event: Event, run: Run) -> Deferred | None:
@@ -568,14 +668,16 @@ def _nothing_to_wait_for(what: str) -> str | None:
 
 
 def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
-           timeout: float) -> str | None:
+           timeout: float, host: str) -> str | None:
     """Why this result is a failure, or None if it succeeded."""
     if result is None:
         return "did not run"
-    if result.timed_out:
-        return f"timed out after {timeout:g}s; the process was killed"
-    if result.cancelled:
-        return "cancelled; the process was killed"
+    if result.timed_out or result.cancelled:
+        what = f"timed out after {timeout:g}s" if result.timed_out else "cancelled"
+        if result.output_held_open:
+            what += (" (the command had ended, but a process it started in the background "
+                     "kept its output open: start daemons with `>/dev/null 2>&1 &`)")
+        return f"{what}; {_kill_outcome(result, host)}"
     if result.exit_code != success.exit_code:
         last = _last_line(result.tail)
         return f"exit code {result.exit_code} (expected {success.exit_code})" + (
@@ -583,6 +685,14 @@ def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
     if not watch.matched_success:
         return f"output never matched {watch.unmatched[0]!r}"
     return None
+
+
+def _kill_outcome(result: CommandResult, host: str) -> str:
+    """What became of a command deckhand stopped: killed only when the host confirmed it."""
+    if result.unconfirmed_kill is None:
+        return "the process was killed"
+    return (f"it may still be running on host {host}: the kill was not confirmed "
+            f"({result.unconfirmed_kill})")
 
 
 def _last_line(text: str, limit: int = 300) -> str:

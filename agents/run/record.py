@@ -90,6 +90,8 @@ class EventKind(StrEnum):
     HOST_PID = "host_pid"
     """The command's process group on the host: what a takeover must stop."""
     STEP_OUTPUT = "step_output"
+    """Output of a command, redacted: one or more lines (joined by newlines) — a burst of
+    output is batched (see ``agents.executor._OutputWatch``)."""
     STEP_RETRY = "step_retry"
     HOST_FINISHED = "host_finished"
     STEP_FINISHED = "step_finished"
@@ -386,7 +388,9 @@ def _host_finished(run: Run, ev: Event) -> None:
         host.mutated = True
     elif host.provisional and not _changed_elsewhere(run, host):
         run.changed_hosts.remove(host.host)  # the command never started there
-    host.provisional, host.pid = False, None  # ended: nothing left to stop
+    # ended: nothing left to stop — unless its kill was not confirmed (the event then
+    # carries its process group, for the rollback or a takeover to stop first)
+    host.provisional, host.pid = False, ev.pid
 
 
 def _changed_elsewhere(run: Run, mine: HostResult) -> bool:

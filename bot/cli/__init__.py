@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
@@ -40,11 +41,15 @@ from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.border import TerminalConsole, yaml_for_terminal
 from bot.terminal.console import ConsoleFlow, ExitCode
+from bot.terminal.output import guard_output
 from bot.terminal.render import plan_table
+from tools.command_lint import silent_failures
 from tools.errors import ConfigError, DeckhandError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # a real process (not a test calling main): output can never be fatal
+        guard_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     console = TerminalConsole()
@@ -207,6 +212,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.inventory.hosts)} hosts, "
                   f"{len(config.inventory.environments)} environments, "
                   f"{len(config.playbooks)} playbooks")
+    for warning in silent_failures(config.catalog):
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     _report_prompts(console, config.prompts)
     for note in shared_host_notes(config.inventory, config.policy):
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

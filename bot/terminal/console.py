@@ -6,6 +6,7 @@ and ``deckhand demo``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -21,7 +22,7 @@ from rich.prompt import Prompt
 from rich.text import Text
 
 from agents.engine.worker import Worker
-from agents.errors import ApprovalRefused, PlanInvalid
+from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid
 from agents.ids import short_id
 from agents.plan.diff import diff_plans
 from agents.plan.dryrun import LABEL as DRY_LABEL
@@ -61,6 +62,8 @@ class Decision(StrEnum):
     APPROVE = "approve"
     MODIFY = "modify"
     REJECT = "reject"
+    LEAVE = "leave"
+    """Leave the run awaiting approval, for other approvers (a shared store only)."""
 
 
 class ConsoleFlow:
@@ -101,11 +104,40 @@ class ConsoleFlow:
         if break_glass:
             self.console.print(f"🚨 {self.services.break_glass_note(plan, break_glass)}",
                                markup=False)
-        approved = self.approve(plan, yes=yes, run_id=run.id)
-        if approved is None:
-            return self._close(run.id, f"rejected by {self.user}",
-                               "Rejected — nothing was run.")
-        return self._approve_and_execute(approved, run.id)
+        try:
+            approved = self.approve(plan, yes=yes, run_id=run.id)
+            if approved is None:
+                return self._close(run.id, f"rejected by {self.user}",
+                                   "Rejected — nothing was run.")
+            if isinstance(approved, Decision):  # left, said explicitly, for other approvers
+                return self._leave(run.id)
+            return self._approve_and_execute(approved, run.id)
+        except (KeyboardInterrupt, EOFError):  # left a prompt: nobody approves it behind us
+            self._cancel_unstarted(run.id, "left the approval prompt without deciding "
+                                           "(Ctrl-C or end of input)")
+            raise
+
+    def _cancel_unstarted(self, run_id: str, why: str) -> None:
+        """Close a run this person walked away from before it started: cancelled, with who
+        and why, audited (one that started meanwhile is left to its worker)."""
+        reason = f"cancelled by {self.user}: {why}"
+        store = self.services.store
+        try:
+            store.runs.transition(run_id, RunStatus.CANCELLED, reason=reason, expect={
+                     RunStatus.AWAITING_APPROVAL, RunStatus.APPROVED, RunStatus.QUEUED})
+        except IllegalTransition:
+            return
+        store.audit.record("cancelled", actor=self.user, run_id=run_id, reason=reason)
+
+    def _leave(self, run_id: str) -> Run:
+        """Said explicitly: the run waits for other approvers."""
+        store = self.services.store
+        store.audit.record("left_for_approvers", actor=self.user, run_id=run_id)
+        self.console.print(f"[yellow]Left for other approvers: `deckhand approve "
+                           f"{short_id(run_id)} --user NAME` against the same REDIS_URL; a "
+                           f"`deckhand worker` then runs it.[/]")
+        self.exit_code = ExitCode.NEEDS_APPROVALS
+        return store.runs.get(run_id)
 
     def dry_run(self, request: str) -> Run:
         """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
@@ -138,8 +170,10 @@ class ConsoleFlow:
         self.exit_code = ExitCode.REFUSED
         return run
 
-    def approve(self, plan: Plan, *, yes: bool, run_id: str | None = None) -> Plan | None:
-        """Show the plan and loop on Modify until it is approved (or rejected)."""
+    def approve(self, plan: Plan, *, yes: bool,
+                run_id: str | None = None) -> Plan | Decision | None:
+        """Show the plan and loop on Modify until it is approved (the plan), rejected
+        (None) or left for other approvers (Decision.LEAVE)."""
         while True:
             self.console.print(plan_table(plan, self.services.targets(plan)))
             for line in self.services.changelog(plan):
@@ -151,6 +185,8 @@ class ConsoleFlow:
                 return plan
             if decision is Decision.REJECT:
                 return None
+            if decision is Decision.LEAVE:
+                return decision
             revised = self.modify(plan)
             if revised is not plan and run_id is not None:
                 self.services.store.plans.save(revised)
@@ -304,9 +340,10 @@ class ConsoleFlow:
                     self._abandon(run_id)
                 interrupted = True
                 self.services.store.runs.request_cancel(run_id, user=self.user)
-                self.console.print("[magenta]Cancelling: running steps are stopped, then "
-                                   "rollback runs. Wait for it (Ctrl-C again to abandon "
-                                   "it).[/]")
+                with contextlib.suppress(OSError):  # no one to read it: the rollback goes on
+                    self.console.print("[magenta]Cancelling: running steps are stopped, "
+                                       "then rollback runs. Wait for it (Ctrl-C again to "
+                                       "abandon it).[/]")
         return box.get("run")
 
     def _abandon(self, run_id: str) -> None:
@@ -328,14 +365,17 @@ class ConsoleFlow:
             return ""
 
     def _prompt_decision(self) -> Decision:
+        choices, text = ["a", "m", "r"], "[bold]Approve, Modify or Reject?[/]"
+        if not self.services.store.where.startswith("in-process"):  # others can approve
+            choices, text = [*choices, "l"], text + " (l: leave it for other approvers)"
         try:
-            choice = Prompt.ask("[bold]Approve, Modify or Reject?[/]", choices=["a", "m", "r"],
-                                default="r", console=self.console)
+            choice = Prompt.ask(text, choices=choices, default="r", console=self.console)
         except EOFError:  # stdin closed or not a terminal: never approve by accident
             self.console.print("\nNo answer (end of input): rejecting. Use --yes to approve "
                                "without a prompt.")
             return Decision.REJECT
-        return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT}[choice]
+        return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT,
+                "l": Decision.LEAVE}[choice]
 
 
 def confirmation_problem(run: Run, policy: Policy, confirm: Confirm) -> str | None:

@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
-from tests.fixtures.builders import make_config
+from tests.fixtures.builders import BASE, make_config
 from tests.fixtures.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,3 +84,60 @@ def test_a_second_ctrl_c_says_what_it_leaves_behind(tmp_path: Path) -> None:
         reader.join(10)
     text = "".join(lines)
     assert "Stopping now" in text and "web-1" in text and "deckhand runs show" in text
+
+
+PIPED_TOOLS = TOOLS.replace("echo undone >> {vars.log}", "echo undone {host.name} >> {vars.log}")
+
+
+def _piped_run(tmp_path: Path) -> subprocess.Popen[str]:
+    """`deckhand run` deploying to two hosts at once, its output into a pipe (as under
+    `| tee log`)."""
+    path = tmp_path / "deckhand.yml"
+    # web-4: staging's own second host (a host production lists too would make this a
+    # production change, which promotion refuses before staging)
+    base = textwrap.dedent(BASE).replace("staging: {hosts: [web-1]}",
+                                         "staging: {hosts: [web-1, web-4]}")
+    base = base.replace("    web-3: {connection: local", "    web-4: {connection: local, vars: "
+                        "{dir: \"{config_dir}/web-4\"}}\n    web-3: {connection: local")
+    path.write_text(base + textwrap.dedent(PIPED_TOOLS))
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
+        "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+    return subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "ship", "--yes",
+                             "--config", str(path)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _assert_rolled_back_on_both(tmp_path: Path, proc: subprocess.Popen[str]) -> None:
+    assert proc.wait(60) == 1  # ended as a cancelled run, not by a signal or a crash
+    assert sorted((tmp_path / "log.txt").read_text().splitlines()) == [
+        "undone web-1", "undone web-4"]  # the rollback visited both hosts, once each
+    assert not (tmp_path / "web-1.state").exists() and not (tmp_path / "web-4.state").exists()
+
+
+def test_ctrl_c_with_the_output_pipe_closed_still_rolls_back(tmp_path: Path) -> None:
+    proc = _piped_run(tmp_path)
+    try:
+        wait_until(lambda: (tmp_path / "web-1.state").exists()
+                   and (tmp_path / "web-4.state").exists(), what="both hosts to change")
+        assert proc.stdout is not None
+        proc.stdout.close()  # tee died with the Ctrl-C: every write now fails with EPIPE
+        proc.send_signal(signal.SIGINT)
+        _assert_rolled_back_on_both(tmp_path, proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_hang_up_during_the_rollback_does_not_stop_it(tmp_path: Path) -> None:
+    proc = _piped_run(tmp_path)
+    try:
+        wait_until(lambda: (tmp_path / "web-1.state").exists()
+                   and (tmp_path / "web-4.state").exists(), what="both hosts to change")
+        assert proc.stdout is not None
+        proc.stdout.close()
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGHUP)  # the operator's SSH session dropped too
+        _assert_rolled_back_on_both(tmp_path, proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -198,6 +198,11 @@ def test_an_encrypted_key_file_says_how_to_use_it(sshd_hosts: SSHFleet, tmp_path
     with pytest.raises(SSHAuthError, match="is encrypted: load it into ssh-agent .* or set "
                                            "DECKHAND_SSH_KEY_PASSPHRASE"):
         runner.run("true", timeout=10)
+    monkeypatch.setenv("DECKHAND_SSH_KEY_PASSPHRASE", "open sesame!")
+    with pytest.raises(SSHAuthError, match=f"wrong passphrase for {key}: check "
+                                           "DECKHAND_SSH_KEY_PASSPHRASE"):
+        SSHRunner(inventory.hosts["prod-1"], known_hosts=sshd_hosts.known_hosts).run(
+            "true", timeout=10)
     monkeypatch.setenv("DECKHAND_SSH_KEY_PASSPHRASE", "open sesame")
     with pytest.raises(SSHAuthError, match="refused our key"):  # loaded; not authorized there
         SSHRunner(inventory.hosts["prod-1"], known_hosts=sshd_hosts.known_hosts).run(
@@ -274,3 +279,12 @@ def test_connection_dropped_mid_command_is_a_clear_error(
 
     with pytest.raises(CommandInterrupted, match="dropped while the command was running"):
         runner.run("echo ready; sleep 30", timeout=60, on_output=sink)
+
+
+def test_a_daemon_keeping_the_output_open_is_told_apart(
+        sshd_hosts: SSHFleet, pool: RunnerPool, inventory: Inventory) -> None:
+    runner = runner_for(pool, inventory, "prod-1")
+    held = runner.run("sleep 30 & echo started", timeout=1)
+    assert held.timed_out and held.output_held_open and held.unconfirmed_kill is None
+    busy = runner.run("sleep 30", timeout=1)
+    assert busy.timed_out and not busy.output_held_open

@@ -11,6 +11,10 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from agents.config import load_config
+from agents.errors import ApprovalRefused
+from agents.run.record import RunStatus
+from agents.store import Store
 from bot.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +93,42 @@ def test_no_input_at_all_rejects_with_one_line(workspace: Path) -> None:
     assert done.returncode == 3  # rejected (ExitCode.REFUSED)
     assert "No answer (end of input): rejecting" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def _spawn_shared(workspace: Path, redis_url: str) -> pexpect.spawn:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "COLUMNS": "100",
+           "TERM": "dumb"}
+    return pexpect.spawn(sys.executable, ["-m", "bot.cli", "run", "deploy v1.0.0"],
+                         cwd=str(workspace), env=env, encoding="utf-8", timeout=60)
+
+
+def test_ctrl_c_at_the_prompt_closes_the_run_with_who_and_why(
+        workspace: Path, redis_url: str, store: Store) -> None:
+    child = _spawn_shared(workspace, redis_url)
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    (run,) = store.runs.recent(limit=10)
+    assert run.status is RunStatus.CANCELLED
+    assert run.reason and "left the approval prompt" in run.reason
+    (entry,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "cancelled"]
+    assert entry.actor == run.requested_by and "left the approval prompt" in entry.details["reason"]
+    with pytest.raises(ApprovalRefused, match="cancelled"):  # nobody can approve it behind the person's back
+        store.runs.approve(run.id, user="someone-else", plan_version=run.plan_version,
+                           plan_hash=run.plan_hash, policy=load_config(workspace / "deckhand.yml").policy)
+
+
+def test_leaving_the_run_for_other_approvers_is_said_explicitly(
+        workspace: Path, redis_url: str, store: Store) -> None:
+    child = _spawn_shared(workspace, redis_url)
+    child.expect(r"l: leave it for other approvers")
+    child.sendline("l")
+    child.expect("Left for other approvers")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 4  # ExitCode.NEEDS_APPROVALS
+    (run,) = store.runs.recent(limit=10)
+    assert run.status is RunStatus.AWAITING_APPROVAL
+    assert "left_for_approvers" in [e.action for e in store.audit.entries(run_id=run.id)]

@@ -101,3 +101,23 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
     assert any(b"deckhand.step" in body for body in otlp.bodies)  # the search can find
     assert all(SECRET.encode() not in body for body in otlp.bodies)
     assert store.runs.get(run.id).status.value == "succeeded"
+
+
+def test_a_tracing_backend_that_is_down_is_one_warning_and_no_retry_lines(
+        tmp_path: Path) -> None:
+    from tests.fixtures.sample import free_port
+
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("OTEL_")}
+    env |= {"PYTHONPATH": str(ROOT), "OTEL_EXPORTER_OTLP_ENDPOINT":
+            f"http://127.0.0.1:{free_port()}"}  # nothing listens there
+    init = subprocess.run([sys.executable, "-m", "bot.cli", "init"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert init.returncode == 0, init.stderr
+    done = subprocess.run([sys.executable, "-m", "bot.cli", "run", "deploy v1.0.0", "--yes"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert (tmp_path / ".deckhand/hosts/prod-1/current").read_text().strip() == "v1.0.0"
+    assert "Transient error" not in out and "Traceback" not in out
+    assert len([line for line in out.splitlines() if line.startswith("traces:")]) == 1, out

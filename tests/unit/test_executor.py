@@ -2,9 +2,10 @@ import threading
 from pathlib import Path
 
 from agents.plan.targets import resolve
-from agents.run.record import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from agents.run.record import Event, EventKind, HostResult, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
+from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
 
 # Two steps that can only both succeed if they run at the same time: each announces it
@@ -177,9 +178,19 @@ def test_resume_skips_finished_steps_and_refuses_non_idempotent_rerun(tmp_path: 
 
     run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory), status=RunStatus.RUNNING)
     run.steps["a"].status = StepStatus.RUNNING  # its worker died mid-step; log is not idempotent
+    run.steps["a"].hosts[LOCAL_HOST.name] = HostResult(host=LOCAL_HOST.name,
+                                                       status=StepStatus.RUNNING)
     resumed = make_executor(config).execute(plan, run)
     assert resumed.status is RunStatus.FAILED
     assert "not idempotent" in (resumed.steps["a"].error or "")
+    assert "died" not in (resumed.steps["a"].error or "").split("(")[0]  # not known
+
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory), status=RunStatus.RUNNING)
+    run.steps["a"].status = StepStatus.RUNNING  # started, but no command of it had started
+    (tmp_path / "log.txt").unlink()
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.reason
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["a", "b"]
 
 
 def _change_fleet(script: str = "true") -> dict:
@@ -242,3 +253,12 @@ def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> No
     assert run.changed_hosts == []  # the start was withdrawn: no host ran it
     assert run.rollback["undo"].status is StepStatus.SKIPPED
     assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
+
+
+def test_a_daemon_holding_the_output_open_is_named_in_the_timeout(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan([{"id": "start", "tool": "sh_fast_timeout",
+                       "params": {"script": "sleep 30 & echo started"}}])
+    run = make_executor(config).execute(plan)
+    error = run.steps["start"].error or ""
+    assert "timed out after 0.5s" in error and ">/dev/null 2>&1 &" in error, error

@@ -10,8 +10,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 OutputSink = Callable[[str], None]
-PidSink = Callable[[int], None]
 """Receives each complete line of output (without its newline) as it arrives."""
+PidSink = Callable[[int], None]
+
+
+class LinesSink(Protocol):
+    """An OutputSink that can also take the lines of one chunk at once (``feed_many``):
+    a flood of output then costs one call per chunk, not one per line."""
+
+    def __call__(self, line: str) -> None: ...
+
+    def feed_many(self, lines: list[str]) -> None: ...
 
 TAIL_BYTES = 8192
 MAX_LINE = 65536
@@ -27,6 +36,12 @@ class CommandResult:
     duration: float
     timed_out: bool = False
     cancelled: bool = False
+    output_held_open: bool = False
+    """Timed out after the command itself had ended: something it started in the background
+    kept its output open (a daemon not started with ``>/dev/null 2>&1 &``)."""
+    unconfirmed_kill: str | None = None
+    """Timed out or cancelled, but the kill could not be confirmed (why): the command may
+    still be running on the host."""
 
     @property
     def ok(self) -> bool:
@@ -92,6 +107,7 @@ class OutputCollector:
 
     def __init__(self, sink: OutputSink | None, tail_bytes: int = TAIL_BYTES):
         self._sink = sink
+        self._many: Callable[[list[str]], None] | None = getattr(sink, "feed_many", None)
         self._tail: deque[str] = deque()
         self._tail_len = 0
         self._tail_bytes = tail_bytes
@@ -141,6 +157,8 @@ class OutputCollector:
             lines.append("".join(parts))
             parts.clear()
             self._partial_len[stream] = 0
+        if max(map(len, lines), default=0) <= MAX_LINE:  # the usual case, at C speed
+            return lines
         return [line[i:i + MAX_LINE] for line in lines
                 for i in range(0, max(len(line), 1), MAX_LINE)]
 
@@ -156,9 +174,14 @@ class OutputCollector:
             self._tail_len -= len(self._tail.popleft())
 
     def _emit(self, lines: list[str]) -> None:
-        if self._sink is not None:
-            for line in lines:
-                self._sink(line.rstrip("\r"))
+        if self._sink is None or not lines:
+            return
+        lines = [line.rstrip("\r") for line in lines]
+        if self._many is not None:
+            self._many(lines)
+            return
+        for line in lines:
+            self._sink(line)
 
 
 class Runner(Protocol):
@@ -176,7 +199,8 @@ class Runner(Protocol):
         ...
 
     def kill_group(self, pid: int) -> None:
-        """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace)."""
+        """Stop process group ``pid`` on the host (SIGTERM, then SIGKILL after a grace);
+        RunnerError unless the group is confirmed gone."""
         ...
 
     def check_ready(self) -> None:

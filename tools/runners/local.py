@@ -49,6 +49,7 @@ class LocalRunner:
         try:
             reader.join(timeout)
             timed_out = reader.is_alive()
+            held_open = timed_out and proc.poll() is not None  # ended; a child holds stdout
             if timed_out:
                 stopped.stop()
                 reader.join()
@@ -63,6 +64,7 @@ class LocalRunner:
             duration=time.monotonic() - started,
             timed_out=timed_out,
             cancelled=was_cancelled,
+            output_held_open=held_open,
         )
 
     def check_ready(self) -> None:

@@ -92,12 +92,25 @@ _WRAPPER = ("exec /bin/sh -c 'echo DECKHAND_PID=$$; __deckhand_cmd=$1; shift; "
             "eval \"$__deckhand_cmd\"' deckhand {command} </dev/null")
 _PID_LINE = re.compile(rb"DECKHAND_PID=(\d+)\r?")
 _PID_SEARCH_LIMIT = 65536
+# Exits 0 only once the group is gone (or was already), 3 if it outlived SIGKILL. A member
+# that is a zombie has ended (its parent, e.g. a frozen sshd, has not reaped it): with ps,
+# only live members count.
 _KILL_SCRIPT = (
+    "alive() {{ kill -s 0 -- -{pid} 2>/dev/null || return 1; "
+    "command -v ps >/dev/null 2>&1 || return 0; ps -A -o pgid= -o stat= | "
+    "awk -v g={pid} '$1 == g && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}'; }}; "
     "kill -s TERM -- -{pid} 2>/dev/null || exit 0; i=0; "
-    "while kill -s 0 -- -{pid} 2>/dev/null; do "
-    "if [ $i -ge {ticks} ]; then kill -s KILL -- -{pid} 2>/dev/null; exit 0; fi; "
+    "while alive; do "
+    "if [ $i -ge {ticks} ]; then kill -s KILL -- -{pid} 2>/dev/null; sleep 0.2; "
+    "alive && exit 3; exit 0; fi; "
     "sleep 0.1; i=$((i+1)); done"
 )
+_CHUNK = 1 << 20
+"""Bytes read from a stream at once: what has arrived, up to this (a flood of output then
+costs few reads; the channel's window, 2 MB, bounds what waits in memory)."""
+_KILL_ANSWER = 1.0
+"""Seconds past the grace the pooled connection has to answer a kill before a fresh
+connection is tried (a frozen sshd session keeps TCP open but answers nothing)."""
 
 
 @dataclass(frozen=True)
@@ -322,10 +335,11 @@ class SSHRunner:
                 "direct-tcpip", (address, port), ("127.0.0.1", 0),
                 timeout=self.options.connect_timeout))
 
-    def _exec(self, transport: paramiko.Transport, command: str) -> paramiko.Channel:
+    def _exec(self, transport: paramiko.Transport, command: str, *,
+              timeout: float | None = None) -> paramiko.Channel:
         with _translate(self.target, "starting a command on"):
             channel = _open_channel(transport, lambda: transport.open_session(
-                timeout=self.options.connect_timeout))
+                timeout=timeout or self.options.connect_timeout))
         try:
             with _translate(self.target, "starting a command on"):
                 channel.exec_command(command)
@@ -351,6 +365,8 @@ class SSHRunner:
         try:
             ended = _pump(channel, pid, output, ready, started + timeout, stop_on_kill=True)
             timed_out = not ended and not killer.fired
+            # the command ended, but something it started keeps its output open
+            held_open = timed_out and channel.exit_status_ready()
             if not ended:
                 killer.fire()
                 # The killed process closes its output. If it cannot be killed (kill
@@ -360,6 +376,7 @@ class SSHRunner:
             pid.flush()
             output.close()
             code = self._exit_code(channel, killed=killer.fired)
+            unconfirmed = killer.outcome() if killer.fired else None
         except BaseException:
             # The output sink raised, or the connection dropped: the command may still
             # be running on the host, unobserved. Kill it (reconnecting if need be).
@@ -368,7 +385,8 @@ class SSHRunner:
         finally:
             unregister()
         return CommandResult(code, output.tail(), time.monotonic() - started,
-                             timed_out=timed_out, cancelled=killer.fired and not timed_out)
+                             timed_out=timed_out, cancelled=killer.fired and not timed_out,
+                             unconfirmed_kill=unconfirmed, output_held_open=held_open)
 
     def _exit_code(self, channel: paramiko.Channel, *, killed: bool) -> int | None:
         if killed:
@@ -385,15 +403,51 @@ class SSHRunner:
         return None  # killed by a signal on the host: sshd sends no exit status then
 
     def kill_group(self, pid: int) -> None:
-        """SIGTERM then SIGKILL the remote process group ``pid`` (waits for the grace)."""
+        """SIGTERM then SIGKILL the remote process group ``pid`` (waits for the grace), over
+        the pooled connection, or a fresh one if that does not answer in time. RunnerError
+        unless the host confirms the group is gone."""
         ticks = max(1, int(self.options.kill_grace * 10))
-        script = _KILL_SCRIPT.format(pid=int(pid), ticks=ticks)
+        script = _wrap(_KILL_SCRIPT.format(pid=int(pid), ticks=ticks))
+        answer = self.options.kill_grace + _KILL_ANSWER
         with self._in_use():
-            channel = self._with_connection(lambda t: self._exec(t, _wrap(script)))
+            pooled = self._connection()
             try:
-                channel.status_event.wait(self.options.kill_grace + self.options.connect_timeout)
+                if self._kill_over(pooled, script, answer, pid):
+                    return
+            except SSHError as exc:
+                log.warning("%s: killing process group %d over the pooled connection: %s",
+                            self.host.name, pid, exc)
+            # no answer: the connection (or the sshd serving it) is stuck; drop it
+            self._drop(pooled)
+            fresh = self._open()
+            try:
+                if self._kill_over(fresh, script, answer + self.options.connect_timeout, pid):
+                    return
             finally:
-                channel.close()
+                fresh.close()
+        raise RunnerError(f"{self.host.name}: no answer to the kill of process group {pid}, "
+                          f"even over a new connection")
+
+    def _kill_over(self, transport: paramiko.Transport, script: str, answer: float,
+                   pid: int) -> bool:
+        """Whether the host confirmed the group gone; False if it did not answer in time."""
+        channel = self._exec(transport, script, timeout=answer)
+        try:
+            if not channel.status_event.wait(answer):
+                return False
+            if channel.exit_status != 0:
+                raise RunnerError(f"{self.host.name}: process group {pid} outlived SIGKILL")
+            return True
+        finally:
+            channel.close()
+
+    def _drop(self, transport: paramiko.Transport) -> None:
+        """Close ``transport`` and forget it if it is the pooled one (the next command
+        opens a new connection)."""
+        with self._lock:
+            if self._transport is transport:
+                self._transport = None
+        transport.close()
 
 
 def _wrap(command: str) -> str:
@@ -511,6 +565,9 @@ class _Killer:
     def __init__(self, runner: SSHRunner, pid: _PidLine, ready: _Ready):
         self.runner, self.pid, self.ready = runner, pid, ready
         self.fired = False
+        self.problem: str | None = None
+        """Why the kill is not confirmed (set once ``done``)."""
+        self.done = threading.Event()
         self._lock = threading.Lock()
 
     def fire(self) -> None:
@@ -522,15 +579,31 @@ class _Killer:
         threading.Thread(target=self._kill, name="ssh-kill", daemon=True).start()
 
     def _kill(self) -> None:
+        try:
+            self.problem = self._confirmed_kill()
+        finally:
+            self.done.set()
+
+    def _confirmed_kill(self) -> str | None:
         # Without the pid (the wrapper never got to print it) closing the channel is all
         # we can do; the runner does that after the grace period.
         if not self.pid.known.wait(self.runner.options.kill_grace) or self.pid.pid is None:
-            return
+            return "its process group was never known"
         try:
             self.runner.kill_group(self.pid.pid)
         except RunnerError as exc:
             log.warning("%s: could not kill remote process group %s: %s",
                         self.runner.host.name, self.pid.pid, exc)
+            return str(exc)
+        return None
+
+    def outcome(self) -> str | None:
+        """Once fired: None if the kill was confirmed, else why not (waits for it)."""
+        options = self.runner.options
+        if not self.done.wait(2 * options.kill_grace + 2 * _KILL_ANSWER
+                              + 2 * options.connect_timeout):
+            return "the kill did not finish in time"
+        return self.problem
 
 
 def _pump(channel: paramiko.Channel, pid: _PidLine, output: OutputCollector, ready: _Ready,
@@ -554,10 +627,10 @@ def _read_ready(channel: paramiko.Channel, pid: _PidLine, output: OutputCollecto
     and the deadline is checked between chunks; True if anything was read."""
     read = False
     if channel.recv_ready():
-        pid.feed(channel.recv(65536))
+        pid.feed(channel.recv(_CHUNK))
         read = True
     if channel.recv_stderr_ready():
-        output.feed(channel.recv_stderr(65536), "stderr")
+        output.feed(channel.recv_stderr(_CHUNK), "stderr")
         read = True
     return read
 
@@ -620,8 +693,22 @@ def _load_key(path: Path) -> paramiko.PKey:
         raise SSHAuthError(f"key file {path} is encrypted: load it into ssh-agent (and drop "
                            f"key_file from the inventory), or set {PASSPHRASE_ENV}") from exc
     except (OSError, paramiko.SSHException, ValueError) as exc:
+        if passphrase is not None and _encrypted(path):  # paramiko's words are misleading
+            raise SSHAuthError(f"wrong passphrase for {path}: check {PASSPHRASE_ENV}") \
+                from exc
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SSHAuthError(f"cannot use key file {path}: {reason}") from exc
+
+
+def _encrypted(path: Path) -> bool:
+    """Whether the key file needs a passphrase (loading it without one says so)."""
+    try:
+        paramiko.PKey.from_path(path)
+    except (paramiko.PasswordRequiredException, TypeError):
+        return True
+    except (OSError, paramiko.SSHException, ValueError):
+        return False
+    return False
 
 
 def _key_names(keys: list[paramiko.PKey]) -> list[str]:

@@ -1,0 +1,137 @@
+"""A frozen host: the sshd session serving a step is SIGSTOPped (TCP stays open) while the
+command runs past its deadline. deckhand says "killed" only when the host confirmed it —
+through a fresh connection when the frozen one does not answer — and otherwise says the
+command may still be running there, and counts the host as changed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import Event, EventKind, Run, RunStatus
+from tests.fixtures.builders import make_plan
+from tests.fixtures.sshd import SSHFleet
+from tests.integration.test_ssh_truth import _session_processes
+from tools.catalog import Catalog, Tool
+from tools.inventory import SSHSettings
+from tools.runners.pool import RunnerPool
+from tools.runners.ssh import SSHOptions
+
+
+def _catalog(tmp_path: Path) -> Catalog:
+    return Catalog({
+        "hang": Tool(name="hang", description="a command that outlives its deadline",
+                     command=f"echo started >> {tmp_path}/log; sleep 600", target="group:prod-1",
+                     mutates=True, rollback="undo", timeout=3),
+        "undo": Tool(name="undo", description="undo it", target="group:prod-1",
+                     command=f"echo undone >> {tmp_path}/log", mutates=True)})
+
+
+class _Freezer:
+    """Freezes prod-1's sshd session(s) once the step's command has started."""
+
+    def __init__(self, fleet: SSHFleet, *, listener_too: bool, thaw_at_rollback: bool = False):
+        self.fleet, self.listener_too = fleet, listener_too
+        self.thaw_at_rollback = thaw_at_rollback
+        self.alive_at_rollback = False
+        self.frozen: list[int] = []
+        self.pgid: int | None = None
+        self.alive = False
+        """Whether the command's process group still ran when the test thawed the host."""
+
+    def __call__(self, event: Event, run: Run) -> None:
+        if event.kind is EventKind.ROLLBACK_STARTED and self.thaw_at_rollback:
+            self.alive_at_rollback = self.pgid is not None and _group_alive(self.pgid)
+            for pid in self.frozen:  # the host answers again, its command still running
+                os.kill(pid, signal.SIGCONT)
+        if event.kind is EventKind.HOST_PID and self.pgid is None:
+            self.pgid = event.pid
+            self.frozen = _session_processes(self.fleet, "prod-1")
+            listener = self.fleet["prod-1"].proc
+            if self.listener_too and listener is not None:  # no fresh connection either
+                self.frozen.append(listener.pid)
+            for pid in self.frozen:
+                os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.alive = self.pgid is not None and _group_alive(self.pgid)
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if self.pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+
+
+@pytest.fixture
+def pool(sshd_hosts: SSHFleet) -> Iterator[RunnerPool]:
+    pool = RunnerPool(inventory=sshd_hosts.inventory(),
+                      ssh_options=SSHOptions(connect_timeout=1.0, kill_grace=1.0),
+                      ssh=SSHSettings(connect_attempts=1, connect_timeout=1.0))
+    yield pool
+    pool.close()
+
+
+def _run(tmp_path: Path, pool: RunnerPool, freezer: _Freezer) -> Run:
+    assert pool.inventory is not None
+    executor = Executor(ExecutorDeps(_catalog(tmp_path), pool.inventory, pool.for_host))
+    plan = make_plan([{"id": "deploy", "tool": "hang"}], rollback=[{"id": "undo", "tool": "undo"}])
+    try:
+        return executor.execute(plan, listeners=[freezer])
+    finally:
+        freezer.thaw()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in process group ``pgid`` (reads /proc)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def test_a_frozen_session_is_killed_through_a_fresh_connection(
+        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
+    freezer = _Freezer(sshd_hosts, listener_too=False)
+    run = _run(tmp_path, pool, freezer)
+    assert freezer.frozen and freezer.pgid is not None
+    error = run.steps["deploy"].error or ""
+    assert "timed out after 3s; the process was killed" in error, error
+    assert not freezer.alive  # gone before anyone thawed the host
+    assert run.status is RunStatus.ROLLED_BACK, run.reason
+    assert (tmp_path / "log").read_text().splitlines() == ["started", "undone"]
+
+
+def test_a_kill_that_cannot_be_confirmed_says_the_command_may_still_run(
+        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
+    freezer = _Freezer(sshd_hosts, listener_too=True)
+    run = _run(tmp_path, pool, freezer)
+    assert freezer.pgid is not None
+    error = run.steps["deploy"].error or ""
+    assert "may still be running on host prod-1" in error and "killed" not in error, error
+    assert freezer.alive  # it was, indeed, still running
+    assert "prod-1" in run.changed_hosts  # the record says the host may differ
+    assert run.steps["deploy"].hosts["prod-1"].pid == freezer.pgid  # for whoever stops it
+    assert run.status is RunStatus.ROLLBACK_FAILED, run.reason  # not "rolled back"
+
+
+def test_the_rollback_first_stops_what_an_unconfirmed_kill_left_running(
+        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
+    freezer = _Freezer(sshd_hosts, listener_too=True, thaw_at_rollback=True)
+    run = _run(tmp_path, pool, freezer)
+    assert "may still be running on host prod-1" in (run.steps["deploy"].error or "")
+    assert freezer.alive_at_rollback  # still running when the rollback began...
+    assert not freezer.alive  # ...and stopped by it, before its undo ran
+    assert run.steps["deploy"].hosts["prod-1"].pid is None
+    assert run.status is RunStatus.ROLLED_BACK, run.reason
+    assert (tmp_path / "log").read_text().splitlines() == ["started", "undone"]

@@ -1,0 +1,127 @@
+"""A Redis outage longer than the worker's lease, with a real worker process, a real
+redis-server shut down and restarted on the same port, and a real sshd host.
+
+The worker starts no command while it cannot vouch for its lease (fencing at the command
+boundary); what it could not write lands, in order, once Redis is back; the run that did
+all its work is not rolled back, nor taken over by its own worker as if from a stranger;
+no audit entry is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from agents.config import load_config
+from agents.run.record import Run, RunStatus, StepStatus
+from agents.services import build_services
+from agents.store import Store
+from tests.fixtures.builders import make_plan
+from tests.fixtures.polling import wait_until
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.sshd import SSHFleet
+from tests.integration.test_store import submit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOOLS = {
+    "mark": {"description": "mark the host, wait for the test's go-ahead, mark it again",
+             "command": "echo start {label} >> {host.dir}/log; "
+                        "while [ ! -e {host.dir}/go-{label} ]; do sleep 0.05; done; "
+                        "echo done {label} >> {host.dir}/log",
+             "target": "environment", "mutates": True, "rollback": "undo",
+             "params": {"label": {"type": "string"}}},
+    "undo": {"description": "undo on the host", "command": "echo undo >> {host.dir}/log",
+             "target": "environment", "mutates": True},
+}
+
+
+def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    for label in ("a",):  # released from the start
+        (host_dir / f"go-{label}").touch()
+    data = {"inventory": {"known_hosts": str(fleet.known_hosts),
+                          "hosts": {"staging-1": fleet.inventory_host(
+                              "staging-1", vars={"dir": str(host_dir)})},
+                          "environments": {"staging": {"hosts": ["staging-1"]}}},
+            "tools": TOOLS}
+    path = tmp_path / "deckhand.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _host_log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "host" / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _worker_log(tmp_path: Path) -> str:
+    return (tmp_path / "worker.err").read_text()
+
+
+def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
+        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet) -> None:
+    config = load_config(_config(tmp_path, sshd_hosts))
+    store = Store.connect(own_redis.url)
+    services = build_services(config, store=store)
+    env = {"environment": "staging"}
+    plan = make_plan([{"id": "a", "tool": "mark", "params": {"label": "a", **env}},
+                      {"id": "b", "tool": "mark", "params": {"label": "b", **env},
+                       "depends_on": ["a"]},
+                      {"id": "c", "tool": "mark", "params": {"label": "c", **env},
+                       "depends_on": ["b"]}],
+                     rollback=[{"id": "undo", "tool": "undo", "params": env}])
+    run = submit(services, plan)
+    with (tmp_path / "worker.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path),
+             "--name", "steady", "--lease", "2", "--claim-after", "3"],
+            env={**os.environ, "REDIS_URL": own_redis.url}, cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        # outage 1, while b runs: b finishes during it; c must not start until it ends
+        wait_until(lambda: "start b" in _host_log(tmp_path), timeout=30, what="b to start")
+        own_redis.stop()
+        (tmp_path / "host" / "go-b").touch()
+        wait_until(lambda: "no command starts until the lease is renewed"
+                   in _worker_log(tmp_path), timeout=30, what="the lease to lapse")
+        assert "done b" in _host_log(tmp_path) and "start c" not in _host_log(tmp_path)
+        own_redis.start()
+        wait_until(lambda: "start c" in _host_log(tmp_path), timeout=30, what="c to start")
+
+        # outage 2, while c (the last step) runs: the run ends during it
+        own_redis.stop()
+        (tmp_path / "host" / "go-c").touch()
+        wait_until(lambda: "ended succeeded" in _worker_log(tmp_path), timeout=30,
+                   what="the worker to finish the run")
+        beats = _worker_log(tmp_path).count("heartbeat for")
+        # each failed heartbeat first spends the client's retry budget (over a second)
+        wait_until(lambda: _worker_log(tmp_path).count("heartbeat for") >= beats + 2,
+                   timeout=30, what="the 2 s lease to run out with Redis away")
+        own_redis.start()
+        wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
+                        what="the run's end to land in Redis")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    _assert_truthful(store, store.runs.get(run.id), _host_log(tmp_path), _worker_log(tmp_path))
+
+
+def _assert_truthful(store: Store, final: Run, host: list[str], worker_log: str) -> None:
+    assert host == ["start a", "done a", "start b", "done b", "start c", "done c"]  # no undo
+    assert final.status is RunStatus.SUCCEEDED, final.reason
+    assert final.worker == "steady"
+    assert all(s.status is StepStatus.SUCCEEDED for s in final.steps.values())
+    audit = store.audit.entries(run_id=final.id)
+    actions = [e.action for e in audit]
+    finished = [e.details.get("step") for e in audit if e.action == "step_finished"]
+    assert finished == ["a", "b", "c"] and actions.count("run_finished") == 1
+    assert "resumed" not in actions and "leftover_stopped" not in actions
+    outages = [e.details for e in audit if e.action == "store_outage"]
+    assert any(o["lease_lapsed"] and "c" in (o["waiting"] or "") for o in outages), outages
+    assert "died" not in worker_log

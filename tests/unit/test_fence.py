@@ -1,0 +1,61 @@
+"""The worker's own view of its lease (agents.engine.fence), with an injected clock."""
+
+from __future__ import annotations
+
+import threading
+
+from agents.engine.fence import LeaseFence
+from tests.fixtures.polling import wait_until
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _start(fence: LeaseFence, what: str) -> tuple[threading.Thread, list[str | None]]:
+    answers: list[str | None] = []
+    thread = threading.Thread(target=lambda: answers.append(fence.may_start(what)))
+    thread.start()
+    return thread, answers
+
+
+def test_a_command_starts_while_the_lease_is_vouched_for_and_waits_after() -> None:
+    clock = Clock()
+    fence = LeaseFence(10, clock=clock)
+    assert fence.may_start("a") is None
+    clock.now += 8.9  # 10 s lease, a tenth kept in hand
+    assert fence.may_start("b") is None
+    clock.now += 0.2
+    thread, answers = _start(fence, "c on web-1")
+    wait_until(lambda: fence.holding, what="the fence to hold c back")
+    assert answers == []  # c waits: nothing starts without the lease
+    outage = fence.renewed(clock.now)
+    thread.join(5)
+    assert answers == [None]
+    assert outage is not None and outage.lapsed and outage.waiting == "c on web-1"
+    assert outage.describe() == "store unreachable for 9 s; lease lapsed before c on web-1"
+
+
+def test_a_run_lost_to_another_worker_starts_nothing_more() -> None:
+    clock = Clock()
+    fence = LeaseFence(2, clock=clock)
+    clock.now += 5
+    thread, answers = _start(fence, "c")
+    wait_until(lambda: fence.holding, what="the fence to hold c back")
+    fence.lose("another worker took the run over")
+    thread.join(5)
+    assert answers == ["another worker took the run over"]
+    assert fence.may_start("d") == "another worker took the run over"
+
+
+def test_regular_renewals_are_no_outage() -> None:
+    clock = Clock()
+    fence = LeaseFence(3, clock=clock)
+    for _ in range(5):
+        clock.now += 1
+        assert fence.renewed(clock.now) is None
+    assert fence.valid_for > 2.6
