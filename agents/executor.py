@@ -120,6 +120,8 @@ class _Execution:
         self.listeners = listeners
         self.lock = threading.RLock()
         self.stop_reason: str | None = None
+        self.ran = False
+        """Whether any command of this run may have run (a refused start did not)."""
 
     # -- top level ---------------------------------------------------------------------
 
@@ -132,9 +134,20 @@ class _Execution:
             self._skip_pending()
         else:
             self.stop_reason = self.run.reason or "resumed during rollback"
-        final = self._rollback() if self.stop_reason else RunStatus.SUCCEEDED
+        final = RunStatus.SUCCEEDED
+        if self.stop_reason and self._nothing_started():
+            final = RunStatus.CANCELLED if self.cancel.cancelled else RunStatus.FAILED
+            self.stop_reason = f"not started: {self.stop_reason}"
+        elif self.stop_reason:
+            final = self._rollback()
         self.emit(EventKind.RUN_FINISHED, status=final.value, error=self.stop_reason)
         return self.run
+
+    def _nothing_started(self) -> bool:
+        """No command ran and no host may differ (every start was refused, or the first
+        batch never began): the run ends "not started", with nothing to roll back."""
+        return not self.ran and not self.run.changed_hosts and not any(
+            state.status is StepStatus.SUCCEEDED for state in self.run.steps.values())
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         event = Event(kind=kind, run_id=self.run.id, **fields)
@@ -188,17 +201,26 @@ class _Execution:
             if state is None or state.status is not StepStatus.RUNNING:
                 continue
             tool = self.deps.catalog.tools.get(step.tool)
+            unstoppable: list[str] = []
             if tool is not None and tool.mutates:  # it may have changed its hosts: undo them
                 for host, result in state.hosts.items():
                     if result.status is StepStatus.RUNNING:
                         self.run.mark_changed(host)
-            if tool is not None and tool.idempotent:
+                        if result.pid is None:
+                            unstoppable.append(host)
+            if unstoppable:  # fail closed: what may still run there could not be stopped
+                self._interrupted(step.id, f"was running on {', '.join(unstoppable)} when "
+                                  f"its worker died, with no record of its process group "
+                                  f"to stop it by, so it is not re-run")
+            elif tool is not None and tool.idempotent:
                 state.status = StepStatus.PENDING
             else:
-                self.emit(EventKind.STEP_FINISHED, step_id=step.id, status="failed",
-                          error="was running when its worker died, and its tool is not "
-                                "idempotent, so it is not re-run")
-                self.stop_reason = f"step {step.id} was interrupted"
+                self._interrupted(step.id, "was running when its worker died, and its tool "
+                                  "is not idempotent, so it is not re-run")
+
+    def _interrupted(self, step_id: str, error: str) -> None:
+        self.emit(EventKind.STEP_FINISHED, step_id=step_id, status="failed", error=error)
+        self.stop_reason = f"step {step_id} was interrupted"
 
     def _run_steps(self) -> None:
         running: dict[Future[bool], str] = {}
@@ -370,20 +392,15 @@ class _Execution:
         for host in batch:  # a command that cannot be built fails the step before any host
             self._command(tool, params, host)  # is counted as changed
         names = [h.name for h in batch]
-        fresh = self._not_yet_changed(names)
         self.emit(EventKind.HOSTS_STARTING, step_id=step.id, phase=phase, hosts=names,
                   mutating=True)
-        problem = self.durable(f"the start of {step.id} on {len(fresh)} host(s)") \
-            if fresh else None  # rollback visits only changed hosts: nothing new to keep
+        # every batch, already-changed hosts and rollback included: a record lost in a
+        # failover would let a takeover run the step there again while this copy runs
+        problem = self.durable(f"the start of {step.id} on {len(names)} host(s)")
         if problem is None:
             return []
         return [self._not_started({"step_id": step.id, "phase": phase, "host": name}, problem)
                 for name in names]
-
-    def _not_yet_changed(self, names: list[str]) -> list[str]:
-        with self.lock:
-            changed = set(self.run.changed_hosts)
-        return [n for n in names if n not in changed]
 
     def _not_started(self, ids: dict[str, Any], problem: str) -> _HostOutcome:
         error = f"{ids['host']}: not started: {problem}"
@@ -438,6 +455,7 @@ class _Execution:
             watch = _OutputWatch(tool.outputs, success.patterns,
                                  lambda line: self._output(line, ids))
             result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
+            self.ran |= result is not None or maybe_ran
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
             if error is None:
                 outcome.error = _judge(result, success, watch, tool.timeout)
@@ -459,20 +477,26 @@ class _Execution:
         return outcome
 
     def _start_attempt(self, tool: Tool, attempt: int, ids: dict[str, Any]) -> str | None:
-        """Record that an attempt starts. A mutating one on a host not counted as changed
-        (a retry after an attempt that never reached it) is made durable first, as a batch
-        is (see ``_start_batch``). Why it must not start, or None."""
-        fresh = tool.mutates and bool(self._not_yet_changed([ids["host"]]))
+        """Record that an attempt starts. A mutating retry is made durable first, as a
+        batch is for the first attempt (see ``_start_batch``). Why it must not start, or
+        None. (A command with a process group also waits in ``_invoke``'s start gate.)"""
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
-        return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}") \
-            if fresh else None
+        if not tool.mutates or attempt == 1:
+            return None
+        return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
 
     def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
                 token: CancelToken, ids: dict[str, Any]
                 ) -> tuple[CommandResult | None, str | None, bool]:
         """(result, error, whether the command may have run although no result came)."""
-        def started(pid: int) -> None:  # recorded, so a takeover can stop what is left
-            self.emit(EventKind.HOST_PID, pid=pid, **ids)
+        def started(pid: int) -> str | None:  # the start gate: the command waits for it
+            self.emit(EventKind.HOST_PID, pid=pid, **ids)  # so a takeover can stop it
+            if not tool.mutates:
+                return None
+            try:  # its process group on a replica before it may change anything
+                return self.durable(f"the process group of {ids['step_id']} on {host.name}")
+            except DeckhandError as exc:
+                return str(exc)
 
         try:
             runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)

@@ -13,6 +13,7 @@ border, always with ``raise ... from exc``.
         ├── ParamError         a parameter breaks its tool's schema
         └── RunnerError        a command could not be run to completion
             ├── CommandTimeout its deadline passed; the process was killed
+            ├── CommandRefused its start gate said no: it never ran
             └── SSHError
                 ├── SSHConnectError   refused, timed out, unreachable, dropped
                 │   └── SSHSetupDropped  dropped before login (MaxStartups): retried
@@ -73,6 +74,11 @@ class RunnerError(ToolError):
 
 class CommandTimeout(RunnerError):
     """The command ran past its deadline and was killed."""
+
+
+class CommandRefused(RunnerError):
+    """The command's start gate (``on_start``) refused it once its process group was
+    known: the process exited without running it, so nothing changed on the host."""
 
 
 class SSHError(RunnerError):
