@@ -137,7 +137,7 @@ class _Execution:
         final = RunStatus.SUCCEEDED
         if self.stop_reason and self._nothing_started():
             final = RunStatus.CANCELLED if self.cancel.cancelled else RunStatus.FAILED
-            self.stop_reason = f"not started: {self.stop_reason}"
+            self.stop_reason = f"not started, nothing to roll back: {self.stop_reason}"
         elif self.stop_reason:
             final = self._rollback()
         self.emit(EventKind.RUN_FINISHED, status=final.value, error=self.stop_reason)
@@ -195,9 +195,12 @@ class _Execution:
         return "continue"
 
     def _prepare_resume(self) -> None:
-        """Steps that were running when a worker died: re-run if idempotent, else fail."""
+        """Steps that were running when a worker died: re-run if idempotent, else fail. A
+        step that had failed stops the run (its worker died before the rollback began)."""
         for step in self.plan.steps:
             state = self.run.steps.get(step.id)
+            if state is not None and state.status in (StepStatus.FAILED, StepStatus.CANCELLED):
+                self.stop_reason = self.stop_reason or f"step {step.id} failed: {state.error}"
             if state is None or state.status is not StepStatus.RUNNING:
                 continue
             tool = self.deps.catalog.tools.get(step.tool)

@@ -311,7 +311,8 @@ class Run(BaseModel):
 
 
 def _run_started(run: Run, ev: Event) -> None:
-    if run.status is not RunStatus.RUNNING:
+    # a takeover during rollback resumes the rollback: it stays rolling back
+    if run.status not in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
         run.move(RunStatus.RUNNING)
     run.started_at = run.started_at or ev.at
 

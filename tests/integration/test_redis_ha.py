@@ -124,8 +124,9 @@ def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
         sentinel_group.resume_replica()
     refused = store.run(run.id)
     assert not changes.exists()  # the command never ran on the host
-    assert refused.status is RunStatus.ROLLED_BACK, refused.reason
-    assert refused.rollback["undo"].status is StepStatus.SKIPPED  # no host was changed
+    assert refused.status is RunStatus.FAILED, refused.reason  # nothing changed:
+    assert (refused.reason or "").startswith("not started")  # "not started", not rolled back
+    assert refused.rollback["undo"].status is StepStatus.PENDING  # no rollback phase
     assert refused.steps["deploy"].status is StepStatus.FAILED
     assert "not started: replication to a Redis replica timed out" in (
         refused.steps["deploy"].error or "")

@@ -261,7 +261,7 @@ def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> No
                                                     "params": {"environment": "fleet"}}])
     run = make_executor(fleet_config(tmp_path, 3)).execute(plan, durable=durable)
     assert run.status is RunStatus.FAILED  # nothing was changed: "not started", no rollback
-    assert (run.reason or "").startswith("not started: ")
+    assert (run.reason or "").startswith("not started, nothing to roll back: ")
     state = run.steps["deploy"]
     assert state.status is StepStatus.FAILED
     assert "not started: replication to a Redis replica timed out" in (state.error or "")
