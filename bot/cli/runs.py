@@ -24,6 +24,7 @@ from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
+from agents.unreplicated import unreplicated_note
 from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.cli.common import (
     Commands,
@@ -152,6 +153,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     plan = store.plan(run.plan_id, run.plan_version)
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
+    note = unreplicated_note(run)
+    if note:
+        console.print(Text(f"⚠ {note}"), soft_wrap=True)
     found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
     if found:
         console.print(f"trace: {found}", highlight=False, soft_wrap=True)

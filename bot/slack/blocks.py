@@ -22,6 +22,7 @@ from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
 from agents.results import listed, tally
 from agents.runs import Run, RunStatus, StepState, StepStatus
+from agents.unreplicated import unreplicated_note
 
 Block = dict[str, Any]
 
@@ -408,6 +409,9 @@ def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> li
         lines.append(f"why: {shown(run.reason, 500)}")
     if run.changed_hosts:
         lines.append(f"hosts changed: {escape(_hosts_text(run.changed_hosts))}")
+    note = unreplicated_note(run)
+    if note:
+        lines.append(f":warning: {escape(note)}")
     blocks = [section("\n".join(lines))]
     found = tracing.reference(run.meta.get("traceparent"), trace_link)
     if found:

@@ -19,6 +19,7 @@ from agents.results import tally
 from agents.runs import Run, RunStatus, StepStatus
 from agents.schedules import Schedule
 from agents.store import LockInfo
+from agents.unreplicated import unreplicated_writes
 from bot.slack import blocks as bk
 
 Block = bk.Block
@@ -144,7 +145,7 @@ def _active_line(run: Run, now: float) -> str:
         parts.append(f"now: {now_doing}")
     if run.started_at:
         parts.append(f"{now - run.started_at:.0f}s")
-    return " · ".join(parts) + f" · {bk.mention(run.requested_by)}"
+    return " · ".join(parts) + f" · {bk.mention(run.requested_by)}" + _unreplicated(run)
 
 
 def _running_step(step_id: str, run: Run) -> str:
@@ -158,7 +159,13 @@ def _recent_line(run: Run, now: float) -> str:
     took = f" in {run.duration:.0f}s" if run.duration is not None else ""
     state = run.status.value.replace('_', ' ')
     return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {state}{took}"
-            f" — {bk.shown(run.goal, 300)} · {_ago(run.finished_at or run.created_at, now)}")
+            f" — {bk.shown(run.goal, 300)} · {_ago(run.finished_at or run.created_at, now)}"
+            + _unreplicated(run))
+
+
+def _unreplicated(run: Run) -> str:
+    writes = unreplicated_writes(run)
+    return f" · :warning: not on a replica: {bk.escape(', '.join(writes))}" if writes else ""
 
 
 def _env_line(environment: str, lock: LockInfo | None, deployed: Where | None) -> str:

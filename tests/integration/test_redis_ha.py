@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,8 @@ from agents.store import Store
 from agents.store.connect import connect_client, parse_sentinel_url
 from agents.worker import Worker, WorkerOptions
 from bot.cli import main
+from bot.slack.blocks import summary_blocks
+from bot.slack.home_blocks import HomeData, home_view
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
@@ -131,11 +137,29 @@ def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
     assert "not started: replication to a Redis replica timed out" in (
         refused.steps["deploy"].error or "")
     assert refused.changed_hosts == []  # nothing may differ on the host: nothing to undo
+    assert refused.meta["unreplicated"] == ["end (failed)"]  # its end waited in vain too
+    _faces_say_unreplicated(store, refused, tmp_path, sentinel_group.url)
 
     worker, run = _change_run(tmp_path, store)  # the replica answers again
     assert worker.step(block=1)
     assert store.run(run.id).status is RunStatus.SUCCEEDED
     assert changes.read_text().splitlines() == ["v2"]
+
+
+def _faces_say_unreplicated(store: Store, run: Run, tmp_path: Path, url: str) -> None:
+    """runs show, the thread's summary and the App Home each say what no replica has."""
+    plan = store.plan(run.plan_id, run.plan_version)
+    thread = json.dumps(summary_blocks(plan, run))
+    home = json.dumps(home_view(HomeData(user="alice", now=time.time(), recent=[run]),
+                                POLICY))
+    assert "not confirmed by a Redis replica: end (failed)" in thread
+    assert "not on a replica: end (failed)" in home
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REDIS_URL", url)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["runs", "show", run.id, "--config", str(tmp_path / "deckhand.yml")]) == 0
+    assert "not confirmed by a Redis replica: end (failed)" in " ".join(out.getvalue().split())
 
 
 def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
