@@ -151,6 +151,10 @@ class Keys:
     def job_done(self, name: str) -> str:
         return self("job", name, "done")
 
+    def job_note(self, name: str) -> str:
+        """What job ``name`` last left for others to read (retention: where runs went)."""
+        return self("job", name, "note")
+
     def run_companions(self, run_id: str) -> list[str]:
         """Every key named after one run besides its record (``run:ID``). Retention deletes
         them with the run: a new per-run key is added here, and only here."""

@@ -18,8 +18,11 @@ from rich.text import Text
 
 from agents import tracing
 from agents.approvals import approval_problem, approvals_needed
+from agents.archived import ArchiveNote, missing_run_text, read_archived
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
+from agents.plan import Plan
+from agents.retention import JOB as RETENTION_JOB
 from agents.runs import Run
 from agents.services import Services
 from agents.settings import Settings
@@ -58,6 +61,9 @@ def register(commands: Commands) -> None:
     runs.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     runs.add_argument("run_id", nargs="?")
     runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--archive", type=Path, metavar="FILE",
+                      help="show: read the run from a retention export file (a run "
+                           "retention trimmed from Redis)")
     runs.add_argument("--timeline", type=Path, metavar="PNG",
                       help="with show: save the run's timeline chart to this PNG file")
     runs.add_argument("--llm", action="store_true",
@@ -149,8 +155,11 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
 
 def _show_run(args: argparse.Namespace, console: Console, services: Services) -> None:
     store = services.store
-    run = store.find_run(args.run_id)
-    plan = store.plan(run.plan_id, run.plan_version)
+    if args.archive is not None:
+        run, plan = read_archived(args.archive, args.run_id)
+        console.print(f"from the archive {args.archive} (trimmed from Redis)", highlight=False)
+    else:
+        run, plan = _stored_run(store, args.run_id)
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
     note = unreplicated_note(run)
@@ -168,6 +177,19 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         drawn = save_timeline(plan, run, args.timeline)
         console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
                       f"{len(drawn.bars)} bars)")
+
+
+def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:
+    try:
+        run = store.find_run(typed)
+    except NotFound as exc:  # retention may have moved it to its export file
+        note = store.job_note(RETENTION_JOB)
+        archived = missing_run_text(typed, ArchiveNote(float(note["cutoff"]), str(
+            note["export"])) if note else None)
+        if archived is None:
+            raise
+        raise NotFound(archived) from exc
+    return run, store.plan(run.plan_id, run.plan_version)
 
 
 def runs_table(runs: list[Run]) -> Table:
