@@ -36,7 +36,7 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
-from agents.store.connect import untrusted_certificate
+from agents.store.connect import sentinel_failure, untrusted_certificate
 
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
@@ -203,6 +203,9 @@ class RedisBase:
                     f"Redis at {self.where} presented a certificate that is not trusted "
                     f"({_reason(exc)}); nothing was changed — name the CA that signed it "
                     f"with ?ssl_ca_certs=/path/ca.pem in REDIS_URL") from exc
+            line = sentinel_failure(exc, self.where)
+            if line is not None:
+                raise StoreUnavailable(line) from exc
             raise StoreUnavailable(f"cannot reach Redis at {self.where} ({exc}); nothing was "
                                    f"changed — check REDIS_URL and that Redis is up") from exc
         except redis.RedisError as exc:

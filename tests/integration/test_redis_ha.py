@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from agents.policy import Policy
 from agents.runs import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
-from agents.store.connect import connect_client, parse_sentinel_url
+from agents.store.connect import connect_client, parse_sentinel_url, safe_url
 from agents.worker import Worker, WorkerOptions
 from bot.cli import main
 from bot.slack.blocks import summary_blocks
@@ -26,7 +27,7 @@ from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.redis_server import RedisServer
-from tests.fixtures.sample import EXAMPLES
+from tests.fixtures.sample import EXAMPLES, free_port
 from tests.integration.test_store import config_for, gated_plan, log_lines, submit
 
 POLICY = Policy()
@@ -185,3 +186,21 @@ def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
     assert log_lines(tmp_path).count("change web-1") == 1  # on the host: exactly once
     assert (tmp_path / "started").read_text().splitlines() == ["run"]  # gate started once
     assert [s.status.value for s in final.steps.values()] == ["succeeded"] * len(final.steps)
+
+
+def test_every_sentinel_down_is_one_line_naming_them_within_the_budget() -> None:
+    with socket.socket() as silent:  # accepts, never answers: a hung sentinel
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        ports = [silent.getsockname()[1], free_port()]  # and one that refuses
+        url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/deckhand/0"
+        store = Store(connect_client(url, failover_seconds=3), where=safe_url(url))
+        started = time.monotonic()
+        with pytest.raises(StoreError) as caught:
+            store.runs(limit=5)
+        took = time.monotonic() - started
+    message = str(caught.value)
+    assert took < 3 + 1, took  # the budget bounds every nested retry together
+    assert "\n" not in message and len(message) < 300, message
+    assert f"tried 127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}" in message
+    assert "Error(" not in message  # none of redis-py's exception reprs
