@@ -59,7 +59,7 @@ class SentinelTarget:
     tls_files: dict[str, str] = field(default_factory=dict)
 
 
-FAILOVER_SECONDS = 12.0
+FAILOVER_SECONDS = 10.0
 """How long one command may wait for a primary through Sentinel before it fails: long
 enough to ride through a failover, short enough that a CLI command with every sentinel
 down ends within 15 s, start-up included."""
