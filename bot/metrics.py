@@ -50,12 +50,11 @@ from prometheus_client.registry import Collector
 
 from agents.errors import StoreError
 from agents.executor import Listener
-from agents.history import stats
+from agents.history import DAY, stats
 from agents.plan import Plan
 from agents.plan_quality import OUTCOMES, Fate, PlanRef, counted, fate_from, plans_needed, tally
 from agents.runs import Event, EventKind, Run, StepStatus
 from agents.store import Store
-from agents.store.history import HISTORY_READ
 from tools.runners.pacing import SetupStats
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -200,7 +199,7 @@ class _HistoryCollector(Collector):
         now = time.time()
         for env in self.environments:
             try:
-                deploys = self.store.history(env, limit=HISTORY_READ)
+                deploys = self.store.deploys_since(env, now - self.DAYS * DAY)  # all of it
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,

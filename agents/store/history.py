@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter
 from redis.client import Pipeline
 
 from agents.history import PREVIOUS, Deploy, Where
@@ -12,6 +13,7 @@ from agents.store._redis import RedisBase
 
 HISTORY_READ = 500
 """Deploys read to answer "what did this host run before" and "which versions were here"."""
+_DEPLOYS: TypeAdapter[list[Deploy]] = TypeAdapter(list[Deploy])
 KEEP_NEWEST = 50
 """Deploys per environment that history retention never trims, however old."""
 
@@ -81,6 +83,14 @@ class HistoryStore(RedisBase):
         """The last ``limit`` deploys to ``environment``, newest first."""
         with self.errors():
             return self._history(self.r, environment, limit)
+
+    def deploys_since(self, environment: str, since: float) -> list[Deploy]:
+        """Every deploy to ``environment`` that finished at or after ``since``, oldest first:
+        one range of the time-scored index, the whole window however many (DORA figures
+        over a sample would be wrong for a busy team), parsed in one pass."""
+        with self.errors():
+            raws = self.r.zrangebyscore(self.keys.history(environment), repr(since), "+inf")
+        return _DEPLOYS.validate_json(b"[" + b",".join(raws) + b"]") if raws else []
 
     def deployed_versions(self, environment: str) -> list[str]:
         """Versions that were live in ``environment`` (newest first, each once)."""

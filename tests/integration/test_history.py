@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from rich.console import Console
 
 from agents.config import Config
 from agents.errors import PlanInvalid
+from agents.history import DAY, Deploy
 from agents.runs import RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
@@ -127,3 +129,25 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
     assert 'deckhand_deploys_per_day{environment="staging"} 0.1' in metrics
     assert 'deckhand_change_failure_rate{environment="staging"} 0.33' in metrics
     assert world.standin.violations == []
+
+
+def test_stats_read_the_whole_window_not_the_newest_500(
+        sample_config: Config, own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store, now = Store.connect(own_redis.url), time.time()
+    in_window = 1_200  # 40 a day for 30 days: more than any fixed sample
+    with store.r.pipeline(transaction=False) as pipe:
+        for n in range(in_window + 100):  # and 100 older than the window
+            at = now - (n + 0.5) * (30 * DAY / in_window)
+            deploy = Deploy(run_id=f"run-{n}", environment="production", version="v1.0.0",
+                            outcome=RunStatus.FAILED if n % 4 == 0 else RunStatus.SUCCEEDED,
+                            requested_by="alice", started_at=at - 60, finished_at=at)
+            pipe.zadd(store.keys.history("production"), {deploy.model_dump_json(): at})
+        pipe.execute()
+    assert len(store.deploys_since("production", now - 30 * DAY)) == in_window
+    monkeypatch.setenv("REDIS_URL", own_redis.url)
+    assert main(["stats", "production", "--days", "30", "--config",
+                 str(sample_config.path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{in_window:,}".replace(",", "") in out and "40.00" in out  # all, 40 a day
+    assert "25%" in out and "nothing sampled" in out
