@@ -9,7 +9,8 @@ same run (the floor no read can beat), and against what the store did before:
 
 * ``runs`` (the newest 20), ``audit`` (the newest 200), ``audit --run`` (one run's entries),
   the App Home's lock listing, a prefix lookup (``runs show 01JD3…``);
-* ``history ENV``, ``where``, ``stats ENV`` (DORA, the newest 500 deploys), everything the
+* ``history ENV``, ``where``, ``stats ENV`` (DORA over every deploy in 30 days; "before" is
+  the count is printed beside the old newest-500 sample's), everything the
   App Home reads for one user, ``schedules list``;
 * the old way: the whole audit stream read and filtered (XRANGE), locks found by SCAN;
 * Redis bytes per run, the queue's length (acknowledged entries are deleted), and
@@ -222,7 +223,7 @@ def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, An
         ("runs show PREFIX", lambda: store.find_run(short_id(some)), None),
         ("history production", lambda: store.history("production", limit=20), None),
         ("where", store.deployed_states, None),
-        ("stats production", lambda: stats(store.history("production", limit=HISTORY_READ),
+        ("stats production", lambda: stats(store.deploys_since("production", now - 30 * DAY),
                                            environment="production", now=now, days=30), None),
         ("App Home (all data)", home_reader(services), None),
         ("schedules list", lambda: handle_schedule_command(
@@ -242,6 +243,13 @@ def report(store: Store, services: Services, ids: list[str], bytes_per_run: floa
             before = median_ms(old, 1)
             line += f"   (before: {before:8.1f} ms, {before / took:,.0f}x slower)"
         print(line)
+    window = stats(store.deploys_since("production", time.time() - 30 * DAY),
+                   environment="production", now=time.time(), days=30)
+    sample = stats(store.history("production", limit=HISTORY_READ), environment="production",
+                   now=time.time(), days=30)
+    print(f"stats production, 30 days: {window.deploys:,} deploys ({window.per_day:.2f}/day) "
+          f"read whole; the old newest-{HISTORY_READ} sample said {sample.deploys:,} "
+          f"({sample.per_day:.2f}/day)")
     print(f"Redis bytes per run: {bytes_per_run:,.0f}; queue length: "
           f"{client.xlen(store.keys.queue())} (acknowledged entries are deleted)")
     started = time.perf_counter()

@@ -82,6 +82,10 @@ class Keys:
         reconciler and the Home look through, however long the history behind them."""
         return self("runs", "open")
 
+    def runs_open_complete(self) -> str:
+        """Set once runs stored before the open index existed have been added to it."""
+        return self("runs", "open", "complete")
+
     def run_audit(self, run_id: str) -> str:
         return self("run", run_id, "audit")
 
@@ -261,7 +265,7 @@ class RedisBase:
             record = model.model_validate_json(raw)
             extras = change(record) or ()
             pipe.multi()
-            pipe.set(key, record.model_dump_json())
+            pipe.set(key, stored_json(record))
             for extra in extras:
                 extra(pipe)
             pipe.execute()
@@ -304,6 +308,12 @@ class RedisBase:
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
+
+
+def stored_json(record: BaseModel) -> str:
+    """A record as the store writes it (a run compactly: ``Run.record_json``)."""
+    compact = getattr(record, "record_json", None)
+    return str(compact()) if callable(compact) else record.model_dump_json()
 
 
 def _reason(exc: BaseException) -> str:

@@ -48,7 +48,7 @@ class RunStore(AuditStore):
             return False
         pipe.multi()
         stored = run.model_copy(update={"id": run_id})
-        pipe.set(self.keys.run(run_id), stored.model_dump_json())
+        pipe.set(self.keys.run(run_id), stored.record_json())
         pipe.zadd(self.keys.runs(), {run_id: run.created_at})
         pipe.zadd(self.keys.run_ids(), {run_id: 0})
         index_open(pipe, self.keys, stored)
@@ -97,21 +97,39 @@ class RunStore(AuditStore):
     def runs(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
         """Most recent runs first, optionally only those in ``statuses``.
 
-        Unfinished statuses are read from the index of open runs, whatever their age (plus
-        the newest ``max(limit * 5, 100)``, for runs stored before that index existed);
-        finished ones among the newest ``max(limit * 5, 100)``; without a filter, exactly
-        ``limit`` are read.
+        Unfinished statuses are read from the index of open runs alone, whatever their age
+        (runs stored before that index existed are added to it once, see
+        ``_complete_open_index``); finished ones among the newest ``max(limit * 5, 100)``;
+        without a filter, exactly ``limit`` are read.
         """
         wanted = set(statuses) if statuses is not None else None
         window = limit if wanted is None else max(limit * 5, 100)
         with self.errors():
-            ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
             if wanted and not any(s.terminal for s in wanted):
-                ids = list(dict.fromkeys([*self.r.zrange(self.keys.runs_open(), 0, -1), *ids]))
+                self._complete_open_index()
+                ids = self.r.zrange(self.keys.runs_open(), 0, -1)
+            else:
+                ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
             raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
         runs = self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
         runs.sort(key=lambda r: r.created_at, reverse=True)
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
+
+    def _complete_open_index(self, window: int = 1_000) -> None:
+        """Once per store: add unfinished runs among the newest ``window`` stored before the
+        open index existed, so the index alone answers from then on (reads stay flat)."""
+        if self.r.exists(self.keys.runs_open_complete()):
+            return
+        ids = [text(i) for i in self.r.zrevrange(self.keys.runs(), 0, window - 1)]
+        raws = self.r.mget([self.keys.run(i) for i in ids]) if ids else []
+        open_runs = {run.id: run.created_at for run in
+                     (Run.model_validate_json(raw) for raw in raws if raw)
+                     if not run.status.terminal}
+        with self.r.pipeline() as pipe:  # a run that ends meanwhile is filtered on read
+            if open_runs:
+                pipe.zadd(self.keys.runs_open(), open_runs)
+            pipe.set(self.keys.runs_open_complete(), "1")
+            pipe.execute()
 
     def runs_since(self, since: float, *, limit: int = 10_000) -> list[Run]:
         """Runs created at or after ``since`` (epoch seconds), newest first, at most ``limit``."""
