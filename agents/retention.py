@@ -262,7 +262,8 @@ class Retention:
 def run_line(record: RunRecord) -> dict[str, Any]:
     return {"kind": "run", "id": record.run.id, "run": json.loads(record.raw),
             "plans": [json.loads(raw) for _, raw in sorted(record.plans.items())],
-            "audit": [AuditEntry.from_json(item).__dict__ for item in record.audit]}
+            "audit": [AuditEntry.from_json(item, record.run.id).__dict__
+                      for item in record.audit]}
 
 
 def audit_line(stream_id: str, entry: AuditEntry) -> dict[str, Any]:
