@@ -1,11 +1,12 @@
 """The store with a long history: reads stay bounded as finished runs pile up (issues 22, 23).
 
-Seeds N realistic finished runs (mixed outcomes, two environments, 46 requesters, audit
-entries, locks taken and released, a deploy recorded in the history for each run that ran,
-ages spread over ~100 days, 30 schedules): the first ``--through-api`` through deckhand's own
-store API, the rest as copies of those with the same keys and shapes. Then it times
-what people do every day, each as a ratio against one bare Redis round trip measured in the
-same run (the floor no read can beat), and against what the store did before:
+Seeds N realistic finished runs (8 steps on 3 hosts each, with output; mixed outcomes, two
+environments, 46 requesters, audit entries, locks taken and released, a deploy recorded in
+the history for each run that ran, ages spread over ~100 days, 30 schedules): the first
+``--through-api`` through deckhand's own store API, the rest as copies of those with the
+same keys and shapes. Then it times what people do every day, each as a ratio against one
+bare Redis round trip measured in the same run (the floor no read can beat), and against
+what the store did before:
 
 * ``runs`` (the newest 20), ``audit`` (the newest 200), ``audit --run`` (one run's entries),
   the App Home's lock listing, a prefix lookup (``runs show 01JD3…``);
@@ -45,7 +46,7 @@ from agents.ids import new_id, short_id
 from agents.plan import Plan
 from agents.policy import Policy
 from agents.retention import Retention
-from agents.runs import Run, RunStatus
+from agents.runs import Event, EventKind, Run, RunStatus
 from agents.schedules import Schedule, utc_now
 from agents.services import Services, build_services
 from agents.store import Store
@@ -56,9 +57,15 @@ from agents.targets import PlanTargets
 from bench.timing import median_ms
 from bot.schedule_commands import handle_schedule_command
 from bot.slack.home import home_data
+from tests.fixtures.builders import fan_out_events
 from tests.fixtures.sample import EXAMPLES, free_port
 
 ENVS = ("staging", "production")
+STEPS = ("preflight", "fetch", "migrate", "stop_old", "switch", "start_new", "smoke",
+         "cleanup")
+"""A realistic deploy: 8 steps, each on the environment's 3 hosts, each printing a few lines."""
+TAIL = ("==> fetching release v2.4.1 (sha 3f9c2e1)\nunpacked into /srv/app/releases/"
+        "20261125T1403\nhealth check: 200 OK in 41 ms\ndone in 2.3s\n")
 OUTCOMES = (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.FAILED,
             RunStatus.CANCELLED)
 REQUESTERS = [f"U{i:03d}" for i in range(46)]
@@ -109,9 +116,13 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     """One finished run, written the way the bot and a worker write it, at its own time."""
     env, now = ENVS[n % 2], time.time()
     clock.now = now - SPREAD * (total - n) / total  # oldest first, as history accrues
+    version = f"v2.{n % 50}.{n % 7}"
     plan = store.save_plan(Plan.model_validate({
-        "goal": f"deploy v2.{n % 50}.{n % 7} to {env}", "requested_by": REQUESTERS[n % 46],
-        "steps": [{"id": "deploy", "tool": "deploy", "params": {"environment": env}}]}))
+        "goal": f"deploy {version} to {env}", "requested_by": REQUESTERS[n % 46],
+        "steps": [{"id": step, "tool": "deploy", "depends_on": [STEPS[i - 1]] if i else [],
+                   "description": f"{step} {version} on {env}",
+                   "params": {"environment": env, "version": version}}
+                  for i, step in enumerate(STEPS)]}))
     run = Run.for_plan(plan, PlanTargets({}), created_at=clock.now)
     run.environments = [env]
     run = store.create_run(run)
@@ -123,7 +134,10 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     store.approve(run.id, user="UAPPROVER", plan_version=1, plan_hash=plan.hash, policy=policy)
     entry = store.read_queue("bench", block=0.001)
     store.acquire_locks([env], run_id=run.id, worker="bench", ttl=600)
-    store.claim(run.id, worker="bench", lease=600)
+    claimed = store.claim(run.id, worker="bench", lease=600)
+    if claimed is not None:  # what a worker leaves: 8 steps, each on 3 hosts, with output
+        executed(claimed, env)
+        store.save_as_owner(claimed, worker="bench")
     clock.now += 60
     store.transition(run.id, outcome)
     store.audit("run_finished", actor="bench", run_id=run.id, status=outcome.value)
@@ -133,6 +147,18 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     if entry:
         store.ack(entry[0])
     return run.id
+
+
+def executed(run: Run, env: str) -> None:
+    """Apply the events of a real 8-step, 3-host run (as the executor emits them)."""
+    hosts = [f"{env}-{h}" for h in (1, 2, 3)]
+    for step in STEPS:
+        for event in fan_out_events(run.id, step, hosts):
+            run.apply(event)
+        for result in run.steps[step].hosts.values():
+            result.tail = TAIL
+        run.apply(Event(kind=EventKind.STEP_FINISHED, run_id=run.id, step_id=step,
+                        status="succeeded"))
 
 
 def deploy_of(run: Run, env: str, n: int, outcome: RunStatus, at: float) -> Deploy:
