@@ -41,6 +41,7 @@ from typing import Any
 import redis
 
 from agents.config import load_config
+from agents.deploy_facts import fact_member
 from agents.history import Deploy, stats
 from agents.ids import new_id, short_id
 from agents.plan import Plan
@@ -215,6 +216,7 @@ def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> st
                                           "started_at": deploy.started_at + shift,
                                           "finished_at": deploy.finished_at + shift})
         pipe.zadd(keys.history(deploy.environment), {moved.model_dump_json(): moved.finished_at})
+        pipe.zadd(keys.history_facts(deploy.environment), {fact_member(moved): moved.finished_at})
         pipe.set(keys.history_recorded(new_run.id), "1")
     return str(new_run.id)
 
@@ -249,8 +251,11 @@ def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, An
         ("runs show PREFIX", lambda: store.find_run(short_id(some)), None),
         ("history production", lambda: store.history("production", limit=20), None),
         ("where", store.deployed_states, None),
-        ("stats production", lambda: stats(store.deploys_since("production", now - 30 * DAY),
-                                           environment="production", now=now, days=30), None),
+        ("stats production", lambda: stats(
+            store.deploy_facts_since("production", now - 30 * DAY), environment="production",
+            now=now, days=30), lambda: stats(
+            store.deploys_since("production", now - 30 * DAY), environment="production",
+            now=now, days=30)),
         ("App Home (all data)", home_reader(services), None),
         ("schedules list", lambda: handle_schedule_command(
             ["list"], user="U001", user_groups=[], channel=None, services=services,
@@ -269,7 +274,7 @@ def report(store: Store, services: Services, ids: list[str], bytes_per_run: floa
             before = median_ms(old, 1)
             line += f"   (before: {before:8.1f} ms, {before / took:,.0f}x slower)"
         print(line)
-    window = stats(store.deploys_since("production", time.time() - 30 * DAY),
+    window = stats(store.deploy_facts_since("production", time.time() - 30 * DAY),
                    environment="production", now=time.time(), days=30)
     sample = stats(store.history("production", limit=HISTORY_READ), environment="production",
                    now=time.time(), days=30)

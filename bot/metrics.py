@@ -199,7 +199,7 @@ class _HistoryCollector(Collector):
         now = time.time()
         for env in self.environments:
             try:
-                deploys = self.store.deploys_since(env, now - self.DAYS * DAY)  # all of it
+                deploys = self.store.deploy_facts_since(env, now - self.DAYS * DAY)  # all of it
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,

@@ -133,6 +133,11 @@ class Keys:
         """Deploys to an environment, scored by when they finished."""
         return self("history", "env", environment)
 
+    def history_facts(self, environment: str) -> str:
+        """Beside ``history``: each deploy's few fields the delivery figures read
+        (agents.deploy_facts), scored the same way."""
+        return self("history", "facts", environment)
+
     def history_environments(self) -> str:
         return self("history", "envs")
 

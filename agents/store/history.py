@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from redis.client import Pipeline
 
+from agents.deploy_facts import DeployFact, fact_member, read_fact
 from agents.history import PREVIOUS, Deploy, Where
 from agents.store._redis import RedisBase
 
@@ -37,6 +38,8 @@ class HistoryStore(RedisBase):
             for deploy in resolved:
                 pipe.zadd(self.keys.history(deploy.environment),
                           {deploy.model_dump_json(): deploy.finished_at})
+                pipe.zadd(self.keys.history_facts(deploy.environment),
+                          {fact_member(deploy): deploy.finished_at})
             for env, state in states.items():
                 pipe.set(self.keys.deployed(env), state.model_dump_json())
                 pipe.sadd(self.keys.history_environments(), env)
@@ -76,8 +79,11 @@ class HistoryStore(RedisBase):
         """Delete exactly these history entries (already exported); ``where`` is untouched."""
         if not members:
             return 0
-        with self.errors():
-            return int(self.r.zrem(self.keys.history(environment), *members))
+        facts = [fact_member(Deploy.model_validate_json(m)) for m in members]
+        with self.errors(), self.r.pipeline() as pipe:
+            pipe.zrem(self.keys.history(environment), *members)
+            pipe.zrem(self.keys.history_facts(environment), *facts)
+            return int(pipe.execute()[0])
 
     def history(self, environment: str, *, limit: int = 20) -> list[Deploy]:
         """The last ``limit`` deploys to ``environment``, newest first."""
@@ -91,6 +97,20 @@ class HistoryStore(RedisBase):
         with self.errors():
             raws = self.r.zrangebyscore(self.keys.history(environment), repr(since), "+inf")
         return _DEPLOYS.validate_json(b"[" + b",".join(raws) + b"]") if raws else []
+
+    def deploy_facts_since(self, environment: str,
+                           since: float) -> list[DeployFact] | list[Deploy]:
+        """What ``stats`` needs of every deploy since ``since``, from the small index; the
+        deploys themselves when that index lacks some (history from before it existed)."""
+        low = repr(since)
+        with self.errors(), self.r.pipeline(transaction=False) as pipe:
+            pipe.zcount(self.keys.history(environment), low, "+inf")
+            pipe.zrangebyscore(self.keys.history_facts(environment), low, "+inf",
+                               withscores=True)
+            count, facts = pipe.execute()
+        if len(facts) != int(count):
+            return self.deploys_since(environment, since)
+        return [read_fact(member, environment, score) for member, score in facts]
 
     def deployed_versions(self, environment: str) -> list[str]:
         """Versions that were live in ``environment`` (newest first, each once)."""

@@ -132,7 +132,7 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
     envs = [args.environment] if args.environment else list(services.config.inventory.environments)
     now = time.time()
     since = now - args.days * DAY  # the whole window: an index range, never a sample
-    figures = [stats(services.store.deploys_since(env, since), environment=env, now=now,
+    figures = [stats(services.store.deploy_facts_since(env, since), environment=env, now=now,
                      days=args.days, undo_window=settings.undo_window_hours * 3600,
                      commit_time=repo.commit_time if repo else None) for env in envs]
     console.print(stats_table(figures))
