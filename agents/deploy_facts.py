@@ -35,20 +35,24 @@ class DeployFact:
 
 
 def fact_member(deploy: Deploy) -> str:
-    """The index member of ``deploy`` (its score is ``finished_at``)."""
-    return SEP.join([deploy.run_id, deploy.outcome.value, "1" if deploy.rollback_of_version
-                     else "0", json.dumps(deploy.version)])
+    """The index member of ``deploy`` (scored by ``finished_at``, which it also carries: a
+    read then needs no scores, half the reply's elements)."""
+    return SEP.join([repr(deploy.finished_at), deploy.run_id, deploy.outcome.value,
+                     "1" if deploy.rollback_of_version else "0", json.dumps(deploy.version)])
 
 
-def read_fact(member: bytes | str, environment: str, finished_at: float) -> DeployFact:
-    text = member.decode() if isinstance(member, bytes) else member
-    run_id, outcome, rollback, version = text.split(SEP, 3)
-    return DeployFact(run_id, environment, _version(version), outcome, finished_at,
-                      rollback == "1")
+def read_facts(members: list[bytes], environment: str) -> list[DeployFact]:
+    """The facts of index members, in their order."""
+    out = []
+    for member in members:
+        at, run_id, outcome, rollback, version = member.decode().split(SEP, 4)
+        out.append(DeployFact(run_id, environment, _version(version), outcome, float(at),
+                              rollback == "1"))
+    return out
 
 
 def _version(encoded: str) -> str | None:
-    if encoded.startswith('"') and "\\" not in encoded:
+    if encoded[:1] == '"' and "\\" not in encoded:
         return encoded[1:-1]  # the common case, without a JSON parse
     value = json.loads(encoded)
     return None if value is None else str(value)

@@ -278,6 +278,8 @@ def report(store: Store, services: Services, ids: list[str], bytes_per_run: floa
                    environment="production", now=time.time(), days=30)
     sample = stats(store.history("production", limit=HISTORY_READ), environment="production",
                    now=time.time(), days=30)
+    print(f"deploy facts index: {client.zcard(store.keys.history_facts('production')):,} of "
+          f"{client.zcard(store.keys.history('production')):,} production deploys")
     print(f"stats production, 30 days: {window.deploys:,} deploys ({window.per_day:.2f}/day) "
           f"read whole; the old newest-{HISTORY_READ} sample said {sample.deploys:,} "
           f"({sample.per_day:.2f}/day)")

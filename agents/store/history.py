@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from redis.client import Pipeline
 
-from agents.deploy_facts import DeployFact, fact_member, read_fact
+from agents.deploy_facts import DeployFact, fact_member, read_facts
 from agents.history import PREVIOUS, Deploy, Where
 from agents.store._redis import RedisBase
 
@@ -105,12 +105,11 @@ class HistoryStore(RedisBase):
         low = repr(since)
         with self.errors(), self.r.pipeline(transaction=False) as pipe:
             pipe.zcount(self.keys.history(environment), low, "+inf")
-            pipe.zrangebyscore(self.keys.history_facts(environment), low, "+inf",
-                               withscores=True)
+            pipe.zrangebyscore(self.keys.history_facts(environment), low, "+inf")
             count, facts = pipe.execute()
         if len(facts) != int(count):
             return self.deploys_since(environment, since)
-        return [read_fact(member, environment, score) for member, score in facts]
+        return read_facts(facts, environment)
 
     def deployed_versions(self, environment: str) -> list[str]:
         """Versions that were live in ``environment`` (newest first, each once)."""
