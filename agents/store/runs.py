@@ -8,6 +8,7 @@ record; every read here folds the journal in, so readers see the whole run.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -114,6 +115,18 @@ class RunStore(AuditStore):
         runs = self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
         runs.sort(key=lambda r: r.created_at, reverse=True)
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
+
+    def runs_mentioning(self, text_: str, *, scan: int) -> list[Run]:
+        """Among the newest ``scan`` runs, those whose record mentions ``text_`` (a user id:
+        who asked, who approved), newest first. Only those are parsed: the rest are
+        skipped by a byte search, so a Home's "your recent runs" costs about one read of
+        ``scan`` records whatever their size. Callers check what the mention was."""
+        needle = json.dumps(text_).encode()
+        with self.errors():
+            ids = self.r.zrevrange(self.keys.runs(), 0, scan - 1) if scan > 0 else []
+            raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
+        found = [Run.model_validate_json(raw) for raw in raws if raw and needle in raw]
+        return self._with_journals(found)
 
     def _complete_open_index(self, window: int = 1_000) -> None:
         """Once per store: add unfinished runs among the newest ``window`` stored before the
