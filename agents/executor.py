@@ -40,9 +40,10 @@ not be ordered with other hosts' events goes in the callable it may return, whic
 the lock is released and before the emitting thread carries on (so what it writes about a
 host's start has landed before the command starts)."""
 Durable = Callable[[str], str | None]
-"""Before a mutating command starts on hosts newly counted as changed: None once the record
-of that start is durable (or there is nothing to wait for), else why it is not — the
-command then does not start there. Its argument says what is waited for, for logs."""
+"""The one check every mutating start crosses: None once everything recorded so far (that
+it may start there, and its process group) is durable (or there is nothing to wait for),
+else why it is not — the command then does not start there. Asked for every batch, every
+retry, and by each command's start gate; its argument says what is waited for, for logs."""
 RunnerFor = Callable[[Host], Runner]
 Replanner = Callable[[Plan, Run], "Plan | None"]
 
@@ -82,7 +83,7 @@ class Executor:
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
-        asked once per batch of hosts before a mutating command starts (see ``Durable``).
+        asked before any mutating command starts (see ``Durable``).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
