@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from agents import logcontext, tracing
 from agents.plan import Criteria, Plan, RollbackStep, Step, success_criteria
-from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
+from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepState, StepStatus
 from agents.targets import environment_of, resolve
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
@@ -205,13 +205,11 @@ class _Execution:
             if state is None or state.status is not StepStatus.RUNNING:
                 continue
             tool = self.deps.catalog.tools.get(step.tool)
-            unstoppable: list[str] = []
             if tool is not None and tool.mutates:  # it may have changed its hosts: undo them
                 for host, result in state.hosts.items():
                     if result.status is StepStatus.RUNNING:
                         self.run.mark_changed(host)
-                        if result.pid is None:
-                            unstoppable.append(host)
+            unstoppable = self._unstoppable(step, state)
             if unstoppable:  # fail closed: what may still run there could not be stopped
                 self._interrupted(step.id, f"was running on {', '.join(unstoppable)} when "
                                   f"its worker died, with no record of its process group "
@@ -221,6 +219,15 @@ class _Execution:
             else:
                 self._interrupted(step.id, "was running when its worker died, and its tool "
                                   "is not idempotent, so it is not re-run")
+
+    def _unstoppable(self, step: Step | RollbackStep, state: StepState) -> list[str]:
+        """Hosts a dead worker's mutating command may still run on, with no process group
+        recorded to stop it by (the start gate makes that "never started"; fail closed)."""
+        tool = self.deps.catalog.tools.get(step.tool)
+        if state.status is not StepStatus.RUNNING or (tool is not None and not tool.mutates):
+            return []
+        return [name for name, result in state.hosts.items()
+                if result.status is StepStatus.RUNNING and result.pid is None]
 
     def _interrupted(self, step_id: str, error: str) -> None:
         self.emit(EventKind.STEP_FINISHED, step_id=step_id, status="failed", error=error)
@@ -278,6 +285,14 @@ class _Execution:
         all_ok = True
         for step in self.plan.rollback:
             if self.run.rollback[step.id].status.done:
+                continue
+            unstoppable = self._unstoppable(step, self.run.rollback[step.id])
+            if unstoppable:  # a takeover mid-rollback: fail closed, as in _prepare_resume
+                self.emit(EventKind.STEP_FINISHED, step_id=step.id, phase=Phase.ROLLBACK,
+                          status="failed", error=f"was running on {', '.join(unstoppable)} "
+                          f"when its worker died, with no record of its process group to "
+                          f"stop it by, so it is not re-run")
+                all_ok = False
                 continue
             self.emit(EventKind.STEP_STARTED, step_id=step.id, phase=Phase.ROLLBACK)
             # Rollback gets a fresh token: the cancel that stopped the run must not stop it.

@@ -303,3 +303,26 @@ def test_a_takeover_fails_closed_on_a_running_host_with_no_process_group(
     assert "no record of its process group" in (resumed.steps["deploy"].error or "")
     # never re-run there, only undone
     assert (tmp_path / "web-1" / "changes").read_text().splitlines() == ["undo"]
+
+
+def test_a_takeover_mid_rollback_fails_closed_on_a_host_with_no_process_group(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan([{"id": "deploy", "tool": "change",
+                       "params": {"environment": "staging", "label": "x"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "staging"}}])
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
+                       status=RunStatus.RUNNING)
+    for event in [*fan_out_events(run.id, "deploy", ["web-1"]),
+                  Event(kind=EventKind.STEP_FINISHED, run_id=run.id, step_id="deploy",
+                        status="failed", error="boom"),
+                  Event(kind=EventKind.ROLLBACK_STARTED, run_id=run.id, phase=Phase.ROLLBACK)]:
+        run.apply(event)
+    for event in fan_out_events(run.id, "undo", ["web-1"], running=["web-1"]):
+        run.apply(event.model_copy(update={"phase": Phase.ROLLBACK}))
+    run.rollback["undo"].hosts["web-1"].pid = None
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.ROLLBACK_FAILED
+    assert "no record of its process group" in (resumed.rollback["undo"].error or "")
+    assert not (tmp_path / "web-1" / "changes").exists()  # the undo was not run again
