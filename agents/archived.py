@@ -10,8 +10,8 @@ from pathlib import Path
 
 from agents.errors import NotFound
 from agents.ids import ALPHABET, TIME_CHARS, normalize
-from agents.plan import Plan
-from agents.runs import Run
+from agents.plan.model import Plan
+from agents.run.record import Run
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from agents.history import Deploy
-from agents.runs import RunStatus
+from agents.history.deploys import Deploy
+from agents.run.record import RunStatus
 
 SEP = "\x1f"
 """ASCII unit separator between a fact's fields; the version is JSON (it may be anything)."""

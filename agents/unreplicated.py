@@ -3,7 +3,7 @@ in one line every face shows: a failover could have lost those writes."""
 
 from __future__ import annotations
 
-from agents.runs import Run
+from agents.run.record import Run
 
 
 def unreplicated_writes(run: Run) -> list[str]:

@@ -19,10 +19,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from agents.runs import Run
+from agents.engine.worker import Worker, WorkerOptions
+from agents.run.record import Run
 from agents.services import build_services
 from agents.store import Store
-from agents.worker import Worker, WorkerOptions
 from bench.store_history import redis_url
 from tests.fixtures.builders import fleet_config, make_plan
 from tests.integration.test_store import submit

@@ -9,7 +9,7 @@ from pydantic import TypeAdapter
 from redis.client import Pipeline
 
 from agents.deploy_facts import DeployFact, fact_member, read_facts
-from agents.history import PREVIOUS, Deploy, Where
+from agents.history.deploys import PREVIOUS, Deploy, Where
 from agents.store._redis import RedisBase
 
 HISTORY_READ = 500

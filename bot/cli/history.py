@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agents.history import DAY, Deploy, Stats, Where, stats
+from agents.history.deploys import DAY, Deploy, Stats, Where, stats
+from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
-from agents.verify import Observed
 from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
 from tools.gitlog import GitRepo
 

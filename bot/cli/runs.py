@@ -17,18 +17,18 @@ from rich.table import Table
 from rich.text import Text
 
 from agents import tracing
-from agents.approvals import approval_problem, approvals_needed
 from agents.archived import ArchiveNote, missing_run_text, read_archived
+from agents.engine.retention import JOB as RETENTION_JOB
+from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.retention import JOB as RETENTION_JOB
-from agents.runs import Run
+from agents.plan.model import Plan
+from agents.policy.approvals import approval_problem, approvals_needed
+from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
 from agents.unreplicated import unreplicated_note
-from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.cli.common import (
     Commands,
     add_config_arg,

@@ -18,12 +18,12 @@ from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from agents.approvals import approvals_needed, steer_problem
 from agents.errors import ApprovalRefused
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.plan_diff import PlanDiff, diff_plans
-from agents.runs import Run, RunStatus
+from agents.plan.diff import PlanDiff, diff_plans
+from agents.plan.model import Plan
+from agents.policy.approvals import approvals_needed, steer_problem
+from agents.run.record import Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk

@@ -14,8 +14,8 @@ from rich.console import Console
 from agents.config import Config
 from agents.deploy_facts import DeployFact, fact_member
 from agents.errors import PlanInvalid
-from agents.history import DAY, Deploy
-from agents.runs import RunStatus
+from agents.history.deploys import DAY, Deploy
+from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.cli import main

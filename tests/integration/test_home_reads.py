@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import redis
 
-from agents.policy import Policy
-from agents.runs import Run, RunStatus
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus
 from agents.store import Store
 from tests.fixtures.builders import NO_TARGETS, make_plan
 

@@ -18,10 +18,10 @@ import redis
 import yaml
 
 from agents.config import Config, load_config
-from agents.runs import RunStatus, StepStatus
+from agents.engine.worker import Worker, WorkerOptions
+from agents.run.record import RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
-from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup

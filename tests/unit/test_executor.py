@@ -1,8 +1,8 @@
 import threading
 from pathlib import Path
 
-from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
-from agents.targets import resolve
+from agents.plan.targets import resolve
+from agents.run.record import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import (
     SHELL_TOOLS,
     fan_out_events,

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agents.errors import NoPlanFound, PlanInvalid
-from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
+from agents.plan.model import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
 from tools.regex import compile_safe
 
 _TARGET = re.compile(r"\b(?:to|in|on|of)\s+(\w+)\W*$", re.IGNORECASE)
