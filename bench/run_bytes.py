@@ -55,7 +55,7 @@ def main() -> None:
     with redis_url() as url, tempfile.TemporaryDirectory() as tmp:
         store = Store.connect(url)
         store.r.flushdb()
-        store.ensure_group()
+        store.queue.ensure_group()
         services = build_services(fleet_config(Path(tmp)), store=store)
         worker = Worker(services, store, name="bench", options=WorkerOptions(block=0.1))
         base = {k: int(store.r.memory_usage(k) or 0) for k in store.r.scan_iter(count=1000)}
@@ -68,7 +68,7 @@ def main() -> None:
         for key in store.r.scan_iter(count=1000):
             sizes[kind_of(key)] += int(store.r.memory_usage(key) or 0) - base.get(key, 0)
         total = sum(sizes.values())
-        last = store.run(ids[-1])
+        last = store.runs.get(ids[-1])
         print(f"{args.runs} runs of {STEPS} steps on 3 hosts, status {last.status.value}")
         print(f"Redis bytes per run: {total / args.runs:,.0f}")
         for kind, size in sizes.most_common(8):

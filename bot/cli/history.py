@@ -66,8 +66,8 @@ def _disagree(states: list[Where], observed: dict[str, Observed]) -> bool:
 
 def _states(services: Services, environment: str | None) -> list[Where]:
     if environment is not None:
-        return [services.store.deployed_state(environment)]
-    recorded = {s.environment: s for s in services.store.deployed_states()}
+        return [services.store.history.current(environment)]
+    recorded = {s.environment: s for s in services.store.history.everywhere()}
     names = [*services.config.inventory.environments, *sorted(recorded)]
     return [recorded.get(n) or Where(environment=n) for n in dict.fromkeys(names)]
 
@@ -103,7 +103,7 @@ def _said(seen: Observed | None, recorded: str | None) -> Text:
 
 def _history(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    deploys = services.store.history(args.environment, limit=args.limit)
+    deploys = services.store.history.recent(args.environment, limit=args.limit)
     if not deploys:
         embedded_store_note()
         console.print(f"No deploys to {args.environment} recorded.", markup=False)

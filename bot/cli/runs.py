@@ -149,7 +149,7 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
             return 2
         _show_run(args, console, services)
         return 0
-    console.print(runs_table(services.store.runs(limit=args.limit)))
+    console.print(runs_table(services.store.runs.recent(limit=args.limit)))
     return 0
 
 
@@ -170,7 +170,7 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         console.print(f"trace: {found}", highlight=False, soft_wrap=True)
     if args.llm:
         versions = dict.fromkeys(run.plan_versions or [run.plan_version])
-        console.print(provenance_text([store.plan(run.plan_id, v) for v in versions]))
+        console.print(provenance_text([store.plans.get(run.plan_id, v) for v in versions]))
     if args.timeline:
         from bot.timeline import save_timeline  # matplotlib loads only when asked
 
@@ -181,7 +181,7 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
 
 def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:
     try:
-        run = store.find_run(typed)
+        run = store.runs.find(typed)
     except NotFound as exc:  # retention may have moved it to its export file
         note = store.job_note(RETENTION_JOB)
         archived = missing_run_text(typed, ArchiveNote(float(note["cutoff"]), str(
@@ -189,7 +189,7 @@ def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:
         if archived is None:
             raise
         raise NotFound(archived) from exc
-    return run, store.plan(run.plan_id, run.plan_version)
+    return run, store.plans.get(run.plan_id, run.plan_version)
 
 
 def runs_table(runs: list[Run]) -> Table:
@@ -206,7 +206,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     store = services_for(args).store
     run_id = _audited_run(store, args.run_id) if args.run_id else None
-    entries = store.audit_log(run_id=run_id, limit=args.limit)
+    entries = store.audit.entries(run_id=run_id, limit=args.limit)
     if args.json:
         for entry in entries:
             sys.stdout.write(entry.as_json() + "\n")
@@ -224,7 +224,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
 def _audited_run(store: Store, typed: str) -> str:
     """The run ``--run`` names (a prefix is enough); as typed if no run record has it."""
     try:
-        return store.find_run(typed).id
+        return store.runs.find(typed).id
     except AmbiguousId:
         raise
     except NotFound:
@@ -235,7 +235,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     services = services_for(args)
     store = services.store
-    run = store.find_run(args.run_id)
+    run = store.runs.find(args.run_id)
     policy = services.config.policy
     problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
@@ -245,8 +245,8 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
         raise ApprovalRefused(f"not confirmed: {typed}")
-    run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
-                        plan_hash=run.plan_hash, policy=services.config.policy)
+    run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
+                             plan_hash=run.plan_hash, policy=services.config.policy)
     needed = approvals_needed(run, services.config.policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
@@ -268,8 +268,8 @@ def _cancel(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     store = services_for(args).store
     user = getpass.getuser()
-    run = store.request_cancel(store.find_run(args.run_id).id, user=user)
-    store.audit("cancel_requested", actor=user, run_id=run.id)
+    run = store.runs.request_cancel(store.runs.find(args.run_id).id, user=user)
+    store.audit.record("cancel_requested", actor=user, run_id=run.id)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (" — its worker will stop it and roll back" if not run.status.terminal else ""))
     return 0

@@ -80,7 +80,7 @@ def _raw_run(port: int, run_id: str) -> dict:
 
 
 def _step_two_refused(store: Store, run_id: str) -> bool:
-    return store.run(run_id).steps["two"].status is StepStatus.FAILED
+    return store.runs.get(run_id).steps["two"].status is StepStatus.FAILED
 
 
 def test_a_replica_stopped_mid_run_holds_the_next_batch_on_a_changed_host(
@@ -101,7 +101,7 @@ def test_a_replica_stopped_mid_run_holds_the_next_batch_on_a_changed_host(
     finally:
         sentinel_group.resume_replica()  # the rollback may then be replicated
         thread.join(60)
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert _marks(tmp_path) == ["one", "undo"]  # "two" never ran on the host
     assert final.status is RunStatus.ROLLED_BACK, final.reason
     raw = _raw_run(sentinel_group.primary_port, run.id)
@@ -146,9 +146,9 @@ def test_a_crash_while_the_replica_lags_runs_nothing_twice_after_promotion(
                timeout=30, what="Sentinel to promote the lagging replica")
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
-    wait_until(lambda: rescuer.step(block=0.1) and store.run(run.id).status.terminal,
-               timeout=40, what="the rescuer to take the run over and finish it")
-    final = store.run(run.id)
+    wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
+                    timeout=40, what="the rescuer to take the run over and finish it")
+    final = store.runs.get(run.id)
     assert _marks(tmp_path) == ["one", "undo"], final.reason  # each ran once on the host
     assert final.status is RunStatus.ROLLED_BACK, final.reason
     raw = _raw_run(sentinel_group.replica_port, run.id)

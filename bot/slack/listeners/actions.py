@@ -51,7 +51,7 @@ def _approve(bot: Bot, body: dict[str, Any], run_id: str, version: int, plan_has
     except ApprovalRefused as exc:
         bot.tell(body, f"🚫 Not approved: {exc}")
         if not body.get("channel"):  # clicked in the App Home: show it as it is now
-            bot.changed(bot.store.run(run_id))
+            bot.changed(bot.store.runs.get(run_id))
 
 
 def _origin(body: dict[str, Any]) -> dict[str, str] | None:
@@ -64,20 +64,20 @@ def _origin(body: dict[str, Any]) -> dict[str, str] | None:
 
 
 def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int) -> None:
-    run = bot.store.run(run_id)
+    run = bot.store.runs.get(run_id)
     if not _may_steer(bot, run, body):
         return
     if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
         bot.tell(body, f"This plan can no longer be modified (run is {run.status.value}, "
                        f"plan version {run.plan_version}).")
         return
-    plan = bot.store.plan(run.plan_id, run.plan_version)
+    plan = bot.store.plans.get(run.plan_id, run.plan_version)
     bot.client.views_open(trigger_id=body["trigger_id"],
                           view=bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)))
 
 
 def _open_reject(bot: Bot, body: dict[str, Any], run_id: str) -> None:
-    run = bot.store.run(run_id)
+    run = bot.store.runs.get(run_id)
     if _may_steer(bot, run, body):
         bot.client.views_open(trigger_id=body["trigger_id"],
                               view=bk.reject_modal(_metadata(run, body)))
