@@ -1,15 +1,17 @@
 """The store with a long history: reads stay bounded as finished runs pile up (issues 22, 23).
 
-Seeds N realistic finished runs (mixed outcomes, two environments, 46 requesters, audit
-entries, locks taken and released, a deploy recorded in the history for each run that ran,
-ages spread over ~100 days, 30 schedules): the first ``--through-api`` through deckhand's own
-store API, the rest as copies of those with the same keys and shapes. Then it times
-what people do every day, each as a ratio against one bare Redis round trip measured in the
-same run (the floor no read can beat), and against what the store did before:
+Seeds N realistic finished runs (8 steps on 3 hosts each, with output; mixed outcomes, two
+environments, 46 requesters, audit entries, locks taken and released, a deploy recorded in
+the history for each run that ran, ages spread over ~100 days, 30 schedules): the first
+``--through-api`` through deckhand's own store API, the rest as copies of those with the
+same keys and shapes. Then it times what people do every day, each as a ratio against one
+bare Redis round trip measured in the same run (the floor no read can beat), and against
+what the store did before:
 
 * ``runs`` (the newest 20), ``audit`` (the newest 200), ``audit --run`` (one run's entries),
   the App Home's lock listing, a prefix lookup (``runs show 01JD3…``);
-* ``history ENV``, ``where``, ``stats ENV`` (DORA, the newest 500 deploys), everything the
+* ``history ENV``, ``where``, ``stats ENV`` (DORA over every deploy in 30 days; "before" is
+  the count is printed beside the old newest-500 sample's), everything the
   App Home reads for one user, ``schedules list``;
 * the old way: the whole audit stream read and filtered (XRANGE), locks found by SCAN;
 * Redis bytes per run, the queue's length (acknowledged entries are deleted), and
@@ -41,11 +43,12 @@ import redis
 from agents.config import load_config
 from agents.engine.retention import Retention
 from agents.history.deploys import Deploy, stats
+from agents.history.facts import fact_member
 from agents.ids import new_id, short_id
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus
+from agents.run.record import Event, EventKind, Run, RunStatus
 from agents.schedules.model import Schedule, utc_now
 from agents.services import Services, build_services
 from agents.store import Store
@@ -54,9 +57,15 @@ from agents.store.history import HISTORY_READ
 from bench.timing import median_ms
 from bot.schedule_commands import handle_schedule_command
 from bot.slack.home import home_data
+from tests.fixtures.builders import fan_out_events
 from tests.fixtures.sample import EXAMPLES, free_port
 
 ENVS = ("staging", "production")
+STEPS = ("preflight", "fetch", "migrate", "stop_old", "switch", "start_new", "smoke",
+         "cleanup")
+"""A realistic deploy: 8 steps, each on the environment's 3 hosts, each printing a few lines."""
+TAIL = ("==> fetching release v2.4.1 (sha 3f9c2e1)\nunpacked into /srv/app/releases/"
+        "20261125T1403\nhealth check: 200 OK in 41 ms\ndone in 2.3s\n")
 OUTCOMES = (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.FAILED,
             RunStatus.CANCELLED)
 REQUESTERS = [f"U{i:03d}" for i in range(46)]
@@ -107,9 +116,13 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     """One finished run, written the way the bot and a worker write it, at its own time."""
     env, now = ENVS[n % 2], time.time()
     clock.now = now - SPREAD * (total - n) / total  # oldest first, as history accrues
+    version = f"v2.{n % 50}.{n % 7}"
     plan = store.plans.save(Plan.model_validate({
-        "goal": f"deploy v2.{n % 50}.{n % 7} to {env}", "requested_by": REQUESTERS[n % 46],
-        "steps": [{"id": "deploy", "tool": "deploy", "params": {"environment": env}}]}))
+        "goal": f"deploy {version} to {env}", "requested_by": REQUESTERS[n % 46],
+        "steps": [{"id": step, "tool": "deploy", "depends_on": [STEPS[i - 1]] if i else [],
+                   "description": f"{step} {version} on {env}",
+                   "params": {"environment": env, "version": version}}
+                  for i, step in enumerate(STEPS)]}))
     run = Run.for_plan(plan, PlanTargets({}), created_at=clock.now)
     run.environments = [env]
     run = store.runs.create(run)
@@ -121,7 +134,10 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     store.runs.approve(run.id, user="UAPPROVER", plan_version=1, plan_hash=plan.hash, policy=policy)
     entry = store.queue.read("bench", block=0.001)
     store.locks.acquire([env], run_id=run.id, worker="bench", ttl=600)
-    store.leases.claim(run.id, worker="bench", lease=600)
+    claimed = store.leases.claim(run.id, worker="bench", lease=600)
+    if claimed is not None:  # what a worker leaves: 8 steps, each on 3 hosts, with output
+        executed(claimed, env)
+        store.leases.save_as_owner(claimed, worker="bench")
     clock.now += 60
     store.runs.transition(run.id, outcome)
     store.audit.record("run_finished", actor="bench", run_id=run.id, status=outcome.value)
@@ -131,6 +147,18 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     if entry:
         store.queue.ack(entry[0])
     return run.id
+
+
+def executed(run: Run, env: str) -> None:
+    """Apply the events of a real 8-step, 3-host run (as the executor emits them)."""
+    hosts = [f"{env}-{h}" for h in (1, 2, 3)]
+    for step in STEPS:
+        for event in fan_out_events(run.id, step, hosts):
+            run.apply(event)
+        for result in run.steps[step].hosts.values():
+            result.tail = TAIL
+        run.apply(Event(kind=EventKind.STEP_FINISHED, run_id=run.id, step_id=step,
+                        status="succeeded"))
 
 
 def deploy_of(run: Run, env: str, n: int, outcome: RunStatus, at: float) -> Deploy:
@@ -187,6 +215,7 @@ def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> st
                                           "started_at": deploy.started_at + shift,
                                           "finished_at": deploy.finished_at + shift})
         pipe.zadd(keys.history(deploy.environment), {moved.model_dump_json(): moved.finished_at})
+        pipe.zadd(keys.history_facts(deploy.environment), {fact_member(moved): moved.finished_at})
         pipe.set(keys.history_recorded(new_run.id), "1")
     return str(new_run.id)
 
@@ -220,9 +249,12 @@ def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, An
          lambda: list(client.scan_iter(store.keys.lock("*")))),
         ("runs show PREFIX", lambda: store.runs.find(short_id(some)), None),
         ("history production", lambda: store.history.recent("production", limit=20), None),
-        ("where", store.history.everywhere, None),
-        ("stats production", lambda: stats(store.history.recent("production", limit=HISTORY_READ),
-                                           environment="production", now=now, days=30), None),
+        ("where", store.deployed_states, None),
+        ("stats production", lambda: stats(
+            store.history.facts_since("production", now - 30 * DAY), environment="production",
+            now=now, days=30), lambda: stats(
+            store.history.since("production", now - 30 * DAY), environment="production",
+            now=now, days=30)),
         ("App Home (all data)", home_reader(services), None),
         ("schedules list", lambda: handle_schedule_command(
             ["list"], user="U001", user_groups=[], channel=None, services=services,
@@ -241,6 +273,15 @@ def report(store: Store, services: Services, ids: list[str], bytes_per_run: floa
             before = median_ms(old, 1)
             line += f"   (before: {before:8.1f} ms, {before / took:,.0f}x slower)"
         print(line)
+    window = stats(store.history.facts_since("production", time.time() - 30 * DAY),
+                   environment="production", now=time.time(), days=30)
+    sample = stats(store.history.recent("production", limit=HISTORY_READ), environment="production",
+                          now=time.time(), days=30)
+    print(f"deploy facts index: {client.zcard(store.keys.history_facts('production')):,} of "
+          f"{client.zcard(store.keys.history('production')):,} production deploys")
+    print(f"stats production, 30 days: {window.deploys:,} deploys ({window.per_day:.2f}/day) "
+          f"read whole; the old newest-{HISTORY_READ} sample said {sample.deploys:,} "
+          f"({sample.per_day:.2f}/day)")
     print(f"Redis bytes per run: {bytes_per_run:,.0f}; queue length: "
           f"{client.xlen(store.keys.queue())} (acknowledged entries are deleted)")
     started = time.perf_counter()

@@ -58,12 +58,11 @@ from agents.evaluation.quality import (
     plans_needed,
     tally,
 )
-from agents.history.deploys import stats
+from agents.history.deploys import DAY, stats
 from agents.plan.model import Plan
 from agents.run.executor import Listener
 from agents.run.record import Event, EventKind, Run, StepStatus
 from agents.store import Store
-from agents.store.history import HISTORY_READ
 from tools.runners.pacing import SetupStats
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -210,7 +209,7 @@ class _HistoryCollector(Collector):
         now = time.time()
         for env in self.environments:
             try:
-                deploys = self.store.history.recent(env, limit=HISTORY_READ)
+                deploys = self.store.history.facts_since(env, now - self.DAYS * DAY)  # all of it
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,

@@ -12,6 +12,7 @@ border, always with ``raise ... from exc``.
         ├── UnknownTool        a plan names a tool the catalog does not have
         ├── ParamError         a parameter breaks its tool's schema
         └── RunnerError        a command could not be run to completion
+            ├── CommandRefused its start gate said no: it never ran
             └── SSHError
                 ├── SSHConnectError   refused, timed out, unreachable, dropped
                 │   └── SSHSetupDropped  dropped before login (MaxStartups): retried
@@ -68,6 +69,11 @@ class ParamError(ToolError):
 
 class RunnerError(ToolError):
     """A command could not be run to completion on its host."""
+
+
+class CommandRefused(RunnerError):
+    """The command's start gate (``on_start``) refused it once its process group was
+    known: the process exited without running it, so nothing changed on the host."""
 
 
 class SSHError(RunnerError):

@@ -6,7 +6,9 @@ writes land in event order. A host event is written as a host change to the run'
 journal after the lock is released: one small HSET whatever the number of hosts, and no
 host waits for another's write. Either way the write has landed before the emitting thread
 carries on, so a host's start is in Redis before its command runs; ``durable`` then says
-whether it would survive a failover (a replica has it).
+whether it would survive a failover (a replica has it): whether a mutating start is
+durable. The executor asks it for every batch and every retry, and each command's start
+gate asks it once the command's process group is recorded (the command waits for it).
 
 A write that fails (the store is unreachable) goes to the recorder's outbox: the latest
 whole record it could not save, the host changes since, and the audit entries, kept in

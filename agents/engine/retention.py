@@ -92,7 +92,8 @@ class RetentionReport:
     """What a pass exported and trimmed (or, in a dry run, would)."""
 
     cutoff: float
-    export: Path
+    export: Path | None
+    """None only for a dry run given no export file (it writes nothing)."""
     dry_run: bool
     history_cutoff: float | None = None
     runs: Counter[str] = field(default_factory=Counter)
@@ -123,27 +124,29 @@ Hold = Callable[[], bool]
 class Retention:
     """One pass over the store: runs, then the shared audit log, then (if set) deploys."""
 
-    def __init__(self, store: Store, *, older_than: float, export: Path,
+    def __init__(self, store: Store, *, older_than: float, export: Path | None,
                  history_older_than: float | None = None, batch: int = BATCH,
                  hold: Hold = lambda: True):
         self.store, self.export, self.batch, self.hold = store, export, batch, hold
         self.older_than, self.history_older_than = older_than, history_older_than
-        self.archive = Archive(export)
+        self.archive = Archive(export) if export is not None else None
         self._deadline = float("inf")
 
     @classmethod
     def configured(cls, store: Store, settings: RetentionSettings | None, *,
                    history_days: float | None, older_than: float | None = None,
-                   export: Path | None = None, batch: int = BATCH) -> Retention:
+                   export: Path | None = None, batch: int = BATCH,
+                   dry_run: bool = False) -> Retention:
         """A pass as the config says, each setting overridable (RetentionError if neither
-        the config nor the caller gives an age and an export file)."""
+        the config nor the caller gives an age, or an export file unless ``dry_run``: a dry
+        run only counts)."""
         age = older_than if older_than is not None else (settings.days * DAY if settings
                                                           else None)
         path = export or (Path(settings.export) if settings else None)
-        if age is None or path is None:
+        if age is None or (path is None and not dry_run):
+            needed = "--older-than" if dry_run else "--older-than and --export"
             raise RetentionError("retention is not configured: add a retention section "
-                                 "(days, export) to the config, or pass --older-than and "
-                                 "--export")
+                                 f"(days, export) to the config, or pass {needed}")
         return cls(store, older_than=age, export=path, batch=batch,
                    history_older_than=history_days * DAY if history_days else None)
 
@@ -155,12 +158,16 @@ class Retention:
             report.history_cutoff = now - self.history_older_than
         self._deadline = time.monotonic() + budget if budget is not None else float("inf")
         if not dry_run:
+            if self.archive is None:
+                raise RetentionError("retention needs an export file to trim: set "
+                                     "retention.export in the config, or pass --export")
             self.archive.open()
         try:
             report.complete = self._runs(report) and self._audit(report) and self._deploys(report)
         finally:
-            report.lines = self.archive.lines
-            self.archive.close()
+            if self.archive is not None:
+                report.lines = self.archive.lines
+                self.archive.close()
         return report
 
     def _runs(self, report: RetentionReport) -> bool:
@@ -217,6 +224,7 @@ class Retention:
 
     def _durable(self, lines: list[dict[str, Any]]) -> None:
         """Append and fsync ``lines``; then make sure the lease is still ours to delete."""
+        assert self.archive is not None  # noqa: S101 - run() refuses a trim without one
         self.archive.append(lines)
         if not self.hold():
             raise RetentionError("another process took over retention (the lease lapsed); "
@@ -227,7 +235,8 @@ class Retention:
 def run_line(record: RunRecord) -> dict[str, Any]:
     return {"kind": "run", "id": record.run.id, "run": json.loads(record.raw),
             "plans": [json.loads(raw) for _, raw in sorted(record.plans.items())],
-            "audit": [AuditEntry.from_json(item).__dict__ for item in record.audit]}
+            "audit": [AuditEntry.from_json(item, record.run.id).__dict__
+                      for item in record.audit]}
 
 
 def audit_line(stream_id: str, entry: AuditEntry) -> dict[str, Any]:
@@ -250,6 +259,8 @@ def run_exclusively(store: Store, retention: Retention, *, owner: str,
     retention.hold = lambda: store.locks.hold_job(JOB, owner=owner, ttl=LEASE)
     try:
         report = retention.run(budget=budget)
+        if report.runs and report.export is not None:  # `runs show` says where they went
+            store.locks.note_job(JOB, {"cutoff": report.cutoff, "export": str(report.export)})
         if report.complete:
             store.locks.mark_job_done(JOB, store.clock())
     finally:

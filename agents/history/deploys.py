@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -250,7 +251,26 @@ class Stats:
     """Mean seconds from a version's commit to its successful deploy (needs the git repo)."""
 
 
-def stats(deploys: Iterable[Deploy], *, environment: str, now: float, days: float,
+class DeployFacts(Protocol):
+    """What ``stats`` reads of a deploy: a Deploy, or the small agents.history.facts copy."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def environment(self) -> str: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def finished_at(self) -> float: ...
+    @property
+    def rollback_of_version(self) -> bool: ...
+    @property
+    def failed(self) -> bool: ...
+    @property
+    def took_effect(self) -> bool: ...
+
+
+def stats(deploys: Iterable[DeployFacts], *, environment: str, now: float, days: float,
           undo_window: float = DAY,
           commit_time: Callable[[str], float | None] | None = None) -> Stats:
     """Delivery metrics over the deploys that finished in the last ``days`` days."""
@@ -265,11 +285,11 @@ def stats(deploys: Iterable[Deploy], *, environment: str, now: float, days: floa
                  lead_time=_mean(_lead_times(recent, commit_time)))
 
 
-def _undone(deploys: list[Deploy], window: float) -> int:
+def _undone(deploys: list[DeployFacts], window: float) -> int:
     """Successful deploys that a rollback undid within ``window`` seconds (each rollback
     undoes the last forward deploy before it)."""
     undone: set[str] = set()
-    last: Deploy | None = None
+    last: DeployFacts | None = None
     for deploy in deploys:
         if not deploy.took_effect:
             continue
@@ -281,7 +301,7 @@ def _undone(deploys: list[Deploy], window: float) -> int:
     return len(undone)
 
 
-def _restores(deploys: list[Deploy]) -> list[float]:
+def _restores(deploys: list[DeployFacts]) -> list[float]:
     out, broken_since = [], None
     for deploy in deploys:
         if deploy.failed and broken_since is None:
@@ -292,7 +312,7 @@ def _restores(deploys: list[Deploy]) -> list[float]:
     return out
 
 
-def _lead_times(deploys: list[Deploy],
+def _lead_times(deploys: list[DeployFacts],
                 commit_time: Callable[[str], float | None] | None) -> list[float]:
     if commit_time is None:
         return []

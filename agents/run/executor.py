@@ -24,7 +24,16 @@ from agents import logcontext, tracing
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
 from agents.run.gates import gate_check, stop_reason
-from agents.run.record import Event, EventKind, GateCheck, Phase, Run, RunStatus, StepStatus
+from agents.run.record import (
+    Event,
+    EventKind,
+    GateCheck,
+    Phase,
+    Run,
+    RunStatus,
+    StepState,
+    StepStatus,
+)
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
@@ -42,13 +51,14 @@ not be ordered with other hosts' events goes in the callable it may return, whic
 the lock is released and before the emitting thread carries on (so what it writes about a
 host's start has landed before the command starts)."""
 Durable = Callable[[str], str | None]
-"""Before a mutating command starts on hosts newly counted as changed: None once the record
-of that start is durable (or there is nothing to wait for), else why it is not — the
-command then does not start there. Its argument says what is waited for, for logs."""
+"""The one check every mutating start crosses: None once everything recorded so far (that
+it may start there, and its process group) is durable (or there is nothing to wait for),
+else why it is not — the command then does not start there. Asked for every batch, every
+retry, and by each command's start gate; its argument says what is waited for, for logs."""
 MayStart = Callable[[str], str | None]
 """Right before any command starts (each batch, each attempt): blocks while the worker
-cannot vouch for its lease on the run (see ``agents.engine.fence``); None once it may start, else
-why not (the run is another worker's now). Its argument names what would start."""
+cannot vouch for its lease on the run (see ``agents.engine.fence``); None once it may
+start, else why not (the run is another worker's now). Its argument names what would start."""
 RunnerFor = Callable[[Host], Runner]
 Replanner = Callable[[Plan, Run], "Plan | None"]
 
@@ -89,8 +99,8 @@ class Executor:
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
-        asked once per batch of hosts before a mutating command starts (see ``Durable``);
-        ``may_start`` before every batch and attempt (see ``MayStart``).
+        asked before any mutating command starts (see ``Durable``); ``may_start`` before
+        every batch and attempt (see ``MayStart``).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
@@ -129,6 +139,8 @@ class _Execution:
         self.listeners = listeners
         self.lock = threading.RLock()
         self.stop_reason: str | None = None
+        self.ran = False
+        """Whether any command of this run may have run (a refused start did not)."""
 
     # -- top level ---------------------------------------------------------------------
 
@@ -141,9 +153,20 @@ class _Execution:
             self._skip_pending()
         else:
             self.stop_reason = self.run.reason or "resumed during rollback"
-        final = self._rollback() if self.stop_reason else RunStatus.SUCCEEDED
+        final = RunStatus.SUCCEEDED
+        if self.stop_reason and self._nothing_started():
+            final = RunStatus.CANCELLED if self.cancel.cancelled else RunStatus.FAILED
+            self.stop_reason = f"not started, nothing to roll back: {self.stop_reason}"
+        elif self.stop_reason:
+            final = self._rollback()
         self.emit(EventKind.RUN_FINISHED, status=final.value, error=self.stop_reason)
         return self.run
+
+    def _nothing_started(self) -> bool:
+        """No command ran and no host may differ (every start was refused, or the first
+        batch never began): the run ends "not started", with nothing to roll back."""
+        return not self.ran and not self.run.changed_hosts and not any(
+            state.status is StepStatus.SUCCEEDED for state in self.run.steps.values())
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         event = Event(kind=kind, run_id=self.run.id, **fields)
@@ -192,9 +215,13 @@ class _Execution:
 
     def _prepare_resume(self) -> None:
         """Steps that were running when the last worker's lease lapsed: re-run if idempotent
-        or if none of its commands started, else fail."""
+        or if none of its commands started, else fail — and never where a mutating command
+        may still run with no process group recorded to stop it by. A step that had failed
+        stops the run (its worker went before the rollback began)."""
         for step in self.plan.steps:
             state = self.run.steps.get(step.id)
+            if state is not None and state.status in (StepStatus.FAILED, StepStatus.CANCELLED):
+                self.stop_reason = self.stop_reason or f"step {step.id} failed: {state.error}"
             if state is None or state.status is not StepStatus.RUNNING:
                 continue
             tool = self.deps.catalog.tools.get(step.tool)
@@ -202,16 +229,32 @@ class _Execution:
                 for host, result in state.hosts.items():
                     if result.status is StepStatus.RUNNING:
                         self.run.mark_changed(host)
+            unstoppable = self._unstoppable(step, state)
             started = any(r.status is not StepStatus.PENDING for r in state.hosts.values())
-            if (tool is not None and tool.idempotent) or not started:
+            if unstoppable:  # fail closed: what may still run there could not be stopped
+                self._interrupted(step.id, f"was running on {', '.join(unstoppable)} when "
+                                  f"its worker stopped renewing its lease, with no record of "
+                                  f"its process group to stop it by, so it is not re-run")
+            elif (tool is not None and tool.idempotent) or not started:
                 state.status = StepStatus.PENDING  # idempotent, or no command of it started
             else:
                 # the last worker may have died or only lost the store: say what is known
-                self.emit(EventKind.STEP_FINISHED, step_id=step.id, status="failed",
-                          error="was running when its worker stopped renewing its lease "
-                                "(the worker died or lost touch with the store), and its "
-                                "tool is not idempotent, so it is not re-run")
-                self.stop_reason = f"step {step.id} was interrupted"
+                self._interrupted(step.id, "was running when its worker stopped renewing "
+                                  "its lease (the worker died or lost touch with the store), "
+                                  "and its tool is not idempotent, so it is not re-run")
+
+    def _unstoppable(self, step: Step | RollbackStep, state: StepState) -> list[str]:
+        """Hosts a dead worker's mutating command may still run on, with no process group
+        recorded to stop it by (the start gate makes that "never started"; fail closed)."""
+        tool = self.deps.catalog.tools.get(step.tool)
+        if state.status is not StepStatus.RUNNING or (tool is not None and not tool.mutates):
+            return []
+        return [name for name, result in state.hosts.items()
+                if result.status is StepStatus.RUNNING and result.pid is None]
+
+    def _interrupted(self, step_id: str, error: str) -> None:
+        self.emit(EventKind.STEP_FINISHED, step_id=step_id, status="failed", error=error)
+        self.stop_reason = f"step {step_id} was interrupted"
 
     def _run_steps(self) -> None:
         running: dict[Future[bool], str] = {}
@@ -266,6 +309,14 @@ class _Execution:
         all_ok = True
         for step in self.plan.rollback:
             if self.run.rollback[step.id].status.done:
+                continue
+            unstoppable = self._unstoppable(step, self.run.rollback[step.id])
+            if unstoppable:  # a takeover mid-rollback: fail closed, as in _prepare_resume
+                self.emit(EventKind.STEP_FINISHED, step_id=step.id, phase=Phase.ROLLBACK,
+                          status="failed", error=f"was running on {', '.join(unstoppable)} "
+                          f"when its worker died, with no record of its process group to "
+                          f"stop it by, so it is not re-run")
+                all_ok = False
                 continue
             self.emit(EventKind.STEP_STARTED, step_id=step.id, phase=Phase.ROLLBACK)
             # Rollback gets a fresh token: the cancel that stopped the run must not stop it.
@@ -388,20 +439,15 @@ class _Execution:
             return []
         for host in batch:  # a command that cannot be built fails the step before any host
             self._command(tool, params, host)  # is counted as changed
-        fresh = self._not_yet_changed(names)
         self.emit(EventKind.HOSTS_STARTING, step_id=step.id, phase=phase, hosts=names,
                   mutating=True)
-        problem = self.durable(f"the start of {step.id} on {len(fresh)} host(s)") \
-            if fresh else None  # rollback visits only changed hosts: nothing new to keep
+        # every batch, already-changed hosts and rollback included: a record lost in a
+        # failover would let a takeover run the step there again while this copy runs
+        problem = self.durable(f"the start of {step.id} on {len(names)} host(s)")
         if problem is None:
             return []
         return [self._not_started({"step_id": step.id, "phase": phase, "host": name}, problem)
                 for name in names]
-
-    def _not_yet_changed(self, names: list[str]) -> list[str]:
-        with self.lock:
-            changed = set(self.run.changed_hosts)
-        return [n for n in names if n not in changed]
 
     def _not_started(self, ids: dict[str, Any], problem: str) -> _HostOutcome:
         error = f"{ids['host']}: not started: {problem}"
@@ -471,6 +517,7 @@ class _Execution:
                 result, error, maybe_ran = self._invoke(host, tool, command, watch, token, ids)
             finally:
                 watch.flush()
+            self.ran |= result is not None or maybe_ran
             if tool.gate is not None and result is not None:  # a gate as a step: its samples
                 self._gate_judged(gate_check(tool.name, step.id, result))
             outcome = _HostOutcome(ok=False, error=error, outputs=watch.outputs)
@@ -520,23 +567,30 @@ class _Execution:
             self.emit(EventKind.HOST_PID, step_id=step, host=name, pid=None)  # stopped
 
     def _start_attempt(self, tool: Tool, attempt: int, ids: dict[str, Any]) -> str | None:
-        """Record that an attempt starts. A mutating one on a host not counted as changed
-        (a retry after an attempt that never reached it) is made durable first, as a batch
-        is (see ``_start_batch``). Why it must not start, or None."""
+        """Record that an attempt starts, once the lease is vouched for. A mutating retry is
+        made durable first, as a batch is for the first attempt (see ``_start_batch``). Why
+        it must not start, or None. (A command with a process group also waits in
+        ``_invoke``'s start gate.)"""
         fenced = self.may_start(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
         if fenced is not None:
             return fenced
-        fresh = tool.mutates and bool(self._not_yet_changed([ids["host"]]))
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
-        return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}") \
-            if fresh else None
+        if not tool.mutates or attempt == 1:
+            return None
+        return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
 
     def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
                 token: CancelToken, ids: dict[str, Any]
                 ) -> tuple[CommandResult | None, str | None, bool]:
         """(result, error, whether the command may have run although no result came)."""
-        def started(pid: int) -> None:  # recorded, so a takeover can stop what is left
-            self.emit(EventKind.HOST_PID, pid=pid, **ids)
+        def started(pid: int) -> str | None:  # the start gate: the command waits for it
+            self.emit(EventKind.HOST_PID, pid=pid, **ids)  # so a takeover can stop it
+            if not tool.mutates:
+                return None
+            try:  # its process group on a replica before it may change anything
+                return self.durable(f"the process group of {ids['step_id']} on {host.name}")
+            except DeckhandError as exc:
+                return str(exc)
 
         try:
             runner = self.deps.gate_runner if tool.gate else self.deps.runner_for(host)

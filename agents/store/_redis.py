@@ -42,7 +42,7 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
-from agents.store.connect import untrusted_certificate
+from agents.store.connect import sentinel_failure, untrusted_certificate
 from tools.redact import redact as env_redact
 from tools.redact import redact_text
 
@@ -146,6 +146,10 @@ class Keys:
         reconciler and the Home look through, however long the history behind them."""
         return self("runs", "open")
 
+    def runs_open_complete(self) -> str:
+        """Set once runs stored before the open index existed have been added to it."""
+        return self("runs", "open", "complete")
+
     def run_audit(self, run_id: str) -> str:
         return self("run", run_id, "audit")
 
@@ -197,6 +201,11 @@ class Keys:
         """Deploys to an environment, scored by when they finished."""
         return self("history", "env", environment)
 
+    def history_facts(self, environment: str) -> str:
+        """Beside ``history``: each deploy's few fields the delivery figures read
+        (agents.history.facts), scored the same way."""
+        return self("history", "facts", environment)
+
     def history_environments(self) -> str:
         return self("history", "envs")
 
@@ -222,6 +231,10 @@ class Keys:
 
     def job_done(self, name: str) -> str:
         return self("job", name, "done")
+
+    def job_note(self, name: str) -> str:
+        """What job ``name`` last left for others to read (retention: where runs went)."""
+        return self("job", name, "note")
 
     def run_companions(self, run_id: str) -> list[str]:
         """Every key named after one run besides its record (``run:ID``). Retention deletes
@@ -276,6 +289,9 @@ class RedisBase:
                     f"Redis at {self.where} presented a certificate that is not trusted "
                     f"({_reason(exc)}); nothing was changed — name the CA that signed it "
                     f"with ?ssl_ca_certs=/path/ca.pem in REDIS_URL") from exc
+            line = sentinel_failure(exc, self.where)
+            if line is not None:
+                raise StoreUnavailable(line) from exc
             raise StoreUnavailable(f"cannot reach Redis at {self.where} ({exc}); nothing was "
                                    f"changed — check REDIS_URL and that Redis is up") from exc
         except redis.RedisError as exc:
@@ -330,7 +346,7 @@ class RedisBase:
                 raise NotFound(missing)
             record = model.model_validate_json(raw)
             extras = change(record) or ()
-            self.queue_writes(pipe, [lambda p: p.set(key, record.model_dump_json()), *extras])
+            self.queue_writes(pipe, [lambda p: p.set(key, stored_json(record)), *extras])
             pipe.execute()
             return record
 
@@ -459,6 +475,11 @@ class Part:
     def update_record(self, key: str, model: type[M],
                       change: Callable[[M], Sequence[Write] | None], *, missing: str) -> M:
         return self.db.update_record(key, model, change, missing=missing)
+def stored_json(record: BaseModel) -> str:
+    """A record as the store writes it (a run compactly: ``Run.record_json``)."""
+    compact = getattr(record, "record_json", None)
+    return str(compact()) if callable(compact) else record.model_dump_json()
+
 
 def _reason(exc: BaseException) -> str:
     """The verification failure alone (``self-signed certificate in certificate chain``)."""

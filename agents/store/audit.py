@@ -32,9 +32,9 @@ class AuditEntry:
         return json.dumps(self.__dict__, sort_keys=True)
 
     @classmethod
-    def from_json(cls, item: bytes | str) -> AuditEntry:
-        """An entry as a run's own list holds it."""
-        return _from_json(item)
+    def from_json(cls, item: bytes | str, run_id: str) -> AuditEntry:
+        """An entry as run ``run_id``'s own list holds it."""
+        return _from_json(item, run_id)
 
 
 class Dedupe(Part):
@@ -94,7 +94,7 @@ class AuditLog(Part):
                         reversed(self.r.xrevrange(self.keys.audit(), count=limit))]
             own = self.r.lrange(self.keys.run_audit(run_id), -limit, -1)
             if own:
-                return [_from_json(item) for item in own]
+                return [_from_json(item, run_id) for item in own]
             return [_audit_entry(i, f) for i, f in
                     reversed(self._legacy_run_entries(run_id, limit))]
 
@@ -147,9 +147,9 @@ def _audit_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> AuditEntry:
     return _entry(text.get("ref") or entry_id.decode(), text)
 
 
-def _from_json(item: bytes | str) -> AuditEntry:
+def _from_json(item: bytes | str, run_id: str) -> AuditEntry:
     text = json.loads(item)
-    return _entry(text["ref"], text)
+    return _entry(text["ref"], {"run_id": run_id, **text})  # older entries carry their own
 
 
 def _entry(entry_id: str, text: dict[str, str]) -> AuditEntry:

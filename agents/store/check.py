@@ -338,7 +338,7 @@ class StoreCheck:
             before = record.seq
             run = with_journal(record, pipe.hgetall(keys[1]))
             pipe.multi()
-            pipe.set(keys[0], run.model_dump_json())
+            pipe.set(keys[0], run.record_json())
             pipe.delete(keys[1])
             pipe.execute()
             return f"folded into the record ({run.seq - before} newer event(s))"

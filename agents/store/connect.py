@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import ssl
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +30,9 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from agents.errors import StoreError
 
@@ -57,12 +59,19 @@ class SentinelTarget:
     tls_files: dict[str, str] = field(default_factory=dict)
 
 
-def connect_client(url: str, *, failover_seconds: float = 15.0) -> redis.Redis:
+FAILOVER_SECONDS = 10.0
+"""How long one command may wait for a primary through Sentinel before it fails: long
+enough to ride through a failover, short enough that a CLI command with every sentinel
+down ends within 15 s, start-up included."""
+
+
+def connect_client(url: str, *, failover_seconds: float = FAILOVER_SECONDS) -> redis.Redis:
     """A client for ``url`` that rides out a restart or a failover (StoreError if malformed)."""
     scheme = urlsplit(url).scheme
     sentinel = scheme in SENTINEL_SCHEMES  # a failover takes seconds; a restart, less
     retries = _retries(failover_seconds) if sentinel else 6
-    retry = TransientRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries)
+    retry = TransientRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries,
+                           budget=failover_seconds if sentinel else None)
     options = {"retry": retry, "socket_timeout": 5, "socket_connect_timeout": 5,
                "retry_on_error": RETRY_ON}
     if sentinel:
@@ -70,7 +79,7 @@ def connect_client(url: str, *, failover_seconds: float = 15.0) -> redis.Redis:
         # redis-py's sentinel module is untyped; master_for returns a redis.Redis
         sentinels = Sentinel(target.sentinels,  # type: ignore[no-untyped-call]
                              sentinel_kwargs=_sentinel_auth(target), socket_timeout=2,
-                             ssl=target.tls, **target.tls_files)
+                             socket_connect_timeout=2, ssl=target.tls, **target.tls_files)
         client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
             target.service, db=target.db, username=target.username,
             password=target.password, ssl=target.tls, **target.tls_files, **options)
@@ -116,19 +125,46 @@ def untrusted_certificate(exc: BaseException) -> bool:
     return False
 
 
+_DEADLINE = threading.local()
+
+
 class TransientRetry(Retry):
     """redis-py's retry, except for failures waiting cannot fix: refused credentials and
-    an untrusted certificate are raised at once."""
+    an untrusted certificate are raised at once. With a ``budget``, no attempt starts that
+    could not end within that many seconds of the first (attempts against dead sentinels
+    take seconds each: a count alone let one command wait minutes)."""
+
+    def __init__(self, backoff: ExponentialBackoff, *, retries: int,
+                 budget: float | None = None):
+        super().__init__(backoff, retries)
+        self.budget = budget
 
     def call_with_retry(self, do: Callable[[], T], fail: Callable[..., Any],
                         is_retryable: Callable[[Exception], bool] | None = None,
                         with_failure_count: bool = False) -> T:
+        # redis-py nests retries (a command's retry around a connect's): one deadline,
+        # set by the outermost call on this thread, bounds them all
+        outer = getattr(_DEADLINE, "at", None)
+        if outer is None and self.budget is not None:
+            _DEADLINE.at = time.monotonic() + self.budget
+        last = time.monotonic()
+
         def retryable(error: Exception) -> bool:
+            nonlocal last
             if isinstance(error, redis.AuthenticationError) or untrusted_certificate(error):
                 return False
+            now = time.monotonic()
+            took, last = now - last, now
+            deadline = getattr(_DEADLINE, "at", None)
+            if deadline is not None and now + took + 0.5 > deadline:
+                return False  # the next attempt could not end in time
             return is_retryable is None or is_retryable(error)
 
-        return super().call_with_retry(do, fail, retryable, with_failure_count)
+        try:
+            return super().call_with_retry(do, fail, retryable, with_failure_count)
+        finally:
+            if outer is None:
+                _DEADLINE.at = None
 
 
 def parse_sentinel_url(url: str) -> SentinelTarget:
@@ -161,7 +197,10 @@ def _db(text: str, url: str) -> int:
 
 def _sentinel_auth(target: SentinelTarget) -> dict[str, object]:
     password = os.environ.get("DECKHAND_SENTINEL_PASSWORD")
-    auth: dict[str, object] = {"socket_timeout": 2, "ssl": target.tls, **target.tls_files}
+    # each sentinel is asked once per attempt: the client's retry (above) paces attempts
+    auth: dict[str, object] = {"socket_timeout": 2, "socket_connect_timeout": 2,
+                               "retry": Retry(NoBackoff(), 0), "ssl": target.tls,
+                               **target.tls_files}
     if password:
         auth["password"] = password
     return auth
@@ -170,6 +209,18 @@ def _sentinel_auth(target: SentinelTarget) -> dict[str, object]:
 def _retries(seconds: float) -> int:
     """Backoff steps (0.05 s doubling, capped at 0.5 s) that add up to about ``seconds``."""
     return max(6, int(seconds / 0.5) + 3)
+
+
+def sentinel_failure(exc: BaseException, url: str) -> str | None:
+    """One line for "no sentinel named a primary", naming the sentinels tried (redis-py's
+    own message lists each sentinel's exception), else None."""
+    if not isinstance(exc, MasterNotFoundError) or urlsplit(url).scheme not in SENTINEL_SCHEMES:
+        return None
+    target = parse_sentinel_url(url)
+    tried = ", ".join(f"{h}:{p}" for h, p in target.sentinels)
+    return (f"no Redis Sentinel named a primary for service {target.service!r} in time "
+            f"(tried {tried}: unreachable, or none monitors that service); "
+            f"nothing was changed — check REDIS_URL and that the sentinels are running")
 
 
 def safe_url(url: str) -> str:

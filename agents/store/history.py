@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter
 from redis.client import Pipeline
 
 from agents.history.deploys import PREVIOUS, Deploy, Where
+from agents.history.facts import DeployFact, fact_member, read_facts
 from agents.store._redis import Part
 
 HISTORY_READ = 500
 """Deploys read to answer "what did this host run before" and "which versions were here"."""
+_DEPLOYS: TypeAdapter[list[Deploy]] = TypeAdapter(list[Deploy])
 KEEP_NEWEST = 50
 """Deploys per environment that history retention never trims, however old."""
 
@@ -37,6 +40,8 @@ class History(Part):
             for deploy in resolved:
                 pipe.zadd(self.keys.history(deploy.environment),
                           {deploy.model_dump_json(): deploy.finished_at})
+                pipe.zadd(self.keys.history_facts(deploy.environment),
+                          {fact_member(deploy): deploy.finished_at})
             for env, state in states.items():
                 pipe.set(self.keys.deployed(env), state.model_dump_json())
                 pipe.sadd(self.keys.history_environments(), env)
@@ -76,13 +81,37 @@ class History(Part):
         """Delete exactly these history entries (already exported); ``where`` is untouched."""
         if not members:
             return 0
-        with self.errors():
-            return int(self.r.zrem(self.keys.history(environment), *members))
+        facts = [fact_member(Deploy.model_validate_json(m)) for m in members]
+        with self.errors(), self.r.pipeline() as pipe:
+            pipe.zrem(self.keys.history(environment), *members)
+            pipe.zrem(self.keys.history_facts(environment), *facts)
+            return int(pipe.execute()[0])
 
     def recent(self, environment: str, *, limit: int = 20) -> list[Deploy]:
         """The last ``limit`` deploys to ``environment``, newest first."""
         with self.errors():
             return self._history(self.r, environment, limit)
+
+    def since(self, environment: str, since: float) -> list[Deploy]:
+        """Every deploy to ``environment`` that finished at or after ``since``, oldest first:
+        one range of the time-scored index, the whole window however many (DORA figures
+        over a sample would be wrong for a busy team), parsed in one pass."""
+        with self.errors():
+            raws = self.r.zrangebyscore(self.keys.history(environment), repr(since), "+inf")
+        return _DEPLOYS.validate_json(b"[" + b",".join(raws) + b"]") if raws else []
+
+    def facts_since(self, environment: str,
+                           since: float) -> list[DeployFact] | list[Deploy]:
+        """What ``stats`` needs of every deploy since ``since``, from the small index; the
+        deploys themselves when that index lacks some (history from before it existed)."""
+        low = repr(since)
+        with self.errors(), self.r.pipeline(transaction=False) as pipe:
+            pipe.zcount(self.keys.history(environment), low, "+inf")
+            pipe.zrangebyscore(self.keys.history_facts(environment), low, "+inf")
+            count, facts = pipe.execute()
+        if len(facts) != int(count):
+            return self.since(environment, since)
+        return read_facts(facts, environment)
 
     def versions(self, environment: str) -> list[str]:
         """Versions that were live in ``environment`` (newest first, each once)."""

@@ -57,7 +57,7 @@ class Leases(Part):
             run.meta["previous_worker"] = run.worker if run.worker != worker else None
             run.worker = worker
             pipe.multi()
-            pipe.set(run_key, run.model_dump_json())
+            pipe.set(run_key, run.record_json())
             index_open(pipe, self.keys, run)
             pipe.delete(hosts_key)
             pipe.set(owner_key, worker, px=int(lease * 1000))
@@ -86,7 +86,7 @@ class Leases(Part):
             if stored is not None:
                 # only its meta is needed: no validating the whole (500-host) record per save
                 keep_others_meta(run, json.loads(stored).get("meta") or {})
-            pipe.set(self.keys.run(run.id), run.model_dump_json())
+            pipe.set(self.keys.run(run.id), run.record_json())
             index_open(pipe, self.keys, run)
             # entries older than this record that land later are ignored (their seq is lower)
             pipe.delete(hosts_key)

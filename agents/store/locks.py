@@ -105,6 +105,16 @@ class Locks(Part):
         with self.errors():
             self.r.set(self.keys.job_done(name), repr(at))
 
+    def note_job(self, name: str, note: dict[str, Any]) -> None:
+        """Leave ``note`` (JSON) for readers of job ``name``, replacing the last one."""
+        with self.errors():
+            self.r.set(self.keys.job_note(name), json.dumps(note, separators=(",", ":")))
+
+    def job_note(self, name: str) -> dict[str, Any] | None:
+        with self.errors():
+            raw = self.r.get(self.keys.job_note(name))
+        return dict(json.loads(raw)) if raw is not None else None
+
     def job(self, name: str) -> LockInfo | None:
         """Who holds job ``name``'s lease (``run_id`` and ``worker`` name the owner)."""
         with self.errors():

@@ -8,6 +8,7 @@ record; every read here folds the journal in, so readers see the whole run.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 
@@ -64,7 +65,7 @@ class Runs(Part):
             return False
         pipe.multi()
         stored = run.model_copy(update={"id": run_id})
-        pipe.set(self.keys.run(run_id), stored.model_dump_json())
+        pipe.set(self.keys.run(run_id), stored.record_json())
         pipe.zadd(self.keys.runs(), {run_id: run.created_at})
         pipe.zadd(self.keys.run_ids(), {run_id: 0})
         index_open(pipe, self.keys, stored)
@@ -113,21 +114,51 @@ class Runs(Part):
     def recent(self, *, limit: int = 20, statuses: Iterable[RunStatus] | None = None) -> list[Run]:
         """Most recent runs first, optionally only those in ``statuses``.
 
-        Unfinished statuses are read from the index of open runs, whatever their age (plus
-        the newest ``max(limit * 5, 100)``, for runs stored before that index existed);
-        finished ones among the newest ``max(limit * 5, 100)``; without a filter, exactly
-        ``limit`` are read.
+        Unfinished statuses are read from the index of open runs alone, whatever their age
+        (runs stored before that index existed are added to it once, see
+        ``_complete_open_index``); finished ones among the newest ``max(limit * 5, 100)``;
+        without a filter, exactly ``limit`` are read.
         """
         wanted = set(statuses) if statuses is not None else None
         window = limit if wanted is None else max(limit * 5, 100)
         with self.errors():
-            ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
             if wanted and not any(s.terminal for s in wanted):
-                ids = list(dict.fromkeys([*self.r.zrange(self.keys.runs_open(), 0, -1), *ids]))
+                self._complete_open_index()
+                ids = self.r.zrange(self.keys.runs_open(), 0, -1)
+            else:
+                ids = self.r.zrevrange(self.keys.runs(), 0, window - 1) if window > 0 else []
             raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
         runs = self._with_journals([Run.model_validate_json(raw) for raw in raws if raw])
         runs.sort(key=lambda r: r.created_at, reverse=True)
         return [r for r in runs if wanted is None or r.status in wanted][:limit]
+
+    def mentioning(self, text_: str, *, scan: int) -> list[Run]:
+        """Among the newest ``scan`` runs, those whose record mentions ``text_`` (a user id:
+        who asked, who approved), newest first. Only those are parsed: the rest are
+        skipped by a byte search, so a Home's "your recent runs" costs about one read of
+        ``scan`` records whatever their size. Callers check what the mention was."""
+        needle = json.dumps(text_).encode()
+        with self.errors():
+            ids = self.r.zrevrange(self.keys.runs(), 0, scan - 1) if scan > 0 else []
+            raws = self.r.mget([self.keys.run(text(i)) for i in ids]) if ids else []
+        found = [Run.model_validate_json(raw) for raw in raws if raw and needle in raw]
+        return self._with_journals(found)
+
+    def _complete_open_index(self, window: int = 1_000) -> None:
+        """Once per store: add unfinished runs among the newest ``window`` stored before the
+        open index existed, so the index alone answers from then on (reads stay flat)."""
+        if self.r.exists(self.keys.runs_open_complete()):
+            return
+        ids = [text(i) for i in self.r.zrevrange(self.keys.runs(), 0, window - 1)]
+        raws = self.r.mget([self.keys.run(i) for i in ids]) if ids else []
+        open_runs = {run.id: run.created_at for run in
+                     (Run.model_validate_json(raw) for raw in raws if raw)
+                     if not run.status.terminal}
+        with self.r.pipeline() as pipe:  # a run that ends meanwhile is filtered on read
+            if open_runs:
+                pipe.zadd(self.keys.runs_open(), open_runs)
+            pipe.set(self.keys.runs_open_complete(), "1")
+            pipe.execute()
 
     def since(self, since: float, *, limit: int = 10_000) -> list[Run]:
         """Runs created at or after ``since`` (epoch seconds), newest first, at most ``limit``."""

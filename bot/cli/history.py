@@ -10,11 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agents.history.deploys import Deploy, Stats, Where, stats
+from agents.history.deploys import DAY, Deploy, Stats, Where, stats
 from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
-from agents.store.history import HISTORY_READ
 from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
 from tools.gitlog import GitRepo
 
@@ -132,8 +131,9 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
     repo = GitRepo(Path(settings.repo)) if settings.repo else None
     envs = [args.environment] if args.environment else list(services.config.inventory.environments)
     now = time.time()
-    figures = [stats(services.store.history.recent(env, limit=HISTORY_READ), environment=env,
-                     now=now, days=args.days, undo_window=settings.undo_window_hours * 3600,
+    since = now - args.days * DAY  # the whole window: an index range, never a sample
+    figures = [stats(services.store.history.facts_since(env, since), environment=env, now=now,
+                     days=args.days, undo_window=settings.undo_window_hours * 3600,
                      commit_time=repo.commit_time if repo else None) for env in envs]
     console.print(stats_table(figures))
     return 0
@@ -141,12 +141,18 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
 
 def stats_table(figures: list[Stats]) -> Table:
     table = Table("environment", "deploys", "per day", "change failure rate",
-                  "time to restore", "lead time", title="Delivery (DORA)")
+                  "time to restore", "lead time", title="Delivery (DORA)",
+                  caption=_window(figures))
     for s in figures:
         rate = "-" if s.change_failure_rate is None else f"{s.change_failure_rate:.0%}"
         table.add_row(Text(s.environment), str(s.deploys), f"{s.per_day:.2f}", rate,
                       _span(s.time_to_restore), _span(s.lead_time))
     return table
+
+
+def _window(figures: list[Stats]) -> str:
+    days = figures[0].days if figures else 0
+    return f"every deploy that finished in the last {days:g} days (nothing sampled)"
 
 
 def _when(at: float | None) -> Text:

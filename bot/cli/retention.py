@@ -59,7 +59,7 @@ def _retention(args: argparse.Namespace, console: Console) -> int:
         store, config.retention if config else None,
         history_days=config.history.retention_days if config else None,
         older_than=parse_age(args.older_than) if args.older_than else None,
-        export=args.export, batch=args.batch)
+        export=args.export, batch=args.batch, dry_run=args.dry_run)
     if args.dry_run:
         report: RetentionReport | None = retention.run(dry_run=True)
     else:
@@ -78,7 +78,8 @@ def _config(args: argparse.Namespace) -> Config | None:
     try:
         return config_for(args)
     except ConfigNotFound:
-        if args.config or args.older_than is None or args.export is None:
+        if args.config or args.older_than is None or (args.export is None
+                                                      and not args.dry_run):
             raise
         return None
 
@@ -103,4 +104,5 @@ def _title(report: RetentionReport) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(report.cutoff))
     mode = "dry run, nothing changed" if report.dry_run else (
         "complete" if report.complete else "stopped early; run again")
-    return f"Retention ({mode}): older than {when}; export: {report.export}"
+    export = report.export or "none (a dry run writes nothing)"
+    return f"Retention ({mode}): older than {when}; export: {export}"

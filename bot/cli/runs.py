@@ -20,13 +20,17 @@ from rich.table import Table
 from rich.text import Text
 
 from agents import tracing
+from agents.engine.retention import JOB as RETENTION_JOB
 from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
+from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
+from agents.plan.model import Plan
 from agents.policy.approvals import approval_problem, approvals_needed
 from agents.readiness import StoreProbe, watch_drain
 from agents.run.gates import gate_lines
 from agents.run.record import Run
+from agents.run.unreplicated import unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
@@ -74,6 +78,9 @@ def register(commands: Commands) -> None:
     runs.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     runs.add_argument("run_id", nargs="?")
     runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--archive", type=Path, metavar="FILE",
+                      help="show: read the run from a retention export file (a run "
+                           "retention trimmed from Redis)")
     runs.add_argument("--timeline", type=Path, metavar="PNG",
                       help="with show: save the run's timeline chart to this PNG file")
     runs.add_argument("--llm", action="store_true",
@@ -198,12 +205,18 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
 
 def _show_run(args: argparse.Namespace, console: Console, services: Services) -> None:
     store = services.store
-    run = store.runs.find(args.run_id)
-    plan = store.plans.get(run.plan_id, run.plan_version)
+    if args.archive is not None:
+        run, plan = read_archived(args.archive, args.run_id)
+        console.print(f"from the archive {args.archive} (trimmed from Redis)", highlight=False)
+    else:
+        run, plan = _stored_run(store, args.run_id)
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
     for line in gate_lines(run):  # every measured value against its threshold
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    note = unreplicated_note(run)
+    if note:
+        console.print(Text(f"⚠ {note}"), soft_wrap=True)
     found = tracing.reference(run.meta.get("traceparent"), services.settings.trace_url)
     if found:
         console.print(f"trace: {found}", highlight=False, soft_wrap=True)
@@ -219,6 +232,19 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         drawn = save_timeline(plan, run, args.timeline)
         console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
                       f"{len(drawn.bars)} bars)")
+
+
+def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:
+    try:
+        run = store.runs.find(typed)
+    except NotFound as exc:  # retention may have moved it to its export file
+        note = store.locks.job_note(RETENTION_JOB)
+        archived = missing_run_text(typed, ArchiveNote(float(note["cutoff"]), str(
+            note["export"])) if note else None)
+        if archived is None:
+            raise
+        raise NotFound(archived) from exc
+    return run, store.plans.get(run.plan_id, run.plan_version)
 
 
 def runs_table(runs: list[Run]) -> Table:

@@ -23,6 +23,7 @@ from agents.policy.rules import Policy
 from agents.run.gates import where as gate_where
 from agents.run.record import GateCheck, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, tally
+from agents.run.unreplicated import unreplicated_note
 
 Block = dict[str, Any]
 
@@ -417,6 +418,9 @@ def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> li
         lines.append(f"why: {shown(run.reason, 500)}")
     if run.changed_hosts:
         lines.append(f"hosts changed: {escape(_hosts_text(run.changed_hosts))}")
+    note = unreplicated_note(run)
+    if note:
+        lines.append(f":warning: {escape(note)}")
     blocks = [section("\n".join(lines))]
     found = tracing.reference(run.meta.get("traceparent"), trace_link)
     if found:

@@ -46,7 +46,7 @@ def home_data(bot: Bot, user: str) -> HomeData:
     store, policy = bot.store, bot.services.config.policy
     now = store.clock()
     groups = bot.directory.groups_of(user)
-    runs = store.runs.recent(limit=RUN_SCAN)
+    runs = store.runs.mentioning(user, scan=RUN_SCAN)  # parses only records naming them
     unfinished = store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
     return HomeData(
         user=user, now=now,

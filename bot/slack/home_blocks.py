@@ -18,6 +18,7 @@ from agents.policy.eligibility import eligibility
 from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, StepStatus
 from agents.run.results import tally
+from agents.run.unreplicated import unreplicated_writes
 from agents.schedules.model import Schedule
 from agents.store import LockInfo
 from bot.slack import blocks as bk
@@ -146,7 +147,7 @@ def _active_line(run: Run, now: float) -> str:
         parts.append(f"now: {now_doing}")
     if run.started_at:
         parts.append(f"{now - run.started_at:.0f}s")
-    return " · ".join(parts) + f" · {bk.mention(run.requested_by)}"
+    return " · ".join(parts) + f" · {bk.mention(run.requested_by)}" + _unreplicated(run)
 
 
 def _running_step(step_id: str, run: Run) -> str:
@@ -160,7 +161,13 @@ def _recent_line(run: Run, now: float) -> str:
     took = f" in {run.duration:.0f}s" if run.duration is not None else ""
     state = run.status.value.replace('_', ' ')
     return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {state}{took}"
-            f" — {bk.shown(run.goal, 300)} · {_ago(run.finished_at or run.created_at, now)}")
+            f" — {bk.shown(run.goal, 300)} · {_ago(run.finished_at or run.created_at, now)}"
+            + _unreplicated(run))
+
+
+def _unreplicated(run: Run) -> str:
+    writes = unreplicated_writes(run)
+    return f" · :warning: not on a replica: {bk.escape(', '.join(writes))}" if writes else ""
 
 
 def _env_line(environment: str, lock: LockInfo | None, deployed: Where | None) -> str:

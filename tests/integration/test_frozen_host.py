@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from agents.run.executor import Executor, ExecutorDeps
 from agents.run.record import Event, EventKind, Run, RunStatus
 from tests.fixtures.builders import make_plan
+from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet
 from tests.integration.test_ssh_truth import _session_processes
 from tools.catalog import Catalog, Tool
@@ -36,8 +38,9 @@ def _catalog(tmp_path: Path) -> Catalog:
 class _Freezer:
     """Freezes prod-1's sshd session(s) once the step's command has started."""
 
-    def __init__(self, fleet: SSHFleet, *, listener_too: bool, thaw_at_rollback: bool = False):
-        self.fleet, self.listener_too = fleet, listener_too
+    def __init__(self, fleet: SSHFleet, log: Path, *, listener_too: bool,
+                 thaw_at_rollback: bool = False):
+        self.fleet, self.log, self.listener_too = fleet, log, listener_too
         self.thaw_at_rollback = thaw_at_rollback
         self.alive_at_rollback = False
         self.frozen: list[int] = []
@@ -50,14 +53,25 @@ class _Freezer:
             self.alive_at_rollback = self.pgid is not None and _group_alive(self.pgid)
             for pid in self.frozen:  # the host answers again, its command still running
                 os.kill(pid, signal.SIGCONT)
-        if event.kind is EventKind.HOST_PID and self.pgid is None:
+        if event.kind is EventKind.HOST_PID and self.pgid is None and event.pid is not None:
+            # the process group is known before the command runs (its start gate waits for
+            # "go" on the same session): freeze once the command itself has started
             self.pgid = event.pid
-            self.frozen = _session_processes(self.fleet, "prod-1")
-            listener = self.fleet["prod-1"].proc
-            if self.listener_too and listener is not None:  # no fresh connection either
-                self.frozen.append(listener.pid)
-            for pid in self.frozen:
-                os.kill(pid, signal.SIGSTOP)
+            threading.Thread(target=self._freeze_when_started, daemon=True).start()
+
+    def _freeze_when_started(self) -> None:
+        wait_until(lambda: self.log.exists() and "started" in self.log.read_text(),
+                   timeout=10, what="the command to start")
+        self._freeze()
+
+    def _freeze(self) -> None:
+        frozen = _session_processes(self.fleet, "prod-1")
+        listener = self.fleet["prod-1"].proc
+        if self.listener_too and listener is not None:  # no fresh connection either
+            frozen.append(listener.pid)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        self.frozen = frozen
 
     def thaw(self) -> None:
         self.alive = self.pgid is not None and _group_alive(self.pgid)
@@ -102,7 +116,7 @@ def _group_alive(pgid: int) -> bool:
 
 def test_a_frozen_session_is_killed_through_a_fresh_connection(
         tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
-    freezer = _Freezer(sshd_hosts, listener_too=False)
+    freezer = _Freezer(sshd_hosts, tmp_path / "log", listener_too=False)
     run = _run(tmp_path, pool, freezer)
     assert freezer.frozen and freezer.pgid is not None
     error = run.steps["deploy"].error or ""
@@ -114,7 +128,7 @@ def test_a_frozen_session_is_killed_through_a_fresh_connection(
 
 def test_a_kill_that_cannot_be_confirmed_says_the_command_may_still_run(
         tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
-    freezer = _Freezer(sshd_hosts, listener_too=True)
+    freezer = _Freezer(sshd_hosts, tmp_path / "log", listener_too=True)
     run = _run(tmp_path, pool, freezer)
     assert freezer.pgid is not None
     error = run.steps["deploy"].error or ""
@@ -127,7 +141,7 @@ def test_a_kill_that_cannot_be_confirmed_says_the_command_may_still_run(
 
 def test_the_rollback_first_stops_what_an_unconfirmed_kill_left_running(
         tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
-    freezer = _Freezer(sshd_hosts, listener_too=True, thaw_at_rollback=True)
+    freezer = _Freezer(sshd_hosts, tmp_path / "log", listener_too=True, thaw_at_rollback=True)
     run = _run(tmp_path, pool, freezer)
     assert "may still be running on host prod-1" in (run.steps["deploy"].error or "")
     assert freezer.alive_at_rollback  # still running when the rollback began...

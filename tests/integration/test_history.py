@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from rich.console import Console
 
 from agents.config import Config
 from agents.errors import PlanInvalid
+from agents.history.deploys import DAY, Deploy
+from agents.history.facts import DeployFact, fact_member
 from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
@@ -127,3 +130,38 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
     assert 'deckhand_deploys_per_day{environment="staging"} 0.1' in metrics
     assert 'deckhand_change_failure_rate{environment="staging"} 0.33' in metrics
     assert world.standin.violations == []
+
+
+def test_stats_read_the_whole_window_not_the_newest_500(
+        sample_config: Config, own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store, now = Store.connect(own_redis.url), time.time()
+    in_window = 1_200  # 40 a day for 30 days: more than any fixed sample
+    with store.r.pipeline(transaction=False) as pipe:
+        for n in range(in_window + 100):  # and 100 older than the window
+            at = now - (n + 0.5) * (30 * DAY / in_window)
+            deploy = Deploy(run_id=f"run-{n}", environment="production", version="v1.0.0",
+                            outcome=RunStatus.FAILED if n % 4 == 0 else RunStatus.SUCCEEDED,
+                            requested_by="alice", started_at=at - 60, finished_at=at)
+            pipe.zadd(store.keys.history("production"), {deploy.model_dump_json(): at})
+            if n % 10:  # the small index lacks a tenth, as for history from before it existed
+                pipe.zadd(store.keys.history_facts("production"), {fact_member(deploy): at})
+        pipe.execute()
+    assert len(store.history.since("production", now - 30 * DAY)) == in_window
+    # incomplete small index: the deploys themselves are read
+    assert len(store.history.facts_since("production", now - 30 * DAY)) == in_window
+    store.history.forget("production", [raw for raw in store.r.zrange(
+        store.keys.history("production"), 0, -1) if b'"run-0"' in raw])  # trims both
+    in_window -= 1
+    missing = {f"run-{n}" for n in range(10, in_window + 101, 10)}  # now complete them
+    store.r.zadd(store.keys.history_facts("production"), {
+        fact_member(d): d.finished_at for d in store.history.since("production", 0)
+        if d.run_id in missing})
+    facts = store.history.facts_since("production", now - 30 * DAY)
+    assert len(facts) == in_window and isinstance(facts[0], DeployFact)
+    monkeypatch.setenv("REDIS_URL", own_redis.url)
+    assert main(["stats", "production", "--days", "30", "--config",
+                 str(sample_config.path)]) == 0
+    out = capsys.readouterr().out
+    assert str(in_window) in out and "39.97" in out  # every one, 40 a day
+    assert "25%" in out and "nothing sampled" in out

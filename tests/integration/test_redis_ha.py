@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,13 +19,15 @@ from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
-from agents.store.connect import connect_client, parse_sentinel_url
+from agents.store.connect import connect_client, parse_sentinel_url, safe_url
 from bot.cli import main
+from bot.slack.blocks import summary_blocks
+from bot.slack.home_blocks import HomeData, home_view
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.redis_server import RedisServer
-from tests.fixtures.sample import EXAMPLES
+from tests.fixtures.sample import EXAMPLES, free_port
 from tests.integration.test_store import config_for, gated_plan, log_lines, submit
 
 POLICY = Policy()
@@ -124,17 +131,36 @@ def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
         sentinel_group.resume_replica()
     refused = store.runs.get(run.id)
     assert not changes.exists()  # the command never ran on the host
-    assert refused.status is RunStatus.ROLLED_BACK, refused.reason
-    assert refused.rollback["undo"].status is StepStatus.SKIPPED  # no host was changed
+    assert refused.status is RunStatus.FAILED, refused.reason  # nothing changed:
+    assert (refused.reason or "").startswith("not started")  # "not started", not rolled back
+    assert refused.rollback["undo"].status is StepStatus.PENDING  # no rollback phase
     assert refused.steps["deploy"].status is StepStatus.FAILED
     assert "not started: replication to a Redis replica timed out" in (
         refused.steps["deploy"].error or "")
     assert refused.changed_hosts == []  # nothing may differ on the host: nothing to undo
+    assert refused.meta["unreplicated"] == ["end (failed)"]  # its end waited in vain too
+    _faces_say_unreplicated(store, refused, tmp_path, sentinel_group.url)
 
     worker, run = _change_run(tmp_path, store)  # the replica answers again
     assert worker.step(block=1)
     assert store.runs.get(run.id).status is RunStatus.SUCCEEDED
     assert changes.read_text().splitlines() == ["v2"]
+
+
+def _faces_say_unreplicated(store: Store, run: Run, tmp_path: Path, url: str) -> None:
+    """runs show, the thread's summary and the App Home each say what no replica has."""
+    plan = store.plans.get(run.plan_id, run.plan_version)
+    thread = json.dumps(summary_blocks(plan, run))
+    home = json.dumps(home_view(HomeData(user="alice", now=time.time(), recent=[run]),
+                                POLICY))
+    assert "not confirmed by a Redis replica: end (failed)" in thread
+    assert "not on a replica: end (failed)" in home
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REDIS_URL", url)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["runs", "show", run.id, "--config", str(tmp_path / "deckhand.yml")]) == 0
+    assert "not confirmed by a Redis replica: end (failed)" in " ".join(out.getvalue().split())
 
 
 def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
@@ -160,3 +186,21 @@ def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
     assert log_lines(tmp_path).count("change web-1") == 1  # on the host: exactly once
     assert (tmp_path / "started").read_text().splitlines() == ["run"]  # gate started once
     assert [s.status.value for s in final.steps.values()] == ["succeeded"] * len(final.steps)
+
+
+def test_every_sentinel_down_is_one_line_naming_them_within_the_budget() -> None:
+    with socket.socket() as silent:  # accepts, never answers: a hung sentinel
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        ports = [silent.getsockname()[1], free_port()]  # and one that refuses
+        url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/deckhand/0"
+        store = Store(connect_client(url, failover_seconds=3), where=safe_url(url))
+        started = time.monotonic()
+        with pytest.raises(StoreError) as caught:
+            store.runs.recent(limit=5)
+        took = time.monotonic() - started
+    message = str(caught.value)
+    assert took < 3 + 1, took  # the budget bounds every nested retry together
+    assert "\n" not in message and len(message) < 300, message
+    assert f"tried 127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}" in message
+    assert "Error(" not in message  # none of redis-py's exception reprs

@@ -301,3 +301,24 @@ def _exported(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in complete
             if line.strip() and json.loads(line)["kind"] == "run"}
 
+
+
+def test_a_dry_run_needs_no_export_and_a_trimmed_run_is_shown_from_the_archive(
+        world: dict[str, Any], tmp_path: Path, client: redis.Redis,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(client)
+    assert main(["retention", "--dry-run", "--older-than", "90d"]) == 0  # no config, no export
+    assert "a dry run writes nothing" in capsys.readouterr().out
+    assert snapshot(client) == before
+
+    assert main(["retention", "--config", world["config"]]) == 0
+    capsys.readouterr()
+    gone = world["old"][S.SUCCEEDED]
+    assert main(["runs", "show", gone.id, "--config", world["config"]]) == 2
+    said = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
+    assert f"retention archived it to {world['export']}" in said
+    assert f"deckhand runs show {gone.id} --archive {world['export']}" in said
+    assert main(["runs", "show", gone.id[:16], "--archive", str(world["export"]),
+                 "--config", world["config"]]) == 0
+    shown = capsys.readouterr().out
+    assert "from the archive" in shown and "succeeded" in shown.lower()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents.run.record import Event, EventKind, Run
-from tests.fixtures.builders import NO_TARGETS, make_plan
+from tests.fixtures.builders import NO_TARGETS, fan_out_events, make_plan
 
 
 def _run() -> Run:
@@ -46,3 +46,15 @@ def test_a_start_that_never_ran_anywhere_is_withdrawn() -> None:
     _start(run, "a")
     _apply(run, EventKind.HOST_FINISHED, "a", host="web-1", status="failed", error="unreachable")
     assert run.changed_hosts == []
+
+
+def test_the_stored_record_leaves_out_defaults_and_host_names_and_reads_back_whole() -> None:
+    run = Run(plan_id="plan-1", plan_version=1, plan_hash="h", goal="g", requested_by="alice")
+    for event in fan_out_events(run.id, "deploy", ["web-1", "web-2", "web-3"],
+                                running=["web-3"]):
+        run.apply(event)
+    stored = run.record_json()
+    assert '"host"' not in stored and "null" not in stored and "false" not in stored
+    assert len(stored) < 0.85 * len(run.model_dump_json())
+    back = Run.model_validate_json(stored)
+    assert back == run and back.steps["deploy"].hosts["web-3"].host == "web-3"

@@ -3,7 +3,14 @@ from pathlib import Path
 
 from agents.plan.targets import resolve
 from agents.run.record import Event, EventKind, HostResult, Phase, Run, RunStatus, StepStatus
-from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
+from tests.fixtures.builders import (
+    SHELL_TOOLS,
+    fan_out_events,
+    fleet_config,
+    make_config,
+    make_executor,
+    make_plan,
+)
 from tests.fixtures.polling import wait_until
 from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
@@ -198,44 +205,69 @@ def _change_fleet(script: str = "true") -> dict:
             "params": {"environment": "fleet", "label": "x", "script": script}}
 
 
-def test_a_mutating_batch_is_made_durable_once_before_it_starts(tmp_path: Path) -> None:
+def test_a_mutating_start_waits_for_its_batch_then_its_process_group(tmp_path: Path) -> None:
     asked: list[tuple[str, list[str]]] = []
-    seen: list[str] = []
 
-    def durable(what: str) -> str | None:
-        asked.append((what, list(seen)))
+    def durable(what: str) -> str | None:  # what is on the hosts when each wait is asked
+        asked.append((what, sorted(h for h in ("web-1", "web-2", "web-3")
+                                   if (tmp_path / h / "changes").exists())))
         return None
-
-    def listener(event: Event, run: Run) -> None:
-        if event.kind is EventKind.HOST_STARTED:
-            seen.append(event.host or "")
 
     plan = make_plan([_change_fleet(), {"id": "note", "tool": "log", "depends_on": ["deploy"],
                                         "params": {"line": "x"}}],
                      rollback=[{"id": "undo", "tool": "undo",
                                 "params": {"environment": "fleet"}}])
-    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, listeners=[listener],
-                                                           durable=durable)
+    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, durable=durable)
     assert run.status is RunStatus.SUCCEEDED
-    # one wait for the batch of three, before any host started; none for the read-only step
-    assert asked == [("the start of deploy on 3 host(s)", [])]
+    # one wait for the batch, then one per host once its pid is recorded: each before that
+    # host's command ran; none for the read-only step
+    assert asked[0] == ("the start of deploy on 3 host(s)", [])
+    groups = {what: before for what, before in asked[1:]}
+    assert sorted(groups) == [f"the process group of deploy on web-{i}" for i in (1, 2, 3)]
+    assert all(f"web-{i}" not in groups[f"the process group of deploy on web-{i}"]
+               for i in (1, 2, 3))
 
 
-def test_each_batch_waits_and_rollback_of_changed_hosts_does_not(tmp_path: Path) -> None:
+def test_every_batch_and_the_rollback_wait_on_already_changed_hosts(tmp_path: Path) -> None:
     asked: list[str] = []
 
     def durable(what: str) -> str | None:
         asked.append(what)
         return None
 
-    plan = make_plan([_change_fleet(), {"id": "fail", "tool": "sh", "depends_on": ["deploy"],
-                                        "params": {"script": "exit 1"}}],
+    plan = make_plan([_change_fleet(), {"id": "again", "tool": "change", "depends_on": ["deploy"],
+                                        "params": {"environment": "fleet", "label": "y",
+                                                   "script": "exit 1"}}],
                      rollback=[{"id": "undo", "tool": "undo",
                                 "params": {"environment": "fleet"}}])
     run = make_executor(fleet_config(tmp_path, 1)).execute(plan, durable=durable)
     assert run.status is RunStatus.ROLLED_BACK
-    assert asked == ["the start of deploy on 1 host(s)"] * 3  # one per batch of one
-    assert run.rollback["undo"].status is StepStatus.SUCCEEDED  # no new wait: already changed
+    batches = [w for w in asked if w.startswith("the start of")]
+    # deploy: 3 batches of one; again on the changed web-1 (it fails there); undo: 3 more
+    assert batches == ["the start of deploy on 1 host(s)"] * 3 + [
+        "the start of again on 1 host(s)"] + ["the start of undo on 1 host(s)"] * 3
+    assert [w for w in asked if w.startswith("the process group")] == [
+        *(f"the process group of deploy on web-{i}" for i in (1, 2, 3)),
+        "the process group of again on web-1",
+        *(f"the process group of undo on web-{i}" for i in (1, 2, 3))]
+
+
+def test_a_mutating_retry_waits_before_it_starts(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def durable(what: str) -> str | None:
+        asked.append(what)
+        return None
+
+    counter = tmp_path / "n"
+    config = make_config(tmp_path, tools=SHELL_TOOLS.replace(
+        "    retries: 3\n", "    retries: 3\n    mutates: true\n"))
+    plan = make_plan([{"id": "f", "tool": "flaky",
+                       "params": {"counter": str(counter), "succeed_on": 2}}])
+    run = make_executor(config).execute(plan, durable=durable)
+    assert run.status is RunStatus.SUCCEEDED and counter.read_text().strip() == "2"
+    assert asked == ["the start of f on 1 host(s)", "the process group of f on local",
+                     "attempt 2 of f on local", "the process group of f on local"]
 
 
 def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> None:
@@ -245,13 +277,14 @@ def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> No
     plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
                                                     "params": {"environment": "fleet"}}])
     run = make_executor(fleet_config(tmp_path, 3)).execute(plan, durable=durable)
-    assert run.status is RunStatus.ROLLED_BACK  # nothing was changed, so nothing to undo
+    assert run.status is RunStatus.FAILED  # nothing was changed: "not started", no rollback
+    assert (run.reason or "").startswith("not started, nothing to roll back: ")
     state = run.steps["deploy"]
     assert state.status is StepStatus.FAILED
     assert "not started: replication to a Redis replica timed out" in (state.error or "")
     assert {h.status for h in state.hosts.values()} == {StepStatus.FAILED}
     assert run.changed_hosts == []  # the start was withdrawn: no host ran it
-    assert run.rollback["undo"].status is StepStatus.SKIPPED
+    assert run.rollback["undo"].status is StepStatus.PENDING  # no rollback phase at all
     assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
 
 
@@ -262,3 +295,58 @@ def test_a_daemon_holding_the_output_open_is_named_in_the_timeout(tmp_path: Path
     run = make_executor(config).execute(plan)
     error = run.steps["start"].error or ""
     assert "timed out after 0.5s" in error and ">/dev/null 2>&1 &" in error, error
+def test_a_refused_process_group_record_keeps_the_command_from_running(
+        tmp_path: Path) -> None:
+    def durable(what: str) -> str | None:
+        return "no replica confirmed" if what.startswith("the process group") else None
+
+    plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
+                                                    "params": {"environment": "fleet"}}])
+    run = make_executor(fleet_config(tmp_path, 3)).execute(plan, durable=durable)
+    assert run.status is RunStatus.FAILED, run.reason
+    assert "web-1: not started: no replica confirmed" in (run.steps["deploy"].error or "")
+    assert run.changed_hosts == []
+    assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
+
+
+def test_a_takeover_fails_closed_on_a_running_host_with_no_process_group(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, tools=SHELL_TOOLS.replace(
+        "    rollback: undo\n", "    rollback: undo\n    idempotent: true\n"))
+    plan = make_plan([{"id": "deploy", "tool": "change",
+                       "params": {"environment": "staging", "label": "x"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "staging"}}])
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
+                       status=RunStatus.RUNNING)
+    for event in fan_out_events(run.id, "deploy", ["web-1"], running=["web-1"]):
+        run.apply(event)
+    run.steps["deploy"].hosts["web-1"].pid = None  # its process group never reached the record
+    resumed = make_executor(config).execute(plan, run)  # idempotent: it would be re-run
+    assert resumed.status is RunStatus.ROLLED_BACK
+    assert "no record of its process group" in (resumed.steps["deploy"].error or "")
+    # never re-run there, only undone
+    assert (tmp_path / "web-1" / "changes").read_text().splitlines() == ["undo"]
+
+
+def test_a_takeover_mid_rollback_fails_closed_on_a_host_with_no_process_group(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    plan = make_plan([{"id": "deploy", "tool": "change",
+                       "params": {"environment": "staging", "label": "x"}}],
+                     rollback=[{"id": "undo", "tool": "undo",
+                                "params": {"environment": "staging"}}])
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
+                       status=RunStatus.RUNNING)
+    for event in [*fan_out_events(run.id, "deploy", ["web-1"]),
+                  Event(kind=EventKind.STEP_FINISHED, run_id=run.id, step_id="deploy",
+                        status="failed", error="boom"),
+                  Event(kind=EventKind.ROLLBACK_STARTED, run_id=run.id, phase=Phase.ROLLBACK)]:
+        run.apply(event)
+    for event in fan_out_events(run.id, "undo", ["web-1"], running=["web-1"]):
+        run.apply(event.model_copy(update={"phase": Phase.ROLLBACK}))
+    run.rollback["undo"].hosts["web-1"].pid = None
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.ROLLBACK_FAILED
+    assert "no record of its process group" in (resumed.rollback["undo"].error or "")
+    assert not (tmp_path / "web-1" / "changes").exists()  # the undo was not run again

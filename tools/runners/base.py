@@ -11,9 +11,6 @@ from typing import Protocol
 
 OutputSink = Callable[[str], None]
 """Receives each complete line of output (without its newline) as it arrives."""
-PidSink = Callable[[int], None]
-
-
 class LinesSink(Protocol):
     """An OutputSink that can also take the lines of one chunk at once (``feed_many``):
     a flood of output then costs one call per chunk, not one per line."""
@@ -21,6 +18,18 @@ class LinesSink(Protocol):
     def __call__(self, line: str) -> None: ...
 
     def feed_many(self, lines: list[str]) -> None: ...
+
+
+PidSink = Callable[[int], "str | None"]
+"""The start gate: learns the command's process group before the command runs; returns
+None to let it run, or why it must not (it then never runs: CommandRefused)."""
+
+GO, NO = b"go\n", b"no\n"
+"""What a gated wrapper reads on stdin before it runs the command (see GATE)."""
+GATE = ('IFS= read -r __deckhand_go; [ "$__deckhand_go" = go ] || exit 125; '
+        'exec </dev/null; ')
+"""sh that waits for GO and otherwise exits without running anything; stdin is /dev/null
+for the command itself, as without a gate."""
 
 TAIL_BYTES = 8192
 MAX_LINE = 65536
@@ -193,8 +202,9 @@ class Runner(Protocol):
 
         Never raises for a command that ran and failed; raises RunnerError when the
         command could not be run at all (host unreachable, auth refused...). ``on_start``
-        learns the command's process-group id as soon as it is known, so whoever takes a
-        run over can stop what is left of it (``kill_group``).
+        learns the command's process-group id before the command runs, so whoever takes a
+        run over can stop what is left of it (``kill_group``); the command waits for its
+        answer, and does not run at all if it names a reason (CommandRefused).
         """
         ...
 

@@ -11,8 +11,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from tools.errors import RunnerError
+from tools.errors import CommandRefused, RunnerError
 from tools.runners.base import (
+    GATE,
+    GO,
+    NO,
     CancelToken,
     CommandResult,
     OutputCollector,
@@ -38,9 +41,9 @@ class LocalRunner:
     def run(self, command: str, *, timeout: float, on_output: OutputSink | None = None,
             cancel: CancelToken | None = None, on_start: PidSink | None = None) -> CommandResult:
         started = time.monotonic()
-        proc = self._spawn(command)
-        if on_start is not None:
-            on_start(proc.pid)  # its own session: the pid is the process-group id
+        proc = self._spawn(command, gated=on_start is not None)
+        if on_start is not None:  # its own session: the pid is the process-group id
+            _answer_gate(proc, on_start)
         output = OutputCollector(on_output)
         reader = threading.Thread(target=_pump, args=(proc, output), daemon=True)
         reader.start()
@@ -78,15 +81,37 @@ class LocalRunner:
             time.sleep(0.05)
         _signal_group(pid, signal.SIGKILL)
 
-    def _spawn(self, command: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, command: str, *, gated: bool) -> subprocess.Popen[bytes]:
+        # gated: the shell waits on stdin for the start gate's answer (see base.GATE)
+        argv = ["/bin/sh", "-c", GATE + 'eval "$1"', "deckhand", command] if gated \
+            else ["/bin/sh", "-c", command]
         try:
             return subprocess.Popen(
-                ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
+                argv, stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 cwd=self.cwd, env=self.env, start_new_session=True,
             )
         except OSError as exc:
             raise RunnerError(f"could not start local command: {exc.strerror}") from exc
+
+
+def _answer_gate(proc: subprocess.Popen[bytes], on_start: PidSink) -> None:
+    """Ask the start gate; a refused command's shell exits without running it."""
+    assert proc.stdin is not None  # noqa: S101 - Popen was given stdin=PIPE when gated
+    try:
+        refusal = on_start(proc.pid)
+    except BaseException:
+        proc.stdin.close()  # EOF: the shell exits, running nothing
+        proc.wait()
+        raise
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(GO if refusal is None else NO)
+        proc.stdin.close()
+    if refusal is not None:
+        if proc.stdout is not None:
+            proc.stdout.close()
+        proc.wait()
+        raise CommandRefused(f"not started: {refusal}")
 
 
 def _pump(proc: subprocess.Popen[bytes], output: OutputCollector) -> None:

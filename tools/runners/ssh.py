@@ -8,6 +8,12 @@ How a command runs
     caller's thread, so a command that fills one stream never stalls on the other, and
     the deadline is checked between chunks.
 
+How a command starts
+    Given a start gate (``on_start``), the wrapper prints its pid and then waits for one
+    line on stdin: the gate records the pid (a run makes that record durable) and answers
+    GO, and only then does the command run; any other answer and nothing runs. So a
+    process that could outlive its worker always has a record that lets a takeover stop it.
+
 How a command is stopped
     Closing a channel does not stop the remote process: sshd leaves it running until it
     next writes. So the command is wrapped to print its pid first; sshd starts every
@@ -52,6 +58,7 @@ import paramiko
 
 from tools.errors import (
     CommandInterrupted,
+    CommandRefused,
     RunnerError,
     SSHAuthError,
     SSHConnectError,
@@ -60,6 +67,9 @@ from tools.errors import (
 )
 from tools.inventory import Host
 from tools.runners.base import (
+    GATE,
+    GO,
+    NO,
     CancelToken,
     CommandResult,
     OutputCollector,
@@ -90,6 +100,10 @@ PASSPHRASE_ENV = "DECKHAND_SSH_KEY_PASSPHRASE"
 # channel can be closed by the time it is sent, and sshd drops the connection for that.)
 _WRAPPER = ("exec /bin/sh -c 'echo DECKHAND_PID=$$; __deckhand_cmd=$1; shift; "
             "eval \"$__deckhand_cmd\"' deckhand {command} </dev/null")
+# Gated (a run's commands): stdin stays the channel until the wrapper has read GO, sent
+# once the start gate has recorded the pid; anything else and it exits, running nothing.
+_GATED_WRAPPER = ("exec /bin/sh -c 'echo DECKHAND_PID=$$; " + GATE + "__deckhand_cmd=$1; "
+                  "shift; eval \"$__deckhand_cmd\"' deckhand {command}")
 _PID_LINE = re.compile(rb"DECKHAND_PID=(\d+)\r?")
 _PID_SEARCH_LIMIT = 65536
 # Exits 0 only once the group is gone (or was already), 3 if it outlived SIGKILL. A member
@@ -202,7 +216,8 @@ class SSHRunner:
                               f"({self.options.max_sessions} commands already running)")
         try:
             with self._in_use():
-                channel = self._with_connection(lambda t: self._exec(t, _wrap(command)))
+                wrapped = _wrap(command, gated=on_start is not None)
+                channel = self._with_connection(lambda t: self._exec(t, wrapped))
                 try:
                     return self._follow(channel, on_output, started, timeout, cancel,
                                         on_start)
@@ -358,7 +373,7 @@ class SSHRunner:
                 timeout: float, cancel: CancelToken | None,
                 on_start: PidSink | None = None) -> CommandResult:
         output = OutputCollector(on_output)
-        pid = _PidLine(output, on_start)
+        pid = _PidLine(output, on_start, _Reply(channel, self.target))
         ready = _Ready(channel)
         killer = _Killer(self, pid, ready)
         unregister = cancel.on_cancel(killer.fire) if cancel else (lambda: None)
@@ -375,8 +390,12 @@ class SSHRunner:
                 _pump(channel, pid, output, ready, grace, stop_on_kill=False)
             pid.flush()
             output.close()
+            if pid.refusal is not None:  # the wrapper exited without running the command
+                raise CommandRefused(f"not started: {pid.refusal}")
             code = self._exit_code(channel, killed=killer.fired)
             unconfirmed = killer.outcome() if killer.fired else None
+        except CommandRefused:
+            raise
         except BaseException:
             # The output sink raised, or the connection dropped: the command may still
             # be running on the host, unobserved. Kill it (reconnecting if need be).
@@ -450,8 +469,8 @@ class SSHRunner:
         transport.close()
 
 
-def _wrap(command: str) -> str:
-    return _WRAPPER.format(command=shlex.quote(command))
+def _wrap(command: str, *, gated: bool = False) -> str:
+    return (_GATED_WRAPPER if gated else _WRAPPER).format(command=shlex.quote(command))
 
 
 def _open_channel(transport: paramiko.Transport,
@@ -473,10 +492,14 @@ class _PidLine:
     Lines a login script printed before it are passed through as ordinary output.
     """
 
-    def __init__(self, output: OutputCollector, on_pid: PidSink | None = None):
+    def __init__(self, output: OutputCollector, on_pid: PidSink | None = None,
+                 reply: _Reply | None = None):
         self.output = output
         self.on_pid = on_pid
+        self.reply = reply
         self.pid: int | None = None
+        self.refusal: str | None = None
+        """Why the start gate refused the command (it then never ran)."""
         self.known = threading.Event()
         self._buffer = b""
 
@@ -496,8 +519,7 @@ class _PidLine:
                 self.pid = int(found.group(1))
                 self._buffer = b""
                 self.known.set()
-                if self.on_pid is not None:
-                    self.on_pid(self.pid)
+                self._gate(self.pid)
                 if rest:
                     self.output.feed(rest)
                 return
@@ -506,9 +528,33 @@ class _PidLine:
 
     def flush(self) -> None:
         buffer, self._buffer = self._buffer, b""
+        if not self.known.is_set() and self.on_pid is not None:
+            # no pid: nothing could stop it after a takeover, so a gated command never runs
+            self.refusal = "its process id never came back from the host"
+            if self.reply is not None:
+                self.reply.send(NO)
         self.known.set()
         if buffer:
             self.output.feed(buffer)
+
+    def _gate(self, pid: int) -> None:
+        """Ask the start gate, then tell a gated wrapper to run the command or not."""
+        if self.on_pid is None:
+            return
+        self.refusal = self.on_pid(pid)
+        if self.reply is not None:
+            self.reply.send(GO if self.refusal is None else NO)
+
+
+class _Reply:
+    """Sends the start gate's answer to the waiting wrapper on the channel's stdin."""
+
+    def __init__(self, channel: paramiko.Channel, target: str):
+        self.channel, self.target = channel, target
+
+    def send(self, answer: bytes) -> None:
+        with _translate(self.target, "starting a command on"):
+            self.channel.sendall(answer)
 
 
 class _Ready:
