@@ -184,7 +184,8 @@ class _Loader:
         inventory: Inventory | None = self._model(Inventory, raw, ("inventory",),
                                                   context={"defer_references": True})
         if inventory is not None:
-            for path, message in inventory.reference_problems():
+            for path, message in [*inventory.reference_problems(),
+                                  *inventory.alias_problems()]:
                 self._add(self.doc, ("inventory", *path), message)
         return inventory
 
@@ -259,15 +260,25 @@ def _policy_problems(policy: Policy, inventory: Inventory) -> list[tuple[Where, 
     default rule (or turn the promotion check off), so each one is an error."""
     known = inventory.environments
     hint = f"(known: {', '.join(sorted(known)) or 'none configured'})"
+    aliases = {a: n for n, env in known.items() for a in env.aliases}
     out: list[tuple[Where, str]] = [
-        (("environments", name), f"unknown environment {name!r} {hint}")
+        (("environments", name), _unknown_in_policy(name, aliases, hint))
         for name in policy.environments if name not in known]
     for index, name in enumerate(policy.promotion):
         if name not in known:
-            out.append((("promotion", index), f"unknown environment {name!r} {hint}"))
+            out.append((("promotion", index), _unknown_in_policy(name, aliases, hint)))
         elif name in policy.promotion[:index]:
             out.append((("promotion", index), f"{name!r} is listed twice"))
     return out
+
+
+def _unknown_in_policy(name: str, aliases: dict[str, str], hint: str) -> str:
+    """An alias is refused in policy too: rules name the environment itself, so that no
+    rule can be written for a second name and miss the requests that use the first."""
+    if name in aliases:
+        return (f"{name!r} is an alias of {aliases[name]}: policy names the environment "
+                f"itself; write {aliases[name]!r}")
+    return f"unknown environment {name!r} {hint}"
 
 
 def _batch_gate_problems(names: list[str], catalog: Catalog) -> list[str]:

@@ -21,6 +21,7 @@ from agents.config import Config
 from agents.errors import EvaluationError
 from agents.plan import Plan
 from agents.planning.planner import CompositePlanner
+from agents.planning.phrasing import Phrasing
 from agents.planning.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from tools.redact import Redactor
@@ -130,7 +131,7 @@ def build_subject(spec: PlannerSpec, config: Config, settings: Settings,
     """
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     books = PlaybookPlanner(config.playbooks, redact=redact,
-                            environments=list(config.inventory.environments))
+                            phrasing=Phrasing.of(config.inventory.environments))
     if not spec.uses_model:
         return Subject(spec, lambda request: books.plan(request, requested_by="eval"))
     llm, traffic = _llm(spec, config, settings, recordings, redact)

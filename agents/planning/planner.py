@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agents.config import Config
 from agents.errors import NoPlanFound, PlannerError
 from agents.plan import Plan
+from agents.planning.phrasing import Phrasing, canonical_environments
 from agents.planning.playbooks import PlaybookPlanner
 from agents.runs import Run
 from agents.settings import Settings
@@ -83,7 +84,7 @@ class CompositePlanner:
         if self.llm is None:
             raise NoPlanFound(f"{help_text}\n{NO_LLM_HINT}")
         try:
-            return self.llm.plan(request, requested_by=requested_by)
+            return self._canonical(self.llm.plan(request, requested_by=requested_by))
         except NoPlanFound as exc:
             raise NoPlanFound(f"{exc}\n{help_text}") from exc
         except PlannerError as exc:
@@ -93,7 +94,13 @@ class CompositePlanner:
         """A new version of ``plan``; needs the LLM (playbooks say so otherwise)."""
         if self.llm is None:
             return self.playbooks.modify(plan, instruction, requested_by=requested_by)
-        return self.llm.modify(plan, instruction, requested_by=requested_by)
+        return self._canonical(self.llm.modify(plan, instruction, requested_by=requested_by))
+
+    def _canonical(self, plan: Plan) -> Plan:
+        """A model's plan with environments named as policy knows them ("prod" → production),
+        before validation and policy see it: an alias never selects a weaker rule."""
+        canonical_environments(plan.all_steps, self.playbooks.phrasing)
+        return plan
 
     def replan(self, plan: Plan, run: Run, *, requested_by: str) -> Plan | None:
         """Revised remaining steps after a failure, or None to roll back (always, without LLM)."""
@@ -106,7 +113,7 @@ def build_planner(config: Config, settings: Settings) -> CompositePlanner:
     """The planner for this deployment: playbooks, plus the LLM when OPENAI_API_KEY is set."""
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     playbooks = PlaybookPlanner(config.playbooks, redact=redact,
-                                environments=list(config.inventory.environments))
+                                phrasing=Phrasing.of(config.inventory.environments))
     if settings.openai_api_key is None:
         log.info("no OPENAI_API_KEY: planning with playbooks only")
         return CompositePlanner(playbooks)

@@ -7,8 +7,6 @@ The filled plan still goes through the same validation as any other plan.
 
 from __future__ import annotations
 
-import difflib
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents.errors import NoPlanFound, PlanInvalid
 from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
+from agents.planning.phrasing import DEFAULT_TYPES, CaptureError, CaptureType, Phrasing
 from tools.regex import compile_safe
-
-_TARGET = re.compile(r"\b(?:to|in|on|of)\s+(\w+)\W*$", re.IGNORECASE)
-"""The environment a request names at its end ("... to mars"), to name it when unknown."""
 
 
 class Playbook(BaseModel):
@@ -33,6 +29,8 @@ class Playbook(BaseModel):
     match: list[str] = Field(min_length=1)
     examples: list[str] = Field(default_factory=list)
     defaults: dict[str, str] = Field(default_factory=dict)
+    types: dict[str, CaptureType] = Field(default_factory=dict)
+    """How captured groups are read (``version`` and ``environment`` are typed by name)."""
     goal: str
     steps: list[Step] = Field(min_length=1)
     rollback: list[RollbackStep] = Field(default_factory=list)
@@ -44,22 +42,34 @@ class Playbook(BaseModel):
             compile_safe(pattern, ignore_case=True)  # ValueError names the problem
         return patterns
 
-    def groups_for(self, request: str) -> dict[str, str] | None:
-        """The named groups of the first pattern that matches ``request`` in full.
+    def groups_for(self, request: str,
+                   phrasing: Phrasing | None = None) -> dict[str, Any] | None:
+        """The typed values of the first pattern that matches ``request`` in full.
 
-        Matching ignores case, so the captured values are lower-cased too: ``DEPLOY V2.3.1``
-        then plans exactly what ``deploy v2.3.1`` does instead of failing a version pattern.
+        The request is read as people say it (``agents.planning.phrasing``): filler dropped,
+        versions in one form, aliases as their environment. Matching ignores case; captured
+        values keep theirs ("say Hello World" says "Hello World"). Raises CaptureError when
+        a captured value is not of its type ("count lots").
         """
-        for pattern in self.match:
-            found = compile_safe(pattern, ignore_case=True).fullmatch(request.strip())
-            if found:
-                values = dict(self.defaults)
-                values.update({k: v.lower() for k, v in found.groupdict().items()
-                               if v is not None})
-                return values
+        phrasing = phrasing or Phrasing()
+        for text in phrasing.variants(request):
+            for pattern in self.match:
+                found = compile_safe(pattern, ignore_case=True).fullmatch(text)
+                if found:
+                    return self._typed({k: v for k, v in found.groupdict().items()
+                                        if v is not None}, phrasing)
         return None
 
-    def instantiate(self, values: dict[str, str], *, requested_by: str) -> Plan:
+    def type_of(self, name: str) -> CaptureType:
+        return self.types.get(name) or DEFAULT_TYPES.get(name, "string")
+
+    def _typed(self, captured: dict[str, str], phrasing: Phrasing) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, raw in {**self.defaults, **captured}.items():
+            values[name] = phrasing.convert(name, self.type_of(name), raw)
+        return values
+
+    def instantiate(self, values: dict[str, Any], *, requested_by: str) -> Plan:
         started = time.perf_counter()
         body = {
             "goal": _fill(self.goal, values),
@@ -79,13 +89,20 @@ class PlaybookPlanner:
     """Plans a request with the first playbook that matches it."""
 
     def __init__(self, playbooks: list[Playbook], *, environments: list[str] | None = None,
-                 redact: Callable[[str], str] = lambda text: text):
+                 redact: Callable[[str], str] = lambda text: text,
+                 phrasing: Phrasing | None = None):
         self.playbooks, self.redact = playbooks, redact
-        self.environments = environments or []
+        self.phrasing = phrasing or Phrasing(tuple(environments or ()))
+        self.environments = list(self.phrasing.environments)
 
-    def match(self, request: str) -> tuple[Playbook, dict[str, str]] | None:
+    def match(self, request: str) -> tuple[Playbook, dict[str, Any]] | None:
+        """The first playbook matching ``request`` and its typed values; NoPlanFound when a
+        captured value is not of its type (the message names it)."""
         for playbook in self.playbooks:
-            values = playbook.groups_for(request)
+            try:
+                values = playbook.groups_for(request, self.phrasing)
+            except CaptureError as exc:
+                raise NoPlanFound(f"{playbook.name}: {exc}") from None
             if values is not None:
                 return playbook, values
         return None
@@ -101,12 +118,13 @@ class PlaybookPlanner:
             raise NoPlanFound(unknown)
         return playbook.instantiate(values, requested_by=requested_by)
 
-    def _unknown_environment(self, name: str | None) -> str | None:
+    def _unknown_environment(self, name: Any) -> str | None:
         """Name an environment the inventory lacks, with the known ones (None if fine)."""
-        if name is None or not self.environments or name.lower() in self.environments:
+        if not isinstance(name, str) or not self.environments \
+                or self.phrasing.environment(name) is not None:
             return None
         return (f"unknown environment {name!r}; known environments: "
-                f"{', '.join(self.environments)}")
+                f"{self.phrasing.describe_known()}{self.phrasing.did_you_mean(name)}")
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
         """Playbooks cannot follow free-text instructions; say what works instead."""
@@ -114,39 +132,29 @@ class PlaybookPlanner:
                           "(set OPENAI_API_KEY); edit the plan as YAML instead")
 
     def help_text(self, request: str) -> str:
-        """Why nothing matched: an unknown environment named, then the closest playbooks.
-        The request is echoed redacted and cut (help is shown to users)."""
-        shown = self.redact(request.strip())
-        shown = shown if len(shown) <= 80 else shown[:79] + "…"
-        found = _TARGET.search(request.strip())
-        unknown = self._unknown_environment(found.group(1) if found else None)
-        lines = [f"I don't know how to plan {shown!r}."]
-        if unknown:
-            lines[0] += f" It names an {unknown}."
-        lines.append("Closest requests I know:" if self.playbooks else "No playbooks are set up.")
-        for playbook in self.closest(request):
-            example = playbook.examples[0] if playbook.examples else playbook.match[0]
-            lines.append(f"  • {example} — {playbook.description or playbook.name}")
-        return "\n".join(lines)
+        """Why nothing matched: what was understood, then the closest requests that would
+        run as typed, each asking for a piece the request lacked. The request is echoed
+        redacted and cut (help is shown to users)."""
+        from agents.planning.suggest import explain
 
-    def closest(self, request: str, *, limit: int = 5) -> list[Playbook]:
-        """The playbooks whose examples look most like ``request``, best first."""
-        def score(playbook: Playbook) -> float:
-            texts = playbook.examples or [playbook.name]
-            return max(difflib.SequenceMatcher(None, request.lower(), t.lower()).ratio()
-                       for t in texts)
+        return explain(request, self.playbooks, self.phrasing, redact=self.redact)
 
-        return sorted(self.playbooks, key=score, reverse=True)[:limit]
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(map(str, loc)) + ": " if loc else ""
 
 
-def _fill(value: Any, values: dict[str, str]) -> Any:
-    """Replace ``{name}`` in every string of ``value`` (``${steps...}`` refs are left alone)."""
+def _fill(value: Any, values: dict[str, Any]) -> Any:
+    """Replace ``{name}`` in every string of ``value`` (``${steps...}`` refs are left alone).
+    A string that is one placeholder takes the typed value itself (``"{n}"`` → 3)."""
     if isinstance(value, str):
-        return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        whole = PLACEHOLDER.fullmatch(value)
+        if whole and whole.group(1) in values:
+            return values[whole.group(1)]
+        return PLACEHOLDER.sub(lambda m: _text(values.get(m.group(1), m.group(0))), value)
     if isinstance(value, dict):
         return {k: _fill(v, values) for k, v in value.items()}
     if isinstance(value, list):

@@ -76,11 +76,17 @@ def test_unknown_environment_is_named_with_the_known_ones(services: Services) ->
 
 
 def test_no_match_suggests_closest_playbooks_with_examples(services: Services) -> None:
-    with pytest.raises(NoPlanFound) as refused:
+    with pytest.raises(NoPlanFound) as refused:  # "please" is filler; the typo is named
         services.make_plan("rollback prodution please", requested_by="alice")
+    assert "unknown environment 'prodution'" in str(refused.value)
+    assert "Did you mean production?" in str(refused.value)
+    with pytest.raises(NoPlanFound) as refused:
+        services.make_plan("take production back a release", requested_by="alice")
     lines = str(refused.value).splitlines()
-    assert "Closest" in lines[1] and "roll back production" in lines[2]
-    assert len([line for line in lines if line.startswith("  • ")]) == 4  # all, closest first
+    assert "I understood: environment production" in lines[0] and "Closest" in lines[1]
+    suggested = [line for line in lines if line.startswith("  • ")]
+    assert len(suggested) == 4  # all, closest first
+    assert all("staging" not in line.split(" — ")[0] for line in suggested[:2])
 
 
 def test_one_error_per_problem(services: Services) -> None:
