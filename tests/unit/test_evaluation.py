@@ -128,7 +128,7 @@ def test_differences_list_only_cases_whose_verdict_changed() -> None:
          outcome("worse", refusal="declined")]
     diffs = differences(a, b)
     assert [(d.case, d.a, d.b) for d in diffs] == [
-        ("worse", "pass, F1 1.00/1.00", "FAIL: declined")]
+        ("worse", "pass: right plan, F1 1.00/1.00", "FAIL: no plan (declined)")]
 
 
 def test_thresholds_name_each_missed_figure() -> None:
