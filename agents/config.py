@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from agents.errors import PlanError
 from agents.history import HistorySettings
 from agents.plan import PLACEHOLDER, Plan
+from agents.planning.phrasing import CaptureError, Phrasing
 from agents.planning.playbooks import Playbook
 from agents.planning.templates import PromptSet, Template, TemplateRefused, read_template
 from agents.policy import Policy
@@ -353,7 +354,11 @@ class _PlaybookCheck:
         return (*place, "params", param.group(1)) if param else place
 
     def _example(self, example: str, *, check: bool) -> list[str]:
-        values = self.book.groups_for(example)
+        try:
+            values = self.book.groups_for(
+                example, Phrasing.of(self.config.inventory.environments))
+        except CaptureError as exc:
+            return [f"example {example!r}: {exc}"]
         if values is None:
             return [f"example {example!r} does not match the playbook's patterns"]
         if not check:  # the template's own problems were reported; skip their echoes

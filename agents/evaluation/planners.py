@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from agents.config import Config
 from agents.errors import EvaluationError
 from agents.plan import Plan
-from agents.planning.planner import CompositePlanner
 from agents.planning.phrasing import Phrasing
+from agents.planning.planner import CompositePlanner
 from agents.planning.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from tools.redact import Redactor

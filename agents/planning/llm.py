@@ -36,6 +36,7 @@ from agents.config import Config
 from agents.errors import NoPlanFound, PlanInvalid, PlannerError
 from agents.plan import ANSWER_LIMIT, Plan, PlannerInfo, Step
 from agents.planning import prompt
+from agents.planning.phrasing import Phrasing, canonical_environments
 from agents.planning.prompt import WirePlan, WireReplan
 from agents.runs import Run, StepStatus
 from agents.settings import Settings
@@ -289,6 +290,8 @@ class LLMPlanner:
         """Build the plan and validate it; every problem becomes a repair request."""
         try:
             plan = make()
+            # "prod" from the model is production before validation and policy read it
+            canonical_environments(plan.all_steps, Phrasing.of(self.config.inventory.environments))
             validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         except PlanInvalid as exc:
             raise _Refused(exc.problems) from exc

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agents.config import Config
 from agents.errors import NoPlanFound, PlannerError
 from agents.plan import Plan
-from agents.planning.phrasing import Phrasing, canonical_environments
+from agents.planning.phrasing import Phrasing
 from agents.planning.playbooks import PlaybookPlanner
 from agents.runs import Run
 from agents.settings import Settings
@@ -84,7 +84,7 @@ class CompositePlanner:
         if self.llm is None:
             raise NoPlanFound(f"{help_text}\n{NO_LLM_HINT}")
         try:
-            return self._canonical(self.llm.plan(request, requested_by=requested_by))
+            return self.llm.plan(request, requested_by=requested_by)
         except NoPlanFound as exc:
             raise NoPlanFound(f"{exc}\n{help_text}") from exc
         except PlannerError as exc:
@@ -94,13 +94,7 @@ class CompositePlanner:
         """A new version of ``plan``; needs the LLM (playbooks say so otherwise)."""
         if self.llm is None:
             return self.playbooks.modify(plan, instruction, requested_by=requested_by)
-        return self._canonical(self.llm.modify(plan, instruction, requested_by=requested_by))
-
-    def _canonical(self, plan: Plan) -> Plan:
-        """A model's plan with environments named as policy knows them ("prod" → production),
-        before validation and policy see it: an alias never selects a weaker rule."""
-        canonical_environments(plan.all_steps, self.playbooks.phrasing)
-        return plan
+        return self.llm.modify(plan, instruction, requested_by=requested_by)
 
     def replan(self, plan: Plan, run: Run, *, requested_by: str) -> Plan | None:
         """Revised remaining steps after a failure, or None to roll back (always, without LLM)."""
