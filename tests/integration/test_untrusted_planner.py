@@ -103,7 +103,7 @@ def test_1_added_criteria_are_enforced_and_shown_everywhere(
     openai_standin.reply_json(answer)
     console_flow, console = flow(services, Decision.APPROVE)
 
-    run = console_flow.handle("put v2.3.1 on staging", yes=True)
+    run = console_flow.handle("get v2.3.1 onto staging", yes=True)  # no playbook: the LLM
 
     assert run is not None and run.status is RunStatus.ROLLED_BACK
     assert "output never matched '^GET /health -> 299'" in str(run.steps["smoke_staging"].error)
