@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from agents import tracing
+from agents.dryrun import verdict
 from agents.history import Deploy, Where
 from agents.ids import short_id
 from agents.plan import Plan, Step, format_params
@@ -415,16 +416,18 @@ def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> li
     return blocks
 
 
-def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str]) -> list[Block]:
-    """What a dry run found: each check's last lines, and what it could not check."""
-    lines = [f"🧪 *DRY RUN {run.status.value.replace('_', ' ').upper()}* — nothing was changed"]
+def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str],
+                   notes: list[str] | None = None) -> list[Block]:
+    """What a dry run found: each check's last lines, each step with nothing to check (and
+    why, from ``notes``), ending on a verdict that cannot read as a deploy's success."""
+    said = verdict(run.status.value, checked=len(run.steps), unchecked=unchecked)
+    lines = [f"🧪 *{escape(said)}*"]
     for step in run.steps.values():
         for host in step.hosts.values():
             said = "; ".join(host.tail.splitlines()[-2:]) or host.error or step.status.value
             lines.append(f"• `{step.id}` on {escape(host.host)}: {escape(trim(said, 300))}")
-    if unchecked:
-        lines.append("not checked (no `check:` in tools.yml): "
-                     + ", ".join(f"`{s}`" for s in unchecked))
+    lines += [f"• {escape(line)}" for line in notes or [f"{s}: nothing to check"
+                                                         for s in unchecked]]
     return _pack_lines(lines, budget=MAX_BLOCKS - 2, more_hint="(see `deckhand run --dry-run`)")
 
 

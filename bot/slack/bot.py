@@ -19,6 +19,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from agents.approvals import approvals_needed, steer_problem
+from agents.dryrun import verdict
 from agents.errors import ApprovalRefused
 from agents.ids import short_id
 from agents.plan import Plan
@@ -190,8 +191,10 @@ class Bot:
                                               text=f"Dry run: {plan.goal}")
         run, dry = self.services.dry_run(plan, user=user)
         self.client.chat_postMessage(channel=channel, thread_ts=posted["ts"],
-                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked),
-                                     text=f"Dry run {run.status.value}")
+                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked,
+                                                              dry.nothing_to_check()),
+                                     text=verdict(run.status.value, checked=len(run.steps),
+                                                  unchecked=dry.unchecked))
         return run
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,

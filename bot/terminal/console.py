@@ -22,7 +22,7 @@ from rich.text import Text
 
 from agents.approvals import approval_problem, approvals_needed
 from agents.dryrun import LABEL as DRY_LABEL
-from agents.dryrun import dry_plan
+from agents.dryrun import dry_plan, verdict
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.ids import short_id
 from agents.mirror import RunMirror
@@ -114,19 +114,22 @@ class ConsoleFlow:
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
         dry = dry_plan(plan, self.services.config.catalog)
         blank = Run.for_plan(dry.plan, self.services.targets(dry.plan))
-        live, mirror = self._live_status(dry.plan, blank)
-        with live:
-            run, _ = self.services.dry_run(plan, user=self.user, listeners=[mirror])
-        self.console.print(summary(dry.plan, run))
+        if not dry.plan.steps:  # nothing to check: no empty live table, just say so below
+            run, _ = self.services.dry_run(plan, user=self.user)
+        else:
+            live, mirror = self._live_status(dry.plan, blank)
+            with live:
+                run, _ = self.services.dry_run(plan, user=self.user, listeners=[mirror])
+            self.console.print()
         for step in run.steps.values():
             for host in step.hosts.values():
                 for line in host.tail.splitlines()[-3:]:
                     self.console.print(f"  {step.id} on {host.host}: {line}", markup=False,
                                        highlight=False)
-        if dry.unchecked:
-            self.console.print(f"not checked (no check: in tools.yml): "
-                               f"{', '.join(dry.unchecked)}", markup=False)
-        self.console.print(f"[bold cyan]{DRY_LABEL}[/]")
+        for line in dry.nothing_to_check():
+            self.console.print(f"  {line}", markup=False, highlight=False)
+        self.console.print(verdict(run.status.value, checked=len(run.steps),
+                                   unchecked=dry.unchecked), style="bold cyan", markup=False)
         return run
 
     def _close(self, run_id: str, reason: str, message: str) -> Run:
