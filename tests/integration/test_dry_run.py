@@ -41,7 +41,7 @@ def test_terminal_dry_run_checks_everything_and_changes_nothing(sample_config: C
         assert f"{step}: nothing to check (tool {tool} has no check: in tools.yml)" in text
     assert text.rstrip().endswith("DRY RUN: CHECKS PASSED (5 checked, 3 with nothing to "
                                   "check) — nothing was changed")
-    dry_part = text.split("[dry run]")[-1].splitlines()
+    dry_part = text.split("each step runs its tool's check")[-1].splitlines()
     assert not any(line.strip().startswith("SUCCEEDED") for line in dry_part)  # no deploy-like status
     assert _answers(sample_config) == {"v2.3.1"}  # still serving what was deployed
     assert sorted(str(p) for p in hosts.rglob("*")) == before
