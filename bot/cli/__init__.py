@@ -174,6 +174,8 @@ def _add_check(commands: Commands) -> None:
                                  "verify the live store's invariants")
     parser.add_argument("config", type=Path, nargs="?",
                         help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
+    parser.add_argument("--config", "-c", dest="config_flag", type=Path, metavar="CONFIG",
+                        help="the same, as every other command takes it")
     parser.add_argument("--store", action="store_true",
                         help="check the store's invariants instead, naming each bad key")
     parser.add_argument("--repair", action="store_true",
@@ -186,7 +188,12 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         from bot.cli.store_check import check_store
 
         return check_store(args, console)
-    args.config = find_config(str(args.config) if args.config else None)
+    if args.config and args.config_flag and args.config != args.config_flag:
+        console.print(f"error: two configs given ({args.config} and --config "
+                      f"{args.config_flag}); give one", markup=False, highlight=False)
+        return 2
+    given = args.config or args.config_flag
+    args.config = find_config(str(given) if given else None)
     config = load_config(args.config)
     console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
                   f"{len(config.inventory.hosts)} hosts, "

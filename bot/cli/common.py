@@ -24,7 +24,9 @@ DEFAULT_NAME = "deckhand.yml"
 
 
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", default=None,
+    """``--config``/``-c``. Absent unless given (SUPPRESS), so a subcommand's own option
+    never blanks one given before it (``deckhand hosts --config X check``)."""
+    parser.add_argument("--config", "-c", default=argparse.SUPPRESS,
                         help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
 
 
