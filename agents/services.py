@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,7 +54,8 @@ class Services:
     clock: Callable[[], float] = field(default=time.time)
 
     def make_plan(self, request: str, *, requested_by: str,
-                  break_glass: str | None = None) -> Plan:
+                  break_glass: str | None = None,
+                  params: Mapping[str, str] | None = None) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
         (FreezeRefused during a freeze, unless a ``break_glass`` reason is given).
 
@@ -66,13 +67,23 @@ class Services:
                             f"{MAX_REQUEST} can be planned")
         with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
                                             "deckhand.request.length": len(request)}) as span:
-            plan = self.planner.plan(request, requested_by=requested_by)
+            plan = (self._plan_with(request, requested_by, params) if params
+                    else self.planner.plan(request, requested_by=requested_by))
             plan.planner.traceparent = tracing.current_traceparent()
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
         blocked = self.frozen(self.targets(plan).environments)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
+        return plan
+
+    def _plan_with(self, request: str, requested_by: str, params: Mapping[str, str]) -> Plan:
+        """A plan with parameters set explicitly (``-e``), by planners that take them."""
+        plan_with = getattr(self.planner, "plan_with", None)
+        if plan_with is None:
+            raise PlanError("this planner cannot take parameters set with -e; put them in "
+                            "the request")
+        plan: Plan = plan_with(request, requested_by=requested_by, params=params)
         return plan
 
     def break_glass_note(self, plan: Plan, reason: str) -> str:

@@ -8,7 +8,7 @@ The filled plan still goes through the same validation as any other plan.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -107,9 +107,16 @@ class PlaybookPlanner:
                 return playbook, values
         return None
 
-    def plan(self, request: str, *, requested_by: str) -> Plan:
-        """The plan for ``request``; NoPlanFound (listing what can be asked) if none matches."""
-        found = self.match(request)
+    def plan(self, request: str, *, requested_by: str,
+             params: Mapping[str, str] | None = None) -> Plan:
+        """The plan for ``request``; NoPlanFound (listing what can be asked) if none matches.
+        ``params`` are set explicitly (``-e key=value``, see agents.planning.explicit)."""
+        if params:
+            from agents.planning.explicit import choose
+
+            found = choose(self.playbooks, request, params, self.phrasing)
+        else:
+            found = self.match(request)
         if found is None:
             raise NoPlanFound(self.help_text(request))
         playbook, values = found

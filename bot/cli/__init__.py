@@ -20,6 +20,7 @@ from rich.console import Console
 from agents.config import load_config
 from agents.errors import ApprovalRefused
 from agents.plan_yaml import plan_to_yaml
+from agents.planning.explicit import parse_assignments
 from agents.planning.templates import PromptSet
 from agents.runs import RunStatus
 from agents.settings import Settings
@@ -27,6 +28,7 @@ from bot.cli.common import (
     Commands,
     Handler,
     add_config_arg,
+    add_param_arg,
     add_user_args,
     confirmer,
     find_config,
@@ -131,6 +133,7 @@ def _add_run(commands: Commands) -> None:
     parser.add_argument("--break-glass", metavar="REASON",
                         help="go ahead during a freeze; needs one more approval "
                              "(policy.break_glass)")
+    add_param_arg(parser)
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
@@ -138,7 +141,8 @@ def _add_run(commands: Commands) -> None:
 def _run(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     try:
-        flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args))
+        flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args),
+                           params=parse_assignments(args.set))
         if args.dry_run:
             dry = flow.dry_run(args.request)
             return ExitCode.SUCCEEDED if dry.status is RunStatus.SUCCEEDED else ExitCode.FAILED
@@ -152,13 +156,15 @@ def _add_plan(commands: Commands) -> None:
     parser = commands.add_parser("plan", help="show the plan for a request without running it")
     parser.add_argument("request")
     parser.add_argument("--format", choices=["table", "yaml", "json"], default="table")
+    add_param_arg(parser)
     add_config_arg(parser)
     parser.set_defaults(handler=_plan)
 
 
 def _plan(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    plan = services.make_plan(args.request, requested_by=getpass.getuser())
+    plan = services.make_plan(args.request, requested_by=getpass.getuser(),
+                              params=parse_assignments(args.set))
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":

@@ -30,6 +30,13 @@ def add_config_arg(parser: argparse.ArgumentParser) -> None:
                         help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
 
 
+def add_param_arg(parser: argparse.ArgumentParser) -> None:
+    """``-e KEY=VALUE``: set a parameter explicitly instead of relying on a phrasing."""
+    parser.add_argument("-e", "--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a parameter explicitly (repeat for several), e.g. "
+                             "-e version=v1.0.3; a request that is a playbook's name picks it")
+
+
 def find_config(explicit: str | None) -> Path:
     """The config file to use: ``--config``, then ``$DECKHAND_CONFIG``, then ./deckhand.yml.
 

@@ -4,8 +4,10 @@ everywhere (and `check CONFIG` positionally), completion completes file paths.""
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +80,33 @@ def test_completion_completes_paths_for_config_and_cases(
         assert "--cases" in script and ":config:_files" in script
         cases_line = next(line for line in script.splitlines() if '"--cases' in line)
         assert cases_line.endswith(':_files"')
+
+
+def plan_json(config: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["plan", *argv, "--format", "json", "--config", str(config)]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_e_sets_a_parameter_explicitly(config: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    by_name = plan_json(config, capsys, "deploy", "-e", "version=1.0.5")
+    assert by_name["planner"]["name"] == "playbook deploy"
+    assert {s["params"].get("version") for s in by_name["steps"]} == {"v1.0.5"}
+    overridden = plan_json(config, capsys, "ship v1.0.0 to staging", "-e", "version=v2.0.0")
+    assert {s["params"].get("version") for s in overridden["steps"]} == {"v2.0.0"}
+    aliased = plan_json(config, capsys, "status", "--set", "environment=prod")
+    assert [s["params"] for s in aliased["steps"]] == [{"environment": "production"}]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["deploy", "-e", "verison=1.0.5"], "playbook deploy has no parameter 'verison'; it "
+                                        "takes: version"),
+    (["deploy", "-e", "oops"], "-e 'oops': write KEY=VALUE"),
+    (["status", "-e", "environment=mars"], "unknown environment 'mars'"),
+    (["deploy", "-e", "version=; rm -rf /"], "version"),
+])
+def test_a_wrong_e_is_one_clear_error(config: Path, capsys: pytest.CaptureFixture[str],
+                                      argv: list[str], said: str) -> None:
+    assert main(["plan", *argv, "--config", str(config)]) == 2
+    out = capsys.readouterr()
+    assert said in out.out + out.err and "Traceback" not in out.out + out.err
