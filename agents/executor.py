@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents import logcontext, tracing
+from agents.limit import allowed_hosts
 from agents.plan import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from agents.targets import environment_of, resolve
@@ -294,6 +295,9 @@ class _Execution:
         if tool.target == "environment" and env not in self.deps.inventory.environments:
             return StepStatus.FAILED, f"no hosts: environment {env!r} is not in the inventory", {}
         hosts = self.deps.inventory.hosts_of(tool.target, env)
+        if self.plan.limit and hosts:  # --limit: only ever fewer hosts (agents.limit)
+            allowed = allowed_hosts(self.plan.limit, self.deps.inventory)
+            hosts = [h for h in hosts if h.name in allowed]
         if tool.target != "local" and not hosts:  # never fall back to this machine
             return StepStatus.FAILED, f"no hosts for target {tool.target}", {}
         if phase is Phase.ROLLBACK and hosts:

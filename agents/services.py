@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +55,8 @@ class Services:
 
     def make_plan(self, request: str, *, requested_by: str,
                   break_glass: str | None = None,
-                  params: Mapping[str, str] | None = None) -> Plan:
+                  params: Mapping[str, str] | None = None,
+                  limit: Sequence[str] = ()) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
         (FreezeRefused during a freeze, unless a ``break_glass`` reason is given).
 
@@ -70,6 +71,8 @@ class Services:
             plan = (self._plan_with(request, requested_by, params) if params
                     else self.planner.plan(request, requested_by=requested_by))
             plan.planner.traceparent = tracing.current_traceparent()
+            if limit:  # part of the plan and its hash: approvers see the narrowed hosts
+                plan.limit = list(limit)
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
         blocked = self.frozen(self.targets(plan).environments)

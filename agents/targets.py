@@ -7,9 +7,10 @@ touch an environment that some other check did not see.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agents.limit import narrowed
 from agents.plan import Plan, RollbackStep, Step
 from agents.policy import UNSCOPED
 from tools.catalog import OUTPUT_REF, Catalog, Tool
@@ -79,17 +80,20 @@ def resolve(plan: Plan, catalog: Catalog, inventory: Inventory) -> PlanTargets:
     out: dict[str, StepTargets] = {}
     for step in plan.all_steps:
         if step.id not in out:
-            out[step.id] = step_targets(step, catalog, inventory, undo=undo)
+            out[step.id] = step_targets(step, catalog, inventory, undo=undo, limit=plan.limit)
     return PlanTargets(out)
 
 
 def step_targets(step: Step | RollbackStep, catalog: Catalog, inventory: Inventory, *,
-                 undo: Iterable[str | None] = ()) -> StepTargets:
-    """Targets of one step: explicit params, then the tool's defaults, then its target."""
+                 undo: Iterable[str | None] = (), limit: Sequence[str] = ()) -> StepTargets:
+    """Targets of one step: explicit params, then the tool's defaults, then its target;
+    narrowed to ``limit`` (hosts, groups, environments) when there is one."""
     tool = catalog.tools.get(step.tool)
     if tool is None:
         return StepTargets()
     envs, hosts = _where(tool, catalog.with_defaults(tool, dict(step.params)), inventory)
+    if limit and hosts != (LOCAL_HOST_NAME,):
+        hosts = tuple(narrowed(hosts, limit, inventory))
     listed = {h for e in inventory.environments.values() for h in e.hosts}
     outside = not envs or any(h not in listed for h in hosts)
     return StepTargets(envs, hosts, mutates=tool.mutates, undo=tool.name in set(undo),

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from agents.config import load_config
 from agents.errors import ApprovalRefused
+from agents.limit import parse_limit
 from agents.plan_yaml import plan_to_yaml
 from agents.planning.explicit import parse_assignments
 from agents.planning.templates import PromptSet
@@ -28,6 +29,7 @@ from bot.cli.common import (
     Commands,
     Handler,
     add_config_arg,
+    add_limit_arg,
     add_param_arg,
     add_user_args,
     confirmer,
@@ -134,6 +136,7 @@ def _add_run(commands: Commands) -> None:
                         help="go ahead during a freeze; needs one more approval "
                              "(policy.break_glass)")
     add_param_arg(parser)
+    add_limit_arg(parser)
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
@@ -142,7 +145,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     try:
         flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args),
-                           params=parse_assignments(args.set))
+                           params=parse_assignments(args.set), limit=parse_limit(args.limit))
         if args.dry_run:
             dry = flow.dry_run(args.request)
             return ExitCode.SUCCEEDED if dry.status is RunStatus.SUCCEEDED else ExitCode.FAILED
@@ -157,6 +160,7 @@ def _add_plan(commands: Commands) -> None:
     parser.add_argument("request")
     parser.add_argument("--format", choices=["table", "yaml", "json"], default="table")
     add_param_arg(parser)
+    add_limit_arg(parser)
     add_config_arg(parser)
     parser.set_defaults(handler=_plan)
 
@@ -164,7 +168,8 @@ def _add_plan(commands: Commands) -> None:
 def _plan(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     plan = services.make_plan(args.request, requested_by=getpass.getuser(),
-                              params=parse_assignments(args.set))
+                              params=parse_assignments(args.set),
+                              limit=parse_limit(args.limit))
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":

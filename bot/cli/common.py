@@ -37,6 +37,13 @@ def add_param_arg(parser: argparse.ArgumentParser) -> None:
                              "-e version=v1.0.3; a request that is a playbook's name picks it")
 
 
+def add_limit_arg(parser: argparse.ArgumentParser) -> None:
+    """``--limit HOST|GROUP[,…]``: narrow the run to some hosts, within policy."""
+    parser.add_argument("--limit", "-l", metavar="HOST|GROUP", default="",
+                        help="run only on these hosts, groups or environments (comma-"
+                             "separated); never skips a step, policy unchanged")
+
+
 def find_config(explicit: str | None) -> Path:
     """The config file to use: ``--config``, then ``$DECKHAND_CONFIG``, then ./deckhand.yml.
 

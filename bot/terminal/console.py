@@ -10,7 +10,7 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum, StrEnum
 from pathlib import Path
 
@@ -68,10 +68,13 @@ class ConsoleFlow:
 
     def __init__(self, services: Services, console: Console, *, user: str,
                  editor: Editor | None = None, ask: Callable[[], Decision] | None = None,
-                 confirm: Confirm | None = None, params: Mapping[str, str] | None = None):
+                 confirm: Confirm | None = None, params: Mapping[str, str] | None = None,
+                 limit: Sequence[str] = ()):
         self.services = services
         self.params = dict(params or {})
         """Parameters set explicitly (``-e key=value``) for every request planned here."""
+        self.limit = list(limit)
+        """``--limit``: the hosts, groups or environments runs are narrowed to."""
         self.console = console
         self.user = user
         self.editor = editor or edit_in_editor
@@ -88,7 +91,8 @@ class ConsoleFlow:
         ``break_glass``: why it must go ahead during a freeze (one more approval needed).
         """
         plan = self.services.make_plan(request, requested_by=self.user,
-                                       break_glass=break_glass, params=self.params)
+                                       break_glass=break_glass, params=self.params,
+                                       limit=self.limit)
         if self.services.is_read_only(plan):
             self.console.print(plan_table(plan, self.services.targets(plan)))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
@@ -111,7 +115,8 @@ class ConsoleFlow:
 
     def dry_run(self, request: str) -> Run:
         """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
-        plan = self.services.make_plan(request, requested_by=self.user, params=self.params)
+        plan = self.services.make_plan(request, requested_by=self.user, params=self.params,
+                                       limit=self.limit)
         self.console.print(plan_table(plan, self.services.targets(plan)))
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
         dry = dry_plan(plan, self.services.config.catalog)

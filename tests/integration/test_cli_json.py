@@ -129,3 +129,22 @@ def test_history_stats_hosts_and_schedules_as_json(cli: Cli) -> None:
     [schedule] = cli.json("schedules", "list")
     assert (schedule["request"], schedule["environments"], len(schedule["next_fires"])) == (
         "status of prod", ["production"], 3)
+
+
+def test_limit_narrows_a_run_within_policy(cli: Cli) -> None:
+    hosts = cli.directory / ".deckhand" / "hosts"
+    refused = cli("run", "deploy v1.0.4", "--limit", "prod-1", "--yes", code=2)
+    assert "deploy_staging: --limit prod-1 leaves it no host" in refused.stdout
+    assert not (hosts / "prod-1" / "current").exists()  # refused: nothing ran
+    cli("run", "deploy v1.0.4", "--limit", "staging-1,prod-1", "--yes")
+    current = {h: (hosts / h / "current").read_text().strip()
+               for h in ("staging-1", "prod-1") if (hosts / h / "current").exists()}
+    assert current == {"staging-1": "v1.0.4", "prod-1": "v1.0.4"}
+    assert not (hosts / "prod-2" / "current").exists()  # outside the limit: untouched
+    latest = cli.json("runs")[0]
+    shown = cli.json("runs", "show", latest["id"])
+    assert shown["changed_hosts"] == ["staging-1", "prod-1"]
+    production = next(s for s in shown["steps"] if s["id"] == "deploy_production")
+    assert [h["host"] for h in production["hosts"]] == ["prod-1"]
+    unknown = cli("plan", "status", "--limit", "prod-9", code=2)
+    assert "--limit 'prod-9': no host, group or environment has that name" in unknown.stdout
