@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -21,7 +21,7 @@ from agents.ids import short_id
 from agents.plan import Plan, Step, format_params
 from agents.plan_diff import Mark, PlanDiff
 from agents.policy import Policy
-from agents.results import listed, tally
+from agents.results import listed, outputs_of, tally
 from agents.runs import Run, RunStatus, StepState, StepStatus
 
 Block = dict[str, Any]
@@ -35,6 +35,7 @@ class ActionId(StrEnum):
     REJECT = "reject"
     SCHEDULE_CONFIRM = "schedule_confirm"
     ROLLBACK_TO = "rollback_to"
+    SHOW_OUTPUT = "show_output"
 
 
 class ViewId(StrEnum):
@@ -322,7 +323,35 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     if started or run.status is RunStatus.ROLLING_BACK:
         rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
         blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
+    if run.finished_at is not None and outputs_of(run):
+        blocks.append({"type": "actions", "elements": [{
+            "type": "button", "action_id": ActionId.SHOW_OUTPUT, "value": run.id,
+            "text": {"type": "plain_text", "text": "Show output"}}]})
     return _fit(blocks)
+
+
+OUTPUT_SECTION = 2800
+"""Characters of one host's output in one section (a section holds 3000)."""
+
+
+def run_output_blocks(run: Run, redact: Callable[[str], str]) -> list[Block]:
+    """What each step printed, host by host, for the one who clicked "Show output": each
+    redacted and cut to its end, all within Slack's block and size limits."""
+    found = outputs_of(run)
+    blocks: list[Block] = [section(f"*Output of run `{short_id(run.id)}`* "
+                                   f"({len(found)} step/host results)")]
+    for output in found:
+        text = redact(output.text).rstrip().replace("```", "'''") or "(no output)"
+        if len(text) > OUTPUT_SECTION:
+            text = "…" + text[-OUTPUT_SECTION:]
+        where = "rollback " if output.phase == "rollback" else ""
+        blocks.append(section(f"*{where}`{output.step}`* on `{escape(output.host)}` "
+                              f"({output.status})\n```{escape(text)}```"))
+    if len(blocks) > MAX_BLOCKS - 1 or len(json.dumps(blocks)) > MAX_TOTAL_CHARS:
+        blocks = _fit(blocks, MAX_BLOCKS - 1)
+        blocks.append(context(f"More than fits here: `deckhand runs show {short_id(run.id)} "
+                              f"--output`"))
+    return blocks
 
 
 def _step_line(step_id: str, state: StepState) -> str:

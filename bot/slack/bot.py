@@ -348,5 +348,18 @@ class Bot:
         else:
             self.client.chat_postMessage(channel=user, text=text)
 
+    def show_output(self, body: dict[str, Any], run_id: str) -> None:
+        """What a finished run's steps printed, to the one who clicked (ephemeral in the
+        channel, or by DM), redacted and bounded like every payload."""
+        run = self.store.run(run_id)
+        blocks = bk.run_output_blocks(run, self.services.redact)
+        user = body["user"]["id"]
+        channel = (body.get("channel") or {}).get("id")
+        text = f"Output of run {short_id(run.id)}"
+        if channel:
+            self.client.chat_postEphemeral(channel=channel, user=user, text=text, blocks=blocks)
+        else:
+            self.client.chat_postMessage(channel=user, text=text, blocks=blocks)
+
     def ephemeral(self, *, channel: str, user: str, text: str) -> None:
         self.client.chat_postEphemeral(channel=channel, user=user, text=bk.trim(text, 3000))

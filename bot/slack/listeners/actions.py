@@ -29,6 +29,13 @@ def register(app: App, bot: Bot) -> None:
                         tell=bot.teller(body))
         ack()
 
+    @app.action(bk.ActionId.SHOW_OUTPUT)
+    def show_output(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        run_id = str(action["value"])
+        bot.work.submit("Show output", lambda: bot.show_output(body, run_id),
+                        tell=bot.teller(body))
+        ack()
+
     @app.action(bk.ActionId.MODIFY)
     def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         run_id, version, _ = bk.parse_button_value(action["value"])

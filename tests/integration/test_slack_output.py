@@ -1,0 +1,35 @@
+"""Issue 33: a "Show output" button on a finished run's status message shows what each step
+printed — to the one who clicked, redacted and within Block Kit's limits — driven by signed
+requests into the Bolt app, answered through the Slack stand-in."""
+
+from __future__ import annotations
+
+import json
+
+from agents.runs import RunStatus
+from bot.slack import blocks as bk
+from tests.fixtures.slack_world import SlackWorld, button
+
+
+def test_show_output_button_on_the_finished_status_message(world: SlackWorld) -> None:
+    world.deploy("v2.3.1 to staging")
+    value = button(world.plan_message(), "approve")
+    world.click("approve", value, user="UBOB")
+    run = world.wait_run(bk.parse_button_value(value)[0])
+    assert run.status is RunStatus.SUCCEEDED
+    status = world.standin.wait_for(
+        lambda: [c for c in world.standin.calls if c.method in ("chat.postMessage",
+                                                                 "chat.update")
+                 and "*Run `" in c.text_of_blocks() and "show_output" in json.dumps(c.blocks)],
+        what="the finished status message with its Show output button")
+    assert button(status[-1], "show_output") == run.id
+
+    world.click("show_output", run.id, user="UMALLORY")  # anyone in the channel may read
+    shown = world.standin.wait_for(
+        lambda: [c for c in world.standin.of("chat.postEphemeral")
+                 if "Output of run" in c.text_of_blocks()], what="the output")
+    assert shown[0].payload["user"] == "UMALLORY"
+    text = shown[0].text_of_blocks()
+    tail = run.steps["deploy_staging"].hosts["staging-1"].tail.strip().splitlines()[-1]
+    assert "`deploy_staging`* on `staging-1` (succeeded)" in text and tail in text
+    assert world.standin.violations == []  # within Block Kit's limits
