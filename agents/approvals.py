@@ -21,9 +21,12 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
     """
     if run.status is not RunStatus.AWAITING_APPROVAL:
         return f"this run is {run.status.value.replace('_', ' ')}; there is nothing to approve"
-    if (plan_version, plan_hash) != (run.plan_version, run.plan_hash):
+    if plan_version != run.plan_version:
         return (f"this button is for plan version {plan_version}, but the plan is now version "
                 f"{run.plan_version}. Review the new version and approve that one.")
+    if plan_hash != run.plan_hash:  # same version, other content: not a newer plan
+        return (f"this button does not match plan version {run.plan_version} as stored (its "
+                f"content differs), so it approves nothing; approve from the plan message")
     envs = run.scopes
     rule = policy.strictest(envs)
     blocked = frozen(policy.freeze, envs, datetime.fromtimestamp(now, UTC))
