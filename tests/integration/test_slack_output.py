@@ -33,3 +33,22 @@ def test_show_output_button_on_the_finished_status_message(world: SlackWorld) ->
     tail = run.steps["deploy_staging"].hosts["staging-1"].tail.strip().splitlines()[-1]
     assert "`deploy_staging`* on `staging-1` (succeeded)" in text and tail in text
     assert world.standin.violations == []  # within Block Kit's limits
+
+
+def test_a_retried_button_click_gets_one_reply(world: SlackWorld) -> None:
+    world.deploy("v2.3.1 to staging")
+    value = button(world.plan_message(), "approve")
+    click = {"type": "block_actions", "user": {"id": "UMALLORY", "username": "m"},
+             "team": {"id": "T1"}, "api_app_id": "A1", "trigger_id": "trig-retried",
+             "channel": {"id": "CDEPLOY"}, "container": {"type": "message"},
+             "response_url": f"{world.standin.url}/response/2",
+             "actions": [{"type": "button", "action_id": "approve", "block_id": "b",
+                          "value": value, "action_ts": "1700000000.1"}]}
+    assert world.signer.interaction(click)[0] == 200
+    assert world.signer.interaction(click)[0] == 200  # Slack's retry: acknowledged, dropped
+    world.click("approve", value, user="UEVE")  # a later click, answered after both
+    world.standin.wait_for(lambda: [c for c in world.standin.of("chat.postEphemeral")
+                                    if c.payload["user"] == "UEVE"], what="the later reply")
+    to_mallory = [c for c in world.standin.of("chat.postEphemeral")
+                  if c.payload["user"] == "UMALLORY"]
+    assert len(to_mallory) == 1 and "not allowed" in to_mallory[0].payload["text"]
