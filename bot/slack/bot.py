@@ -7,6 +7,7 @@ says what to do; the app's error handler shows anything else.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from agents.approvals import approvals_needed, steer_problem
 from agents.dryrun import verdict
@@ -142,6 +144,22 @@ class Bot:
     @property
     def store(self) -> Store:
         return self.services.store
+
+    def open_modal(self, trigger_id: str, view: dict[str, Any], tell: Tell) -> None:
+        """Open a modal now or say why not: a trigger expires 3 s after the click, so a 429
+        is not waited out (the client's Retry-After handler would outlive it); the user is
+        told through ``tell`` (the response_url, which Slack does not rate-limit)."""
+        fast = copy.copy(self.client)
+        fast.retry_handlers = [h for h in self.client.retry_handlers
+                               if not isinstance(h, RateLimitErrorRetryHandler)]
+        try:
+            fast.views_open(trigger_id=trigger_id, view=view)
+        except SlackApiError as exc:
+            if exc.response.status_code != 429:
+                raise
+            tell("Slack is rate-limiting deckhand right now, so the form could not open (a "
+                 "click's form must open within 3 seconds). Nothing changed; click again in "
+                 "a minute.")
 
     def changed(self, run: Run) -> None:
         """Tell the watchers that ``run`` changed (approved, rejected, progressed, …)."""

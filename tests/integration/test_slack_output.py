@@ -5,6 +5,7 @@ requests into the Bolt app, answered through the Slack stand-in."""
 from __future__ import annotations
 
 import json
+import time
 
 from agents.runs import RunStatus
 from bot.slack import blocks as bk
@@ -52,3 +53,24 @@ def test_a_retried_button_click_gets_one_reply(world: SlackWorld) -> None:
     to_mallory = [c for c in world.standin.of("chat.postEphemeral")
                   if c.payload["user"] == "UMALLORY"]
     assert len(to_mallory) == 1 and "not allowed" in to_mallory[0].payload["text"]
+
+
+def test_modify_during_a_429_storm_says_so_at_once_through_the_response_url(
+        world: SlackWorld) -> None:
+    world.deploy("v2.3.1 to staging")
+    value = button(world.plan_message(), "modify")
+    world.standin.rate_limit("views.open", times=5, retry_after=30)
+    started = time.monotonic()
+    world.click("modify", value, user="UALICE")
+    told = world.standin.wait_for(lambda: [r for r in world.standin.responses
+                                           if "rate-limiting" in str(r.get("text"))],
+                                  what="the rate-limit notice")
+    assert time.monotonic() - started < 3.0  # within the trigger's life, not after 30 s
+    assert told[0]["response_type"] == "ephemeral"
+    # one 429 answered, none retried (the other four still wait), no form opened
+    assert len(world.standin._rate_limits["views.open"]) == 4
+    assert not world.standin.of("views.open")
+    world.click("reject", value, user="UMALLORY")  # a bystander: refused there too
+    world.standin.wait_for(lambda: [r for r in world.standin.responses
+                                    if "🚫" in str(r.get("text"))], what="the refusal")
+    assert not world.standin.of("chat.postEphemeral")  # the rate-limited API was not used
