@@ -134,6 +134,9 @@ def test_home_shows_approvals_running_runs_locks_and_schedules(world: SlackWorld
     world.open_home("UALICE")  # the requester may not approve her own production deploy
     alice = world.standin.wait_for(lambda: _homes(world, "UALICE"), what="UALICE's Home")[0]
     assert "Waiting for your approval* (0)" in alice.text_of_blocks()
+    mine = alice.text_of_blocks().split("Your plans waiting for approval* (1)")[1]
+    assert f"`{short_id(pending_id)}`" in mine.split("In progress")[0]  # her own, waiting
+    assert "needs 2 more approvals from" in mine
 
     world.click_in_home("approve", approve_value, user="UBOB")  # goes through `approve`
     world.standin.wait_for(lambda: [a.user for a in world.store.run(pending_id).approvals]
