@@ -43,6 +43,17 @@ from bot.terminal.console import ConsoleFlow, ExitCode
 from bot.terminal.render import plan_table
 from tools.errors import ConfigError, DeckhandError
 
+SETTINGS_PLACES = {"environment", "network", "slack"}
+"""Problem places that are no file: the environment's settings, the network, Slack."""
+
+
+def _config_error_text(exc: ConfigError) -> str:
+    """One line for one problem with the settings (a bad token is not an "invalid config");
+    the full list, each at its file:line, otherwise."""
+    if len(exc.problems) == 1 and exc.problems[0].where in SETTINGS_PLACES:
+        return f"error: {exc.problems[0]}"
+    return str(exc)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
@@ -56,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args, console)
     except ConfigError as exc:
-        _error(console, str(exc))
+        _error(console, _config_error_text(exc))
         return ExitCode.INVALID
     except ApprovalRefused as exc:
         _error(console, f"refused: {exc}")

@@ -49,6 +49,8 @@ def register(commands: Commands) -> None:
 def _serve(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     configure_logging(args.log_format or settings.log_format)
+    if not args.http:  # a bad app token is one line, before workers or a scheduler log any
+        _check_socket_token(settings)
     services = build_services(config_for(args), settings)
     warn_about_redis(services.store)
     from bot.slack.runtime import BotRuntime
@@ -87,9 +89,18 @@ def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Setting
     server.close()
 
 
-def _serve_socket_mode(runtime: BotRuntime, settings: Settings, console: Console) -> None:
+def _check_socket_token(settings: Settings) -> None:
+    """SLACK_APP_TOKEN is set and Slack accepts it (ConfigError, one line, otherwise)."""
+    from bot.slack.runtime import check_app_token
+
     if settings.slack_app_token is None:
         raise ConfigError([Problem("environment", "set SLACK_APP_TOKEN (xapp-…) for Socket "
                                    "Mode, or run `deckhand serve --http`")])
+    check_app_token(settings.slack_api_url, settings.slack_app_token.get_secret_value())
+
+
+def _serve_socket_mode(runtime: BotRuntime, settings: Settings, console: Console) -> None:
+    if settings.slack_app_token is None:  # checked at start; kept for other callers
+        raise ConfigError([Problem("environment", "set SLACK_APP_TOKEN (xapp-…)")])
     console.print(f"deckhand connecting over Socket Mode; store: {runtime.services.store.where}")
     runtime.serve_socket_mode(settings.slack_app_token.get_secret_value())
