@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.errors import NoPlanFound, PlanError
 from agents.plan import PLACEHOLDER
-from agents.planning.phrasing import CaptureError, Phrasing, normalize
-from agents.planning.playbooks import Playbook
+from agents.planning.phrasing import CaptureError, PatternBook, Phrasing, normalize
 
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -33,14 +32,16 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def uses(book: Playbook) -> set[str]:
+def uses(book: PatternBook) -> set[str]:
     """The placeholders a playbook's plan template fills."""
-    body = [book.goal, *(s.model_dump_json() for s in [*book.steps, *book.rollback])]
-    return {name for text in body for name in PLACEHOLDER.findall(text)}
+    return {name for text in book.template_texts for name in PLACEHOLDER.findall(text)}
 
 
-def choose(playbooks: list[Playbook], request: str, params: Mapping[str, str],
-           phrasing: Phrasing) -> tuple[Playbook, dict[str, Any]] | None:
+B = TypeVar("B", bound=PatternBook)
+
+
+def choose(playbooks: Sequence[B], request: str, params: Mapping[str, str],
+           phrasing: Phrasing) -> tuple[B, dict[str, Any]] | None:
     """The playbook for ``request`` with ``params`` applied, typed; None when none fits."""
     named = normalize(request).lower()
     for book in playbooks:
@@ -54,7 +55,7 @@ def choose(playbooks: list[Playbook], request: str, params: Mapping[str, str],
     return None
 
 
-def _apply(book: Playbook, values: dict[str, Any], params: Mapping[str, str],
+def _apply(book: PatternBook, values: dict[str, Any], params: Mapping[str, str],
            phrasing: Phrasing) -> dict[str, Any]:
     known = uses(book)
     unknown = sorted(set(params) - known)

@@ -19,7 +19,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 CaptureType = Literal["string", "integer", "boolean", "version", "environment"]
 """How a playbook's captured group is read before it fills the plan template."""
@@ -171,3 +171,25 @@ def canonical_environments(steps: list[Any], phrasing: Phrasing) -> None:
         name = phrasing.environment(value) if isinstance(value, str) else None
         if name is not None:
             step.params["environment"] = name
+
+
+class PatternBook(Protocol):
+    """What suggestions and explicit parameters need of a playbook (agents.planning.playbooks
+    implements it; named here so those modules need not import it: no import cycle)."""
+
+    name: str
+    description: str
+    match: list[str]
+    examples: list[str]
+    defaults: dict[str, str]
+    goal: str
+
+    @property
+    def template_texts(self) -> list[str]:
+        """The goal and each step as text, where ``{placeholders}`` are filled."""
+        ...
+
+    def groups_for(self, request: str, phrasing: Phrasing | None = None
+                   ) -> dict[str, Any] | None: ...
+
+    def type_of(self, name: str) -> CaptureType: ...

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents.errors import NoPlanFound, PlanInvalid
 from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
+from agents.planning.explicit import choose
 from agents.planning.phrasing import DEFAULT_TYPES, CaptureError, CaptureType, Phrasing
+from agents.planning.suggest import explain
 from tools.regex import compile_safe
 
 
@@ -59,6 +61,11 @@ class Playbook(BaseModel):
                     return self._typed({k: v for k, v in found.groupdict().items()
                                         if v is not None}, phrasing)
         return None
+
+    @property
+    def template_texts(self) -> list[str]:
+        """The goal and each step as text, where ``{placeholders}`` are filled."""
+        return [self.goal, *(s.model_dump_json() for s in [*self.steps, *self.rollback])]
 
     def type_of(self, name: str) -> CaptureType:
         return self.types.get(name) or DEFAULT_TYPES.get(name, "string")
@@ -112,8 +119,6 @@ class PlaybookPlanner:
         """The plan for ``request``; NoPlanFound (listing what can be asked) if none matches.
         ``params`` are set explicitly (``-e key=value``, see agents.planning.explicit)."""
         if params:
-            from agents.planning.explicit import choose
-
             found = choose(self.playbooks, request, params, self.phrasing)
         else:
             found = self.match(request)
@@ -142,8 +147,6 @@ class PlaybookPlanner:
         """Why nothing matched: what was understood, then the closest requests that would
         run as typed, each asking for a piece the request lacked. The request is echoed
         redacted and cut (help is shown to users)."""
-        from agents.planning.suggest import explain
-
         return explain(request, self.playbooks, self.phrasing, redact=self.redact)
 
 def _text(value: Any) -> str:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agents.planning.phrasing import CaptureError, Phrasing, normalize, version
-from agents.planning.playbooks import Playbook
+from agents.planning.phrasing import CaptureError, PatternBook, Phrasing, normalize, version
 from tools.regex import compile_safe
 
 _VERSION_IN = re.compile(r"(?<![\w.])v\d+\.\d+\.\d+(?:-[0-9a-z.]+)?(?![\w.])")
@@ -70,12 +69,12 @@ class Suggestion:
     """A request that plans as typed, and what the user should check in it."""
 
     text: str
-    playbook: Playbook
+    playbook: PatternBook
     asks: tuple[str, ...]
     score: float
 
 
-def suggestions(request: str, playbooks: list[Playbook], phrasing: Phrasing, *,
+def suggestions(request: str, playbooks: Sequence[PatternBook], phrasing: Phrasing, *,
                 limit: int = 5) -> list[Suggestion]:
     """The closest runnable request of each playbook, best first."""
     said = understand(request, phrasing)
@@ -84,7 +83,7 @@ def suggestions(request: str, playbooks: list[Playbook], phrasing: Phrasing, *,
     return sorted(best, key=lambda s: s.score, reverse=True)[:limit]
 
 
-def _best_of(book: Playbook, said: Understood, wanted: str,
+def _best_of(book: PatternBook, said: Understood, wanted: str,
              phrasing: Phrasing) -> Suggestion | None:
     options = [_fitted(book, example, said, phrasing)
                for example in book.examples or [book.name]]
@@ -103,7 +102,7 @@ def _score(wanted: str, text: str, said: Understood, phrasing: Phrasing) -> floa
     return likeness
 
 
-def _fitted(book: Playbook, example: str, said: Understood,
+def _fitted(book: PatternBook, example: str, said: Understood,
             phrasing: Phrasing) -> tuple[str, tuple[str, ...]]:
     """``example`` with the request's own pieces put in, and what it still has to ask for."""
     spans = _spans(book, example)
@@ -123,7 +122,7 @@ def _fitted(book: Playbook, example: str, said: Understood,
     return text, tuple(reversed(asks))
 
 
-def _spans(book: Playbook, example: str) -> dict[str, tuple[int, int]] | None:
+def _spans(book: PatternBook, example: str) -> dict[str, tuple[int, int]] | None:
     """Where each named group of the first matching pattern sits in ``example``."""
     for pattern in book.match:
         compiled = compile_safe(pattern, ignore_case=True)
@@ -134,14 +133,14 @@ def _spans(book: Playbook, example: str) -> dict[str, tuple[int, int]] | None:
     return None
 
 
-def _plans(book: Playbook, text: str, phrasing: Phrasing) -> bool:
+def _plans(book: PatternBook, text: str, phrasing: Phrasing) -> bool:
     try:
         return book.groups_for(text, phrasing) is not None
     except CaptureError:
         return False
 
 
-def explain(request: str, playbooks: list[Playbook], phrasing: Phrasing, *,
+def explain(request: str, playbooks: Sequence[PatternBook], phrasing: Phrasing, *,
             redact: Callable[[str], str] = lambda text: text) -> str:
     """The answer when no playbook matches ``request`` (several lines, redacted)."""
     shown = redact(request.strip())
