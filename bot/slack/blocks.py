@@ -139,11 +139,12 @@ def parse_button_value(value: str) -> tuple[str, int, str]:
 def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
                 note: str | None = None, diff: PlanDiff | None = None) -> list[Block]:
     """The plan as posted for approval: goal, [changes], steps by layer, rollback, buttons."""
+    limited = escape(f" (limited to {', '.join(plan.limit)})") if plan.limit else ""
     blocks: list[Block] = [
         header(f"Plan: {plan.goal}"),
         section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
                 f"{escape(', '.join(run.scopes))} · *hosts* "
-                f"{escape(_hosts_text(run.hosts))} · "
+                f"{escape(_hosts_text(run.hosts))}{limited} · "
                 f"*version* {plan.version}"),
     ]
     if diff is not None:
