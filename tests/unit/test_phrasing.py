@@ -33,11 +33,11 @@ def planner_for(config: Config) -> PlaybookPlanner:
 ISSUE_PHRASINGS = [
     ("please deploy v1.0.3 to prod", "deploy", {"deploy_production": "production"}),
     ("rollback prod", "rollback", {"rollback": "production"}),
-    ("status", "status-all", {"status_staging": "staging", "status_production": "production"}),
+    ("status", "status-live", {"status": "production"}),
     ("undo the last deploy", "rollback", {"rollback": "production"}),
     ("push v1.0.3 to staging", "deploy-staging", {"deploy_staging": "staging"}),
     ("can you roll back staging now", "rollback", {"rollback": "staging"}),
-    ("what's live?", "status-all", {"status_production": "production"}),
+    ("what's live?", "status-live", {"status": "production"}),
     ("status of prod", "status", {"status": "production"}),
     ("could you revert live please", "rollback", {"rollback": "production"}),
     ("Deploy release 1.0.3 to live", "deploy", {"deploy_production": "production"}),
