@@ -35,11 +35,12 @@ def save_chart(summaries: Sequence[Summary], path: Path) -> Path:
         axes.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
     axes.set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(FIGURES))],
                     [_tick(label, over, summaries) for label, _, over in FIGURES])
-    axes.set_ylim(0, 1.15)
+    axes.set_ylim(0, 1.35)  # room above full bars and their labels for the legend
+    axes.set_yticks([i / 5 for i in range(6)])  # the scale is 0..1; no tick above it
     axes.set_ylabel("share of cases (rates) or mean F1, 0 to 1")
     axes.set_xlabel("figure (n = the cases it is over)")
     axes.set_title(f"Plan quality over {summaries[0].cases if summaries else 0} cases")
-    axes.legend(loc="upper right", fontsize=8)
+    axes.legend(loc="upper center", fontsize=8, ncol=max(1, len(summaries)), frameon=False)
     figure.savefig(path, format="png", dpi=DPI)
     return path
 
