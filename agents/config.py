@@ -11,14 +11,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.errors import PlanError
-from agents.history import HistorySettings
-from agents.plan import PLACEHOLDER, Plan
+from agents.history.deploys import HistorySettings
+from agents.history.retention import RetentionSettings
+from agents.plan.model import PLACEHOLDER, Plan
+from agents.plan.playbooks import Playbook
+from agents.plan.validation import PlanChecker
 from agents.planning.phrasing import CaptureError, Phrasing
-from agents.planning.playbooks import Playbook
-from agents.planning.templates import PromptSet, Template, TemplateRefused, read_template
-from agents.policy import Policy
-from agents.retention import RetentionSettings
-from agents.validation import PlanChecker
+from agents.policy.rules import Policy
+from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
 from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem

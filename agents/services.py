@@ -12,19 +12,19 @@ from typing import Any, Protocol
 
 from agents import tracing
 from agents.config import Config
-from agents.dryrun import DryPlan, dry_plan
 from agents.errors import FreezeRefused, PlanError, PlanInvalid, StoreError
-from agents.executor import Executor, ExecutorDeps, Listener
-from agents.freeze import Frozen, frozen
-from agents.history import changelog_lines, deploys_of, rollback_target_problems, shipped
-from agents.plan import MAX_REQUEST, Plan, is_read_only
+from agents.history.deploys import changelog_lines, deploys_of, rollback_target_problems, shipped
+from agents.history.verify import Observed, VersionProbe
+from agents.plan.dryrun import DryPlan, dry_plan
+from agents.plan.model import MAX_REQUEST, Plan, is_read_only
+from agents.plan.targets import PlanTargets, resolve
+from agents.plan.validation import validate_plan
 from agents.planning.planner import build_planner, changes_mutating_steps
-from agents.runs import Run, RunStatus
+from agents.policy.freeze import Frozen, frozen
+from agents.run.executor import Executor, ExecutorDeps, Listener
+from agents.run.record import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
-from agents.targets import PlanTargets, resolve
-from agents.validation import validate_plan
-from agents.verify import Observed, VersionProbe
 from tools.gitlog import GitRepo
 from tools.redact import Redactor
 from tools.runners.pool import RunnerPool

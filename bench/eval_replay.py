@@ -24,8 +24,8 @@ import openai
 
 from agents.config import Config, load_config
 from agents.evaluation.planners import ModelSetup, PlannerSpec, build_subject
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.llm import LLMPlanner
-from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
 from agents.settings import Settings
 from bench.timing import median_ms

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.plan import Plan
+from agents.plan.model import Plan
 from tests.fixtures.builders import make_config, make_executor
 
 TOOLS = """

@@ -53,9 +53,9 @@ from typing import Any
 import yaml
 
 from agents.config import Config, load_config
-from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.plan.model import Plan
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import Event, EventKind, Run, RunStatus
 from bench.ssh_vs_ansible import ansible_config, find_ansible, play
 from tests.fixtures.sshd import SSHFleet, start_fleet, start_shared_sshd
 from tools.runners.pool import RunnerPool

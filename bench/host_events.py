@@ -27,13 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.config import Config
-from agents.executor import Deferred, Executor, ExecutorDeps, Listener
-from agents.mirror import RunMirror
-from agents.plan import Plan
-from agents.recorder import RunRecorder
-from agents.runs import HOST_EVENTS, Event, EventKind, Run, RunStatus
+from agents.engine.recorder import RunRecorder
+from agents.plan.model import Plan
+from agents.plan.targets import PlanTargets, StepTargets
+from agents.run.executor import Deferred, Executor, ExecutorDeps, Listener
+from agents.run.mirror import RunMirror
+from agents.run.record import HOST_EVENTS, Event, EventKind, Run, RunStatus
 from agents.store import Store
-from agents.targets import PlanTargets, StepTargets
 from bench.store_history import redis_url
 from tests.fixtures.builders import fan_out_events, fleet, make_plan, production_fleet
 from tools.inventory import Host

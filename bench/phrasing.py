@@ -21,8 +21,8 @@ from pathlib import Path
 
 from agents.config import load_config
 from agents.evaluation.cases import load_cases
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.phrasing import Phrasing
-from agents.planning.playbooks import PlaybookPlanner
 from bench.timing import median_ms
 from bot.cli.init import template_text
 from tools.regex import compile_safe

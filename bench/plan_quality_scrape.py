@@ -20,8 +20,8 @@ from collections.abc import Callable
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agents.plan import Plan, PlannerInfo
-from agents.runs import Approval, Run, RunStatus
+from agents.plan.model import Plan, PlannerInfo
+from agents.run.record import Approval, Run, RunStatus
 from agents.store import Store
 from bench.store_history import redis_url
 from bench.timing import median_ms

@@ -26,11 +26,11 @@ from urllib.parse import urlparse
 from pydantic import SecretStr
 
 from agents.config import load_config
-from agents.policy import Policy
+from agents.engine.worker import WorkerOptions
+from agents.policy.rules import Policy
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
-from agents.worker import WorkerOptions
 from bot.cli.demo import prepare_workspace, stop_servers
 from bot.slack import blocks as bk
 from bot.slack.runtime import BotRuntime

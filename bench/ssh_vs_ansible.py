@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 from agents.config import Config, load_config
-from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan
-from agents.runs import Run, RunStatus
+from agents.plan.model import Plan
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import Run, RunStatus
 from tests.fixtures.sshd import SSHFleet, start_fleet
 from tools.runners.pool import RunnerPool
 

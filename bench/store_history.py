@@ -39,19 +39,19 @@ from typing import Any
 import redis
 
 from agents.config import load_config
-from agents.history import Deploy, stats
+from agents.engine.retention import Retention
+from agents.history.deploys import Deploy, stats
 from agents.ids import new_id, short_id
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.retention import Retention
-from agents.runs import Run, RunStatus
-from agents.schedules import Schedule, utc_now
+from agents.plan.model import Plan
+from agents.plan.targets import PlanTargets
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus
+from agents.schedules.model import Schedule, utc_now
 from agents.services import Services, build_services
 from agents.store import Store
 from agents.store.check import StoreCheck
 from agents.store.history import HISTORY_READ
 from agents.store.schedules import ScheduleBook
-from agents.targets import PlanTargets
 from bench.timing import median_ms
 from bot.schedule_commands import handle_schedule_command
 from bot.slack.home import home_data

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import redis
 
-from agents.runs import Run
+from agents.plan.targets import PlanTargets
+from agents.run.record import Run
 from agents.services import build_services
 from agents.store import Store
-from agents.targets import PlanTargets
 from tests.fixtures.builders import make_config, make_plan
 
 TOOLS = """

@@ -49,11 +49,19 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agents.errors import StoreError
-from agents.executor import Listener
-from agents.history import stats
-from agents.plan import Plan
-from agents.plan_quality import OUTCOMES, Fate, PlanRef, counted, fate_from, plans_needed, tally
-from agents.runs import Event, EventKind, Run, StepStatus
+from agents.evaluation.quality import (
+    OUTCOMES,
+    Fate,
+    PlanRef,
+    counted,
+    fate_from,
+    plans_needed,
+    tally,
+)
+from agents.history.deploys import stats
+from agents.plan.model import Plan
+from agents.run.executor import Listener
+from agents.run.record import Event, EventKind, Run, StepStatus
 from agents.store import Store
 from agents.store.history import HISTORY_READ
 from tools.runners.pacing import SetupStats
@@ -223,7 +231,7 @@ class _HistoryCollector(Collector):
                                   "Mean time from a failed deploy to the next good one",
                                   labels=["environment"])]
 class _QualityCollector(Collector):
-    """Plan quality from real use (``agents.plan_quality``) over the last 30 days.
+    """Plan quality from real use (``agents.evaluation.quality``) over the last 30 days.
 
     Read from the store at most once a ``REFRESH`` (scrapes in between get the same
     figures: a 30-day window needs no fresher ones). A run's fate is final once it ended, so

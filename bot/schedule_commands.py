@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agents.engine.occurrences import Occurrence, auto_problem, run_occurrence
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.schedule_runs import Occurrence, auto_problem, run_occurrence
-from agents.schedules import Schedule, split_spec, zone_named
+from agents.plan.model import Plan
+from agents.schedules.model import Schedule, split_spec, zone_named
 from agents.services import Services
 from agents.store.schedules import ScheduleBook
 

@@ -6,7 +6,7 @@ from Redis on start and whenever ``schedules:version`` moves (checked every ``sy
 seconds, or at once through ``reload()``). APScheduler only wakes the process up at the
 right moment; what fires is decided by ``fire_due(now)`` from Redis state, and a Redis
 claim per (schedule, fire time) lets exactly one replica handle each occurrence. Fire times,
-DST rules and the missed-occurrence policy are those of ``agents.schedules``.
+DST rules and the missed-occurrence policy are those of ``agents.schedules.model``.
 
 Tests drive ``tick(now)`` / ``fire_due(now)`` with a controlled clock; nothing sleeps.
 """
@@ -26,9 +26,9 @@ from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from agents.engine.occurrences import Occurrence, run_occurrence
 from agents.errors import NotFound, ScheduleError, StoreError
-from agents.schedule_runs import Occurrence, run_occurrence
-from agents.schedules import (
+from agents.schedules.model import (
     DEFAULT_GRACE,
     Due,
     Schedule,

@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.runs import Phase, Run, StepState, StepStatus
+from agents.plan.model import Plan
+from agents.run.record import Phase, Run, StepState, StepStatus
 
 WIDTH_IN, DPI = 6.0, 150
 ROW_IN, CHROME_IN = 0.3, 1.4

@@ -11,5 +11,5 @@
                   └─ openai client ─▶ ModelTraffic ─▶ endpoint | DIR      missed_thresholds
 
 ``deckhand eval`` (bot.cli.eval) is the face; its ``--from-history`` (quality from run
-records) is ``agents.plan_quality``, shared with the metrics.
+records) is ``agents.evaluation.quality``, shared with the metrics.
 """

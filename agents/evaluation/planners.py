@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from agents.config import Config
 from agents.errors import EvaluationError
-from agents.plan import Plan
+from agents.plan.model import Plan
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.phrasing import Phrasing
 from agents.planning.planner import CompositePlanner
-from agents.planning.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from tools.redact import Redactor
 

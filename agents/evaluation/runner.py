@@ -15,8 +15,8 @@ from agents.errors import NoPlanFound, PlanError, PlannerError
 from agents.evaluation.cases import Case
 from agents.evaluation.planners import Subject
 from agents.evaluation.scoring import Outcome, Refusal, score
-from agents.plan import Plan
-from agents.validation import validate_plan
+from agents.plan.model import Plan
+from agents.plan.validation import validate_plan
 
 Clock = Callable[[], float]
 REASON_CHARS = 200

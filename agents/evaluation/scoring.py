@@ -5,7 +5,7 @@ Pure functions. Nodes are steps matched on tool + parameters (step ids are free;
 only); edges are dependencies matched on the nodes they join; F1 is over multisets.
 
 The policy checks (promotion order, rollback present) are done here independently of
-``agents.validation``, so a hole in validation shows up as a violation on a valid plan.
+``agents.plan.validation``, so a hole in validation shows up as a violation on a valid plan.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from agents.config import Config
 from agents.evaluation.cases import Case
-from agents.graph import ancestors
-from agents.plan import Plan
+from agents.plan.graph import ancestors
+from agents.plan.model import Plan
 from tools.catalog import OUTPUT_REF
 
 FREE_TEXT = {"message"}

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from agents.errors import NoPlanFound, PlanError
-from agents.plan import PLACEHOLDER
+from agents.plan.model import PLACEHOLDER
 from agents.planning.phrasing import CaptureError, PatternBook, Phrasing, normalize
 
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")

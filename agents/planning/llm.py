@@ -34,13 +34,13 @@ from pydantic import BaseModel, ValidationError
 from agents import tracing
 from agents.config import Config
 from agents.errors import NoPlanFound, PlanInvalid, PlannerError
-from agents.plan import ANSWER_LIMIT, Plan, PlannerInfo, Step
+from agents.plan.model import ANSWER_LIMIT, Plan, PlannerInfo, Step
+from agents.plan.validation import validate_plan
 from agents.planning import prompt
 from agents.planning.phrasing import Phrasing, canonical_environments
 from agents.planning.prompt import WirePlan, WireReplan
-from agents.runs import Run, StepStatus
+from agents.run.record import Run, StepStatus
 from agents.settings import Settings
-from agents.validation import validate_plan
 from tools.redact import Redactor
 
 log = logging.getLogger("deckhand.planner")

@@ -174,7 +174,7 @@ def canonical_environments(steps: list[Any], phrasing: Phrasing) -> None:
 
 
 class PatternBook(Protocol):
-    """What suggestions and explicit parameters need of a playbook (agents.planning.playbooks
+    """What suggestions and explicit parameters need of a playbook (agents.plan.playbooks
     implements it; named here so those modules need not import it: no import cycle)."""
 
     name: str

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from agents.config import Config
 from agents.errors import NoPlanFound, PlannerError
-from agents.plan import Plan
+from agents.plan.model import Plan
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.phrasing import Phrasing
-from agents.planning.playbooks import PlaybookPlanner
-from agents.runs import Run
+from agents.run.record import Run
 from agents.settings import Settings
 from tools.catalog import Catalog
 from tools.redact import Redactor

@@ -4,7 +4,7 @@ The prompt is built from the live config, so what the model is told cannot drift
 validation accepts: tools (descriptions, parameter schemas, targets, mutates/rollback),
 environments and hosts, policy rules, and the playbooks as worked examples. The wording is
 not here: it is in the versioned templates of ``agents/planning/prompts/`` (see
-``agents.planning.templates``), which these functions fill with that config.
+``agents.prompts.templates``), which these functions fill with that config.
 
 Order matters for prompt caching: the system message is a stable prefix (the same bytes for
 every request against one config); the request, the plan to change or the run record come
@@ -27,10 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.config import Config
 from agents.errors import PlanInvalid
-from agents.plan import MAX_REQUEST, Plan, RollbackStep, Step
-from agents.planning.playbooks import Playbook
-from agents.planning.templates import PromptSet
-from agents.runs import Run, StepStatus
+from agents.plan.model import MAX_REQUEST, Plan, RollbackStep, Step
+from agents.plan.playbooks import Playbook
+from agents.prompts.templates import PromptSet
+from agents.run.record import Run, StepStatus
 from tools.catalog import NAME, ParamSpec, Tool
 
 MAX_WIRE_STEPS = 30

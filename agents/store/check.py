@@ -18,7 +18,7 @@ from functools import partial
 
 from redis.client import Pipeline
 
-from agents.runs import Run, RunStatus
+from agents.run.record import Run, RunStatus
 from agents.store import Store
 from agents.store._redis import GROUP, text
 from agents.store.runs import index_open, with_journal

@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from agents.history import PREVIOUS, Deploy, Where
+from agents.history.deploys import PREVIOUS, Deploy, Where
 from agents.store._redis import RedisBase
 
 HISTORY_READ = 500

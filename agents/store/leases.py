@@ -18,7 +18,7 @@ from redis.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from agents.errors import NotFound, StoreError
-from agents.runs import HostChange, Run, RunStatus
+from agents.run.record import HostChange, Run, RunStatus
 from agents.store.runs import RunStore, index_open, journal_field, with_journal
 
 log = logging.getLogger("deckhand.store")

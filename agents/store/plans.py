@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError
-from agents.plan import Plan
+from agents.plan.model import Plan
 from agents.store._redis import RedisBase
 
 

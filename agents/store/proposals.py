@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from redis.client import Pipeline
 
 from agents.errors import NotFound
-from agents.plan import Plan
+from agents.plan.model import Plan
 from agents.store._redis import RedisBase
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from redis.client import Pipeline
 
-from agents.runs import Run
+from agents.run.record import Run
 from agents.store._redis import GROUP, text
 from agents.store.queue import QueueStore
 

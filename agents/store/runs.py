@@ -14,15 +14,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from redis.client import Pipeline
 
 from agents import tracing
-from agents.approvals import approval_problem, approvals_needed
 from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
 from agents.ids import normalize
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.runs import Approval, HostChange, Run, RunStatus, StepState
+from agents.plan.model import Plan
+from agents.plan.targets import PlanTargets
+from agents.policy.approvals import approval_problem, approvals_needed
+from agents.policy.rules import Policy
+from agents.run.record import Approval, HostChange, Run, RunStatus, StepState
 from agents.store._redis import GROUP, Keys, Write, text
 from agents.store.audit import AuditStore
-from agents.targets import PlanTargets
 
 PAGE = 500
 """Stream entries read per round trip when scanning the queue."""

@@ -1,5 +1,5 @@
 """Schedules in Redis: one JSON record per schedule, an index by creation, a version that
-replicas watch to rebuild their jobs, and per-fire-time claims (see ``agents.schedules``)."""
+replicas watch to rebuild their jobs, and per-fire-time claims (see ``agents.schedules.model``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from redis.client import Pipeline
 
 from agents.errors import AmbiguousId, NotFound
 from agents.ids import normalize
-from agents.schedules import Schedule
+from agents.schedules.model import Schedule
 from agents.store._redis import RedisBase, Write
 
 ScheduleChange = Callable[[Schedule], None]

@@ -20,10 +20,10 @@ from rich.console import Console
 from agents.config import load_config
 from agents.errors import ApprovalRefused
 from agents.limit import parse_limit
-from agents.plan_yaml import plan_to_yaml
+from agents.plan.yaml import plan_to_yaml
 from agents.planning.explicit import parse_assignments
-from agents.planning.templates import PromptSet
-from agents.runs import RunStatus
+from agents.prompts.templates import PromptSet
+from agents.run.record import RunStatus
 from agents.settings import Settings
 from bot.cli.common import (
     Commands,

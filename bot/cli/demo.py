@@ -24,7 +24,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 from agents.config import Config, load_config
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from bot.terminal.console import ConsoleFlow
 

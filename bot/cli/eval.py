@@ -19,6 +19,7 @@ from agents.config import Config
 from agents.errors import EvaluationError
 from agents.evaluation.cases import Case, load_cases, spread
 from agents.evaluation.planners import ModelSetup, PlannerSpec, build_subject, parse_spec
+from agents.evaluation.quality import OUTCOMES, Maker, Tally, fates, tally
 from agents.evaluation.report import (
     THRESHOLDS,
     Difference,
@@ -30,7 +31,6 @@ from agents.evaluation.report import (
 )
 from agents.evaluation.runner import run_cases
 from agents.evaluation.scoring import Outcome
-from agents.plan_quality import OUTCOMES, Maker, Tally, fates, tally
 from agents.settings import Settings
 from agents.store import Store
 from bot.cli.common import Commands, add_config_arg, config_for, embedded_store_note

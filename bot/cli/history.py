@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agents.history import Deploy, Stats, Where, stats
+from agents.history.deploys import Deploy, Stats, Where, stats
+from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
 from agents.store.history import HISTORY_READ
-from agents.verify import Observed
 from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
 from bot.cli.json_views import history_json, stats_json, where_json
 from bot.cli.run_views import print_json

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from agents.history import Deploy, Stats, Where
-from agents.verify import Observed
+from agents.history.deploys import Deploy, Stats, Where
+from agents.history.verify import Observed
 from bot.schedule_commands import ScheduleView
 from tools.hostcheck import HostCheck
 from tools.inventory import Inventory

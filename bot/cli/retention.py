@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.config import Config
-from agents.errors import RetentionError, StoreError
-from agents.retention import (
+from agents.engine.retention import (
     BATCH,
     LEASE,
     Retention,
@@ -24,6 +23,7 @@ from agents.retention import (
     parse_age,
     run_exclusively,
 )
+from agents.errors import RetentionError, StoreError
 from agents.settings import Settings
 from agents.store import Store
 from bot.cli.common import Commands, add_config_arg, config_for

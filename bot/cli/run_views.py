@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.text import Text
 
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.results import HostOutput, bound, outputs_of
-from agents.runs import Run, StepState
+from agents.plan.model import Plan
+from agents.run.record import Run, StepState
+from agents.run.results import HostOutput, bound, outputs_of
 from agents.services import Services
 from tools.redact import Redactor
 

@@ -17,14 +17,14 @@ from rich.table import Table
 from rich.text import Text
 
 from agents import tracing
-from agents.approvals import approval_problem, approvals_needed
+from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.ids import short_id
-from agents.runs import Run
+from agents.policy.approvals import approval_problem, approvals_needed
+from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Store
-from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.cli.common import (
     Commands,
     add_config_arg,

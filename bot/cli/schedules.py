@@ -17,8 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.prompt import Confirm
 
-from agents.schedule_runs import Occurrence
-from agents.schedules import utc_now
+from agents.engine.occurrences import Occurrence
+from agents.schedules.model import utc_now
 from agents.services import Services
 from bot.cli.common import Commands, add_config_arg, services_for
 from bot.cli.history import add_json_arg

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.approvals import approvals_needed
 from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
-from agents.plan import Plan
-from agents.runs import Run, RunStatus, StepState
+from agents.plan.model import Plan
+from agents.policy.approvals import approvals_needed
+from agents.run.record import Run, RunStatus, StepState
 from agents.services import Services
 from agents.store import LockInfo
 from bot.mcp.views import (

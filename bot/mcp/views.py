@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents.history import Where
-from agents.plan import Plan
+from agents.history.deploys import Where
+from agents.plan.model import Plan
 
 
 class Hints(BaseModel):

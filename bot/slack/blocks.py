@@ -15,14 +15,14 @@ from enum import StrEnum
 from typing import Any
 
 from agents import tracing
-from agents.dryrun import verdict
-from agents.history import Deploy, Where
+from agents.history.deploys import Deploy, Where
 from agents.ids import short_id
-from agents.plan import Plan, Step, format_params
-from agents.plan_diff import Mark, PlanDiff
-from agents.policy import Policy
-from agents.results import listed, outputs_of, tally
-from agents.runs import Run, RunStatus, StepState, StepStatus
+from agents.plan.diff import Mark, PlanDiff
+from agents.plan.dryrun import verdict
+from agents.plan.model import Plan, Step, format_params
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus, StepState, StepStatus
+from agents.run.results import listed, outputs_of, tally
 
 Block = dict[str, Any]
 

@@ -20,13 +20,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
-from agents.approvals import approvals_needed, steer_problem
-from agents.dryrun import verdict
 from agents.errors import ApprovalRefused
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.plan_diff import PlanDiff, diff_plans
-from agents.runs import Run, RunStatus
+from agents.plan.diff import PlanDiff, diff_plans
+from agents.plan.dryrun import verdict
+from agents.plan.model import Plan
+from agents.policy.approvals import approvals_needed, steer_problem
+from agents.run.record import Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk

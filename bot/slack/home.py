@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 
 from slack_sdk.errors import SlackApiError
 
-from agents.approvals import approval_problem
-from agents.executor import Listener
-from agents.policy import Policy
-from agents.runs import Event, EventKind, Run, RunStatus
-from agents.schedules import Schedule
+from agents.policy.approvals import approval_problem
+from agents.policy.rules import Policy
+from agents.run.executor import Listener
+from agents.run.record import Event, EventKind, Run, RunStatus
+from agents.schedules.model import Schedule
 from agents.store.schedules import ScheduleBook
 from bot.slack.bot import Bot
 from bot.slack.home_blocks import HomeData, home_view, in_progress

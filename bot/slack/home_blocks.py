@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agents.approvals import approvals_needed
-from agents.history import Where
+from agents.history.deploys import Where
 from agents.ids import short_id
-from agents.policy import Policy
-from agents.results import tally
-from agents.runs import Run, RunStatus, StepStatus
-from agents.schedules import Schedule
+from agents.policy.approvals import approvals_needed
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus, StepStatus
+from agents.run.results import tally
+from agents.schedules.model import Schedule
 from agents.store import LockInfo
 from bot.slack import blocks as bk
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from slack_sdk import WebClient
 
+from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
 from agents.services import Services
 from agents.settings import Settings
-from agents.worker import ListenerFactory, Worker, WorkerOptions
 from bot.metrics import Metrics
 from bot.slack.app import build_app
 from bot.slack.home import change_listener_factory

@@ -24,13 +24,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from agents import logcontext
-from agents.executor import Listener
-from agents.mirror import RunMirror
-from agents.plan import Plan
-from agents.plan_diff import diff_plans
-from agents.policy import Policy
-from agents.results import step_output
-from agents.runs import Event, EventKind, Phase, Run, StepStatus
+from agents.plan.diff import diff_plans
+from agents.plan.model import Plan
+from agents.policy.rules import Policy
+from agents.run.executor import Listener
+from agents.run.mirror import RunMirror
+from agents.run.record import Event, EventKind, Phase, Run, StepStatus
+from agents.run.results import step_output
 from agents.store import Store
 from bot.slack import blocks as bk
 

@@ -16,8 +16,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
 
 from agents import logcontext
-from agents.executor import Listener
-from agents.runs import Event, EventKind, Run
+from agents.run.executor import Listener
+from agents.run.record import Event, EventKind, Run
 from agents.store import Store
 
 log = logging.getLogger("deckhand.slack.timeline")

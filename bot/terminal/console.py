@@ -20,20 +20,20 @@ from rich.markup import escape
 from rich.prompt import Prompt
 from rich.text import Text
 
-from agents.approvals import approval_problem, approvals_needed
-from agents.dryrun import LABEL as DRY_LABEL
-from agents.dryrun import dry_plan, verdict
+from agents.engine.worker import Worker
 from agents.errors import ApprovalRefused, PlanInvalid
 from agents.ids import short_id
-from agents.mirror import RunMirror
-from agents.plan import Plan
-from agents.plan_diff import diff_plans
-from agents.plan_yaml import plan_from_yaml, plan_to_yaml
-from agents.policy import UNSCOPED, Policy
-from agents.results import step_output
-from agents.runs import Event, Run, RunStatus
+from agents.plan.diff import diff_plans
+from agents.plan.dryrun import LABEL as DRY_LABEL
+from agents.plan.dryrun import dry_plan, verdict
+from agents.plan.model import Plan
+from agents.plan.yaml import plan_from_yaml, plan_to_yaml
+from agents.policy.approvals import approval_problem, approvals_needed
+from agents.policy.rules import UNSCOPED, Policy
+from agents.run.mirror import RunMirror
+from agents.run.record import Event, Run, RunStatus
+from agents.run.results import step_output
 from agents.services import Services
-from agents.worker import Worker
 from bot.terminal.render import diff_text, plan_table, status_table, summary
 
 Editor = Callable[[str], str]

@@ -9,9 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.evaluation.planners import PlannerSpec
+from agents.evaluation.quality import Maker, Tally
 from agents.evaluation.report import Difference, Summary, verdict
 from agents.evaluation.scoring import Outcome
-from agents.plan_quality import Maker, Tally
 
 
 def cases_table(spec: PlannerSpec, outcomes: Sequence[Outcome]) -> Table:
@@ -99,7 +99,7 @@ def differences_table(labels: Sequence[str], diffs: Sequence[Difference]) -> Tab
 
 def quality_table(found: Mapping[Maker, Tally], days: float) -> Table:
     """Real use, one column per maker (planner, prompt version, model): what people and runs
-    did with its plans (``agents.plan_quality``)."""
+    did with its plans (``agents.evaluation.quality``)."""
     table = Table("", *(" ".join(filter(None, astuple(m))) for m in found),
                   title=f"Plans in real use, last {days:g} days")
     rows: list[tuple[str, Callable[[Tally], str]]] = [

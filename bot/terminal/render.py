@@ -9,11 +9,11 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.ids import short_id
-from agents.plan import Plan, PlannerInfo, RollbackStep, Step, format_params
-from agents.plan_diff import Mark, PlanDiff
-from agents.results import listed, tally
-from agents.runs import Run, RunStatus, StepState, StepStatus
-from agents.targets import PlanTargets
+from agents.plan.diff import Mark, PlanDiff
+from agents.plan.model import Plan, PlannerInfo, RollbackStep, Step, format_params
+from agents.plan.targets import PlanTargets
+from agents.run.record import Run, RunStatus, StepState, StepStatus
+from agents.run.results import listed, tally
 
 STATUS_STYLE = {
     StepStatus.PENDING: ("·", "dim"),

@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 
 from agents.config import Config
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import build_services
 from bot.cli import main
 from bot.cli.demo import probe, run_demo

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from agents.config import Config
-from agents.dryrun import dry_plan
-from agents.runs import RunStatus
+from agents.plan.dryrun import dry_plan
+from agents.run.record import RunStatus
 from agents.services import build_services
 from bot.cli.demo import probe
 from bot.terminal.console import ConsoleFlow

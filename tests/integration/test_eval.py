@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agents.plan import Plan, PlannerInfo
-from agents.runs import Approval, Run, RunStatus
+from agents.plan.model import Plan, PlannerInfo
+from agents.run.record import Approval, Run, RunStatus
 from agents.store import Store
 from bot.cli import eval as eval_command
 from bot.cli import main

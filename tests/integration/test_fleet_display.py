@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 from slack_sdk import WebClient
 
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.runs import Event, EventKind, Phase, Run, RunStatus
+from agents.plan.model import Plan
+from agents.plan.targets import PlanTargets, StepTargets
+from agents.policy.rules import Policy
+from agents.run.record import Event, EventKind, Phase, Run, RunStatus
 from agents.services import build_services
 from agents.store import Store
-from agents.targets import PlanTargets, StepTargets
 from bot.cli import main
 from bot.slack.home_blocks import HomeData, home_view
 from bot.slack.thread import ThreadUpdater

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 import pytest
 
 from agents.config import Config
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import ApprovalRefused, FreezeRefused
-from agents.freeze import BreakGlass, FreezeWindow
-from agents.runs import Run, RunStatus
+from agents.policy.freeze import BreakGlass, FreezeWindow
+from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
-from agents.worker import Worker, WorkerOptions
 from bot.cli.demo import probe
 
 FRIDAY_NOON = datetime(2026, 11, 27, 12, tzinfo=UTC).timestamp()

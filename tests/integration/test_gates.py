@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from agents.config import Config
-from agents.runs import Run, RunStatus
+from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from bot.cli.demo import probe
 from bot.terminal.console import ConsoleFlow

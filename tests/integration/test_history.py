@@ -12,7 +12,7 @@ from rich.console import Console
 
 from agents.config import Config
 from agents.errors import PlanInvalid
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.cli import main

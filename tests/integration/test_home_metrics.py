@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.config import Config
 from agents.ids import short_id
-from agents.plan import Plan
+from agents.plan.model import Plan
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.planner import LLMPlanner
-from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
-from agents.policy import Policy
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.policy.rules import Policy
+from agents.run.record import Event, EventKind, Run, RunStatus
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from agents.runs import Event, EventKind, Run, RunStatus, StepStatus
+from agents.engine.worker import Worker, WorkerOptions
+from agents.run.record import Event, EventKind, Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import LostOwnership, Store
 from agents.store.check import StoreCheck
-from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import NO_TARGETS, fleet_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.integration.test_store import submit

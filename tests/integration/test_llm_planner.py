@@ -14,7 +14,10 @@ import pytest
 
 from agents.config import Config, load_config
 from agents.errors import NoPlanFound, PlannerError
-from agents.plan import Plan, is_read_only
+from agents.plan.model import Plan, is_read_only
+from agents.plan.playbooks import PlaybookPlanner
+from agents.plan.targets import PlanTargets
+from agents.plan.validation import validate_plan
 from agents.planning.planner import (
     CompositePlanner,
     LLMPlanner,
@@ -22,12 +25,9 @@ from agents.planning.planner import (
     build_planner,
     changes_mutating_steps,
 )
-from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import WirePlan, WireReplan, plan_to_wire, strict_schema
-from agents.runs import HostResult, Run, StepState, StepStatus
+from agents.run.record import HostResult, Run, StepState, StepStatus
 from agents.settings import Settings
-from agents.targets import PlanTargets
-from agents.validation import validate_plan
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, strict_problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

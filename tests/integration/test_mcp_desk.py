@@ -10,12 +10,12 @@ import pytest
 
 from agents.config import load_config
 from agents.errors import ApprovalRefused, FreezeRefused, NotFound, PlanInvalid
-from agents.freeze import FreezeWindow
-from agents.history import Deploy
+from agents.history.deploys import Deploy
 from agents.ids import new_id
-from agents.plan import Plan, Step
-from agents.policy import Policy
-from agents.runs import Run, RunStatus
+from agents.plan.model import Plan, Step
+from agents.policy.freeze import FreezeWindow
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.mcp.desk import Desk, Refused

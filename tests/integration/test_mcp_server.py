@@ -25,8 +25,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Implementation
 
-from agents.plan import Plan
-from agents.runs import RunStatus
+from agents.plan.model import Plan
+from agents.run.record import RunStatus
 from agents.store import Store
 from bot.cli import main
 from tests.fixtures.polling import wait_until

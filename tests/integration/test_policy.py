@@ -17,8 +17,8 @@ from rich.console import Console
 
 from agents.config import Config, load_config
 from agents.errors import ApprovalRefused, PlanInvalid
-from agents.plan import Plan
-from agents.runs import Run, RunStatus
+from agents.plan.model import Plan
+from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.cli import main

@@ -18,15 +18,15 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.config import Config, load_config
-from agents.plan import Plan, PlannerInfo
-from agents.plan_diff import diff_plans
+from agents.plan.diff import diff_plans
+from agents.plan.model import Plan, PlannerInfo
+from agents.plan.playbooks import PlaybookPlanner
+from agents.plan.targets import resolve
 from agents.planning.llm import LLMPlanner, RetryPolicy
-from agents.planning.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
-from agents.planning.templates import PromptSet
-from agents.runs import Approval, Event, EventKind, Run, RunStatus
+from agents.prompts.templates import PromptSet
+from agents.run.record import Approval, Event, EventKind, Run, RunStatus
 from agents.store import Store
-from agents.targets import resolve
 from bot.cli import main
 from bot.metrics import Metrics
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin

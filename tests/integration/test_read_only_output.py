@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from agents.config import Config
-from agents.results import bound, step_output
-from agents.runs import HostResult, Run, RunStatus, StepState, StepStatus
+from agents.run.record import HostResult, Run, RunStatus, StepState, StepStatus
+from agents.run.results import bound, step_output
 from agents.services import build_services
 from bot.slack import blocks as bk
 from bot.terminal.console import ConsoleFlow, Decision

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import StoreError
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.runs import Run, RunStatus, StepStatus
+from agents.plan.model import Plan
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
 from agents.store.connect import connect_client, parse_sentinel_url
-from agents.worker import Worker, WorkerOptions
 from bot.cli import main
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until

@@ -9,7 +9,7 @@ import redis
 
 from agents.errors import StoreError
 from agents.ids import short_id
-from agents.runs import Run
+from agents.run.record import Run
 from agents.store import Store
 from agents.store.connect import connect_client, parse_sentinel_url
 from bot.cli import main

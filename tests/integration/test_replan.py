@@ -11,12 +11,12 @@ import pytest
 from pydantic import SecretStr
 
 from agents.config import Config
-from agents.plan import Plan
-from agents.runs import Run, RunStatus, StepStatus
+from agents.engine.worker import Worker, WorkerOptions
+from agents.plan.model import Plan
+from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import Services, build_services
 from agents.settings import Settings
 from agents.store import Store
-from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import SHELL_TOOLS, make_config, make_plan
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents.config import Config
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.store import Store
 from bot.cli.demo import probe
 from bot.slack import blocks as bk

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 import redis
 
-from agents.history import DAY, Deploy
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.retention import Retention, run_exclusively
-from agents.runs import Run, RunStatus
-from agents.schedules import Schedule
+from agents.engine.retention import Retention, run_exclusively
+from agents.engine.worker import Worker
+from agents.history.deploys import DAY, Deploy
+from agents.plan.model import Plan
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus
+from agents.schedules.model import Schedule
 from agents.services import build_services
 from agents.store import Store
 from agents.store.check import StoreCheck
 from agents.store.schedules import ScheduleBook
-from agents.worker import Worker
 from bot.cli import main
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from agents.config import Config
 from agents.errors import NoPlanFound, PlanInvalid
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from bot.cli.demo import app_port, probe, run_demo
 from bot.terminal.console import ConsoleFlow

@@ -11,10 +11,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agents.config import Config
-from agents.plan import Step
-from agents.runs import RunStatus
-from agents.schedule_runs import Occurrence, Outcome, run_occurrence
-from agents.schedules import Schedule
+from agents.engine.occurrences import Occurrence, Outcome, run_occurrence
+from agents.plan.model import Step
+from agents.run.record import RunStatus
+from agents.schedules.model import Schedule
 from agents.services import Services, build_services
 from agents.settings import Settings
 from agents.store import Store

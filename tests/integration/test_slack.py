@@ -8,7 +8,7 @@ import time
 import urllib.parse
 
 from agents.ids import short_id
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from bot.cli.demo import probe
 from bot.slack import blocks as bk
 from tests.fixtures.slack_world import SlackWorld, button
@@ -214,8 +214,8 @@ def test_mention_plans_like_deploy_once_per_event(world: SlackWorld) -> None:
 
 
 def test_forty_step_plan_fits_block_kit(world: SlackWorld) -> None:
-    from agents.plan import Plan
-    from agents.runs import Run
+    from agents.plan.model import Plan
+    from agents.run.record import Run
 
     steps = [{"id": f"step_{i:02d}", "tool": "status", "params": {"environment": "staging"},
               "description": "x" * 200, "depends_on": [f"step_{i - 1:02d}"] if i % 3 else []}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from bot.slack import blocks as bk
 from tests.fixtures.slack_world import SlackWorld, button
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from bot.slack import blocks as bk
 from tests.fixtures.slack_world import SlackWorld, button
 

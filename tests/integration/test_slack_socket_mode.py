@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from agents.config import Config
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store

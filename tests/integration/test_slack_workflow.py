@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from bot.slack import blocks as bk
 from tests.fixtures.slack_world import SlackWorld, button
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agents.config import Config
-from agents.runs import Run, RunStatus, StepStatus
+from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import Services, build_services
 from tests.fixtures.sshd import SSHFleet
 

@@ -19,9 +19,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.plan.model import Plan
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import Event, EventKind, Run, RunStatus
 from bot.metrics import Metrics
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet, keygen, start_shared_sshd

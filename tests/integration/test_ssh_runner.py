@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import Executor, ExecutorDeps
-from agents.plan import Plan
-from agents.runs import RunStatus
+from agents.plan.model import Plan
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import RunStatus
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet, keygen, process_gone
 from tools.catalog import Catalog, ParamSpec, Tool

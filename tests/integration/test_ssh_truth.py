@@ -11,8 +11,8 @@ import os
 import signal
 from pathlib import Path
 
-from agents.executor import Executor, ExecutorDeps
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.run.executor import Executor, ExecutorDeps
+from agents.run.record import Event, EventKind, Run, RunStatus
 from tests.fixtures.builders import make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet, descendants, process_gone

@@ -15,13 +15,13 @@ import pytest
 import redis
 
 from agents.config import Config
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import ApprovalRefused, LockHeld, StoreUnavailable
 from agents.ids import short_id
-from agents.plan import Plan
-from agents.runs import Run, RunStatus, StepStatus
+from agents.plan.model import Plan
+from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import Services, build_services
 from agents.store import Store
-from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer

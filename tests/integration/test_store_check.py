@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from agents.plan import Plan
-from agents.runs import Run, RunStatus
+from agents.engine.worker import Worker, WorkerOptions
+from agents.plan.model import Plan
+from agents.run.record import Run, RunStatus
 from agents.services import build_services
 from agents.store import Store
 from agents.store.check import StoreCheck
-from agents.worker import Worker, WorkerOptions
 from bot.cli import main
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.store_snapshot import snapshot

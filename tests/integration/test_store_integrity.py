@@ -12,16 +12,16 @@ import redis
 from rich.console import Console
 
 from agents.config import Config
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import AmbiguousId, NotFound, StoreError
 from agents.ids import new_id, normalize, short_id
-from agents.plan import Plan
-from agents.runs import Run, RunStatus
-from agents.schedules import Schedule
+from agents.plan.model import Plan
+from agents.run.record import Run, RunStatus
+from agents.schedules.model import Schedule
 from agents.services import Services, build_services
 from agents.store import Store
 from agents.store.check import StoreCheck
 from agents.store.schedules import ScheduleBook
-from agents.worker import Worker, WorkerOptions
 from bot.terminal.console import ConsoleFlow
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan
 from tests.fixtures.store_snapshot import changed, snapshot

@@ -28,9 +28,9 @@ from hypothesis.stateful import (
 )
 
 from agents.errors import ApprovalRefused, IllegalTransition, LockHeld, StoreError
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.runs import Run, RunStatus, StepStatus
+from agents.plan.model import Plan
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus, StepStatus
 from agents.store import Store
 from agents.store.check import StoreCheck
 from tests.fixtures.builders import NO_TARGETS, make_config, make_plan

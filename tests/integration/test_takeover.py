@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from agents.engine.recorder import RunRecorder
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import StoreError
-from agents.recorder import RunRecorder
-from agents.runs import Event, EventKind, RunStatus, StepStatus
+from agents.run.record import Event, EventKind, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
-from agents.worker import Worker, WorkerOptions
 from tests.fixtures.builders import make_config, make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from slack_sdk import WebClient
 
-from agents.policy import Policy
-from agents.runs import Event, EventKind, Run, RunStatus
-from agents.targets import PlanTargets
+from agents.plan.targets import PlanTargets
+from agents.policy.rules import Policy
+from agents.run.record import Event, EventKind, Run, RunStatus
 from bot.slack.thread import ThreadUpdater
 from tests.fixtures.builders import make_plan
 from tests.fixtures.slack_standin import SlackStandin

@@ -16,10 +16,10 @@ from rich.console import Console
 
 from agents.config import Config
 from agents.errors import PlanError, PlannerError
-from agents.plan_diff import diff_plans
-from agents.planning.playbooks import PlaybookPlanner
+from agents.plan.diff import diff_plans
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from agents.settings import Settings
 from agents.store import Store
@@ -349,7 +349,7 @@ def test_slack_shows_criteria_and_holds_a_notification_for_approval(
 
 
 def test_4_a_replan_that_adds_a_notification_is_approved_again(sample_config: Config) -> None:
-    from agents.plan import Plan
+    from agents.plan.model import Plan
     from agents.planning.planner import changes_mutating_steps
 
     look = {"id": "look", "tool": "status", "params": {"environment": "staging"}}

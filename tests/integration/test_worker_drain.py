@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.runs import RunStatus
+from agents.run.record import RunStatus
 from agents.services import build_services
 from agents.store import Store
 from tests.fixtures.polling import wait_until

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from agents.approvals import approval_problem
-from agents.policy import Policy
-from agents.runs import Run
-from agents.targets import PlanTargets
+from agents.plan.targets import PlanTargets
+from agents.policy.approvals import approval_problem
+from agents.policy.rules import Policy
+from agents.run.record import Run
 from tests.fixtures.builders import make_plan
 
 

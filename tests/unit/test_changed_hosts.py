@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.runs import Event, EventKind, Run
+from agents.run.record import Event, EventKind, Run
 from tests.fixtures.builders import NO_TARGETS, make_plan
 
 

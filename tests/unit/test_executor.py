@@ -1,8 +1,8 @@
 import threading
 from pathlib import Path
 
-from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
-from agents.targets import resolve
+from agents.plan.targets import resolve
+from agents.run.record import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import fleet_config, make_config, make_executor, make_plan
 from tests.fixtures.polling import wait_until
 from tools.runners.base import CancelToken

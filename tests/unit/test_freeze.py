@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from agents.freeze import FreezeWindow, frozen
+from agents.policy.freeze import FreezeWindow, frozen
 
 WEEKEND = FreezeWindow(environments=["production"], reason="weekend", cron="0 18 * * fri",
                        hours=62, timezone="Europe/Berlin")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agents.config import Config, load_config
-from agents.history import (
+from agents.history.deploys import (
     DAY,
     Deploy,
     Where,
@@ -17,9 +17,9 @@ from agents.history import (
     rollback_target_problems,
     stats,
 )
-from agents.plan import Plan
-from agents.planning.playbooks import PlaybookPlanner
-from agents.runs import HostResult, Run, RunStatus, StepState, StepStatus
+from agents.plan.model import Plan
+from agents.plan.playbooks import PlaybookPlanner
+from agents.run.record import HostResult, Run, RunStatus, StepState, StepStatus
 from tests.fixtures.builders import NO_TARGETS
 from tests.fixtures.sample import EXAMPLES
 from tools.gitlog import GitRepo

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from itertools import zip_longest
 
-from agents.mirror import RunMirror
-from agents.runs import HOST_EVENTS, Event, EventKind, Run, RunStatus
+from agents.plan.targets import PlanTargets
+from agents.run.mirror import RunMirror
+from agents.run.record import HOST_EVENTS, Event, EventKind, Run, RunStatus
 from agents.store.runs import journal_field, with_journal
-from agents.targets import PlanTargets
 from tests.fixtures.builders import fan_out_events, fleet, make_plan
 
 HOSTS = fleet(40)

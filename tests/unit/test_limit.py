@@ -8,11 +8,11 @@ import pytest
 
 from agents.config import Config, load_config
 from agents.errors import PlanInvalid
-from agents.plan import Plan
+from agents.plan.model import Plan
+from agents.plan.playbooks import PlaybookPlanner
+from agents.plan.targets import resolve
+from agents.plan.validation import validate_plan
 from agents.planning.phrasing import Phrasing
-from agents.planning.playbooks import PlaybookPlanner
-from agents.targets import resolve
-from agents.validation import validate_plan
 from bot.cli.init import template_text
 
 

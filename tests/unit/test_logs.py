@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.policy import Policy
-from agents.runs import Event, EventKind, Run, RunStatus
+from agents.engine.worker import Worker
+from agents.policy.rules import Policy
+from agents.run.record import Event, EventKind, Run, RunStatus
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
-from agents.worker import Worker
 from bot.logs import configure_logging
 from tests.fixtures.builders import make_config, make_plan
 

@@ -11,8 +11,8 @@ import pytest
 
 from agents.config import Config, load_config
 from agents.errors import NoPlanFound
+from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.phrasing import Phrasing, normalize, version
-from agents.planning.playbooks import PlaybookPlanner
 from bot.cli import main
 from bot.cli.init import template_text
 from tests.fixtures.builders import BASE

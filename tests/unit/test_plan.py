@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from agents.errors import PlanInvalid
-from agents.plan import Plan
-from agents.validation import validate_plan
+from agents.plan.model import Plan
+from agents.plan.validation import validate_plan
 from tests.fixtures.builders import make_config, make_plan
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agents.plan import Plan, PlannerInfo
-from agents.plan_diff import Mark, diff_plans
-from agents.policy import Policy
-from agents.runs import Run
+from agents.plan.diff import Mark, diff_plans
+from agents.plan.model import Plan, PlannerInfo
+from agents.plan.targets import PlanTargets
+from agents.policy.rules import Policy
+from agents.run.record import Run
 from agents.services import build_services
 from agents.settings import Settings
 from agents.store import Store
-from agents.targets import PlanTargets
 from bot.slack import blocks as bk
 from bot.terminal.console import ConsoleFlow
 from bot.terminal.render import diff_text

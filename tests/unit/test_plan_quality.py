@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agents.plan import Plan, PlannerInfo
-from agents.plan_quality import OTHER, Maker, PlanRef, fate, fates, tally
-from agents.runs import Approval, Event, EventKind, Run, RunStatus
+from agents.evaluation.quality import OTHER, Maker, PlanRef, fate, fates, tally
+from agents.plan.model import Plan, PlannerInfo
+from agents.run.record import Approval, Event, EventKind, Run, RunStatus
 from tests.fixtures.builders import NO_TARGETS, make_plan
 
 LLM = PlannerInfo(name="llm", model="m1", prompt="plan", prompt_version="aaaaaaaaaaaa")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.config import load_config
-from agents.planning.templates import (
+from agents.prompts.templates import (
     OPERATIONS,
     SLOTS,
     PromptSet,

@@ -11,9 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from agents.config import load_config
-from agents.plan import format_params
-from agents.plan_yaml import plan_from_yaml, plan_to_yaml
-from agents.runs import HostResult, Run, StepState, StepStatus
+from agents.plan.model import format_params
+from agents.plan.yaml import plan_from_yaml, plan_to_yaml
+from agents.run.record import HostResult, Run, StepState, StepStatus
 from agents.services import build_services
 from bot.terminal.render import plan_table, status_table
 from tests.fixtures.sample import EXAMPLES

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.engine.retention import Archive, parse_age
 from agents.errors import RetentionError
-from agents.retention import Archive, parse_age
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90d", 90 * 86400.0), ("90", 90 * 86400.0),

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agents.errors import ScheduleError
-from agents.schedules import Schedule, cron_rule, spec_to_cron, split_spec, zone_named
+from agents.schedules.model import Schedule, cron_rule, spec_to_cron, split_spec, zone_named
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

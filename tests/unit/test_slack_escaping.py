@@ -3,9 +3,9 @@ or links (DESIGN invariant; issue 14.3)."""
 
 from __future__ import annotations
 
-from agents.plan import Plan
-from agents.policy import Policy
-from agents.runs import Run, RunStatus, StepStatus
+from agents.plan.model import Plan
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus, StepStatus
 from bot.slack import blocks as bk
 from tests.fixtures.builders import NO_TARGETS
 

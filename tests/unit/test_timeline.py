@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from agents.plan import Plan
-from agents.runs import Phase, Run, RunStatus, StepStatus
+from agents.plan.model import Plan
+from agents.run.record import Phase, Run, RunStatus, StepStatus
 from bot.timeline import CHROME_IN, DPI, MAX_ROWS, ROW_IN, WIDTH_IN, render_timeline, save_timeline
 from tests.fixtures.builders import make_config, make_executor, make_plan
 

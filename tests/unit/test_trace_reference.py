@@ -6,7 +6,7 @@ import pytest
 
 from agents import tracing
 from agents.errors import SettingsInvalid
-from agents.runs import Run
+from agents.run.record import Run
 from agents.settings import Settings
 from bot.slack import blocks as bk
 from tests.fixtures.builders import NO_TARGETS, make_plan

@@ -8,8 +8,8 @@ from typing import Any
 from slack_bolt import Ack, App, Respond
 
 from agents.errors import ApprovalRefused
-from agents.plan_yaml import plan_to_yaml
-from agents.runs import Run, RunStatus
+from agents.plan.yaml import plan_to_yaml
+from agents.run.record import Run, RunStatus
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.work import Tell

@@ -9,7 +9,7 @@ from typing import Any
 
 from slack_bolt import Ack, App
 
-from agents.schedule_runs import Occurrence, Outcome
+from agents.engine.occurrences import Occurrence, Outcome
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot

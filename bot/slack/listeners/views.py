@@ -8,8 +8,8 @@ from typing import Any
 from slack_bolt import Ack, App
 
 from agents.errors import PlanInvalid
-from agents.plan import Plan
-from agents.plan_yaml import plan_from_yaml, plan_to_yaml
+from agents.plan.model import Plan
+from agents.plan.yaml import plan_from_yaml, plan_to_yaml
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from tools.errors import DeckhandError

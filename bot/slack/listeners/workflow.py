@@ -16,7 +16,7 @@ from typing import Any
 
 from slack_bolt import App, Complete, Fail
 
-from agents.runs import Run, RunStatus
+from agents.run.record import Run, RunStatus
 from bot.slack.bot import Bot
 from bot.slack.listeners.common import first_delivery
 from tools.errors import DeckhandError

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.errors import ScheduleError
-from agents.schedules import cron_rule, spec_to_cron, zone_named
+from agents.schedules.model import cron_rule, spec_to_cron, zone_named
 
 
 class FreezeWindow(BaseModel):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from agents.plan import Plan, RollbackStep, Step
+from agents.plan.model import Plan, RollbackStep, Step
 
 VALUE_LIMIT = 40
 

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from agents import logcontext, tracing
 from agents.limit import allowed_hosts
-from agents.plan import Criteria, Plan, RollbackStep, Step, success_criteria
-from agents.runs import Event, EventKind, Phase, Run, RunStatus, StepStatus
-from agents.targets import environment_of, resolve
+from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
+from agents.plan.targets import environment_of, resolve
+from agents.run.record import Event, EventKind, Phase, Run, RunStatus, StepStatus
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents import graph
 from agents.ids import new_id
+from agents.plan import graph
 from tools.catalog import NAME, Catalog, ParamValue, Tool
 from tools.regex import compile_safe
 
@@ -99,7 +99,7 @@ class PlannerInfo(BaseModel):
 
     A playbook plan has a ``name`` (``playbook NAME``) and a latency only; an LLM plan also
     says which prompt asked (``prompt`` and its content-hash ``prompt_version``, see
-    ``agents.planning.templates``), which model was asked and which answered, with what
+    ``agents.prompts.templates``), which model was asked and which answered, with what
     settings, what it cost, and the answer that became the plan (redacted and bounded).
     """
 

@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from agents.plan import Plan
-from agents.plan_diff import diff_plans
-from agents.runs import Run, RunStatus
+from agents.plan.diff import diff_plans
+from agents.plan.model import Plan
+from agents.run.record import Run, RunStatus
 
 OUTCOMES = ("planned", "approved_unchanged", "modified", "rejected", "replanned", "succeeded",
             "failed", "rolled_back")

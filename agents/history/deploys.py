@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.plan import Plan, Step
-from agents.runs import Run, RunStatus, StepState, StepStatus
+from agents.plan.model import Plan, Step
+from agents.run.record import Run, RunStatus, StepState, StepStatus
 from tools.catalog import Catalog
 from tools.gitlog import Changelog
 

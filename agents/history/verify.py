@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agents.errors import PlanError
-from agents.history import HistorySettings
+from agents.history.deploys import HistorySettings
 from tools.catalog import Catalog
 from tools.errors import DeckhandError
 from tools.inventory import Host, Inventory

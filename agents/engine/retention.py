@@ -37,7 +37,7 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.errors import RetentionError
-from agents.history import DAY, Deploy
+from agents.history.deploys import DAY, Deploy
 from agents.store import AuditEntry, Store
 from agents.store.retention import Found, RunRecord
 from agents.store.schedules import ScheduleBook

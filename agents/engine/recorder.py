@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agents.errors import StoreError
-from agents.executor import Deferred
-from agents.plan import Plan
-from agents.runs import HOST_EVENTS, Event, EventKind, Run
+from agents.plan.model import Plan
+from agents.run.executor import Deferred
+from agents.run.record import HOST_EVENTS, Event, EventKind, Run
 from agents.store import LostOwnership, Store, Write
 from tools.runners.base import CancelToken
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.plan import Plan, Step
+from agents.plan.model import Plan, Step
 from tools.catalog import OUTPUT_REF, Catalog, Tool
 
 CHECK_SUFFIX = "__check"

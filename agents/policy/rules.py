@@ -1,6 +1,6 @@
 """The team's rules as data: approvers, approval counts, promotion order, locks.
 
-How the rules apply to a run (who may approve or steer it now) is ``agents.approvals``.
+How the rules apply to a run (who may approve or steer it now) is ``agents.policy.approvals``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.freeze import BreakGlass, FreezeWindow
+from agents.policy.freeze import BreakGlass, FreezeWindow
 
 UNSCOPED = "(no environment)"
 """The policy scope of mutating steps outside every environment (``local`` commands, ad-hoc

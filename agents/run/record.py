@@ -14,9 +14,9 @@ from pydantic import BaseModel, Field
 
 from agents.errors import IllegalTransition
 from agents.ids import new_id
-from agents.plan import Plan
-from agents.policy import UNSCOPED
-from agents.targets import PlanTargets
+from agents.plan.model import Plan
+from agents.plan.targets import PlanTargets
+from agents.policy.rules import UNSCOPED
 
 
 class RunStatus(StrEnum):

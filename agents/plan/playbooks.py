@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agents.errors import NoPlanFound, PlanInvalid
-from agents.plan import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
+from agents.plan.model import PLACEHOLDER, Plan, PlannerInfo, RollbackStep, Step
 from agents.planning.explicit import choose
 from agents.planning.phrasing import DEFAULT_TYPES, CaptureError, CaptureType, Phrasing
 from agents.planning.suggest import explain

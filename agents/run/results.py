@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agents.runs import HostResult, Run, StepState, StepStatus
+from agents.run.record import HostResult, Run, StepState, StepStatus
 
 MAX_CHARS = 3000
 """Enough for a status of a few dozen hosts; longer output keeps its end."""

@@ -24,14 +24,14 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.errors import ApprovalRefused, NotFound, PlanError
-from agents.plan import Plan
-from agents.plan_diff import PlanDiff, diff_plans
-from agents.policy import Policy
-from agents.runs import Approval, Run, RunStatus
-from agents.schedules import Schedule
+from agents.plan.diff import PlanDiff, diff_plans
+from agents.plan.model import Plan
+from agents.plan.targets import PlanTargets
+from agents.policy.rules import Policy
+from agents.run.record import Approval, Run, RunStatus
+from agents.schedules.model import Schedule
 from agents.services import Services
 from agents.store import LockInfo, Store
-from agents.targets import PlanTargets
 
 
 class Outcome(StrEnum):

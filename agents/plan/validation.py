@@ -1,19 +1,19 @@
 """Plan validation: every rule a plan must pass before anyone sees it, all problems at once.
 
-Kept apart from the models (``agents.plan``) because it needs the target resolution
-(``agents.targets``), which itself reads the models.
+Kept apart from the models (``agents.plan.model``) because it needs the target resolution
+(``agents.plan.targets``), which itself reads the models.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agents import graph
 from agents.errors import PlanInvalid
 from agents.limit import limit_problems
-from agents.plan import PLACEHOLDER, Plan, RollbackStep, Step
-from agents.policy import Policy
-from agents.targets import resolve, step_targets
+from agents.plan import graph
+from agents.plan.model import PLACEHOLDER, Plan, RollbackStep, Step
+from agents.plan.targets import resolve, step_targets
+from agents.policy.rules import Policy
 from tools.catalog import (
     OUTPUT_REF,
     Catalog,

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agents.limit import narrowed
-from agents.plan import Plan, RollbackStep, Step
-from agents.policy import UNSCOPED
+from agents.plan.model import Plan, RollbackStep, Step
+from agents.policy.rules import UNSCOPED
 from tools.catalog import OUTPUT_REF, Catalog, Tool
 from tools.inventory import LOCAL_HOST_NAME, Inventory
 

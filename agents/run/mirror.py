@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from agents.runs import HOST_EVENTS, Event, EventKind, Run
+from agents.run.record import HOST_EVENTS, Event, EventKind, Run
 
 T = TypeVar("T")
 

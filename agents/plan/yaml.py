@@ -9,7 +9,7 @@ from __future__ import annotations
 import yaml
 from pydantic import ValidationError
 
-from agents.plan import Plan
+from agents.plan.model import Plan
 
 
 def plan_to_yaml(plan: Plan) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from agents.freeze import frozen
-from agents.policy import Policy
-from agents.runs import Run, RunStatus
+from agents.policy.freeze import frozen
+from agents.policy.rules import Policy
+from agents.run.record import Run, RunStatus
 
 
 def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,

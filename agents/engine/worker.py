@@ -4,7 +4,7 @@ A worker reads run ids with XREADGROUP, takes the environments' locks, claims th
 (one compare-and-set), and executes it while a heartbeat thread extends its lease, keeps
 its stream entry fresh, and watches for a cancel request. Entries left pending by a dead
 worker are taken over with XAUTOCLAIM once idle for ``claim_after`` seconds; the run then
-resumes (finished steps are not repeated; see ``agents.executor``).
+resumes (finished steps are not repeated; see ``agents.run.executor``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import logcontext
+from agents.engine.recorder import RunRecorder
+from agents.engine.retention import SLICE, Retention, RetentionReport, due, run_exclusively
 from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
-from agents.executor import Listener
-from agents.recorder import RunRecorder
-from agents.retention import SLICE, Retention, RetentionReport, due, run_exclusively
-from agents.runs import Phase, Run, RunStatus
+from agents.run.executor import Listener
+from agents.run.record import Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from agents.store.check import ACTIVE, StoreCheck
