@@ -116,8 +116,8 @@ class Services:
         """
         if not self.is_read_only(plan):
             raise PlanError("only a single read-only step may run without approval")
-        self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan, self.targets(plan)))
+        self.store.plans.save(plan)
+        run = self.store.runs.create(Run.for_plan(plan, self.targets(plan)))
         if before_enqueue is not None:
             run = before_enqueue(run)
 
@@ -125,10 +125,10 @@ class Services:
             current.meta["read_only"] = True  # its output is the answer: faces show it
             current.move(RunStatus.APPROVED)
             current.move(RunStatus.QUEUED)
-            return [self.store.queue_step(current.id)]  # state and entry in one EXEC
+            return [self.store.queue.step(current.id)]  # state and entry in one EXEC
 
-        run = self.store.update_run(run.id, queue)
-        self.store.audit("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
+        run = self.store.runs.update(run.id, queue)
+        self.store.audit.record("queued_read_only", actor=user, run_id=run.id, plan_id=plan.id)
         return run
 
     def targets(self, plan: Plan) -> PlanTargets:
@@ -157,8 +157,8 @@ class Services:
         run = Run.for_plan(dry.plan, resolve(dry.plan, dry.catalog, self.config.inventory),
                            status=RunStatus.APPROVED,
                            meta={"dry_run": True, "unchecked": dry.unchecked})
-        self.store.audit("dry_run", actor=user, plan_id=plan.id, goal=plan.goal,
-                         unchecked=dry.unchecked)
+        self.store.audit.record("dry_run", actor=user, plan_id=plan.id, goal=plan.goal,
+                                unchecked=dry.unchecked)
         return executor.execute(dry.plan, run, listeners=listeners), dry
 
     def changelog(self, plan: Plan) -> list[str]:
@@ -169,7 +169,7 @@ class Services:
             return []
         env, version = target
         try:
-            live = self.store.deployed_state(env).version
+            live = self.store.history.current(env).version
         except StoreError:
             live = None
         log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
@@ -185,10 +185,10 @@ class Services:
         """Add a finished run to the deployment history (once; a failure is only logged:
         the run's own record is already written and stays the truth)."""
         try:
-            plan = self.store.plan(run.plan_id, run.plan_version)  # the last replan's
+            plan = self.store.plans.get(run.plan_id, run.plan_version)  # the last replan's
             deploys = deploys_of(plan, run, self.config.catalog)
             if deploys:
-                self.store.record_deploys(run.id, deploys)
+                self.store.history.record(run.id, deploys)
         except StoreError as exc:
             log.error("run %s: could not record deployment history (%s)", run.id, exc)
 

@@ -88,7 +88,7 @@ def full_rewrite(store: Store, worker: str) -> Listener:
     """main's store listener: the whole record rewritten on every event but output."""
     def persist(event: Event, run: Run) -> None:
         if event.kind is not EventKind.STEP_OUTPUT:
-            store.save_as_owner(run, worker=worker)
+            store.leases.save_as_owner(run, worker=worker)
     return persist
 
 
@@ -105,16 +105,16 @@ def fleet_targets(plan: Plan, hosts: list[str]) -> PlanTargets:
 
 
 def claimed_run(store: Store, plan: Plan, hosts: list[str]) -> Run:
-    run = store.create_run(Run.for_plan(plan, fleet_targets(plan, hosts),
-                                        status=RunStatus.QUEUED))
-    claimed = store.claim(run.id, worker="bench", lease=300)
+    run = store.runs.create(Run.for_plan(plan, fleet_targets(plan, hosts),
+                                         status=RunStatus.QUEUED))
+    claimed = store.leases.claim(run.id, worker="bench", lease=300)
     assert claimed is not None
     return claimed
 
 
 def per_event(store: Store, hosts: list[str], listener: Callable[[Store], Listener]) -> float:
     """Seconds per host event: apply, then the listener and what it defers, one thread."""
-    plan = store.save_plan(fleet_plan())
+    plan = store.plans.save(fleet_plan())
     run = claimed_run(store, plan, hosts)
     listen = listener(store)
     spent = 0.0
@@ -136,7 +136,7 @@ def recorder(store: Store) -> Listener:
 
 def whole_step(store: Store, config: Config, listener: Callable[[Store], Listener]) -> float:
     """Seconds of wall time per host event for one step on every host, real executor."""
-    plan = store.save_plan(fleet_plan())
+    plan = store.plans.save(fleet_plan())
     run = claimed_run(store, plan, config.inventory.environments["production"].hosts)
     runner = InstantRunner()
     lock = threading.Lock()

@@ -42,14 +42,14 @@ def seed(store: Store, n: int) -> None:
             "steps": [{"id": "build", "tool": "build", "params": {"version": f"v2.{i % 50}.0"}},
                       {"id": "deploy", "tool": "deploy", "depends_on": ["build"],
                        "params": {"environment": "staging"}}]})
-        store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan, NO_TARGETS))
+        store.plans.save(plan)
+        run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
         if i % 7 == 0:  # a Modify: one parameter changed
             edited = plan.revised(steps=[{**plan.steps[0].model_dump(), "params": {"v": "x"}},
                                          plan.steps[1].model_dump()])
-            store.save_plan(edited)
-            store.revise(run.id, edited, NO_TARGETS)
-        store.update_run(run.id, _ending(ENDINGS[i % len(ENDINGS)]))
+            store.plans.save(edited)
+            store.runs.revise(run.id, edited, NO_TARGETS)
+        store.runs.update(run.id, _ending(ENDINGS[i % len(ENDINGS)]))
 
 
 def _ending(final: RunStatus) -> Callable[[Run], None]:

@@ -147,7 +147,7 @@ def calls_for_one_run(signer: Signer, standin: SlackStandin, store: Store) -> in
                         "actions": [{"type": "button", "action_id": "approve",
                                      "block_id": "b", "value": value, "action_ts": "1"}]})
     run_id = bk.parse_button_value(value)[0]
-    standin.wait_for(lambda: store.run(run_id).status.terminal, timeout=120, what="the run")
+    standin.wait_for(lambda: store.runs.get(run_id).status.terminal, timeout=120, what="the run")
     standin.wait_for(lambda: any("SUCCEEDED" in c.text_of_blocks()
                                  for c in standin.calls[before:]), what="the summary")
     return len([c for c in standin.calls[before:] if c.method != "usergroups.list"])

@@ -108,29 +108,29 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     """One finished run, written the way the bot and a worker write it, at its own time."""
     env, now = ENVS[n % 2], time.time()
     clock.now = now - SPREAD * (total - n) / total  # oldest first, as history accrues
-    plan = store.save_plan(Plan.model_validate({
-        "goal": f"deploy v2.{n % 50}.{n % 7} to {env}", "requested_by": REQUESTERS[n % 46],
-        "steps": [{"id": "deploy", "tool": "deploy", "params": {"environment": env}}]}))
+    plan = store.plans.save(Plan.model_validate({
+         "goal": f"deploy v2.{n % 50}.{n % 7} to {env}", "requested_by": REQUESTERS[n % 46],
+         "steps": [{"id": "deploy", "tool": "deploy", "params": {"environment": env}}]}))
     run = Run.for_plan(plan, PlanTargets({}), created_at=clock.now)
     run.environments = [env]
-    run = store.create_run(run)
-    store.audit("planned", actor=run.requested_by, run_id=run.id, plan_id=plan.id)
+    run = store.runs.create(run)
+    store.audit.record("planned", actor=run.requested_by, run_id=run.id, plan_id=plan.id)
     outcome = OUTCOMES[n % len(OUTCOMES)]
     if outcome is RunStatus.CANCELLED:
-        store.request_cancel(run.id, user=run.requested_by)
+        store.runs.request_cancel(run.id, user=run.requested_by)
         return run.id
-    store.approve(run.id, user="UAPPROVER", plan_version=1, plan_hash=plan.hash, policy=policy)
-    entry = store.read_queue("bench", block=0.001)
-    store.acquire_locks([env], run_id=run.id, worker="bench", ttl=600)
-    store.claim(run.id, worker="bench", lease=600)
+    store.runs.approve(run.id, user="UAPPROVER", plan_version=1, plan_hash=plan.hash, policy=policy)
+    entry = store.queue.read("bench", block=0.001)
+    store.locks.acquire([env], run_id=run.id, worker="bench", ttl=600)
+    store.leases.claim(run.id, worker="bench", lease=600)
     clock.now += 60
-    store.transition(run.id, outcome)
-    store.audit("run_finished", actor="bench", run_id=run.id, status=outcome.value)
-    store.record_deploys(run.id, [deploy_of(run, env, n, outcome, clock.now)])
-    store.release_locks([env], run_id=run.id)
-    store.release(run.id, worker="bench")
+    store.runs.transition(run.id, outcome)
+    store.audit.record("run_finished", actor="bench", run_id=run.id, status=outcome.value)
+    store.history.record(run.id, [deploy_of(run, env, n, outcome, clock.now)])
+    store.locks.release([env], run_id=run.id)
+    store.leases.release(run.id, worker="bench")
     if entry:
-        store.ack(entry[0])
+        store.queue.ack(entry[0])
     return run.id
 
 
@@ -158,11 +158,11 @@ def clone(store: Store, template: list[str], start: int, total: int) -> list[str
 
 
 def _template(store: Store, run_id: str) -> dict[str, Any]:
-    run = store.run(run_id)
-    return {"run": run, "plan": store.plan(run.plan_id),
-            "audit": [json.loads(i) for i in store.r.lrange(store.keys.run_audit(run_id), 0, -1)],
-            "deploys": [d for env in ENVS for d in store.history(env, limit=HISTORY_READ)
-                        if d.run_id == run_id]}
+    run = store.runs.get(run_id)
+    return {"run": run, "plan": store.plans.get(run.plan_id),
+                 "audit": [json.loads(i) for i in store.r.lrange(store.keys.run_audit(run_id), 0, -1)],
+            "deploys": [d for env in ENVS for d in store.history.recent(env, limit=HISTORY_READ)
+                             if d.run_id == run_id]}
 
 
 def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> str:
@@ -193,7 +193,7 @@ def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> st
 
 
 def seed_schedules(store: Store, count: int = 30) -> None:
-    book, now = ScheduleBook(store), utc_now()
+    book, now = store.schedules, utc_now()
     for n in range(count):
         book.create(Schedule(spec=f"every day at {n % 24:02d}:00", cron=f"0 {n % 24} * * *",
                              request=f"deploy v2.{n}.0 to staging", created_by="U001",
@@ -211,19 +211,19 @@ def home_reader(services: Services) -> Callable[[], Any]:
 def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, Any]]:
     client, now = store.r, time.time()
     return [
-        ("runs (newest 20)", lambda: store.runs(limit=20), None),
-        ("audit (newest 200)", lambda: store.audit_log(limit=200),
-         lambda: client.xrange(store.keys.audit())),
-        ("audit --run", lambda: store.audit_log(run_id=some),
-         lambda: [f for _, f in client.xrange(store.keys.audit())
-                  if f[b"run_id"] == some.encode()]),
+        ("runs (newest 20)", lambda: store.runs.recent(limit=20), None),
+        ("audit (newest 200)", lambda: store.audit.entries(limit=200),
+             lambda: client.xrange(store.keys.audit())),
+        ("audit --run", lambda: store.audit.entries(run_id=some),
+             lambda: [f for _, f in client.xrange(store.keys.audit())
+                      if f[b"run_id"] == some.encode()]),
         ("App Home locks", store.locks,
          lambda: list(client.scan_iter(store.keys.lock("*")))),
-        ("runs show PREFIX", lambda: store.find_run(short_id(some)), None),
-        ("history production", lambda: store.history("production", limit=20), None),
+        ("runs show PREFIX", lambda: store.runs.find(short_id(some)), None),
+        ("history production", lambda: store.history.recent("production", limit=20), None),
         ("where", store.deployed_states, None),
-        ("stats production", lambda: stats(store.history("production", limit=HISTORY_READ),
-                                           environment="production", now=now, days=30), None),
+        ("stats production", lambda: stats(store.history.recent("production", limit=HISTORY_READ),
+                                                  environment="production", now=now, days=30), None),
         ("App Home (all data)", home_reader(services), None),
         ("schedules list", lambda: handle_schedule_command(
             ["list"], user="U001", user_groups=[], channel=None, services=services,
@@ -280,7 +280,7 @@ def main() -> None:
         clock = Clock()
         store = Store.connect(url, clock=clock)
         store.r.flushdb()
-        store.ensure_group()
+        store.queue.ensure_group()
         policy = Policy()
         base = int(store.r.info("memory")["used_memory"])
         started = time.perf_counter()

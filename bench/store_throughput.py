@@ -37,11 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def transitions_per_second(store: Store, count: int = 2000) -> float:
     plan = make_plan([{"id": "a", "tool": "work"}])
-    store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, PlanTargets({})))
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, PlanTargets({})))
     started = time.perf_counter()
     for i in range(count):
-        store.update_run(run.id, lambda r, i=i: r.meta.__setitem__("n", i))
+        store.runs.update(run.id, lambda r, i=i: r.meta.__setitem__("n", i))
     return count / (time.perf_counter() - started)
 
 
@@ -62,10 +62,10 @@ def enqueue_runs(store: Store, config_path: Path, runs: int) -> list[str]:
     ids = []
     for _ in range(runs):
         plan = make_plan(plan_steps)
-        store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan, services.targets(plan)))
-        store.approve(run.id, user="bench", plan_version=1, plan_hash=plan.hash,
-                      policy=services.config.policy)
+        store.plans.save(plan)
+        run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
+        store.runs.approve(run.id, user="bench", plan_version=1, plan_hash=plan.hash,
+                           policy=services.config.policy)
         ids.append(run.id)
     return ids
 
@@ -80,7 +80,7 @@ def drain(url: str, config_path: Path, workers: int, runs: int) -> tuple[float, 
                                str(config_path), "--name", f"bench-{i}"], env=env, cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(workers)]
-    while any(not store.run(i).status.terminal for i in ids):
+    while any(not store.runs.get(i).status.terminal for i in ids):
         time.sleep(0.05)
     wall = time.perf_counter() - started
     rss = [_peak_rss_kb(p.pid) for p in procs]

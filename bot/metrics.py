@@ -156,7 +156,7 @@ class Metrics:
     def run_listener_factory(self, store: Store) -> Callable[[Run], Listener]:
         """For workers: an executor listener per run that records its steps and outcome."""
         def factory(run: Run) -> Listener:
-            plan = store.plan(run.plan_id, run.plan_version)
+            plan = store.plans.get(run.plan_id, run.plan_version)
             tools = {s.id: s.tool for s in plan.steps} | {r.id: r.tool for r in plan.rollback}
             return _RunRecorder(self, tools)
         return factory
@@ -208,7 +208,7 @@ class _HistoryCollector(Collector):
         now = time.time()
         for env in self.environments:
             try:
-                deploys = self.store.history(env, limit=HISTORY_READ)
+                deploys = self.store.history.recent(env, limit=HISTORY_READ)
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,
@@ -275,14 +275,14 @@ class _QualityCollector(Collector):
         return [runs, changes]
 
     def _fates(self, now: float) -> list[Fate]:
-        ids = self.store.run_ids_since(now - self.DAYS * 86400, limit=self.MAX_RUNS)
+        ids = self.store.runs.ids_since(now - self.DAYS * 86400, limit=self.MAX_RUNS)
         self.ended = {i: self.ended[i] for i in ids if i in self.ended}  # the window moved
         kept = [f for f in self.ended.values() if f is not None]
         return kept + self._read([i for i in ids if i not in self.ended])
 
     def _read(self, run_ids: list[str]) -> list[Fate]:
         """Fates of these runs; the ones that ended are kept for good."""
-        runs = [run for run in self.store.runs_by_id(run_ids) if counted(run)]
+        runs = [run for run in self.store.runs.by_id(run_ids) if counted(run)]
         needed = {run.id: plans_needed(run) for run in runs}
         self._load([ref for refs in needed.values() for ref in refs])
         out = []
@@ -298,7 +298,7 @@ class _QualityCollector(Collector):
 
     def _load(self, refs: list[PlanRef]) -> None:
         missing = list(dict.fromkeys(ref for ref in refs if ref not in self.plans))
-        self.plans.update(zip(missing, self.store.plans_at(missing), strict=True))
+        self.plans.update(zip(missing, self.store.plans.at(missing), strict=True))
 
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
@@ -357,7 +357,7 @@ class _QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         up, depth = self._up(), self._depth()
         try:
-            waiting, in_progress = self.store.queue_backlog()
+            waiting, in_progress = self.store.queue.backlog()
         except StoreError:
             up.add_metric([], 0)
             yield up

@@ -99,7 +99,7 @@ class _Ctx:
 
     @property
     def book(self) -> ScheduleBook:
-        return ScheduleBook(self.services.store)
+        return self.services.store.schedules
 
 
 def handle_schedule_command(args: list[str] | str, *, user: str, user_groups: Iterable[str],
@@ -229,7 +229,7 @@ def _add_auto(ctx: _Ctx, schedule: Schedule, plan: Plan, opts: _AddOptions) -> S
     if not _same_hash(opts.approve, plan.hash):
         return ScheduleReply(False, "the plan changed since it was shown; review this one and "
                              "approve it instead", plan=plan, confirm=confirm)
-    ctx.services.store.save_plan(plan)
+    ctx.services.store.plans.save(plan)
     schedule.auto, schedule.approved_plan_id = True, plan.id
     schedule.approved_plan_hash = plan.hash
     ctx.book.create(schedule)
@@ -348,9 +348,9 @@ def _check_rights(ctx: _Ctx, schedule: Schedule, action: str) -> None:
 
 
 def _audit(ctx: _Ctx, action: str, schedule: Schedule, **details: Any) -> None:
-    ctx.services.store.audit(action, actor=ctx.user, schedule=schedule.id, spec=schedule.spec,
-                             cron=schedule.cron, timezone=schedule.timezone,
-                             request=schedule.request, auto=schedule.auto, **details)
+    ctx.services.store.audit.record(action, actor=ctx.user, schedule=schedule.id, spec=schedule.spec,
+                                    cron=schedule.cron, timezone=schedule.timezone,
+                                    request=schedule.request, auto=schedule.auto, **details)
 
 
 _ACTIONS: dict[str, Callable[[_Ctx, list[str]], ScheduleReply]] = {

@@ -64,7 +64,7 @@ class Scheduler:
                  on_missed: OnMissed | None = None, grace: timedelta = DEFAULT_GRACE,
                  clock: Callable[[], datetime] = utc_now, name: str | None = None,
                  sync_every: float = 10.0):
-        self.book = ScheduleBook(store)
+        self.book = store.schedules
         self.store = store
         self.on_occurrence = on_occurrence
         self.on_missed = on_missed
@@ -126,8 +126,8 @@ class Scheduler:
         current = self.book.mark_fired(schedule.id, due.fire_time, due.coalesced)
         if current is None:
             return None  # removed in the meantime
-        self.store.audit("schedule_fired", actor=self.name, schedule=schedule.id,
-                         fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
+        self.store.audit.record("schedule_fired", actor=self.name, schedule=schedule.id,
+                                fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
         self._hand_over(current, due.fire_time)
         return Fired(current, due.fire_time, due.coalesced)
 
@@ -141,8 +141,8 @@ class Scheduler:
             return
         log.warning("schedule %s missed occurrences from %s (older than the grace time)",
                     schedule.id, schedule.local(first))
-        self.store.audit("schedule_missed", actor=self.name, schedule=schedule.id,
-                         since=first.isoformat(), grace=self.grace.total_seconds())
+        self.store.audit.record("schedule_missed", actor=self.name, schedule=schedule.id,
+                                since=first.isoformat(), grace=self.grace.total_seconds())
         if self.on_missed is not None:
             self._guarded(self.on_missed, schedule, first)
 

@@ -126,10 +126,10 @@ class _Done:
         occurrence = Occurrence(self.schedule, self.fire_time, outcome, message,
                                 manual=self.manual, **parts)
         run, plan = occurrence.run, occurrence.plan
-        self.store.audit(f"schedule_{outcome.value}", actor=self.schedule.requester,
-                         run_id=run.id if run else None, plan_id=plan.id if plan else None,
-                         schedule=self.schedule.id, fire_time=self.fire_time.isoformat(),
-                         manual=self.manual, message=message)
+        self.store.audit.record(f"schedule_{outcome.value}", actor=self.schedule.requester,
+                                run_id=run.id if run else None, plan_id=plan.id if plan else None,
+                                schedule=self.schedule.id, fire_time=self.fire_time.isoformat(),
+                                manual=self.manual, message=message)
         return occurrence
 
     @property
@@ -143,7 +143,7 @@ class _Done:
 
 def _held_lock(store: Store, environments: Iterable[str]) -> LockInfo | None:
     wanted = set(environments)
-    return next((lock for lock in store.locks() if lock.environment in wanted), None)
+    return next((lock for lock in store.locks.all() if lock.environment in wanted), None)
 
 
 def _lock_note(lock: LockInfo | None) -> str:
@@ -154,11 +154,11 @@ def _lock_note(lock: LockInfo | None) -> str:
 
 def _store_run(store: Store, schedule: Schedule, plan: Plan, targets: PlanTargets,
                fire_time: datetime, manual: bool) -> Run:
-    store.save_plan(plan)
+    store.plans.save(plan)
     meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual}
-    run = store.create_run(Run.for_plan(plan, targets, meta=meta))
-    store.audit("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
-                request=schedule.request, schedule=schedule.id)
+    run = store.runs.create(Run.for_plan(plan, targets, meta=meta))
+    store.audit.record("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
+                       request=schedule.request, schedule=schedule.id)
     return run
 
 
@@ -202,7 +202,7 @@ def _diff_from_approved(store: Store, schedule: Schedule, plan: Plan) -> PlanDif
     if schedule.approved_plan_id is None:
         return None
     try:
-        return diff_plans(store.plan(schedule.approved_plan_id), plan)
+        return diff_plans(store.plans.get(schedule.approved_plan_id), plan)
     except NotFound:
         return None
 
@@ -243,8 +243,8 @@ def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: P
                                       plan_version=plan.version, plan_hash=plan.hash))
         run.move(RunStatus.APPROVED)
         run.move(RunStatus.QUEUED)
-        audit = store.audit_write("approved", actor=schedule.approver_label, run_id=run_id,
+        audit = store.audit.write("approved", actor=schedule.approver_label, run_id=run_id,
                                   plan_id=plan.id, version=plan.version, hash=plan.hash)
-        return [audit, store.queue_step(run_id)]  # approval, audit and queue: one EXEC
+        return [audit, store.queue.step(run_id)]  # approval, audit and queue: one EXEC
 
-    return store.update_run(run_id, change)
+    return store.runs.update(run_id, change)

@@ -41,15 +41,15 @@ class RunRecorder:
             return None
         if event.kind in HOST_EVENTS:
             changes = run.host_changes(event)  # taken under the lock, written after it
-            return lambda: self._write(lambda: self.store.record_hosts_as_owner(
-                run.id, changes, worker=self.worker))
+            return lambda: self._write(lambda: self.store.leases.record_hosts_as_owner(
+                       run.id, changes, worker=self.worker))
         if event.kind in AUDITED:  # taken now, written after the record that it follows
-            self._audits.append(self.store.audit_write(
+            self._audits.append(self.store.audit.write(
                 event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
                 phase=event.phase.value, status=event.status, error=event.error))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
-            self.store.save_plan(Plan.model_validate(event.plan))  # before the run names it
-        self._write(lambda: self.store.save_as_owner(run, worker=self.worker))
+            self.store.plans.save(Plan.model_validate(event.plan))  # before the run names it
+        self._write(lambda: self.store.leases.save_as_owner(run, worker=self.worker))
         self._unsaved = None
         self.flush_audits()
         return None

@@ -192,16 +192,16 @@ class Retention:
         return report
 
     def _runs(self, report: RetentionReport) -> bool:
-        keep = {s.approved_plan_id for s in ScheduleBook(self.store).all() if s.approved_plan_id}
-        ids = self.store.runs_created_before(report.cutoff)
+        keep = {s.approved_plan_id for s in self.store.schedules.all() if s.approved_plan_id}
+        ids = self.store.trimming.runs_created_before(report.cutoff)
         for start in range(0, len(ids), self.batch):
             if start and self._late():
                 return False
             chunk = ids[start:start + self.batch]
-            report.add(self.store.finished_runs(chunk, report.cutoff, keep_plans=keep)
-                       if report.dry_run else
-                       self.store.trim_runs(chunk, report.cutoff, keep_plans=keep,
-                                            export=self._export_runs))
+            report.add(self.store.trimming.finished_runs(chunk, report.cutoff, keep_plans=keep)
+                                if report.dry_run else
+                       self.store.trimming.trim(chunk, report.cutoff, keep_plans=keep,
+                                                     export=self._export_runs))
         return True
 
     def _export_runs(self, records: list[RunRecord]) -> None:
@@ -210,10 +210,10 @@ class Retention:
     def _audit(self, report: RetentionReport) -> bool:
         after: str | None = None
         while True:
-            entries, more = self.store.old_audit(report.cutoff, after=after, limit=self.batch)
+            entries, more = self.store.audit.older_than(report.cutoff, after=after, limit=self.batch)
             if entries and not report.dry_run:
                 self._durable([audit_line(i, e) for i, e in entries])
-                self.store.forget_audit([i for i, _ in entries])
+                self.store.audit.forget([i for i, _ in entries])
             report.audit += len(entries)
             if not more:
                 return True
@@ -224,17 +224,17 @@ class Retention:
     def _deploys(self, report: RetentionReport) -> bool:
         if report.history_cutoff is None:
             return True
-        for env in self.store.history_environments():
+        for env in self.store.history.environments():
             skip = 0
-            while found := self.store.old_deploys(env, report.history_cutoff, skip=skip,
-                                                  limit=self.batch):
+            while found := self.store.history.older_than(env, report.history_cutoff, skip=skip,
+                                                         limit=self.batch):
                 if report.deploys and self._late():
                     return False
                 if report.dry_run:
                     skip += len(found)
                 else:
                     self._durable([deploy_line(env, d) for _, d in found])
-                    self.store.forget_deploys(env, [member for member, _ in found])
+                    self.store.history.forget(env, [member for member, _ in found])
                 report.deploys += len(found)
         return True
 
@@ -272,25 +272,25 @@ def run_exclusively(store: Store, retention: Retention, *, owner: str,
                     budget: float | None = None) -> RetentionReport | None:
     """A pass under the job lease, or None if another process holds it. A complete pass
     marks the job done; one that trimmed anything is audited."""
-    if not store.take_job_lock(JOB, owner=owner, ttl=LEASE):
+    if not store.locks.take_job(JOB, owner=owner, ttl=LEASE):
         return None
-    retention.hold = lambda: store.hold_job_lock(JOB, owner=owner, ttl=LEASE)
+    retention.hold = lambda: store.locks.hold_job(JOB, owner=owner, ttl=LEASE)
     try:
         report = retention.run(budget=budget)
         if report.complete:
-            store.mark_job_done(JOB, store.clock())
+            store.locks.mark_job_done(JOB, store.clock())
     finally:
-        store.release_job_lock(JOB, owner=owner)
+        store.locks.release_job(JOB, owner=owner)
     if report.trimmed:
-        store.audit("retention", actor=owner, runs=sum(report.runs.values()),
-                    audit_entries=report.audit, deploys=report.deploys,
-                    export=str(report.export), complete=report.complete)
+        store.audit.record("retention", actor=owner, runs=sum(report.runs.values()),
+                           audit_entries=report.audit, deploys=report.deploys,
+                           export=str(report.export), complete=report.complete)
     return report
 
 
 def holder_text(store: Store) -> str:
     """Who holds the retention lease, for a message."""
-    holder = store.job_lock(JOB)
+    holder = store.locks.job(JOB)
     if holder is None:
         return "another process (just finished)"
     return f"{holder.worker}, since {time.strftime('%H:%M:%S', time.localtime(holder.since))}"
@@ -300,7 +300,7 @@ def due(store: Store, settings: RetentionSettings) -> bool:
     """Whether a worker should start (or continue) a pass now."""
     if settings.every_hours == 0:
         return False
-    done = store.job_done_at(JOB)
+    done = store.locks.job_done_at(JOB)
     return done is None or store.clock() - done >= settings.every_hours * 3600
 
 

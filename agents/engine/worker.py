@@ -64,7 +64,7 @@ class Worker:
         self.store = store
         self.name = name or default_worker_name()
         self.options = options or WorkerOptions()
-        store.ensure_group()
+        store.queue.ensure_group()
 
     def serve(self, stop: threading.Event) -> None:
         """Process runs until ``stop`` is set."""
@@ -92,7 +92,7 @@ class Worker:
         entry_id, run_id = entry
         _, done = self._process(run_id, entry_id, [])
         if done:  # acknowledged only once handled: a crash leaves it pending for takeover
-            self.store.ack(entry_id)
+            self.store.queue.ack(entry_id)
         return True
 
     def process(self, run_id: str, *, entry_id: str | None = None,
@@ -104,14 +104,14 @@ class Worker:
         """
         run, done = self._process(run_id, entry_id, list(listeners))
         if done and entry_id is None:
-            self.store.settle_run(run_id)
+            self.store.queue.settle(run_id)
         return run
 
     def _process(self, run_id: str, entry_id: str | None,
                  listeners: list[Listener]) -> tuple[Run | None, bool]:
         """The run (if executed here) and whether its queue entry is done with."""
         try:
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
             return None, True
@@ -120,7 +120,7 @@ class Worker:
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if not self._lock(run):
                 return None, True  # refused, or queued behind the lock (re-enqueued later)
-            claimed = self.store.claim(run_id, worker=self.name, lease=self.options.lease)
+            claimed = self.store.leases.claim(run_id, worker=self.name, lease=self.options.lease)
             if claimed is None:
                 # Another worker's lease is still alive: keep the entry pending, so it is
                 # taken over if that worker is in fact dead (its lease will have expired).
@@ -133,16 +133,16 @@ class Worker:
         if run.status is not RunStatus.QUEUED or blocked is None or run.break_glass:
             return False
         try:
-            self.store.transition(run.id, RunStatus.CANCELLED, expect=[RunStatus.QUEUED],
-                                  reason=f"not started: {blocked.describe()}")
+            self.store.runs.transition(run.id, RunStatus.CANCELLED, expect=[RunStatus.QUEUED],
+                                       reason=f"not started: {blocked.describe()}")
         except IllegalTransition:
             return False  # taken meanwhile: the claim decides
-        self.store.audit("frozen", actor=self.name, run_id=run.id, plan_id=run.plan_id,
-                         environment=blocked.environment, until=blocked.until.isoformat())
+        self.store.audit.record("frozen", actor=self.name, run_id=run.id, plan_id=run.plan_id,
+                                environment=blocked.environment, until=blocked.until.isoformat())
         return True
 
     def _still_running(self, run_id: str) -> bool:
-        status = self.store.run(run_id).status
+        status = self.store.runs.get(run_id).status
         return status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.ROLLING_BACK)
 
     def expire_stale(self) -> list[str]:
@@ -153,17 +153,17 @@ class Worker:
         """
         now, expired = self.store.clock(), []
         policy = self.services.config.policy
-        for run in self.store.runs(limit=200, statuses=[RunStatus.AWAITING_APPROVAL]):
+        for run in self.store.runs.recent(limit=200, statuses=[RunStatus.AWAITING_APPROVAL]):
             window = policy.strictest(run.environments).approval_ttl
-            if now - self.store.plan(run.plan_id, run.plan_version).created_at <= window:
+            if now - self.store.plans.get(run.plan_id, run.plan_version).created_at <= window:
                 continue
             try:
-                self.store.transition(run.id, RunStatus.EXPIRED,
-                                      expect={RunStatus.AWAITING_APPROVAL},
-                                      reason=f"not approved within {window:g}s; plan again")
+                self.store.runs.transition(run.id, RunStatus.EXPIRED,
+                                           expect={RunStatus.AWAITING_APPROVAL},
+                                           reason=f"not approved within {window:g}s; plan again")
             except IllegalTransition:
                 continue  # approved (or expired by another worker) meanwhile
-            self.store.audit("expired", actor=self.name, run_id=run.id, plan_id=run.plan_id)
+            self.store.audit.record("expired", actor=self.name, run_id=run.id, plan_id=run.plan_id)
             expired.append(run.id)
         return expired
 
@@ -171,14 +171,14 @@ class Worker:
         """Re-queue active runs that nothing will ever move: no live lease, no queue entry
         (a worker died after acknowledging, an entry was lost with a failed-over primary).
         A worker then resumes or rolls them back like any takeover."""
-        recent = self.store.runs(limit=200, statuses=ACTIVE)
+        recent = self.store.runs.recent(limit=200, statuses=ACTIVE)
         done = []
         for violation in StoreCheck(self.store).orphaned(recent):
             run_id = violation.key.rsplit(":", 1)[-1]
             outcome = violation.repair() if violation.repair else "not repairable"
             log.warning("reconciler: run %s %s: %s", run_id, violation.problem, outcome)
-            self.store.audit("reconciled", actor=self.name, run_id=run_id,
-                             problem=violation.problem, outcome=outcome)
+            self.store.audit.record("reconciled", actor=self.name, run_id=run_id,
+                                    problem=violation.problem, outcome=outcome)
             done.append(run_id)
         return done
 
@@ -204,10 +204,10 @@ class Worker:
     # -- queue -----------------------------------------------------------------------------
 
     def _read(self, block: float) -> tuple[str, str] | None:
-        return self.store.read_queue(self.name, block=block)
+        return self.store.queue.read(self.name, block=block)
 
     def _reclaim(self) -> tuple[str, str] | None:
-        entry = self.store.reclaim(self.name, idle=self.options.claim_after)
+        entry = self.store.queue.reclaim(self.name, idle=self.options.claim_after)
         if entry:
             log.warning("worker %s took over queue entry %s", self.name, entry[0])
         return entry
@@ -217,35 +217,35 @@ class Worker:
     def _lock(self, run: Run) -> bool:
         rule = self.services.config.policy.strictest(run.environments)
         try:
-            self.store.acquire_locks(run.environments, run_id=run.id, worker=self.name,
+            self.store.locks.acquire(run.environments, run_id=run.id, worker=self.name,
                                      ttl=self.options.lease)
             return True
         except LockHeld as exc:
             if rule.lock == "wait":
                 for env in run.environments:
-                    self.store.wait_for_lock(env, run.id)
-                self.store.audit("waiting_for_lock", actor=self.name, run_id=run.id,
-                                 reason=str(exc))
+                    self.store.locks.wait_for(env, run.id)
+                self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
+                                        reason=str(exc))
                 return False
             reason = f"{exc}; policy does not queue behind it — try again when it finishes"
-            self.store.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
-                                  reason=reason)
-            self.store.audit("refused", actor=self.name, run_id=run.id, reason=reason)
+            self.store.runs.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
+                                       reason=reason)
+            self.store.audit.record("refused", actor=self.name, run_id=run.id, reason=reason)
             return False
 
     def _unlock(self, run: Run) -> None:
-        self.store.release_locks(run.environments, run_id=run.id)
+        self.store.locks.release(run.environments, run_id=run.id)
         for env in run.environments:
-            self.store.wake_next(env)  # pops and queues in one EXEC
+            self.store.queue.wake_next(env)  # pops and queues in one EXEC
 
     # -- execution -------------------------------------------------------------------------
 
     def _execute(self, run: Run, entry_id: str | None, listeners: list[Listener]) -> Run:
-        plan = self.store.plan(run.plan_id, run.plan_version)
+        plan = self.store.plans.get(run.plan_id, run.plan_version)
         previous = run.meta.get("previous_worker")
         action = "resumed" if previous else "started"
-        self.store.audit(action, actor=self.name, run_id=run.id, plan_id=run.plan_id,
-                         previous_worker=previous)
+        self.store.audit.record(action, actor=self.name, run_id=run.id, plan_id=run.plan_id,
+                                previous_worker=previous)
         log.info("run %s %s on worker %s (plan v%d)", run.id, action, self.name,
                  run.plan_version)
         token = CancelToken()
@@ -267,7 +267,7 @@ class Worker:
         finally:
             beat.stop()
             self._unlock(run)
-            self.store.release(run.id, worker=self.name)
+            self.store.leases.release(run.id, worker=self.name)
             for front_end in front_ends:
                 close = getattr(front_end, "close", None)
                 if close is not None:
@@ -291,9 +291,9 @@ class Worker:
             outcome = f"could not stop it: {exc}"
         log.warning("run %s: leftover of step %s on %s (process group %d): %s", run.id,
                     step_id, host_name, pid, outcome)
-        self.store.audit("leftover_stopped", actor=self.name, run_id=run.id,
-                         plan_id=run.plan_id, step=step_id, host=host_name, pid=pid,
-                         outcome=outcome)
+        self.store.audit.record("leftover_stopped", actor=self.name, run_id=run.id,
+                                plan_id=run.plan_id, step=step_id, host=host_name, pid=pid,
+                                outcome=outcome)
 
 
 class _Heartbeat:
@@ -324,13 +324,13 @@ class _Heartbeat:
 
     def _beat(self) -> None:
         store, name, lease = self.worker.store, self.worker.name, self.worker.options.lease
-        if not store.heartbeat(self.run.id, worker=name, lease=lease):
+        if not store.leases.heartbeat(self.run.id, worker=name, lease=lease):
             self.token.cancel("this worker lost the run to another worker")
             return
-        store.refresh_locks(self.run.environments, run_id=self.run.id, ttl=lease)
+        store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
-            store.touch(name, self.entry_id)
-        who = store.cancel_requested(self.run.id)
+            store.queue.touch(name, self.entry_id)
+        who = store.runs.cancel_requested(self.run.id)
         if who and not self.token.cancelled:
-            store.audit("cancel_requested", actor=who, run_id=self.run.id)
+            store.audit.record("cancel_requested", actor=who, run_id=self.run.id)
             self.token.cancel(f"cancelled by {who}")

@@ -102,7 +102,7 @@ class StoreCheck:
         cursor = text(group["last-delivered-id"]) if group else "0-0"
         pending = {text(p["message_id"]) for p in self._pending()} if group else set()
         waiting, done = set(), []
-        for entry_id, run_id in self.store.queue_entries():
+        for entry_id, run_id in self.store.queue.entries():
             entries[run_id].append(entry_id)
             if _after(entry_id, cursor):
                 waiting.add(entry_id)
@@ -186,7 +186,7 @@ class StoreCheck:
         prefix = self.keys.lock("")
         held = {k[len(prefix):] for k in self._scan("lock:*")}
         for env in sorted(held):
-            info = self.store.lock(env)
+            info = self.store.locks.get(env)
             run = runs.get(info.run_id) if info else None
             if info is not None and (run is None or run.status not in ACTIVE):
                 state = run.status.value if run else "missing"
@@ -201,7 +201,7 @@ class StoreCheck:
 
     def _queue_entries(self, runs: dict[str, Run], queue: _Queue) -> Iterator[Violation]:
         """The queue holds only work to do, and its depth counts only untaken entries."""
-        reported, done = self.store.queue_backlog()[0], queue.acknowledged
+        reported, done = self.store.queue.backlog()[0], queue.acknowledged
         if done or reported != len(queue.waiting):
             yield Violation(self.keys.queue(), f"depth reads {reported} but "
                             f"{len(queue.waiting)} entries wait; {len(done)} finished entries "
@@ -289,7 +289,7 @@ class StoreCheck:
                         or pipe.exists(keys[1]):
                     return "left alone: it moved meanwhile"
                 pipe.multi()
-                self.store.queue_step(run_id)(pipe)
+                self.store.queue.step(run_id)(pipe)
                 pipe.execute()
                 return "queued again: a worker will resume it (or roll it back)"
             return self.store.cas(keys, attempt, busy=f"run {run_id}")
@@ -297,7 +297,7 @@ class StoreCheck:
 
     def _unlock(self, env: str, run_id: str) -> Callable[[], str]:
         def repair() -> str:
-            self.store.release_locks([env], run_id=run_id)
+            self.store.locks.release([env], run_id=run_id)
             return f"released (it was {run_id}'s)"
         return repair
 

@@ -197,7 +197,7 @@ def _from_history(args: argparse.Namespace, console: Console) -> int:
     if url is None:
         embedded_store_note()
     store = Store.connect(url.get_secret_value() if url else None)
-    runs = store.runs_since(time.time() - args.since, limit=HISTORY_LIMIT)
+    runs = store.runs.since(time.time() - args.since, limit=HISTORY_LIMIT)
     if len(runs) >= HISTORY_LIMIT:  # say so: the counts are of a part of the window
         Console(stderr=True).print(
             f"note: only the newest {HISTORY_LIMIT:,} runs of the last "

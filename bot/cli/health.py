@@ -18,7 +18,7 @@ def report_redis(console: Console, settings: Settings) -> int:
         console.print("REDIS_URL is not set: not checking a Redis server.", style="dim")
         return 0
     store = Store.connect(settings.redis_url.get_secret_value())
-    findings = store.findings()
+    findings = store.health.findings()
     for finding in findings:
         style = "red" if finding.level == "error" else "yellow"
         console.print(f"Redis {store.where}: {finding}", style=style, markup=False)
@@ -30,6 +30,6 @@ def report_redis(console: Console, settings: Settings) -> int:
 
 def warn_about_redis(store: Store) -> None:
     """Log, at start of ``serve`` and ``worker``, what could lose records."""
-    for finding in store.findings():
+    for finding in store.health.findings():
         log.log(logging.ERROR if finding.level == "error" else logging.WARNING,
                 "Redis %s: %s", store.where, finding.message)

@@ -80,8 +80,8 @@ def _disagree(states: list[Where], observed: dict[str, Observed]) -> bool:
 
 def _states(services: Services, environment: str | None) -> list[Where]:
     if environment is not None:
-        return [services.store.deployed_state(environment)]
-    recorded = {s.environment: s for s in services.store.deployed_states()}
+        return [services.store.history.current(environment)]
+    recorded = {s.environment: s for s in services.store.history.everywhere()}
     names = [*services.config.inventory.environments, *sorted(recorded)]
     return [recorded.get(n) or Where(environment=n) for n in dict.fromkeys(names)]
 
@@ -117,7 +117,7 @@ def _said(seen: Observed | None, recorded: str | None) -> Text:
 
 def _history(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    deploys = services.store.history(args.environment, limit=args.limit)
+    deploys = services.store.history.recent(args.environment, limit=args.limit)
     if args.json:
         print_json(history_json(deploys))
         return 0
@@ -148,9 +148,9 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
     repo = GitRepo(Path(settings.repo)) if settings.repo else None
     envs = [args.environment] if args.environment else list(services.config.inventory.environments)
     now = time.time()
-    figures = [stats(services.store.history(env, limit=HISTORY_READ), environment=env, now=now,
-                     days=args.days, undo_window=settings.undo_window_hours * 3600,
-                     commit_time=repo.commit_time if repo else None) for env in envs]
+    figures = [stats(services.store.history.recent(env, limit=HISTORY_READ), environment=env, now=now,
+                            days=args.days, undo_window=settings.undo_window_hours * 3600,
+                            commit_time=repo.commit_time if repo else None) for env in envs]
     if args.json:
         print_json(stats_json(figures))
         return 0

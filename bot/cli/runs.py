@@ -155,19 +155,19 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
             return 2
         return _show_run(args, console, services)
     if args.json:
-        print_json([run_summary_json(r) for r in services.store.runs(limit=args.limit)])
+        print_json([run_summary_json(r) for r in services.store.runs.recent(limit=args.limit)])
         return 0
-    console.print(runs_table(services.store.runs(limit=args.limit)))
+    console.print(runs_table(services.store.runs.recent(limit=args.limit)))
     return 0
 
 
 def _show_run(args: argparse.Namespace, console: Console, services: Services) -> int:
     store = services.store
-    run = store.find_run(args.run_id)
+    run = store.runs.find(args.run_id)
     if args.output is not None:
         return show_output(console, services, run, step=args.output, host=args.host,
                            as_json=args.json)
-    plan = store.plan(run.plan_id, run.plan_version)
+    plan = store.plans.get(run.plan_id, run.plan_version)
     if args.json:
         print_json(run_detail_json(run, plan))
         return 0
@@ -178,7 +178,7 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         console.print(f"trace: {found}", highlight=False, soft_wrap=True)
     if args.llm:
         versions = dict.fromkeys(run.plan_versions or [run.plan_version])
-        console.print(provenance_text([store.plan(run.plan_id, v) for v in versions]))
+        console.print(provenance_text([store.plans.get(run.plan_id, v) for v in versions]))
     if args.timeline:
         from bot.timeline import save_timeline  # matplotlib loads only when asked
 
@@ -202,7 +202,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     store = services_for(args).store
     run_id = _audited_run(store, args.run_id) if args.run_id else None
-    entries = store.audit_log(run_id=run_id, limit=args.limit)
+    entries = store.audit.entries(run_id=run_id, limit=args.limit)
     if args.json:
         for entry in entries:
             sys.stdout.write(entry.as_json() + "\n")
@@ -220,7 +220,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
 def _audited_run(store: Store, typed: str) -> str:
     """The run ``--run`` names (a prefix is enough); as typed if no run record has it."""
     try:
-        return store.find_run(typed).id
+        return store.runs.find(typed).id
     except AmbiguousId:
         raise
     except NotFound:
@@ -231,7 +231,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     services = services_for(args)
     store = services.store
-    run = store.find_run(args.run_id)
+    run = store.runs.find(args.run_id)
     policy = services.config.policy
     problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
@@ -241,8 +241,8 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
         raise ApprovalRefused(f"not confirmed: {typed}")
-    run = store.approve(run.id, user=args.user, plan_version=run.plan_version,
-                        plan_hash=run.plan_hash, policy=services.config.policy)
+    run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
+                             plan_hash=run.plan_hash, policy=services.config.policy)
     needed = approvals_needed(run, services.config.policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
@@ -264,8 +264,8 @@ def _cancel(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
     store = services_for(args).store
     user = getpass.getuser()
-    run = store.request_cancel(store.find_run(args.run_id).id, user=user)
-    store.audit("cancel_requested", actor=user, run_id=run.id)
+    run = store.runs.request_cancel(store.runs.find(args.run_id).id, user=user)
+    store.audit.record("cancel_requested", actor=user, run_id=run.id)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (" — its worker will stop it and roll back" if not run.status.terminal else ""))
     return 0

@@ -74,21 +74,21 @@ class Desk:
             return self._refused(request, requester, exc.problems)
         except PlanError as exc:
             return self._refused(request, requester, [str(exc)])
-        self.services.store.propose(plan, ttl=self.plan_ttl)
-        self.services.store.audit("mcp_planned", actor=requester, plan_id=plan.id,
-                                  plan_hash=plan.hash, request=request)
+        self.services.store.proposals.put(plan, ttl=self.plan_ttl)
+        self.services.store.audit.record("mcp_planned", actor=requester, plan_id=plan.id,
+                                         plan_hash=plan.hash, request=request)
         targets = self.services.targets(plan)
         return PlanView(accepted=True, plan_hash=plan.hash, plan=plan,
                         environments=targets.environments, hosts=targets.hosts,
                         requested_by=requester, expires_in=self.plan_ttl)
 
     def _refused(self, request: str, requester: str, problems: list[str]) -> PlanView:
-        self.services.store.audit("mcp_plan_refused", actor=requester, request=request,
-                                  problems=problems)
+        self.services.store.audit.record("mcp_plan_refused", actor=requester, request=request,
+                                         problems=problems)
         return PlanView(accepted=False, problems=problems, requested_by=requester)
 
     def run_status(self, run_id: str) -> RunView:
-        run = self.services.store.find_run(run_id)
+        run = self.services.store.runs.find(run_id)
         policy = self.services.config.policy
         return RunView(
             run_id=run.id, status=run.status.value, goal=run.goal, plan_hash=run.plan_hash,
@@ -103,11 +103,11 @@ class Desk:
     def where(self, *, recent: int = 100) -> WhereReport:
         """Each environment's lock, runs in flight and last success (from the newest runs)."""
         store, inventory = self.services.store, self.services.config.inventory
-        locks = {lock.environment: lock for lock in store.locks()}
-        runs = store.runs(limit=recent)
+        locks = {lock.environment: lock for lock in store.locks.all()}
+        runs = store.runs.recent(limit=recent)
         return WhereReport(environments=[
             WhereView(environment=env, hosts=list(spec.hosts),
-                      deployed=store.deployed_state(env), lock=_lock_view(locks.get(env)),
+                      deployed=store.history.current(env), lock=_lock_view(locks.get(env)),
                       active=[run_ref(r) for r in runs
                               if env in r.environments and not r.status.terminal],
                       last_success=next((run_ref(r, at=r.finished_at) for r in runs
@@ -127,27 +127,27 @@ class Desk:
         try:
             return self._request(plan_hash, channel, requester=requester, client=client)
         except DeckhandError as exc:
-            self.services.store.audit("mcp_request_refused", actor=requester,
-                                      plan_hash=plan_hash, reason=str(exc))
+            self.services.store.audit.record("mcp_request_refused", actor=requester,
+                                             plan_hash=plan_hash, reason=str(exc))
             raise
 
     def _request(self, plan_hash: str, channel: str | None, *, requester: str,
                  client: str) -> DeployRequest:
         store = self.services.store
-        proposal, run_id = store.proposal(plan_hash, requester), ""
+        proposal, run_id = store.proposals.get(plan_hash, requester), ""
         if proposal.run_id is None:
             self._recheck(proposal.plan)
             run_id = store.ids("run")
-            proposal = store.take_proposal(plan_hash, requester, run_id=run_id)
+            proposal = store.proposals.take(plan_hash, requester, run_id=run_id)
         if proposal.run_id is not None:  # requested before (or a concurrent twin won)
             return self._already(proposal.run_id, channel)
-        plan = store.save_plan(proposal.plan)  # a taken plan id is replaced in place
-        run = store.create_run(Run.for_plan(plan, self.services.targets(plan), id=run_id,
-                                            meta={"via": "mcp", "client": client}))
+        plan = store.plans.save(proposal.plan)  # a taken plan id is replaced in place
+        run = store.runs.create(Run.for_plan(plan, self.services.targets(plan), id=run_id,
+                                             meta={"via": "mcp", "client": client}))
         if run.id != run_id:  # so was a taken run id: point the proposal at the new one
-            store.rebind_proposal(plan_hash, requester, old=run_id, new=run.id)
-        store.audit("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
-                    client=client, plan_hash=plan_hash)
+            store.proposals.rebind(plan_hash, requester, old=run_id, new=run.id)
+        store.audit.record("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
+                           client=client, plan_hash=plan_hash)
         if self.poster is not None and channel:
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)
@@ -163,13 +163,13 @@ class Desk:
     def _already(self, run_id: str, channel: str | None) -> DeployRequest:
         """The run an earlier request made; posted now if posting failed back then."""
         try:
-            run = self.services.store.run(run_id)
+            run = self.services.store.runs.get(run_id)
         except NotFound:
             raise Refused("an earlier request of this plan failed before its run was "
                           "stored; call `plan` again") from None
         unposted = not run.meta.get("slack") and run.status is RunStatus.AWAITING_APPROVAL
         if self.poster is not None and channel and unposted:
-            plan = self.services.store.plan(run.plan_id, run.plan_version)
+            plan = self.services.store.plans.get(run.plan_id, run.plan_version)
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=True, slack=bool(run.meta.get("slack")))
 

@@ -176,11 +176,11 @@ class Bot:
             return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
                                                  self.post_plan(plan, run, channel=channel,
                                                                 actions=False, note=READ_ONLY))
-        self.store.save_plan(plan)
-        run = self.store.create_run(Run.for_plan(plan, self.services.targets(plan),
-                                                 break_glass=break_glass))
-        self.store.audit("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request,
-                         break_glass=break_glass)
+        self.store.plans.save(plan)
+        run = self.store.runs.create(Run.for_plan(plan, self.services.targets(plan),
+                                                  break_glass=break_glass))
+        self.store.audit.record("planned", actor=user, run_id=run.id, plan_id=plan.id, request=request,
+                                break_glass=break_glass)
         note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
             if break_glass else None
         try:
@@ -191,10 +191,10 @@ class Bot:
     def _unposted(self, run: Run, user: str, exc: SlackApiError) -> PlanNotPosted:
         """Close a run whose plan could not be posted: nobody could ever approve it."""
         error = str(exc.response.get("error", "unknown"))
-        self.store.transition(run.id, RunStatus.EXPIRED, expect={RunStatus.AWAITING_APPROVAL},
-                              reason=f"the plan could not be posted to Slack ({error})")
-        self.store.audit("plan_not_posted", actor="deckhand", run_id=run.id,
-                         plan_id=run.plan_id, error=error, requested_by=user)
+        self.store.runs.transition(run.id, RunStatus.EXPIRED, expect={RunStatus.AWAITING_APPROVAL},
+                                   reason=f"the plan could not be posted to Slack ({error})")
+        self.store.audit.record("plan_not_posted", actor="deckhand", run_id=run.id,
+                                plan_id=run.plan_id, error=error, requested_by=user)
         return PlanNotPosted(f"Slack refused the plan message ({error}), so run `{run.id}` "
                              f"was closed. Try again in a minute.")
 
@@ -225,7 +225,7 @@ class Bot:
         reply = self.client.chat_postMessage(
             channel=channel, text=f"Plan: {bk.shown(plan.goal, 300)}", blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
-        run = self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
+        run = self.store.runs.update(run.id, lambda r: r.meta.update(slack=slack))
         self.changed(run)
         return run
 
@@ -237,9 +237,9 @@ class Bot:
 
         ``origin`` is where the clicked message is: Slack can show a plan (and deliver a
         click on it) before the bot has stored where it posted it; replies then go there."""
-        run = self.store.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
-                                 plan_version=version, plan_hash=plan_hash,
-                                 policy=self.services.config.policy)
+        run = self.store.runs.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
+                                      plan_version=version, plan_hash=plan_hash,
+                                      policy=self.services.config.policy)
         if origin and not run.meta.get("slack"):
             run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         needed = approvals_needed(run, self.services.config.policy)
@@ -248,7 +248,7 @@ class Bot:
                                    f"approval(s) needed.")
         else:
             approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
-            if not self.store.run(run_id).status.terminal:  # never hide an outcome shown
+            if not self.store.runs.get(run_id).status.terminal:  # never hide an outcome shown
                 self.refresh_plan_message(run, actions=False,
                                           note=f"✅ Approved by {approvers} — queued as "
                                                f"`{short_id(run.id)}`")
@@ -260,11 +260,11 @@ class Bot:
     def revise(self, run_id: str, plan: Plan, *, user: str) -> Run:
         """Post a new plan version in the thread; the old message loses its buttons."""
         self.services.check(plan)
-        self.store.save_plan(plan)
-        old = self.store.run(run_id)
-        run = self.store.revise(run_id, plan, self.services.targets(plan))
-        self.store.audit("modified", actor=user, run_id=run_id, plan_id=plan.id,
-                         version=plan.version)
+        self.store.plans.save(plan)
+        old = self.store.runs.get(run_id)
+        run = self.store.runs.revise(run_id, plan, self.services.targets(plan))
+        self.store.audit.record("modified", actor=user, run_id=run_id, plan_id=plan.id,
+                                version=plan.version)
         self.refresh_plan_message(old, actions=False,
                                   note=f"✏️ Superseded by version {plan.version} "
                                        f"({bk.mention(user)}) — see the thread")
@@ -275,18 +275,18 @@ class Bot:
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                   note=f"Version {plan.version}, modified by {bk.mention(user)}",
                                   diff=self.diff_from_previous(run)))
-        run = self.store.update_run(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
+        run = self.store.runs.update(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
         self.changed(run)
         return run
 
     def reject(self, run_id: str, reason: str, *, user: str) -> Run:
         reason = bk.trim(reason, 500)
         shown = bk.escape(reason)  # trimmed first, so the cut never falls inside an entity
-        run = self.store.transition(run_id, RunStatus.REJECTED,
-                                    expect={RunStatus.AWAITING_APPROVAL},
-                                    reason=f"rejected by {user}: {reason}")
-        self.store.audit("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
-                         reason=reason)
+        run = self.store.runs.transition(run_id, RunStatus.REJECTED,
+                                         expect={RunStatus.AWAITING_APPROVAL},
+                                         reason=f"rejected by {user}: {reason}")
+        self.store.audit.record("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
+                                reason=reason)
         self.refresh_plan_message(run, actions=False,
                                   note=f"🚫 Rejected by {bk.mention(user)}: {shown}")
         self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {shown}")
@@ -294,8 +294,8 @@ class Bot:
         return run
 
     def cancel(self, run_id: str, *, user: str) -> Run:
-        run = self.store.request_cancel(run_id, user=user)
-        self.store.audit("cancel_requested", actor=user, run_id=run_id)
+        run = self.store.runs.request_cancel(run_id, user=user)
+        self.store.audit.record("cancel_requested", actor=user, run_id=run_id)
         if run.meta.get("slack"):
             if run.status.terminal:
                 self.refresh_plan_message(run, actions=False,
@@ -325,7 +325,7 @@ class Bot:
         slack = run.meta.get("slack")
         if not slack:
             return
-        plan = self.store.plan(run.plan_id, run.plan_version)
+        plan = self.store.plans.get(run.plan_id, run.plan_version)
         self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
                                 text=f"Plan: {bk.shown(plan.goal, 300)}",
                                 blocks=bk.plan_blocks(plan, run, self.services.config.policy,
@@ -338,8 +338,8 @@ class Bot:
         if run.plan_version not in versions or versions.index(run.plan_version) == 0:
             return None
         previous = versions[versions.index(run.plan_version) - 1]
-        return diff_plans(self.store.plan(run.plan_id, previous),
-                          self.store.plan(run.plan_id, run.plan_version))
+        return diff_plans(self.store.plans.get(run.plan_id, previous),
+                          self.store.plans.get(run.plan_id, run.plan_version))
 
     def teller(self, body: dict[str, Any], respond: Respond | None = None) -> Tell:
         """How a job tells whoever sent ``body`` that it failed (redacted, escaped)."""
@@ -369,7 +369,7 @@ class Bot:
     def show_output(self, body: dict[str, Any], run_id: str) -> None:
         """What a finished run's steps printed, to the one who clicked (ephemeral in the
         channel, or by DM), redacted and bounded like every payload."""
-        run = self.store.run(run_id)
+        run = self.store.runs.get(run_id)
         blocks = bk.run_output_blocks(run, self.services.redact)
         user = body["user"]["id"]
         channel = (body.get("channel") or {}).get("id")

@@ -46,8 +46,8 @@ def home_data(bot: Bot, user: str) -> HomeData:
     store, policy = bot.store, bot.services.config.policy
     now = store.clock()
     groups = bot.directory.groups_of(user)
-    runs = store.runs(limit=RUN_SCAN)
-    unfinished = store.runs(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
+    runs = store.runs.recent(limit=RUN_SCAN)
+    unfinished = store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
     pending = [r for r in unfinished if _may_approve(r, user, groups, policy, now)]
     return HomeData(
         user=user, now=now, pending=pending,
@@ -56,9 +56,9 @@ def home_data(bot: Bot, user: str) -> HomeData:
         active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
         environments=sorted(bot.services.config.inventory.environments),
-        locks={lock.environment: lock for lock in store.locks()},
+        locks={lock.environment: lock for lock in store.locks.all()},
         schedules=_schedules(bot),
-        deployed={w.environment: w for w in store.deployed_states()})
+        deployed={w.environment: w for w in store.history.everywhere()})
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
@@ -75,7 +75,7 @@ def _involves(run: Run, user: str) -> bool:
 
 def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
     now = datetime.now(UTC)
-    return [(s, None if s.paused else s.next_fire(now)) for s in ScheduleBook(bot.store).all()]
+    return [(s, None if s.paused else s.next_fire(now)) for s in bot.store.schedules.all()]
 
 
 def publish_home(bot: Bot, user: str) -> None:

@@ -242,7 +242,7 @@ def thread_listener_factory(client: WebClient, store: Store, *, interval: float 
         slack = run.meta.get("slack") or _posted_soon(store, run)
         if not slack:
             return None
-        plan = store.plan(run.plan_id, run.plan_version)
+        plan = store.plans.get(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
                              thread_ts=slack["thread_ts"], interval=interval, policy=policy,
                              plan_ts=slack.get("plan_ts"), trace_link=trace_link)
@@ -256,7 +256,7 @@ def _posted_soon(store: Store, run: Run, timeout: float = 5.0) -> dict[str, str]
         return None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        slack = store.run(run.id).meta.get("slack")
+        slack = store.runs.get(run.id).meta.get("slack")
         if slack:
             return dict(slack)
         time.sleep(0.05)

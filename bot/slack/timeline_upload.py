@@ -64,7 +64,7 @@ class TimelineUploader:
         """Draw and upload now; False (logged) if Slack did not take it."""
         from bot.timeline import render_timeline  # matplotlib loads on the first upload
 
-        plan = self.store.plan(run.plan_id, run.plan_version)  # the final version, if replanned
+        plan = self.store.plans.get(run.plan_id, run.plan_version)  # the final version, if replanned
         picture = render_timeline(plan, run)
         try:
             self.client.files_upload_v2(
@@ -94,7 +94,7 @@ def timeline_listener_factory(client: WebClient, store: Store, *,
     """
     def factory(run: Run) -> Listener | None:
         # a scheduled run can reach the worker before its message is posted: read again
-        slack = run.meta.get("slack") or store.run(run.id).meta.get("slack")
+        slack = run.meta.get("slack") or store.runs.get(run.id).meta.get("slack")
         if not slack:
             return None
         return TimelineUploader(client, store, channel=slack["channel"],

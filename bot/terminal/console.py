@@ -99,11 +99,11 @@ class ConsoleFlow:
             run = self.services.queue_read_only(plan, user=self.user)
             return self.show_output(self.execute(plan, run.id))
         store = self.services.store
-        store.save_plan(plan)
-        run = store.create_run(Run.for_plan(plan, self.services.targets(plan),
-                                            break_glass=break_glass))
-        store.audit("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request,
-                    break_glass=break_glass)
+        store.plans.save(plan)
+        run = store.runs.create(Run.for_plan(plan, self.services.targets(plan),
+                                             break_glass=break_glass))
+        store.audit.record("planned", actor=self.user, run_id=run.id, plan_id=plan.id, request=request,
+                           break_glass=break_glass)
         if break_glass:
             self.console.print(f"🚨 {self.services.break_glass_note(plan, break_glass)}",
                                markup=False)
@@ -142,8 +142,8 @@ class ConsoleFlow:
     def _close(self, run_id: str, reason: str, message: str) -> Run:
         """End a run nobody can approve here: recorded as rejected, exit REFUSED."""
         store = self.services.store
-        run = store.transition(run_id, RunStatus.REJECTED, reason=reason)
-        store.audit("rejected", actor=self.user, run_id=run_id, reason=reason)
+        run = store.runs.transition(run_id, RunStatus.REJECTED, reason=reason)
+        store.audit.record("rejected", actor=self.user, run_id=run_id, reason=reason)
         self.console.print(f"[yellow]{escape(message)}[/]")
         self.exit_code = ExitCode.REFUSED
         return run
@@ -163,10 +163,10 @@ class ConsoleFlow:
                 return None
             revised = self.modify(plan)
             if revised is not plan and run_id is not None:
-                self.services.store.save_plan(revised)
-                self.services.store.revise(run_id, revised, self.services.targets(revised))
-                self.services.store.audit("modified", actor=self.user, run_id=run_id,
-                                          plan_id=plan.id, version=revised.version)
+                self.services.store.plans.save(revised)
+                self.services.store.runs.revise(run_id, revised, self.services.targets(revised))
+                self.services.store.audit.record("modified", actor=self.user, run_id=run_id,
+                                                 plan_id=plan.id, version=revised.version)
             plan = revised
 
     def modify(self, plan: Plan) -> Plan:
@@ -208,7 +208,7 @@ class ConsoleFlow:
 
     def _approve_and_execute(self, plan: Plan, run_id: str) -> Run:
         store, policy = self.services.store, self.services.config.policy
-        run = store.run(run_id)
+        run = store.runs.get(run_id)
         unreachable = self._uncollectable(run)
         if unreachable:
             return self._close(run_id, unreachable, unreachable)
@@ -222,8 +222,8 @@ class ConsoleFlow:
             return self._close(run_id, f"not confirmed by {self.user}: {typed}",
                                f"Not confirmed ({typed}) — nothing was run.")
         try:
-            run = store.approve(run_id, user=self.user, plan_version=plan.version,
-                                plan_hash=plan.hash, policy=policy)
+            run = store.runs.approve(run_id, user=self.user, plan_version=plan.version,
+                                     plan_hash=plan.hash, policy=policy)
         except ApprovalRefused as exc:
             return self._refused(run_id, str(exc))
         if run.status is RunStatus.AWAITING_APPROVAL:
@@ -243,7 +243,7 @@ class ConsoleFlow:
         self.console.print(f"[red]Approval refused:[/] {escape(why)}\nRun {run_id} waits for "
                            f"an approver: `deckhand approve {run_id} --user NAME`.")
         self.exit_code = ExitCode.REFUSED
-        return self.services.store.run(run_id)
+        return self.services.store.runs.get(run_id)
 
     def _uncollectable(self, run: Run) -> str | None:
         """Why this terminal cannot collect the approvals ``run`` needs (None if it can).
@@ -261,14 +261,14 @@ class ConsoleFlow:
     def execute(self, plan: Plan, run_id: str) -> Run:
         """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls back)."""
         worker = Worker(self.services, self.services.store, name=f"console-{os.getpid()}")
-        initial = self.services.store.run(run_id)
+        initial = self.services.store.runs.get(run_id)
         hosts = self.services.host_counts(plan)
         live, mirror = self._live_status(plan, initial, hosts)
         with live:
             result = self._run_interruptibly(worker, run_id, mirror)
         if not self.console.is_terminal:  # piped, Live leaves its last line open
             self.console.line()
-        final = result or self.services.store.run(run_id)
+        final = result or self.services.store.runs.get(run_id)
         if result is None:
             shown = short_id(run_id)
             self.console.print(f"Run {shown} was picked up by worker {final.worker}; follow it "
@@ -313,14 +313,14 @@ class ConsoleFlow:
                 if interrupted:
                     self._abandon(run_id)
                 interrupted = True
-                self.services.store.request_cancel(run_id, user=self.user)
+                self.services.store.runs.request_cancel(run_id, user=self.user)
                 self.console.print("[magenta]Cancelling: running steps are stopped, then "
                                    "rollback runs. Wait for it (Ctrl-C again to abandon "
                                    "it).[/]")
         return box.get("run")
 
     def _abandon(self, run_id: str) -> None:
-        run = self.services.store.run(run_id)
+        run = self.services.store.runs.get(run_id)
         hosts = ", ".join(run.changed_hosts) or "none yet"
         self.console.print(f"Stopping now: run {run_id} is {run.status.value} and its "
                            f"rollback will not finish here. Hosts it changed: {hosts}; they "

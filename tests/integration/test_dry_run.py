@@ -47,8 +47,8 @@ def test_terminal_dry_run_checks_everything_and_changes_nothing(sample_config: C
     assert sorted(str(p) for p in hosts.rglob("*")) == before
     assert (sample_config.path.parent / ".deckhand" / "notifications.log").read_text() \
         == notifications  # a tool without a check never runs
-    assert services.store.locks() == [] and run.id not in {r.id for r in services.store.runs()}
-    assert [e.action for e in services.store.audit_log()][-1] == "dry_run"
+    assert services.store.locks.all() == [] and run.id not in {r.id for r in services.store.runs.recent()}
+    assert [e.action for e in services.store.audit.entries()][-1] == "dry_run"
 
 
 def test_a_plan_with_nothing_to_check_says_so_per_step_and_in_its_status(
@@ -120,5 +120,5 @@ def test_dry_run_from_slack_posts_what_it_would_do(world: SlackWorld) -> None:
     plan = world.standin.of("chat.postMessage")[0]
     assert "Dry run" in plan.text_of_blocks() and not any(
         b.get("type") == "actions" for b in plan.blocks)  # nothing to approve
-    assert world.store.runs() == [] and not any(p.status for p in probe(world.config))
+    assert world.store.runs.recent() == [] and not any(p.status for p in probe(world.config))
     assert world.standin.violations == []

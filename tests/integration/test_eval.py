@@ -215,14 +215,14 @@ def stored(store: Store, plan: Plan, status: RunStatus, *, versions: list[Plan] 
     ``modified_versions``, as ``Store.revise`` records it; the other later versions are
     replans."""
     for version in [plan, *versions]:
-        store.save_plan(version)
+        store.plans.save(version)
     last = versions[-1] if versions else plan
     approvals = [Approval(user="bob", plan_version=last.version, plan_hash=last.hash)]
-    store.create_run(Run(plan_id=plan.id, plan_version=last.version, plan_hash=last.hash,
-                         status=status, approvals=approvals if approved else [],
-                         plan_versions=[p.version for p in [plan, *versions]],
-                         modified_versions=[p.version for p in versions if p.planner.edited_by],
-                         created_at=time.time() - age_days * 86400, meta=meta))
+    store.runs.create(Run(plan_id=plan.id, plan_version=last.version, plan_hash=last.hash,
+                          status=status, approvals=approvals if approved else [],
+                          plan_versions=[p.version for p in [plan, *versions]],
+                          modified_versions=[p.version for p in versions if p.planner.edited_by],
+                          created_at=time.time() - age_days * 86400, meta=meta))
 
 
 def llm_plan(note: str = "", prompt_version: str = "aaaaaaaaaaaa") -> Plan:

@@ -118,11 +118,11 @@ def test_runs_show_summarizes_a_500_host_run(tmp_path: Path, store: Store, redis
                                              capsys: pytest.CaptureFixture[str]) -> None:
     config = production_fleet(tmp_path, HOSTS, SHELL_TOOLS, host_dirs=True)
     services = build_services(config, store=store)
-    plan = store.save_plan(_plan())
+    plan = store.plans.save(_plan())
     run = Run.for_plan(plan, services.targets(plan), status=RunStatus.APPROVED)
     for event in _events(run, ended=True):
         run.apply(event)
-    store.create_run(run)
+    store.runs.create(run)
     monkeypatch.setenv("REDIS_URL", redis_url)
     assert main(["runs", "show", run.id, "--config", str(config.path)]) == 0
     out = capsys.readouterr().out

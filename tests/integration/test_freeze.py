@@ -51,22 +51,22 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
                                                            redis_url: str) -> None:
     clock, store, services = _at(FRIDAY_NOON, frozen_config, redis_url)
     plan = services.make_plan("deploy v2.3.1", requested_by="alice")  # before the freeze
-    store.save_plan(plan)
-    waiting = store.create_run(Run.for_plan(plan, services.targets(plan)))
-    queued = store.create_run(Run.for_plan(plan, services.targets(plan)))
-    store.approve(queued.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                  policy=frozen_config.policy)
+    store.plans.save(plan)
+    waiting = store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    queued = store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    store.runs.approve(queued.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                       policy=frozen_config.policy)
 
     clock.now = FRIDAY_EVENING  # the weekend freeze has begun
     with pytest.raises(FreezeRefused, match="production is frozen until Mon 2026-11-30 "
                                             "08:00 UTC: weekend: nobody on call"):
         services.make_plan("deploy v2.3.1", requested_by="alice")
     with pytest.raises(ApprovalRefused, match="production is frozen"):
-        store.approve(waiting.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                      policy=frozen_config.policy)
+        store.runs.approve(waiting.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                           policy=frozen_config.policy)
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
     assert worker.process(queued.id) is None
-    after = store.run(queued.id)
+    after = store.runs.get(queued.id)
     assert after.status is RunStatus.CANCELLED and "frozen" in (after.reason or "")
     assert not any(p.status for p in probe(frozen_config))  # nothing was deployed
     store.r.flushdb()
@@ -78,14 +78,14 @@ def test_break_glass_needs_one_more_approval_from_the_commanders(frozen_config: 
     plan = services.make_plan("deploy v2.3.1", requested_by="alice",
                               break_glass="checkout is down, the fix is in v2.3.1")
     assert "Needs one more approval, from ic-ann" in services.break_glass_note(plan, "x")
-    store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, services.targets(plan),
-                                          break_glass="checkout is down"))
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, services.targets(plan),
+                                           break_glass="checkout is down"))
     approve = {"plan_version": 1, "plan_hash": plan.hash, "policy": frozen_config.policy}
-    assert store.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
-    assert store.approve(run.id, user="carol", **approve).status is \
+    assert store.runs.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
+    assert store.runs.approve(run.id, user="carol", **approve).status is \
         RunStatus.AWAITING_APPROVAL  # two, but none from an incident commander
-    assert store.approve(run.id, user="ic-ann", **approve).status is RunStatus.QUEUED
+    assert store.runs.approve(run.id, user="ic-ann", **approve).status is RunStatus.QUEUED
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
     done = worker.process(run.id)
     assert done is not None and done.status is RunStatus.SUCCEEDED

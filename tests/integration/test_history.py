@@ -53,12 +53,12 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
 
     own_redis.restart()  # history is in Redis (AOF), not in this process
     store = Store.connect(own_redis.url)
-    production = store.deployed_state("production")
+    production = store.history.current("production")
     assert production.version == "v2.4.0" and production.drift == {}
     assert set(production.hosts) == {"prod-1", "prod-2"}
-    assert store.deployed_state("staging").version == "v2.4.0"  # the broken one rolled back
+    assert store.history.current("staging").version == "v2.4.0"  # the broken one rolled back
     assert _live(sample_config, "staging") == {"v2.4.0"}  # ...and the host agrees
-    staging = store.history("staging")
+    staging = store.history.recent("staging")
     assert [(d.version, d.outcome) for d in staging] == [
         ("v2.4.0-broken", RunStatus.ROLLED_BACK), ("v2.4.0", RunStatus.SUCCEEDED),
         ("v2.3.1", RunStatus.SUCCEEDED)]
@@ -69,8 +69,8 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
         services.make_plan("roll back production to v2.2.0", requested_by="alice")
     assert _deploy(services, "roll back production to v2.3.1") is RunStatus.SUCCEEDED
     assert _live(sample_config, "prod") == {"v2.3.1"}
-    assert store.deployed_state("production").version == "v2.3.1"
-    assert store.history("production")[0].rollback_of_version
+    assert store.history.current("production").version == "v2.3.1"
+    assert store.history.recent("production")[0].rollback_of_version
 
     monkeypatch.setenv("REDIS_URL", own_redis.url)
     assert main(["where", "--config", str(sample_config.path)]) == 0
@@ -98,7 +98,7 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
         assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
 
     # history is written by the worker just after a run's end is saved
-    wait_until(lambda: len(world.store.history("staging")) == 2, what="both deploys recorded")
+    wait_until(lambda: len(world.store.history.recent("staging")) == 2, what="both deploys recorded")
     world.signer.command("/deckhand", "history staging", user="UBOB",
                          response_url=f"{world.standin.url}/response/h")
     reply = world.standin.wait_for(lambda: world.standin.responses, what="the history")[-1]

@@ -53,7 +53,7 @@ def _running_run(world: SlackWorld) -> Run:
     Built from the executor's own events, stored without a queue entry so no worker takes it.
     """
     plan = world.runtime.services.make_plan("deploy v2.3.2 to staging", requested_by="UCAROL")
-    world.store.save_plan(plan)
+    world.store.plans.save(plan)
     run = Run.for_plan(plan, world.runtime.services.targets(plan), status=RunStatus.RUNNING,
                        worker="w-test")
     first, second = plan.steps[0].id, plan.steps[1].id
@@ -63,10 +63,10 @@ def _running_run(world: SlackWorld) -> Run:
                         status="succeeded"),
                   Event(kind=EventKind.STEP_STARTED, run_id=run.id, step_id=second)):
         run.apply(event)
-    world.store.create_run(run)
+    world.store.runs.create(run)
     # a live lease, or the embedded worker's reconciler re-queues it and runs it to its end
-    assert world.store.heartbeat(run.id, worker="w-test", lease=120)
-    world.store.acquire_locks(["staging"], run_id=run.id, worker="w-test", ttl=120)
+    assert world.store.leases.heartbeat(run.id, worker="w-test", lease=120)
+    world.store.locks.acquire(["staging"], run_id=run.id, worker="w-test", ttl=120)
     return run
 
 
@@ -116,7 +116,7 @@ def test_home_shows_approvals_running_runs_locks_and_schedules(world: SlackWorld
                          'staging --tz Europe/Berlin', user="UBOB",
                          response_url=f"{world.standin.url}/response/s")
     world.standin.wait_for(lambda: world.standin.responses, what="the schedule reply")
-    (schedule,) = ScheduleBook(world.store).all()
+    (schedule,) = world.store.schedules.all()
 
     assert world.open_home("UBOB")[0] == 200
     home = world.standin.wait_for(lambda: _homes(world, "UBOB"), what="UBOB's Home")[0]
@@ -139,8 +139,8 @@ def test_home_shows_approvals_running_runs_locks_and_schedules(world: SlackWorld
     assert "needs 2 more approvals from" in mine
 
     world.click_in_home("approve", approve_value, user="UBOB")  # goes through `approve`
-    world.standin.wait_for(lambda: [a.user for a in world.store.run(pending_id).approvals]
-                           == ["UBOB"], what="UBOB's approval")
+    world.standin.wait_for(lambda: [a.user for a in world.store.runs.get(pending_id).approvals]
+                                == ["UBOB"], what="UBOB's approval")
     refreshed = world.standin.wait_for(
         lambda: [c for c in _homes(world, "UBOB")[1:]
                  if "Waiting for your approval* (0)" in c.text_of_blocks()],
@@ -183,7 +183,7 @@ def test_long_home_lists_are_trimmed_within_limits(world: SlackWorld) -> None:
 def test_new_plan_version_message_shows_what_changed(world: SlackWorld) -> None:
     world.deploy("v2.3.1 to staging")
     run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
-    plan = world.store.plan(world.store.run(run_id).plan_id)
+    plan = world.store.plans.get(world.store.runs.get(run_id).plan_id)
     body = plan.model_dump(include={"goal", "steps", "rollback"}, mode="json")
     deploy = next(s for s in body["steps"] if s["tool"] == "deploy")
     deploy["params"]["version"] = "v2.3.2"
@@ -210,7 +210,7 @@ def test_finished_run_uploads_its_timeline_into_the_thread(
     run = _approved_staging_run(world)
     assert run.status is RunStatus.SUCCEEDED
     shared = world.standin.wait_for(lambda: world.standin.shared, what="the upload")[0]
-    slack = world.store.run(run.id).meta["slack"]
+    slack = world.store.runs.get(run.id).meta["slack"]
     assert (shared["channel_id"], shared["thread_ts"]) == (slack["channel"], slack["thread_ts"])
     (file_id,) = [f["id"] for f in shared["files"]]
     png = world.standin.uploads[file_id]
@@ -250,7 +250,7 @@ def test_metrics_after_a_run(world: SlackWorld) -> None:
     world.standin.rate_limit("chat.update", times=1)
     world.standin.fail("files.getUploadURLExternal", "internal_error")
     run = _approved_staging_run(world)
-    plan = world.store.plan(run.plan_id, run.plan_version)
+    plan = world.store.plans.get(run.plan_id, run.plan_version)
     _summary_posted(world)  # an API error in the upload did not stop the summary
 
     _wait_metric(world, "deckhand_timeline_uploads_total", result="failed")
@@ -321,9 +321,9 @@ def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, stor
                                                      redis_url: str, tmp_path: Path) -> None:
     services = build_services(sample_config, Settings(), store=store)
     plan = services.make_plan("status staging", requested_by="ann")
-    store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
-    store.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash, policy=Policy())
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    store.runs.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash, policy=Policy())
     port = free_port()
     stderr = tmp_path / "worker.log"
     with stderr.open("w") as log:
@@ -337,7 +337,7 @@ def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, stor
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
-    finished = store.run(run.id).status.value
+    finished = store.runs.get(run.id).status.value
     assert _metric(text, "deckhand_runs_total", outcome=finished) == 1.0
     assert _metric(text, "deckhand_redis_up") == 1.0
     lines = [json.loads(line) for line in stderr.read_text().splitlines() if line.strip()]
@@ -350,7 +350,7 @@ def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, stor
 
 def _poll_worker_metrics(port: int, store: Store, run_id: str) -> str:
     def scrape() -> str | None:
-        if not store.run(run_id).status.terminal:
+        if not store.runs.get(run_id).status.terminal:
             return None
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:

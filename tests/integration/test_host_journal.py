@@ -39,14 +39,14 @@ def test_hosts_are_journaled_and_read_back_until_the_end_folds_them(
     thread.start()
     try:
         wait_until(lambda: all(h.pid is not None
-                               for h in store.run(run.id).steps["deploy"].hosts.values())
-                   and len(store.run(run.id).steps["deploy"].hosts) == 3,
+                               for h in store.runs.get(run.id).steps["deploy"].hosts.values())
+                   and len(store.runs.get(run.id).steps["deploy"].hosts) == 3,
                    what="every host's command to be recorded with its process group")
         record = Run.model_validate_json(client.get(f"dh:run:{run.id}") or b"")
         assert record.steps["deploy"].status is StepStatus.RUNNING
         assert record.steps["deploy"].hosts == {}  # no host event rewrote the record
         assert client.hlen(f"dh:run:{run.id}:hosts") == 3  # one journal field per host
-        seen = [store.run(run.id), *store.runs(statuses=[RunStatus.RUNNING])]
+        seen = [store.runs.get(run.id), *store.runs.recent(statuses=[RunStatus.RUNNING])]
         for current in seen:  # every reader folds the journal in
             hosts = current.steps["deploy"].hosts
             assert sorted(hosts) == list(HOSTS)
@@ -55,7 +55,7 @@ def test_hosts_are_journaled_and_read_back_until_the_end_folds_them(
     finally:
         release.touch()
         thread.join(60)
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED
     assert not client.exists(f"dh:run:{run.id}:hosts")  # folded into the record at the end
     stored = Run.model_validate_json(client.get(f"dh:run:{run.id}") or b"")
@@ -67,7 +67,7 @@ def test_a_takeover_folds_the_journal_and_the_old_worker_can_no_longer_write(
         tmp_path: Path, store: Store, client: redis.Redis) -> None:
     services = build_services(fleet_config(tmp_path), store=store)
     queued = submit(services, make_plan(_held_deploy(tmp_path / "go")))
-    run = store.claim(queued.id, worker="old", lease=30)
+    run = store.leases.claim(queued.id, worker="old", lease=30)
     assert run is not None
     changes = []
     for event in (Event(kind=EventKind.STEP_STARTED, run_id=run.id, step_id="deploy"),
@@ -77,13 +77,13 @@ def test_a_takeover_folds_the_journal_and_the_old_worker_can_no_longer_write(
                         host="web-2", pid=4242)):
         run.apply(event)
         if event.kind is EventKind.STEP_STARTED:
-            store.save_as_owner(run, worker="old")
+            store.leases.save_as_owner(run, worker="old")
         else:
             changes += run.host_changes(event)
-    store.record_hosts_as_owner(run.id, changes, worker="old")
+    store.leases.record_hosts_as_owner(run.id, changes, worker="old")
     client.delete(f"dh:run:{run.id}:owner")  # the old worker's lease ran out
 
-    taken = store.claim(run.id, worker="new", lease=30)
+    taken = store.leases.claim(run.id, worker="new", lease=30)
     assert taken is not None and taken.meta["previous_worker"] == "old"
     assert taken.steps["deploy"].hosts["web-2"].pid == 4242  # what takeover must stop
     assert sorted(taken.changed_hosts) == list(HOSTS)
@@ -91,16 +91,16 @@ def test_a_takeover_folds_the_journal_and_the_old_worker_can_no_longer_write(
     assert Run.model_validate_json(client.get(f"dh:run:{run.id}") or b"") \
         .steps["deploy"].hosts["web-2"].pid == 4242
     with pytest.raises(LostOwnership):
-        store.record_hosts_as_owner(run.id, changes, worker="old")
+        store.leases.record_hosts_as_owner(run.id, changes, worker="old")
     assert not client.exists(f"dh:run:{run.id}:hosts")
 
 
 def test_check_folds_a_journal_an_ended_run_left_and_drops_an_orphaned_one(
         store: Store, client: redis.Redis) -> None:
-    plan = store.save_plan(make_plan([{"id": "deploy", "tool": "change", "params": {}}]))
+    plan = store.plans.save(make_plan([{"id": "deploy", "tool": "change", "params": {}}]))
     run = Run.for_plan(plan, NO_TARGETS, status=RunStatus.RUNNING)
     run.apply(Event(kind=EventKind.STEP_STARTED, run_id=run.id, step_id="deploy"))
-    record = store.create_run(run.model_copy(update={"status": RunStatus.FAILED}))
+    record = store.runs.create(run.model_copy(update={"status": RunStatus.FAILED}))
     started = Event(kind=EventKind.HOST_STARTED, run_id=run.id, step_id="deploy",
                     host="web-1", attempt=1, mutating=True)
     run.apply(started)  # recorded in the journal, then the run ended without folding it
@@ -116,7 +116,7 @@ def test_check_folds_a_journal_an_ended_run_left_and_drops_an_orphaned_one(
     assert len(found) == 2
     StoreCheck(store).repair(found.values())
     assert StoreCheck(store).violations() == []
-    folded = store.run(record.id)
+    folded = store.runs.get(record.id)
     assert folded.changed_hosts == ["web-1"]  # the host a mutating command may have run on
     assert folded.steps["deploy"].hosts["web-1"].status is StepStatus.RUNNING
     assert not client.exists(f"dh:run:{record.id}:hosts", "dh:run:run-gone:hosts")

@@ -46,7 +46,7 @@ class Poster:
             raise ConnectionError("Slack is down")
         self.posted.append((plan.hash, channel))
         slack = {"channel": channel, "thread_ts": "1.1", "plan_ts": "1.1"}
-        return self.store.update_run(run.id, lambda r: r.meta.update(slack=slack))
+        return self.store.runs.update(run.id, lambda r: r.meta.update(slack=slack))
 
 
 def test_plan_lists_environments_and_hosts_and_is_remembered(services: Services) -> None:
@@ -55,8 +55,8 @@ def test_plan_lists_environments_and_hosts_and_is_remembered(services: Services)
     assert view.accepted and view.plan is not None and view.plan_hash == view.plan.hash
     assert view.environments == ["staging", "production"]
     assert set(view.hosts) == {"local", "staging-1", "prod-1", "prod-2"}  # local: build, notify
-    assert services.store.proposal(view.plan_hash, AGENT).plan == view.plan
-    assert [e.action for e in services.store.audit_log()] == ["mcp_planned"]
+    assert services.store.proposals.get(view.plan_hash, AGENT).plan == view.plan
+    assert [e.action for e in services.store.audit.entries()] == ["mcp_planned"]
 
 
 def test_an_unplannable_or_invalid_request_is_refused_with_its_problems(services: Services) -> None:
@@ -71,7 +71,7 @@ def test_an_unplannable_or_invalid_request_is_refused_with_its_problems(services
     assert not view.accepted
     assert any("unknown tool 'rm_rf'" in p for p in view.problems)
     assert any("step b:" in p for p in view.problems)
-    assert [e.action for e in services.store.audit_log()] == ["mcp_plan_refused"] * 2
+    assert [e.action for e in services.store.audit.entries()] == ["mcp_plan_refused"] * 2
 
 
 def test_request_stores_a_run_awaiting_approval_once(services: Services) -> None:
@@ -83,11 +83,11 @@ def test_request_stores_a_run_awaiting_approval_once(services: Services) -> None
     again = desk.request_deploy(view.plan_hash, "CDEPLOY", requester=AGENT, client="pytest-agent")
     assert (first.already_requested, again.already_requested) == (False, True)
     assert again.run_id == first.run_id and poster.posted == [(view.plan_hash, "CDEPLOY")]
-    run = services.store.run(first.run_id)
+    run = services.store.runs.get(first.run_id)
     assert run.status is RunStatus.AWAITING_APPROVAL and run.requested_by == AGENT
     assert run.plan_hash == view.plan_hash and run.approvals == []
-    assert len(services.store.runs()) == 1
-    planned = [e for e in services.store.audit_log() if e.action == "planned"]
+    assert len(services.store.runs.recent()) == 1
+    planned = [e for e in services.store.audit.entries() if e.action == "planned"]
     assert planned[0].actor == AGENT and planned[0].details["via"] == "mcp"
 
 
@@ -100,7 +100,7 @@ def test_a_request_whose_slack_post_failed_is_posted_on_retry(services: Services
         desk.request_deploy(view.plan_hash, "CDEPLOY", requester=AGENT, client="x")
     retried = desk.request_deploy(view.plan_hash, "CDEPLOY", requester=AGENT, client="x")
     assert retried.already_requested and retried.slack_channel == "CDEPLOY"
-    assert poster.posted == [(view.plan_hash, "CDEPLOY")] and len(services.store.runs()) == 1
+    assert poster.posted == [(view.plan_hash, "CDEPLOY")] and len(services.store.runs.recent()) == 1
 
 
 def test_an_http_user_is_held_to_the_same_policy(services: Services) -> None:
@@ -109,11 +109,11 @@ def test_an_http_user_is_held_to_the_same_policy(services: Services) -> None:
     desk = Desk(services)
     view = desk.plan("deploy v2.3.1", requester="UBOB")
     assert view.plan_hash is not None
-    run = services.store.run(desk.request_deploy(view.plan_hash, None, requester="UBOB",
-                                                 client="x").run_id)
+    run = services.store.runs.get(desk.request_deploy(view.plan_hash, None, requester="UBOB",
+                                                      client="x").run_id)
     with pytest.raises(ApprovalRefused, match="your own request"):
-        services.store.approve(run.id, user="UBOB", plan_version=run.plan_version,
-                               plan_hash=run.plan_hash, policy=services.config.policy)
+        services.store.runs.approve(run.id, user="UBOB", plan_version=run.plan_version,
+                                    plan_hash=run.plan_hash, policy=services.config.policy)
 
 
 def test_a_taken_run_id_is_replaced_and_the_plan_stays_bound_to_the_real_run(
@@ -125,13 +125,13 @@ def test_a_taken_run_id_is_replaced_and_the_plan_stays_bound_to_the_real_run(
     desk = Desk(services)
     view = desk.plan("deploy v2.3.1 to staging", requester=AGENT)
     assert view.plan is not None and view.plan_hash is not None
-    store.create_run(Run.for_plan(view.plan, NO_TARGETS, id="run-taken"))
+    store.runs.create(Run.for_plan(view.plan, NO_TARGETS, id="run-taken"))
     first = desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
     assert first.run_id == "run-fresh"
-    assert store.proposal(view.plan_hash, AGENT).run_id == "run-fresh"
+    assert store.proposals.get(view.plan_hash, AGENT).run_id == "run-fresh"
     again = desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
     assert again.already_requested and again.run_id == "run-fresh"
-    assert store.run("run-fresh").requested_by == AGENT
+    assert store.runs.get("run-fresh").requested_by == AGENT
 
 
 def test_unknown_changed_or_foreign_hashes_are_refused(services: Services) -> None:
@@ -143,8 +143,8 @@ def test_unknown_changed_or_foreign_hashes_are_refused(services: Services) -> No
                                  (view.plan_hash, "mcp:someone-else")]:
         with pytest.raises(NotFound, match="call `plan`"):
             desk.request_deploy(plan_hash, None, requester=requester, client="x")
-    assert services.store.runs() == []
-    refused = [e for e in services.store.audit_log() if e.action == "mcp_request_refused"]
+    assert services.store.runs.recent() == []
+    refused = [e for e in services.store.audit.entries() if e.action == "mcp_request_refused"]
     assert [e.actor for e in refused] == [AGENT, AGENT, "mcp:someone-else"]
 
 
@@ -156,7 +156,7 @@ def test_a_plan_the_current_config_refuses_is_not_requested(services: Services) 
     services.config = dataclasses.replace(services.config, catalog=Catalog(tools))
     with pytest.raises(PlanInvalid, match="unknown tool 'smoke_test'"):
         desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
-    assert services.store.runs() == []
+    assert services.store.runs.recent() == []
 
 
 def test_no_plan_or_request_into_a_freeze(services: Services) -> None:
@@ -170,7 +170,7 @@ def test_no_plan_or_request_into_a_freeze(services: Services) -> None:
         desk.request_deploy(view.plan_hash, None, requester=AGENT, client="x")
     refused = desk.plan("deploy v2.3.1", requester=AGENT)
     assert not refused.accepted and "launch week" in refused.problems[0]
-    assert services.store.runs() == []
+    assert services.store.runs.recent() == []
 
 
 def test_a_remembered_plan_expires(services: Services) -> None:
@@ -202,12 +202,12 @@ def test_catalog_hints_come_from_tools_yml(services: Services) -> None:
 def test_where_shows_locks_runs_in_flight_and_the_last_success(services: Services) -> None:
     store, desk = services.store, Desk(services)
     shipped = _requested(desk, "deploy v2.3.1 to staging")
-    store.update_run(shipped, _succeed)
-    store.record_deploys(shipped, [Deploy(
+    store.runs.update(shipped, _succeed)
+    store.history.record(shipped, [Deploy(
         run_id=shipped, environment="staging", version="v2.3.1", outcome=RunStatus.SUCCEEDED,
         requested_by=AGENT, started_at=1.0, finished_at=2.0, hosts={"staging-1": "v2.3.1"})])
     waiting = _requested(desk, "deploy v2.4.0")
-    store.acquire_locks(["production"], run_id=waiting, worker="w1", ttl=60)
+    store.locks.acquire(["production"], run_id=waiting, worker="w1", ttl=60)
     report = {e.environment: e for e in desk.where().environments}
     staging, production = report["staging"], report["production"]
     assert staging.last_success is not None and staging.last_success.run_id == shipped

@@ -116,17 +116,17 @@ def test_stdio_plan_and_request_reaches_slack_and_only_a_human_approves(
     assert {e["action_id"] for b in actions_of(posts[0]) for e in b["elements"]} == {
         "approve", "modify", "reject"}
 
-    run = store.run(requested["run_id"])
+    run = store.runs.get(requested["run_id"])
     assert run.status is RunStatus.AWAITING_APPROVAL and run.requested_by == "mcp:pytest-agent"
-    assert run.meta["slack"]["channel"] == "CDEPLOY" and len(store.runs()) == 1
-    actors = {(e.action, e.actor) for e in store.audit_log()}
+    assert run.meta["slack"]["channel"] == "CDEPLOY" and len(store.runs.recent()) == 1
+    actors = {(e.action, e.actor) for e in store.audit.entries()}
     assert {("mcp_planned", "mcp:pytest-agent"), ("planned", "mcp:pytest-agent"),
             ("mcp_request_refused", "mcp:pytest-agent")} <= actors
 
     # a human approves the way deckhand always allowed: here, `deckhand approve`
     monkeypatch.setenv("REDIS_URL", redis_url)
     assert main(["approve", run.id, "--user", "alice", "--confirm", "production", "--config", str(config_path)]) == 0
-    assert store.run(run.id).status is RunStatus.QUEUED
+    assert store.runs.get(run.id).status is RunStatus.QUEUED
 
 
 async def refuse_everything_else(session: ClientSession, planned: dict[str, Any],
@@ -165,7 +165,7 @@ def test_stdio_without_slack_leaves_the_run_for_deckhand_approve(
 
     requested = anyio.run(scenario)
     assert requested["awaiting"] == f"`deckhand approve {requested['run_id']}`"
-    run = store.run(requested["run_id"])
+    run = store.runs.get(requested["run_id"])
     assert run.status is RunStatus.AWAITING_APPROVAL
     assert run.requested_by == "mcp:otheragent" and "slack" not in run.meta
 
@@ -210,7 +210,7 @@ def test_http_needs_the_bearer_token_and_records_its_user(http_server: str, stor
                                               {"plan_hash": planned["plan_hash"]}))
 
     requested = anyio.run(scenario)
-    run = store.run(requested["run_id"])
+    run = store.runs.get(requested["run_id"])
     assert run.requested_by == "UALICE" and run.status is RunStatus.AWAITING_APPROVAL
 
 

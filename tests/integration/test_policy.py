@@ -128,13 +128,13 @@ def services_on(config: Config, store: Store) -> Services:
 def submit(services: Services, plan: Plan, *, by: str) -> Run:
     plan = plan.model_copy(update={"requested_by": by})
     services.check(plan)
-    services.store.save_plan(plan)
-    return services.store.create_run(Run.for_plan(plan, services.targets(plan)))
+    services.store.plans.save(plan)
+    return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
 
 
 def approve(services: Services, run: Run, user: str) -> Run:
-    return services.store.approve(run.id, user=user, plan_version=run.plan_version,
-                                  plan_hash=run.plan_hash, policy=services.config.policy)
+    return services.store.runs.approve(run.id, user=user, plan_version=run.plan_version,
+                                       plan_hash=run.plan_hash, policy=services.config.policy)
 
 
 def shown(services: Services, plan: Plan, run: Run) -> str:
@@ -225,7 +225,7 @@ def test_plan_edited_to_touch_no_environment_keeps_the_strict_rule(
                                   "description": "Snapshot the production database"}],
                           rollback=[])
     services.check(edited)
-    run = services.store.revise(run.id, edited, services.targets(edited))
+    run = services.store.runs.revise(run.id, edited, services.targets(edited))
     assert "(no environment)" in shown(services, edited, run)
     with pytest.raises(ApprovalRefused, match="not allowed"):
         approve(services, run, "mallory")
@@ -323,7 +323,7 @@ def test_production_is_never_approved_by_outsiders_nor_hidden(
     else:
         with pytest.raises(ApprovalRefused):
             approve(services, run, user)
-        assert services.store.run(run.id).status is RunStatus.AWAITING_APPROVAL
+        assert services.store.runs.get(run.id).status is RunStatus.AWAITING_APPROVAL
     if variant in ("explicit param", "default", "host group"):
         skipping = make_plan([step], rollback=rollback)  # no staging change first
         with pytest.raises(PlanInvalid, match="without first passing staging"):
@@ -407,12 +407,12 @@ def test_more_approvals_than_the_terminal_can_collect(
     assert main(["run", "ship v1.0.0", "--user", "alice", *args]) == 4
     out = " ".join(capsys.readouterr().out.split())
     assert "1 more approval(s) needed" in out and "deckhand approve" in out
-    (run,) = store.runs()
+    (run,) = store.runs.recent()
     assert run.status is RunStatus.AWAITING_APPROVAL
     assert main(["approve", run.id, "--user", "mallory", "--config", str(path)]) == 3
     assert main(["approve", run.id, "--user", "bob", "--confirm", "production",
                  "--config", str(path)]) == 0
-    assert store.run(run.id).status is RunStatus.QUEUED
+    assert store.runs.get(run.id).status is RunStatus.QUEUED
     assert deployed(tmp_path) == []  # a `deckhand worker` runs it, not the terminal
 
 
@@ -431,6 +431,6 @@ def test_slack_modify_to_no_environment_keeps_production_rules(world: SlackWorld
     refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
     assert "not allowed to approve" in refusal[0].payload["text"]
     world.click("approve", button(second, "approve"), user="UBOB")
-    run = world.standin.wait_for(lambda: [r for r in [world.store.run(run_id)]
-                                          if r.approvals] or None)[0]
+    run = world.standin.wait_for(lambda: [r for r in [world.store.runs.get(run_id)]
+                                               if r.approvals] or None)[0]
     assert run.status is RunStatus.AWAITING_APPROVAL  # production's two approvals apply

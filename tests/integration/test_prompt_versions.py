@@ -180,8 +180,8 @@ def test_runs_show_llm_prints_what_made_each_version(
     planner = _planner(config, openai_standin)
     openai_standin.reply_json({"cannot_plan": None, "goal": "", "steps": [], "rollback": []})
     openai_standin.reply_json(_wire(config), prompt_tokens=1200, completion_tokens=300)
-    plan = store.save_plan(planner.plan("put v2.3.1 on staging", requested_by="U1"))
-    run = store.create_run(Run.for_plan(plan, resolve(plan, config.catalog, config.inventory)))
+    plan = store.plans.save(planner.plan("put v2.3.1 on staging", requested_by="U1"))
+    run = store.runs.create(Run.for_plan(plan, resolve(plan, config.catalog, config.inventory)))
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
@@ -194,10 +194,10 @@ def test_runs_show_llm_prints_what_made_each_version(
     assert "1300 in · 350 out" in out and "1 repair(s)" in out
     assert '"tool": "run_tests"' in out  # the answer that became the plan
 
-    playbook = store.save_plan(PlaybookPlanner(config.playbooks).plan(
-        "deploy v2.3.1 to staging", requested_by="U1"))
-    other = store.create_run(Run.for_plan(playbook, resolve(playbook, config.catalog,
-                                                            config.inventory)))
+    playbook = store.plans.save(PlaybookPlanner(config.playbooks).plan(
+         "deploy v2.3.1 to staging", requested_by="U1"))
+    other = store.runs.create(Run.for_plan(playbook, resolve(playbook, config.catalog,
+                                                             config.inventory)))
     assert main(["runs", "show", other.id, "--llm", "--config", str(config.path)]) == 0
     assert "v1  playbook deploy-staging · no model" in capsys.readouterr().out
 
@@ -211,9 +211,9 @@ def _llm(version: str, model: str = "m1") -> PlannerInfo:
 
 def _stored_run(store: Store, config: Config, info: PlannerInfo, **meta: Any) -> tuple[Run, Plan]:
     plan = PlaybookPlanner(config.playbooks).plan("deploy v2.3.1 to staging", requested_by="U1")
-    plan = store.save_plan(plan.model_copy(update={"planner": info}))
+    plan = store.plans.save(plan.model_copy(update={"planner": info}))
     targets = resolve(plan, config.catalog, config.inventory)
-    return store.create_run(Run.for_plan(plan, targets, meta=meta)), plan
+    return store.runs.create(Run.for_plan(plan, targets, meta=meta)), plan
 
 
 def _drive(store: Store, run: Run, *moves: RunStatus | Event) -> Run:
@@ -229,7 +229,7 @@ def _drive(store: Store, run: Run, *moves: RunStatus | Event) -> Run:
             current.move(move)
             current.started_at = current.started_at or (
                 1.0 if move is RunStatus.RUNNING else None)
-        run = store.update_run(run.id, change)
+        run = store.runs.update(run.id, change)
     return run
 
 
@@ -253,8 +253,8 @@ def test_quality_metrics_per_prompt_version_and_model(tmp_path: Path, store: Sto
     _drive(store, unchanged, *done, RunStatus.SUCCEEDED)
     modified, plan = _stored_run(store, config, _llm("a" * 12))
     edited = plan.revised(steps=[*plan.model_dump()["steps"][:-1]])  # drop the smoke test
-    store.save_plan(edited)
-    store.revise(modified.id, edited, resolve(edited, config.catalog, config.inventory))
+    store.plans.save(edited)
+    store.runs.revise(modified.id, edited, resolve(edited, config.catalog, config.inventory))
     _drive(store, modified, *done, RunStatus.ROLLING_BACK, RunStatus.ROLLED_BACK)
     waiting, _ = _stored_run(store, config, _llm("a" * 12))
     replanned, plan = _stored_run(store, config, _llm("b" * 12))

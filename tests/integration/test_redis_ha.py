@@ -28,13 +28,13 @@ POLICY = Policy()
 
 def _waiting_run(store: Store) -> tuple[Run, Plan]:
     plan = make_plan([{"id": "a", "tool": "echo", "params": {"text": "x"}}])
-    store.save_plan(plan)
-    return store.create_run(Run.for_plan(plan, NO_TARGETS)), plan
+    store.plans.save(plan)
+    return store.runs.create(Run.for_plan(plan, NO_TARGETS)), plan
 
 
 def _approve(store: Store, run: Run, plan: Plan) -> Run:
-    return store.approve(run.id, user="alice", plan_version=plan.version, plan_hash=plan.hash,
-                         policy=POLICY)
+    return store.runs.approve(run.id, user="alice", plan_version=plan.version, plan_hash=plan.hash,
+                              policy=POLICY)
 
 
 def test_sentinel_failover_keeps_every_acknowledged_approval(
@@ -50,12 +50,12 @@ def test_sentinel_failover_keeps_every_acknowledged_approval(
 
     assert sentinel_group.current_primary() == sentinel_group.replica_port
     for run, _ in runs:
-        stored = store.run(run.id)
+        stored = store.runs.get(run.id)
         assert stored.status is RunStatus.QUEUED and [a.user for a in stored.approvals] == [
             "alice"]
-    assert store.queue_depth() == 6  # each run queued exactly once, across the failover
+    assert store.queue.depth() == 6  # each run queued exactly once, across the failover
     # the new primary has no replica: the record says those writes are not replicated
-    assert all(store.run(r.id).meta.get("unreplicated") for r in after)
+    assert all(store.runs.get(r.id).meta.get("unreplicated") for r in after)
 
 
 def test_check_refuses_a_redis_that_evicts_and_warns_without_replicas(
@@ -122,7 +122,7 @@ def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
         assert worker.step(block=1)
     finally:
         sentinel_group.resume_replica()
-    refused = store.run(run.id)
+    refused = store.runs.get(run.id)
     assert not changes.exists()  # the command never ran on the host
     assert refused.status is RunStatus.ROLLED_BACK, refused.reason
     assert refused.rollback["undo"].status is StepStatus.SKIPPED  # no host was changed
@@ -133,7 +133,7 @@ def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
 
     worker, run = _change_run(tmp_path, store)  # the replica answers again
     assert worker.step(block=1)
-    assert store.run(run.id).status is RunStatus.SUCCEEDED
+    assert store.runs.get(run.id).status is RunStatus.SUCCEEDED
     assert changes.read_text().splitlines() == ["v2"]
 
 
@@ -155,7 +155,7 @@ def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
     finally:
         (tmp_path / "go").touch()
         thread.join(60)
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED, final.reason
     assert log_lines(tmp_path).count("change web-1") == 1  # on the host: exactly once
     assert (tmp_path / "started").read_text().splitlines() == ["run"]  # gate started once

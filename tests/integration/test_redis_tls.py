@@ -24,8 +24,8 @@ def test_a_run_is_stored_and_read_back_over_tls_as_the_acl_user(
         tls_redis: TlsRedis, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     store = Store.connect(tls_redis.url())
-    plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
+    plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+    run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
     assert store.r.acl_whoami() == USER
 
     monkeypatch.setenv("REDIS_URL", tls_redis.url())

@@ -52,10 +52,10 @@ def services(config: Config, store: Store, openai_standin: OpenAIStandin) -> Ser
 
 
 def queue(services: Services, plan: Plan, *, approver: str = "bob") -> Run:
-    services.store.save_plan(plan)
-    run = services.store.create_run(Run.for_plan(plan, services.targets(plan)))
-    return services.store.approve(run.id, user=approver, plan_version=plan.version,
-                                  plan_hash=plan.hash, policy=services.config.policy)
+    services.store.plans.save(plan)
+    run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    return services.store.runs.approve(run.id, user=approver, plan_version=plan.version,
+                                       plan_hash=plan.hash, policy=services.config.policy)
 
 
 def worker(services: Services) -> Worker:
@@ -70,12 +70,12 @@ def test_read_only_revision_continues_without_approval(
                                "steps": [wire_step("check", "probe", {"value": "ok"})],
                                "rollback": []})
     assert worker(services).step(block=0.5)
-    final = services.store.run(run.id)
+    final = services.store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED
     assert final.plan_versions == [1, 2] and final.plan_version == 2
-    assert services.store.plan(final.plan_id, 2).step("check").params["value"] == "ok"
+    assert services.store.plans.get(final.plan_id, 2).step("check").params["value"] == "ok"
     assert "check (probe): failed" in str(openai_standin.requests[0].messages[-1]["content"])
-    assert "replanned" in [e.action for e in services.store.audit_log(run_id=run.id)]
+    assert "replanned" in [e.action for e in services.store.audit.entries(run_id=run.id)]
 
 
 def test_revision_of_a_mutating_step_waits_for_approval(
@@ -91,15 +91,15 @@ def test_revision_of_a_mutating_step_waits_for_approval(
                                                 "script": "true"})],
         "rollback": [wire_rollback("undo_stage", "undo", {"environment": "staging"})]})
     assert worker(services).step(block=0.5)
-    waiting = services.store.run(run.id)
+    waiting = services.store.runs.get(run.id)
     assert waiting.status is RunStatus.AWAITING_APPROVAL and waiting.plan_version == 2
     assert waiting.rollback["undo_stage"].status is StepStatus.PENDING  # nothing rolled back
     assert not (tmp_path / "log.txt").exists()
-    revised = services.store.plan(plan.id, 2)
-    services.store.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash,
-                           policy=services.config.policy)
+    revised = services.store.plans.get(plan.id, 2)
+    services.store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash,
+                                policy=services.config.policy)
     assert worker(services).step(block=0.5)
-    final = services.store.run(run.id)
+    final = services.store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED
     assert (tmp_path / "web-1" / "changes").read_text().split() == ["one", "two"]
 
@@ -114,7 +114,7 @@ def test_replans_are_bounded_then_rollback(
                                "steps": [wire_step("check", "probe", {"value": "worse"})],
                                "rollback": [wire_rollback("tell", "log", {"line": "gave up"})]})
     assert worker(services).step(block=0.5)
-    final = services.store.run(run.id)
+    final = services.store.runs.get(run.id)
     assert final.status is RunStatus.ROLLED_BACK  # policy allows one replan; the second fails
     assert final.plan_versions == [1, 2] and len(openai_standin.requests) == 1
     assert (tmp_path / "log.txt").read_text().split() == ["gave", "up"]

@@ -24,8 +24,8 @@ def test_requests_alternate_between_two_replicas(sample_config: Config, store: S
         a.click("approve", value, user="UCAROL")  # a double click, on the first replica
         run = b.wait_run(run_id)
         assert run.status is RunStatus.SUCCEEDED and [x.user for x in run.approvals] == ["UBOB"]
-        assert len(store.runs()) == 1  # the retry was recognised across replicas
-        started = [e for e in store.audit_log(run_id=run_id) if e.action == "started"]
+        assert len(store.runs.recent()) == 1  # the retry was recognised across replicas
+        started = [e for e in store.audit.entries(run_id=run_id) if e.action == "started"]
         assert len(started) == 1  # executed once, by one of the two replicas' workers
         assert {p.body for p in probe(sample_config) if p.host == "staging-1"} == {"v2.3.1"}
         b.open_home("UBOB")

@@ -62,28 +62,28 @@ class Clock:
 def make_run(store: Store, status: RunStatus, *, leftovers: bool = False) -> Run:
     """A run in ``status`` with audit entries, written at the store's clock; a finished one
     settles its queue entry and lease unless ``leftovers`` (what a crash leaves)."""
-    plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-    store.save_plan(plan.revised(goal="v2"))
+    plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+    store.plans.save(plan.revised(goal="v2"))
     run = Run.for_plan(plan, NO_TARGETS, created_at=store.clock())
     run.environments = ["staging"]
-    run = store.create_run(run)
-    store.audit("planned", actor="alice", run_id=run.id, plan_id=plan.id)
+    run = store.runs.create(run)
+    store.audit.record("planned", actor="alice", run_id=run.id, plan_id=plan.id)
     for step in PATHS[status]:
         _move(store, run, plan, step)
-        store.audit(step.value, actor="w1", run_id=run.id)
+        store.audit.record(step.value, actor="w1", run_id=run.id)
     if status.terminal and not leftovers:
-        store.settle_run(run.id)
-        store.release(run.id, worker="w1")
-    return store.run(run.id)
+        store.queue.settle(run.id)
+        store.leases.release(run.id, worker="w1")
+    return store.runs.get(run.id)
 
 
 def _move(store: Store, run: Run, plan: Plan, step: RunStatus) -> None:
     if step is S.QUEUED:  # approved and queued in one go, as the store does it
-        store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=POLICY)
+        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=POLICY)
     elif step is S.RUNNING:
-        store.claim(run.id, worker="w1", lease=3600)
+        store.leases.claim(run.id, worker="w1", lease=3600)
     else:
-        store.transition(run.id, step)
+        store.runs.transition(run.id, step)
         if step is S.APPROVED:
             store.enqueue(run.id)  # an approved run waits for a worker on the queue
 
@@ -108,20 +108,20 @@ def world(tmp_path: Path, store: Store, client: redis.Redis, redis_url: str,
     clock = Clock().ago(OLD)
     store.clock = clock
     old = {s: make_run(store, s, leftovers=True) for s in PATHS}
-    store.wait_for_lock("staging", old[S.SUCCEEDED].id)
-    store.record_deploys(old[S.SUCCEEDED].id, [_deploy(old[S.SUCCEEDED], clock.now)])
-    store.audit("config_reloaded", actor="ops")  # an entry of no run
+    store.locks.wait_for("staging", old[S.SUCCEEDED].id)
+    store.history.record(old[S.SUCCEEDED].id, [_deploy(old[S.SUCCEEDED], clock.now)])
+    store.audit.record("config_reloaded", actor="ops")  # an entry of no run
     clock.ago(NEW)
     new = {s: make_run(store, s) for s in PATHS}
-    store.audit("config_reloaded", actor="ops")
+    store.audit.record("config_reloaded", actor="ops")
     kept_plan = old[S.FAILED].plan_id
-    ScheduleBook(store).create(Schedule.model_validate({
-        "spec": "every day at 02:00", "cron": "0 2 * * *", "request": "deploy",
-        "created_by": "alice", "auto": True, "approved_plan_id": kept_plan,
-        "created_at": "2026-01-01T00:00:00Z", "armed_at": "2026-01-01T00:00:00Z"}))
+    store.schedules.create(Schedule.model_validate({
+    "spec": "every day at 02:00", "cron": "0 2 * * *", "request": "deploy",
+    "created_by": "alice", "auto": True, "approved_plan_id": kept_plan,
+    "created_at": "2026-01-01T00:00:00Z", "armed_at": "2026-01-01T00:00:00Z"}))
     config = tmp_path / "deckhand.yml"
     make_config(tmp_path, RETENTION)
-    audited = {r.id: len(store.audit_log(run_id=r.id)) for r in [*old.values(), *new.values()]}
+    audited = {r.id: len(store.audit.entries(run_id=r.id)) for r in [*old.values(), *new.values()]}
     return {"old": old, "new": new, "config": str(config), "kept_plan": kept_plan,
             "export": tmp_path / "archive.jsonl", "audited": audited}
 
@@ -148,9 +148,9 @@ def test_only_old_finished_runs_go_each_exported_with_everything_it_owned(
                             else [])
             assert client.zscore(store.keys.runs(), run.id) is None
         else:
-            assert store.run(run.id).status is status  # however old, never trimmed
-            assert len(store.audit_log(run_id=run.id)) == world["audited"][run.id]
-    assert all(store.run(run.id).status is s for s, run in world["new"].items())
+            assert store.runs.get(run.id).status is status  # however old, never trimmed
+            assert len(store.audit.entries(run_id=run.id)) == world["audited"][run.id]
+    assert all(store.runs.get(run.id).status is s for s, run in world["new"].items())
     assert [p["version"] for p in runs[world["old"][S.SUCCEEDED].id]["plans"]] == [1, 2]
     assert client.lrange(store.keys.lock_queue("staging"), 0, -1) == []
     assert StoreCheck(store).violations() == []
@@ -158,10 +158,10 @@ def test_only_old_finished_runs_go_each_exported_with_everything_it_owned(
 
     audit = [line for line in lines if line["kind"] == "audit"]
     assert audit and all(line["at"] < time.time() - 90 * DAY for line in audit)
-    left = store.audit_log(limit=10_000)
+    left = store.audit.entries(limit=10_000)
     assert left and all(entry.at > time.time() - 90 * DAY for entry in left)
-    assert store.deployed_state("staging").hosts["web-1"].version == "v1.0.0"  # where: kept
-    assert len(store.history("staging")) == 1  # history.retention_days is not set
+    assert store.history.current("staging").hosts["web-1"].version == "v1.0.0"  # where: kept
+    assert len(store.history.recent("staging")) == 1  # history.retention_days is not set
 
     before = world["export"].read_bytes()
     assert main(["retention", "--config", world["config"]]) == 0
@@ -202,37 +202,37 @@ def test_history_retention_trims_old_deploys_but_never_where_or_the_newest(
     runs = [make_run(store, S.SUCCEEDED)]
     for n in range(60):
         at = time.time() - (OLD if n < 55 else NEW) + n
-        store.record_deploys(f"run-{n:04d}", [_deploy(runs[0], at, version=f"v1.0.{n}")])
+        store.history.record(f"run-{n:04d}", [_deploy(runs[0], at, version=f"v1.0.{n}")])
     make_config(tmp_path, RETENTION + "history: {retention_days: 30}\n")
     assert main(["retention", "--config", str(tmp_path / "deckhand.yml")]) == 0
 
     deploys = [line for line in archive(tmp_path / "archive.jsonl") if line["kind"] == "deploy"]
     assert [d["deploy"]["version"] for d in deploys] == [f"v1.0.{n}" for n in range(10)]
-    kept = store.history("staging", limit=100)
+    kept = store.history.recent("staging", limit=100)
     assert len(kept) == 50 and kept[0].version == "v1.0.59"
-    assert store.deployed_state("staging").hosts["web-1"].version == "v1.0.59"
+    assert store.history.current("staging").hosts["web-1"].version == "v1.0.59"
 
 
 def test_one_process_at_a_time_and_workers_run_it_when_due(
         world: dict[str, Any], store: Store, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert store.take_job_lock("retention", owner="ops@bastion", ttl=60)
+    assert store.locks.take_job("retention", owner="ops@bastion", ttl=60)
     assert main(["retention", "--config", world["config"]]) == 2
     assert "already running (ops@bastion" in capsys.readouterr().out
-    store.release_job_lock("retention", owner="ops@bastion")
+    store.locks.release_job("retention", owner="ops@bastion")
 
     services = build_services(make_config(tmp_path, RETENTION), store=store)
     sliced = run_exclusively(store, Retention.configured(store, services.config.retention,
                                                          history_days=None, batch=2),
                              owner="w8", budget=0)  # out of time after the first batch
     assert sliced is not None and not sliced.complete
-    assert store.job_done_at("retention") is None  # not done: the next idle moment goes on
+    assert store.locks.job_done_at("retention") is None  # not done: the next idle moment goes on
     worker = Worker(services, store, name="w9")
     report = worker.retain()
     assert report is not None and report.complete
     assert sum(report.runs.values()) + sum(sliced.runs.values()) == 8
     assert worker.retain() is None  # done today; the next pass is every_hours later
-    assert store.audit_log(limit=1)[0].action == "retention"
+    assert store.audit.entries(limit=1)[0].action == "retention"
     assert StoreCheck(store).violations() == []
 
 
@@ -242,7 +242,7 @@ def test_a_pass_killed_mid_trim_loses_nothing_and_the_next_one_finishes(
     monkeypatch.setenv("REDIS_URL", redis_url)
     clock = Clock().ago(OLD)
     store.clock = clock
-    plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+    plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
     ids = _many_finished_runs(store, plan, 1500)
     export = tmp_path / "archive.jsonl"
     before = {c["id"] for c in client.client_list()}
@@ -280,9 +280,9 @@ def test_a_pass_killed_mid_trim_loses_nothing_and_the_next_one_finishes(
 def _many_finished_runs(store: Store, plan: Plan, count: int) -> list[str]:
     ids = []
     for _ in range(count):
-        run = store.create_run(Run.for_plan(plan, NO_TARGETS, created_at=store.clock()))
-        store.transition(run.id, S.REJECTED)
-        store.audit("rejected", actor="bob", run_id=run.id)
+        run = store.runs.create(Run.for_plan(plan, NO_TARGETS, created_at=store.clock()))
+        store.runs.transition(run.id, S.REJECTED)
+        store.audit.record("rejected", actor="bob", run_id=run.id)
         ids.append(run.id)
     return ids
 

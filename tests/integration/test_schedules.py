@@ -110,7 +110,7 @@ def test_add_stores_and_lists_next_fires_in_the_schedules_zone(services: Service
     sunday = add(services, '"0 9 * * 0" status staging')  # default zone from DECKHAND_TZ
     assert sunday.timezone == "Europe/Berlin"
     assert sunday.local(sunday.next_fire(T0)) == "Sun 2026-03-29 09:00 CEST"  # type: ignore[arg-type]
-    entries = services.store.audit_log()
+    entries = services.store.audit.entries()
     assert [e.action for e in entries] == ["schedule_created", "schedule_created"]
 
 
@@ -156,7 +156,7 @@ def test_auto_is_created_only_with_the_hash_of_the_plan_shown(services: Services
     created = cmd(services, shown.confirm)
     assert created.ok and created.schedule is not None
     assert created.schedule.approved_plan_hash == shown.plan.hash
-    assert services.store.plan(created.schedule.approved_plan_id).hash == shown.plan.hash  # type: ignore[arg-type]
+    assert services.store.plans.get(created.schedule.approved_plan_id).hash == shown.plan.hash  # type: ignore[arg-type]
 
 
 def test_schedules_survive_a_restart_and_fire(services: Services, redis_url: str) -> None:
@@ -216,7 +216,7 @@ def test_concurrent_ticks_at_the_same_instant_fire_once(services: Services,
     for thread in threads:
         thread.join()
     assert recorder.calls == [(schedule.id, now)]
-    assert ScheduleBook(services.store).get(schedule.id).fires == 1
+    assert services.store.schedules.get(schedule.id).fires == 1
 
 
 # -- DST -------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_missed_while_down_coalesce_within_grace(services: Services, redis_url: 
     fired = replica.tick(T0 + timedelta(minutes=45))  # 12:10 .. 12:40 were missed
     assert [(f.fire_time, f.coalesced) for f in fired] == [(at(2026, 3, 28, 12, 40), 2)]
     assert recorder.calls == [(schedule.id, at(2026, 3, 28, 12, 40))]
-    actions = [e.action for e in services.store.audit_log()]
+    actions = [e.action for e in services.store.audit.entries()]
     assert actions.count("schedule_fired") == 1 and actions.count("schedule_missed") == 1
 
 
@@ -305,11 +305,11 @@ def test_occurrence_posts_a_new_plan_for_approval(services: Services) -> None:
     [occurrence] = seen
     assert occurrence.outcome is Outcome.AWAITING_APPROVAL and occurrence.channel == "C1"
     assert occurrence.run is not None and occurrence.plan is not None
-    run = services.store.run(occurrence.run.id)
+    run = services.store.runs.get(occurrence.run.id)
     assert run.status is RunStatus.AWAITING_APPROVAL
     assert run.requested_by == f"schedule:{schedule.id}" and run.meta["schedule"] == schedule.id
-    assert services.store.plan(run.plan_id).hash == occurrence.plan.hash
-    assert services.store.queue_depth() == 0
+    assert services.store.plans.get(run.plan_id).hash == occurrence.plan.hash
+    assert services.store.queue.depth() == 0
     assert "plan ready for approval" in occurrence.message
 
 
@@ -319,9 +319,9 @@ def test_auto_with_an_unchanged_plan_is_queued_without_a_click(services: Service
     assert occurrence.outcome is Outcome.QUEUED, occurrence.message
     assert occurrence.run is not None and occurrence.run.status is RunStatus.QUEUED
     label = f"schedule:{schedule.id} (approved by U123 at creation)"
-    assert [a.user for a in services.store.run(occurrence.run.id).approvals] == [label]
-    assert services.store.queue_depth() == 1
-    approved = [e for e in services.store.audit_log() if e.action == "approved"]
+    assert [a.user for a in services.store.runs.get(occurrence.run.id).approvals] == [label]
+    assert services.store.queue.depth() == 1
+    approved = [e for e in services.store.audit.entries() if e.action == "approved"]
     assert [e.actor for e in approved] == [label]
 
 
@@ -341,8 +341,8 @@ def test_auto_with_a_changed_plan_asks_for_approval_with_the_diff(services: Serv
     assert [s.id for s in occurrence.diff.added] == ["smoke_again"]
     assert [c.id for c in occurrence.diff.changed] == ["run_tests"]
     assert "changed: run_tests; added: smoke_again" in occurrence.message
-    assert services.store.run(occurrence.run.id).status is RunStatus.AWAITING_APPROVAL  # type: ignore[union-attr]
-    assert services.store.queue_depth() == 0
+    assert services.store.runs.get(occurrence.run.id).status is RunStatus.AWAITING_APPROVAL  # type: ignore[union-attr]
+    assert services.store.queue.depth() == 0
 
 
 def test_auto_stops_running_alone_when_policy_changes(services: Services) -> None:
@@ -355,19 +355,19 @@ def test_auto_stops_running_alone_when_policy_changes(services: Services) -> Non
 
 def test_locked_environment_with_refuse_policy_skips(services: Services) -> None:
     schedule = add(services, '"every day at 13:00" deploy v1.2.3 to staging')
-    services.store.acquire_locks(["staging"], run_id="run-other", worker="w1", ttl=300)
+    services.store.locks.acquire(["staging"], run_id="run-other", worker="w1", ttl=300)
     occurrence = run_occurrence(services, schedule, at(2026, 3, 28, 13))
     assert occurrence.outcome is Outcome.SKIPPED_LOCKED and occurrence.run is None
     assert occurrence.lock is not None and occurrence.lock.run_id == "run-other"
     assert "staging is locked by run-other" in occurrence.message
-    assert services.store.runs() == []
-    assert [e.action for e in services.store.audit_log()][-1] == "schedule_skipped_locked"
+    assert services.store.runs.recent() == []
+    assert [e.action for e in services.store.audit.entries()][-1] == "schedule_skipped_locked"
 
 
 def test_locked_environment_with_wait_policy_delays(services: Services) -> None:
     services.config.policy.environments["staging"].lock = "wait"
     schedule = add_auto(services, '"every day at 13:00" deploy v1.2.3 to staging')
-    services.store.acquire_locks(["staging"], run_id="run-other", worker="w1", ttl=300)
+    services.store.locks.acquire(["staging"], run_id="run-other", worker="w1", ttl=300)
     occurrence = run_occurrence(services, schedule, at(2026, 3, 28, 13))
     assert occurrence.outcome is Outcome.QUEUED and occurrence.delayed
     assert "it starts when that run finishes" in occurrence.message

@@ -32,7 +32,7 @@ def test_deploy_posts_plan_then_two_approvals_run_it(world: SlackWorld) -> None:
     approve = button(plan_msg, "approve")
     assert "confirm" in json.dumps(_actions(plan_msg))  # production asks for confirmation
     run_id, _, _ = bk.parse_button_value(approve)
-    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+    assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
 
     world.click("approve", approve, user="UMALLORY")
     refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"),
@@ -47,7 +47,7 @@ def test_deploy_posts_plan_then_two_approvals_run_it(world: SlackWorld) -> None:
     world.click("approve", approve, user="UBOB")
     world.standin.wait_for(lambda: any("1 more approval" in str(c.payload.get("text"))
                                        for c in world.standin.of("chat.postMessage")))
-    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+    assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
     world.click("approve", approve, user="UCAROL")  # in the SOPS group
     run = world.wait_run(run_id)
     assert run.status is RunStatus.SUCCEEDED
@@ -99,7 +99,7 @@ def test_double_click_and_slack_retry_create_one_run(world: SlackWorld) -> None:
     _, retried, _ = world.deploy("v2.3.1", trigger="same-trigger")  # Slack retried it
     assert "Planning" not in retried  # recognised before the ack: it will plan nothing
     value = button(world.plan_message(), "approve")
-    world.standin.wait_for(lambda: world.store.runs(limit=5))
+    world.standin.wait_for(lambda: world.store.runs.recent(limit=5))
     assert len([c for c in world.standin.of("chat.postMessage") if _actions(c)]) == 1
     threads = [threading.Thread(target=world.click, args=("approve", value),
                                 kwargs={"user": "UBOB"}) for _ in range(2)]
@@ -109,7 +109,7 @@ def test_double_click_and_slack_retry_create_one_run(world: SlackWorld) -> None:
         thread.join()
     world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"),
                            what="the second click's refusal")
-    run = world.store.run(bk.parse_button_value(value)[0])
+    run = world.store.runs.get(bk.parse_button_value(value)[0])
     assert [a.user for a in run.approvals] == ["UBOB"]
 
 
@@ -137,7 +137,7 @@ def test_modify_yaml_new_version_and_stale_button(world: SlackWorld) -> None:
     world.click("approve", old_value, user="UBOB")
     refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
     assert "version 1, but the plan is now version 2" in refusal[0].payload["text"]
-    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+    assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
 
 
 def test_reject_records_reason(world: SlackWorld) -> None:
@@ -151,9 +151,9 @@ def test_reject_records_reason(world: SlackWorld) -> None:
     assert not world.standin.of("views.open")
     meta = json.dumps({"run": run_id, "v": 1, "channel": "CDEPLOY"})
     world.submit("reject_submit", meta, {"reason": "change freeze"}, user="UBOB")
-    world.standin.wait_for(lambda: world.store.run(run_id).status is RunStatus.REJECTED)
-    assert "change freeze" in (world.store.run(run_id).reason or "")
-    audit = [e.action for e in world.store.audit_log(run_id=run_id)]
+    world.standin.wait_for(lambda: world.store.runs.get(run_id).status is RunStatus.REJECTED)
+    assert "change freeze" in (world.store.runs.get(run_id).reason or "")
+    audit = [e.action for e in world.store.audit.entries(run_id=run_id)]
     assert audit == ["planned", "rejected"]
 
 
@@ -164,7 +164,7 @@ def test_unknown_request_and_invalid_params_get_clear_answers(world: SlackWorld)
                                    and world.standin.responses)
     texts = " ".join(r["text"] for r in found)
     assert "don't know how to plan" in texts and "does not match the pattern" in texts
-    assert world.store.runs() == []
+    assert world.store.runs.recent() == []
 
 
 def test_rate_limited_updates_still_deliver_the_final_status(world: SlackWorld) -> None:
@@ -193,11 +193,11 @@ def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
                          response_url=f"{world.standin.url}/response/c")
     refusal = world.standin.wait_for(lambda: world.standin.responses[1:])
     assert "only the requester (<@UALICE>) or an approver" in refusal[0]["text"]
-    assert world.store.run(run_id).status is RunStatus.AWAITING_APPROVAL
+    assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
     world.signer.command("/deckhand", f"cancel {short_id(run_id)}", user="UALICE",
                          response_url=f"{world.standin.url}/response/c")
     world.standin.wait_for(lambda: len(world.standin.responses) >= 3)
-    assert world.store.run(run_id).status is RunStatus.CANCELLED
+    assert world.store.runs.get(run_id).status is RunStatus.CANCELLED
     world.signer.command("/deckhand", "runs", user="UBOB",
                          response_url=f"{world.standin.url}/response/r")
     world.standin.wait_for(lambda: len(world.standin.responses) >= 4)
@@ -210,7 +210,7 @@ def test_mention_plans_like_deploy_once_per_event(world: SlackWorld) -> None:
     assert world.signer.event(event, event_id="Ev1")[0] == 200
     assert world.signer.event(event, event_id="Ev1", retry=1)[0] == 200
     world.plan_message()
-    assert len(world.store.runs()) == 1
+    assert len(world.store.runs.recent()) == 1
 
 
 def test_forty_step_plan_fits_block_kit(world: SlackWorld) -> None:
@@ -252,7 +252,7 @@ def test_schedules_from_slack_post_occurrences_for_approval(world: SlackWorld) -
     plan_msg = world.plan_message()
     assert "⏰" in plan_msg.text_of_blocks() and "approve" in plan_msg.text_of_blocks()
     run_id = bk.parse_button_value(button(plan_msg, "approve"))[0]
-    assert world.store.run(run_id).requested_by.startswith("schedule:")
+    assert world.store.runs.get(run_id).requested_by.startswith("schedule:")
     assert world.standin.violations == []
 
 
@@ -263,10 +263,10 @@ def test_read_only_request_runs_without_approval(world: SlackWorld) -> None:
     posted = world.standin.wait_for(lambda: [c for c in world.standin.of("chat.postMessage")
                                              if "Read-only" in c.text_of_blocks()])
     assert not _actions(posted[0])  # no buttons: nothing to approve
-    run = world.standin.wait_for(lambda: (r := world.store.runs(limit=1)) and
-                                 r[0].status.terminal and r[0], what="the status run")
+    run = world.standin.wait_for(lambda: (r := world.store.runs.recent(limit=1)) and
+                                        r[0].status.terminal and r[0], what="the status run")
     assert run.status is RunStatus.SUCCEEDED and run.approvals == []
-    assert "queued_read_only" in [e.action for e in world.store.audit_log(run_id=run.id)]
+    assert "queued_read_only" in [e.action for e in world.store.audit.entries(run_id=run.id)]
 
 
 def test_the_channel_sees_the_outcome(world: SlackWorld) -> None:

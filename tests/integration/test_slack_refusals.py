@@ -74,7 +74,7 @@ def test_acks_stay_fast_and_every_plan_is_posted_under_a_429_storm(world: SlackW
                           if "approve" in c.text_of_blocks()]) >= 10 and p, what="10 plans")
     assert len(plans) == 10
     world.standin.wait_for(lambda: world.runtime.bot.work.idle(), what="the work to finish")
-    assert all(r.meta.get("slack") for r in world.store.runs(limit=20))
+    assert all(r.meta.get("slack") for r in world.store.runs.recent(limit=20))
 
 
 def test_a_plan_slack_never_takes_closes_its_run_and_says_so(world: SlackWorld) -> None:
@@ -83,9 +83,9 @@ def test_a_plan_slack_never_takes_closes_its_run_and_says_so(world: SlackWorld) 
     assert status == 200 and took < FAST
     told = _responses_with(world, 1)
     assert "could not be posted" in told[0]["text"] or "refused the plan" in told[0]["text"]
-    run = world.store.runs()[0]
+    run = world.store.runs.recent()[0]
     assert run.status is RunStatus.EXPIRED and not run.meta.get("slack")
-    assert [e.action for e in world.store.audit_log(run_id=run.id)][-1] == "plan_not_posted"
+    assert [e.action for e in world.store.audit.entries(run_id=run.id)][-1] == "plan_not_posted"
 
 
 def test_a_rate_limited_group_lookup_keeps_group_approvers(world: SlackWorld) -> None:
@@ -98,7 +98,7 @@ def test_a_rate_limited_group_lookup_keeps_group_approvers(world: SlackWorld) ->
     world.standin.rate_limit("usergroups.list", times=20, retry_after=0)
     world.click("approve", value, user="UCAROL")  # in SOPS, known from the first lookup
     run = world.standin.wait_for(
-        lambda: (r := world.store.run(bk.parse_button_value(value)[0])).status
+        lambda: (r := world.store.runs.get(bk.parse_button_value(value)[0])).status
         is not RunStatus.AWAITING_APPROVAL and r, what="the second approval")
     assert [a.user for a in run.approvals] == ["UBOB", "UCAROL"]
 
@@ -109,7 +109,7 @@ def test_reject_reason_cannot_mention_or_link(world: SlackWorld) -> None:
     meta = json.dumps({"run": run_id, "v": 1, "channel": "CDEPLOY"})
     reason = "<!channel> @here <https://evil.example|click> " + "x" * 600
     world.submit("reject_submit", meta, {"reason": reason}, user="UBOB")
-    world.standin.wait_for(lambda: world.store.run(run_id).status is RunStatus.REJECTED)
+    world.standin.wait_for(lambda: world.store.runs.get(run_id).status is RunStatus.REJECTED)
     shown = world.standin.wait_for(
         lambda: [c for c in world.standin.calls if "Rejected" in c.text_of_blocks()
                  + str(c.payload.get("text"))] or None, what="the rejection")

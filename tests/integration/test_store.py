@@ -78,11 +78,11 @@ def gated_plan(tmp_path: Path, env: str = "staging") -> Plan:
 def submit(services: Services, plan: Plan, *, by: str = "alice",
            approvers: tuple[str, ...] = ("bob",)) -> Run:
     plan = plan.model_copy(update={"requested_by": by})
-    services.store.save_plan(plan)
-    run = services.store.create_run(Run.for_plan(plan, services.targets(plan)))
+    services.store.plans.save(plan)
+    run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
     for user in approvers:
-        run = services.store.approve(run.id, user=user, plan_version=plan.version,
-                                     plan_hash=plan.hash, policy=services.config.policy)
+        run = services.store.runs.approve(run.id, user=user, plan_version=plan.version,
+                                          plan_hash=plan.hash, policy=services.config.policy)
     return run
 
 
@@ -103,16 +103,16 @@ def log_lines(tmp_path: Path) -> list[str]:
 def test_fifty_concurrent_approvals_start_exactly_one_run(tmp_path: Path, store: Store) -> None:
     services = build_services(config_for(tmp_path), store=store)
     plan = gated_plan(tmp_path)
-    store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     barrier = threading.Barrier(50)
     outcomes: list[str] = []
 
     def click(user: str) -> None:
         barrier.wait()
         try:
-            store.approve(run.id, user=user, plan_version=1, plan_hash=plan.hash,
-                          policy=services.config.policy)
+            store.runs.approve(run.id, user=user, plan_version=1, plan_hash=plan.hash,
+                               policy=services.config.policy)
             outcomes.append("ok")
         except ApprovalRefused:
             outcomes.append("refused")
@@ -123,8 +123,8 @@ def test_fifty_concurrent_approvals_start_exactly_one_run(tmp_path: Path, store:
     for thread in threads:
         thread.join()
     assert outcomes.count("ok") == 1 and outcomes.count("refused") == 49
-    assert store.queue_depth() == 1
-    final = store.run(run.id)
+    assert store.queue.depth() == 1
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.QUEUED and len(final.approvals) == 1
 
 
@@ -133,28 +133,28 @@ def test_stale_version_refused_and_production_rules(tmp_path: Path, store: Store
     now = [1000.0]
     store.clock = lambda: now[0]
     plan = gated_plan(tmp_path, env="production").model_copy(update={"requested_by": "alice"})
-    store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     revised = plan.revised(goal="changed goal")
-    store.save_plan(revised)
-    store.revise(run.id, revised, services.targets(revised))
+    store.plans.save(revised)
+    store.runs.revise(run.id, revised, services.targets(revised))
     policy = services.config.policy
     with pytest.raises(ApprovalRefused, match="version 1, but the plan is now version 2"):
-        store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=policy)
+        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=policy)
     with pytest.raises(ApprovalRefused, match="your own request"):
-        store.approve(run.id, user="alice", plan_version=2, plan_hash=revised.hash, policy=policy)
-    store.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
+        store.runs.approve(run.id, user="alice", plan_version=2, plan_hash=revised.hash, policy=policy)
+    store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
     with pytest.raises(ApprovalRefused, match="already approved; 1 more"):
-        store.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
+        store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
     now[0] += 120  # bob's approval expires
-    after = store.approve(run.id, user="carol", plan_version=2, plan_hash=revised.hash,
-                          policy=policy)
+    after = store.runs.approve(run.id, user="carol", plan_version=2, plan_hash=revised.hash,
+                               policy=policy)
     assert after.status is RunStatus.AWAITING_APPROVAL and [a.user for a in after.approvals] == [
         "carol"]
-    final = store.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash,
-                          policy=policy)
+    final = store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash,
+                               policy=policy)
     assert final.status is RunStatus.QUEUED
-    assert store.plan(plan.id, 1).goal != store.plan(plan.id).goal  # both versions kept
+    assert store.plans.get(plan.id, 1).goal != store.plans.get(plan.id).goal  # both versions kept
 
 
 def test_worker_runs_a_queued_run_and_audits_it(tmp_path: Path, store: Store) -> None:
@@ -163,12 +163,12 @@ def test_worker_runs_a_queued_run_and_audits_it(tmp_path: Path, store: Store) ->
     run = submit(services, gated_plan(tmp_path))
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
     assert worker.step()
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED and final.worker == "w1"
     assert all(s.status is StepStatus.SUCCEEDED for s in final.steps.values())
-    actions = [e.action for e in store.audit_log(run_id=run.id)]
+    actions = [e.action for e in store.audit.entries(run_id=run.id)]
     assert actions[:2] == ["approved", "started"] and actions[-1] == "run_finished"
-    assert store.locks() == []
+    assert store.locks.all() == []
     assert not worker.step(block=0.05)  # nothing left; the entry was acknowledged
 
 
@@ -194,16 +194,16 @@ def test_killed_worker_is_taken_over(tmp_path: Path, store: Store, redis_url: st
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert store.run(run.id).status is RunStatus.RUNNING  # left behind by the dead worker
+    assert store.runs.get(run.id).status is RunStatus.RUNNING  # left behind by the dead worker
     (tmp_path / "go").touch()
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
     # The first takeover attempt may come while the dead worker's lease is still alive: the
     # entry then stays pending and is taken over once the lease has run out.
-    wait_until(lambda: rescuer.step(block=0.1) and store.run(run.id).status.terminal,
-               timeout=30, what="the rescuer to take the run over and finish it")
-    final = store.run(run.id)
-    resumed = [e for e in store.audit_log(run_id=run.id) if e.action == "resumed"]
+    wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
+                    timeout=30, what="the rescuer to take the run over and finish it")
+    final = store.runs.get(run.id)
+    resumed = [e for e in store.audit.entries(run_id=run.id) if e.action == "resumed"]
     assert resumed and resumed[0].details["previous_worker"] == "doomed"
     assert log_lines(tmp_path).count("first") == 1  # finished steps are not repeated
     if idempotent:
@@ -216,19 +216,19 @@ def test_killed_worker_is_taken_over(tmp_path: Path, store: Store, redis_url: st
 
 def test_lock_refuse_and_ttl_expiry(tmp_path: Path, store: Store) -> None:
     services = build_services(config_for(tmp_path, lock="refuse"), store=store)
-    store.acquire_locks(["staging"], run_id="run-dead", worker="gone", ttl=0.5)
+    store.locks.acquire(["staging"], run_id="run-dead", worker="gone", ttl=0.5)
     run = submit(services, gated_plan(tmp_path))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
     assert worker.process(run.id) is None
-    refused = store.run(run.id)
+    refused = store.runs.get(run.id)
     assert refused.status is RunStatus.FAILED
     assert "staging is locked by run-dead" in (refused.reason or "")
     with pytest.raises(LockHeld):
-        store.acquire_locks(["staging"], run_id="run-2", worker="w", ttl=5)
+        store.locks.acquire(["staging"], run_id="run-2", worker="w", ttl=5)
 
     def free() -> bool:
         try:
-            store.acquire_locks(["staging"], run_id="run-2", worker="w", ttl=5)
+            store.locks.acquire(["staging"], run_id="run-2", worker="w", ttl=5)
             return True
         except LockHeld:
             return False
@@ -249,12 +249,12 @@ def test_lock_wait_queues_in_order(tmp_path: Path, store: Store) -> None:
                                         rollback=[{"id": "u", "tool": "undo",
                                                    "params": {"environment": "staging"}}]))
     assert w2.step(block=0.5)
-    assert store.run(second.id).status is RunStatus.QUEUED  # waiting, not refused
+    assert store.runs.get(second.id).status is RunStatus.QUEUED  # waiting, not refused
     (tmp_path / "go").touch()
     holder.join(60)
-    assert store.run(first.id).status is RunStatus.SUCCEEDED
+    assert store.runs.get(first.id).status is RunStatus.SUCCEEDED
     wait_until(lambda: w2.step(block=0.1), what="the waiting run to be re-queued")
-    assert store.run(second.id).status is RunStatus.SUCCEEDED
+    assert store.runs.get(second.id).status is RunStatus.SUCCEEDED
 
 
 def test_redis_restart_mid_run(tmp_path: Path, own_redis: RedisServer) -> None:
@@ -265,9 +265,9 @@ def test_redis_restart_mid_run(tmp_path: Path, own_redis: RedisServer) -> None:
     own_redis.restart()
     (tmp_path / "go").touch()
     thread.join(60)
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED
-    actions = [e.action for e in store.audit_log(run_id=run.id)]
+    actions = [e.action for e in store.audit.entries(run_id=run.id)]
     assert actions[:2] == ["approved", "started"] and "run_finished" in actions
 
 
@@ -276,26 +276,26 @@ def test_unreachable_redis_is_a_clear_error_and_writes_nothing(
     store = Store.connect(own_redis.url)
     services = build_services(config_for(tmp_path), store=store)
     plan = gated_plan(tmp_path)
-    store.save_plan(plan)
-    run = store.create_run(Run.for_plan(plan, services.targets(plan)))
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     own_redis.stop()
     with pytest.raises(StoreUnavailable, match="cannot reach Redis at redis://127.0.0.1"):
-        store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                      policy=services.config.policy)
+        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                           policy=services.config.policy)
     own_redis.start()
-    after = store.run(run.id)
+    after = store.runs.get(run.id)
     assert after.status is RunStatus.AWAITING_APPROVAL and after.approvals == []
-    assert store.queue_depth() == 0
+    assert store.queue.depth() == 0
 
 
 def test_dedupe_and_cancel(tmp_path: Path, store: Store) -> None:
-    assert store.first_time("slack:evt-1") and not store.first_time("slack:evt-1")
+    assert store.dedupe.first_time("slack:evt-1") and not store.dedupe.first_time("slack:evt-1")
     services = build_services(config_for(tmp_path), store=store)
     run = submit(services, gated_plan(tmp_path), approvers=())
-    cancelled = store.request_cancel(run.id, user="carol")
+    cancelled = store.runs.request_cancel(run.id, user="carol")
     assert cancelled.status is RunStatus.CANCELLED
     with pytest.raises(ApprovalRefused, match="already ended"):
-        store.request_cancel(run.id, user="carol")
+        store.runs.request_cancel(run.id, user="carol")
 
 
 def test_cancel_a_running_run_from_another_process(tmp_path: Path, store: Store) -> None:
@@ -304,7 +304,7 @@ def test_cancel_a_running_run_from_another_process(tmp_path: Path, store: Store)
     thread = start_gated_run(services, store, tmp_path)
     Store.connect(store.where).request_cancel(run.id, user="dave")  # a second client
     thread.join(60)
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.CANCELLED and "dave" in (final.reason or "")
     assert final.steps["touch"].status is StepStatus.SKIPPED
 
@@ -315,7 +315,7 @@ def test_same_flow_on_fakeredis(tmp_path: Path) -> None:
     (tmp_path / "go").touch()
     run = submit(services, gated_plan(tmp_path))
     assert Worker(services, store, name="embedded").step(block=0.1)
-    assert store.run(run.id).status is RunStatus.SUCCEEDED
+    assert store.runs.get(run.id).status is RunStatus.SUCCEEDED
 
 
 def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_url: str,
@@ -338,7 +338,7 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     assert main(["approve", run.id, "--user", "bob", *args]) == 0
     assert "1 more approval" in capsys.readouterr().out
     assert main(["approve", run.id, "--user", "carol", *args]) == 0
-    assert store.run(run.id).status is RunStatus.QUEUED
+    assert store.runs.get(run.id).status is RunStatus.QUEUED
     assert main(["runs", *args]) == 0 and short_id(run.id) in capsys.readouterr().out
     assert main(["runs", "show", short_id(run.id).upper(), *args]) == 0  # any unique prefix
     assert f"run {short_id(run.id)} — queued" in capsys.readouterr().out
@@ -354,34 +354,34 @@ def test_unapproved_plans_expire(tmp_path: Path, store: Store) -> None:
     assert worker.expire_stale() == []
     store.clock = lambda: time.time() + 7200  # the default approval window is an hour
     assert not worker.step(block=0.05)  # an idle worker sweeps
-    expired = store.run(waiting.id)
+    expired = store.runs.get(waiting.id)
     assert expired.status is RunStatus.EXPIRED and "not approved within" in (expired.reason or "")
     with pytest.raises(ApprovalRefused, match="expired"):
-        store.approve(waiting.id, user="bob", plan_version=1, plan_hash=waiting.plan_hash,
-                      policy=services.config.policy)
+        store.runs.approve(waiting.id, user="bob", plan_version=1, plan_hash=waiting.plan_hash,
+                           policy=services.config.policy)
 
 
 def test_entry_of_a_run_another_worker_holds_stays_pending(tmp_path: Path, store: Store) -> None:
     services = build_services(config_for(tmp_path), store=store)
     run = submit(services, gated_plan(tmp_path))
-    assert store.claim(run.id, worker="alive-elsewhere", lease=30) is not None
+    assert store.leases.claim(run.id, worker="alive-elsewhere", lease=30) is not None
     worker = Worker(services, store, name="w2", options=WorkerOptions(block=0.1))
     assert worker.step(block=0.1)  # it read the entry, but the run is someone else's
-    assert store.run(run.id).worker == "alive-elsewhere"
-    assert store.queue_backlog() == (0, 1)  # not acknowledged: takeover stays possible
+    assert store.runs.get(run.id).worker == "alive-elsewhere"
+    assert store.queue.backlog() == (0, 1)  # not acknowledged: takeover stays possible
 
 
 def test_an_unfinished_run_is_found_behind_any_number_of_newer_finished_ones(
         tmp_path: Path, store: Store, client: redis.Redis) -> None:
-    plan = store.save_plan(gated_plan(tmp_path))
-    waiting = store.create_run(Run.for_plan(plan, NO_TARGETS, created_at=1.0))
+    plan = store.plans.save(gated_plan(tmp_path))
+    waiting = store.runs.create(Run.for_plan(plan, NO_TARGETS, created_at=1.0))
     for n in range(150):  # more than the window of newest runs a status filter looks through
-        store.create_run(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED,
-                                      created_at=10.0 + n))
-    found = store.runs(limit=5, statuses=[RunStatus.AWAITING_APPROVAL])
+        store.runs.create(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED,
+                                       created_at=10.0 + n))
+    found = store.runs.recent(limit=5, statuses=[RunStatus.AWAITING_APPROVAL])
     assert [r.id for r in found] == [waiting.id]
-    store.transition(waiting.id, RunStatus.REJECTED)
-    assert store.runs(limit=5, statuses=[RunStatus.AWAITING_APPROVAL]) == []
+    store.runs.transition(waiting.id, RunStatus.REJECTED)
+    assert store.runs.recent(limit=5, statuses=[RunStatus.AWAITING_APPROVAL]) == []
     assert client.zcard("dh:runs:open") == 0  # an ended run leaves the index
 
 
@@ -389,16 +389,16 @@ def test_the_owners_record_write_keeps_what_others_added_to_meta(tmp_path: Path,
                                                                  store: Store) -> None:
     services = build_services(config_for(tmp_path), store=store)
     run = submit(services, gated_plan(tmp_path))
-    mine = store.claim(run.id, worker="w", lease=60)
+    mine = store.leases.claim(run.id, worker="w", lease=60)
     assert mine is not None
     # the Slack poster records the thread while the worker already runs the run
-    store.update_run(run.id, lambda r: r.meta.update(slack={"channel": "C1", "thread_ts": "1.1"}))
-    store.update_run(run.id, lambda r: r.meta["slack"].update(plan_ts="1.2"))
+    store.runs.update(run.id, lambda r: r.meta.update(slack={"channel": "C1", "thread_ts": "1.1"}))
+    store.runs.update(run.id, lambda r: r.meta["slack"].update(plan_ts="1.2"))
     mine.steps["first"].status = StepStatus.SUCCEEDED
-    store.save_as_owner(mine, worker="w")
-    stored = store.run(run.id)
+    store.leases.save_as_owner(mine, worker="w")
+    stored = store.runs.get(run.id)
     assert stored.meta["slack"] == {"channel": "C1", "thread_ts": "1.1", "plan_ts": "1.2"}
     assert stored.steps["first"].status is StepStatus.SUCCEEDED  # the owner's own change
     mine.meta["slack"] = {"channel": "C1", "thread_ts": "1.1"}  # an older copy of it
-    store.save_as_owner(mine, worker="w")
-    assert store.run(run.id).meta["slack"]["plan_ts"] == "1.2"
+    store.leases.save_as_owner(mine, worker="w")
+    assert store.runs.get(run.id).meta["slack"]["plan_ts"] == "1.2"

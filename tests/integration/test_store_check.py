@@ -26,10 +26,10 @@ def log_plan() -> Plan:
 
 def approved_run(store: Store, tmp_path: Path) -> Run:
     services = build_services(make_config(tmp_path), store=store)
-    plan = store.save_plan(log_plan())
-    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
-    return store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                         policy=services.config.policy)
+    plan = store.plans.save(log_plan())
+    run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
+    return store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                              policy=services.config.policy)
 
 
 def problems(store: Store) -> list[str]:
@@ -41,17 +41,17 @@ def test_a_store_used_normally_keeps_every_invariant(tmp_path: Path, store: Stor
     done = approved_run(store, tmp_path)
     assert Worker(services, store, name="w", options=WorkerOptions(block=0.05)).step()
     waiting = approved_run(store, tmp_path)
-    plan = store.plan(waiting.plan_id)
-    store.save_plan(plan.revised(goal="v2"))
-    store.acquire_locks(["staging"], run_id=waiting.id, worker="w", ttl=30)
-    assert store.run(done.id).status is RunStatus.SUCCEEDED
+    plan = store.plans.get(waiting.plan_id)
+    store.plans.save(plan.revised(goal="v2"))
+    store.locks.acquire(["staging"], run_id=waiting.id, worker="w", ttl=30)
+    assert store.runs.get(done.id).status is RunStatus.SUCCEEDED
     assert problems(store) == []
 
 
 def test_each_broken_invariant_is_reported_with_its_key_and_repaired(
         tmp_path: Path, store: Store, client: redis.Redis) -> None:
-    plan = store.save_plan(log_plan())
-    store.save_plan(plan.revised(goal="v2"))
+    plan = store.plans.save(log_plan())
+    store.plans.save(plan.revised(goal="v2"))
     client.set(f"dh:plan:{plan.id}:latest", 1)  # the half-write of issue 22
     client.zadd("dh:runs", {"run-ghost": 1.0})  # an index entry with no record
     unindexed = Run.for_plan(plan, NO_TARGETS, id="run-1a2b3c4d")
@@ -59,8 +59,8 @@ def test_each_broken_invariant_is_reported_with_its_key_and_repaired(
     stuck = approved_run(store, tmp_path)
     entry = client.xrange("dh:queue")[0][0]
     client.xdel("dh:queue", entry)  # queued, but no entry and no worker
-    ended = store.create_run(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED))
-    store.acquire_locks(["production"], run_id=ended.id, worker="gone", ttl=300)
+    ended = store.runs.create(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED))
+    store.locks.acquire(["production"], run_id=ended.id, worker="gone", ttl=300)
     client.sadd("dh:locks", "qa")  # a lock that expired
     before = snapshot(client)
 
@@ -80,18 +80,18 @@ def test_each_broken_invariant_is_reported_with_its_key_and_repaired(
     assert len(records) == 6
     after = snapshot(client)
     assert all(after[k] == before[k] for k in records)  # no record deleted or changed
-    assert store.plan(plan.id).version == 2 and store.find_run("1a2b").id == unindexed.id
-    assert store.queue_backlog() == (1, 0)  # the stuck run waits for a worker again
+    assert store.plans.get(plan.id).version == 2 and store.runs.find("1a2b").id == unindexed.id
+    assert store.queue.backlog() == (1, 0)  # the stuck run waits for a worker again
 
 
 def test_finished_entries_left_in_the_queue_are_trimmed(tmp_path: Path, store: Store,
                                                         client: redis.Redis) -> None:
-    store.ensure_group()
+    store.queue.ensure_group()
     run = approved_run(store, tmp_path)
-    entry_id, _ = store.read_queue("old-worker", block=0.05) or ("", "")
+    entry_id, _ = store.queue.read("old-worker", block=0.05) or ("", "")
     client.xack("dh:queue", "workers", entry_id)  # acknowledged, not deleted: older code
-    store.transition(run.id, RunStatus.RUNNING)
-    store.transition(run.id, RunStatus.SUCCEEDED)
+    store.runs.transition(run.id, RunStatus.RUNNING)
+    store.runs.transition(run.id, RunStatus.SUCCEEDED)
     assert [v.key for v in StoreCheck(store).violations()] == ["dh:queue"]
     checker = StoreCheck(store)
     checker.repair(checker.violations())
@@ -114,13 +114,13 @@ def _redis_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_depth_stays_true_after_a_cancel_and_a_finish(tmp_path: Path, store: Store) -> None:
     # Redis's own lag for the group is wrong here (2: it estimates past the deleted entries)
-    store.ensure_group()
+    store.queue.ensure_group()
     first, second, third = (approved_run(store, tmp_path) for _ in range(3))
-    entry_id, run_id = store.read_queue("w", block=0.05) or ("", "")
+    entry_id, run_id = store.queue.read("w", block=0.05) or ("", "")
     assert run_id == first.id
-    store.request_cancel(second.id, user="carol")  # waiting: its entry is deleted unread
-    store.transition(first.id, RunStatus.RUNNING)
-    store.transition(first.id, RunStatus.SUCCEEDED)
-    store.ack(entry_id)
-    assert store.queue_backlog() == (1, 0)  # only the third waits
+    store.runs.request_cancel(second.id, user="carol")  # waiting: its entry is deleted unread
+    store.runs.transition(first.id, RunStatus.RUNNING)
+    store.runs.transition(first.id, RunStatus.SUCCEEDED)
+    store.queue.ack(entry_id)
+    assert store.queue.backlog() == (1, 0)  # only the third waits
     assert problems(store) == []

@@ -69,25 +69,25 @@ def test_a_colliding_plan_lands_under_a_fresh_id_and_touches_nothing(
         redis_url: str, client: redis.Redis) -> None:
     ids = ScriptedIds(["plan-taken", "plan-fresh"])
     store = Store.connect(redis_url, ids=ids)
-    first = store.save_plan(a_plan("plan-taken", goal="first"))
-    store.save_plan(first.revised(goal="first, v2"))
+    first = store.plans.save(a_plan("plan-taken", goal="first"))
+    store.plans.save(first.revised(goal="first, v2"))
     before = snapshot(client)
-    other = store.save_plan(a_plan("plan-taken", goal="other"))
+    other = store.plans.save(a_plan("plan-taken", goal="other"))
     assert other.id == "plan-fresh" and ids.asked == ["plan", "plan"]
     assert changed(before, snapshot(client)) == {b"dh:plan:plan-fresh:v1",
                                                  b"dh:plan:plan-fresh:latest"}
-    assert store.plan("plan-taken").version == 2 and store.plan("plan-fresh").goal == "other"
+    assert store.plans.get("plan-taken").version == 2 and store.plans.get("plan-fresh").goal == "other"
 
 
 def test_saving_the_same_version_twice_is_refused_and_writes_nothing(
         store: Store, client: redis.Redis) -> None:
-    plan = store.save_plan(a_plan())
-    v2 = store.save_plan(plan.revised(goal="v2"))
+    plan = store.plans.save(a_plan())
+    v2 = store.plans.save(plan.revised(goal="v2"))
     before = snapshot(client)
     with pytest.raises(StoreError, match="version 1 already exists"):
-        store.save_plan(plan)
+        store.plans.save(plan)
     with pytest.raises(StoreError, match="version 2 already exists"):
-        store.save_plan(v2.model_copy(update={"goal": "a rival v2"}))
+        store.plans.save(v2.model_copy(update={"goal": "a rival v2"}))
     assert changed(before, snapshot(client)) == set()
 
 
@@ -95,25 +95,25 @@ def test_a_colliding_run_lands_under_a_fresh_id_and_touches_nothing(
         redis_url: str, client: redis.Redis) -> None:
     ids = ScriptedIds(["run-taken", "run-fresh"])
     store = Store.connect(redis_url, ids=ids)
-    plan = store.save_plan(a_plan())
-    first = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=1000.0))
+    plan = store.plans.save(a_plan())
+    first = store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=1000.0))
     before = snapshot(client)
-    second = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=2000.0))
+    second = store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-taken", created_at=2000.0))
     assert second.id == "run-fresh" and first.id == "run-taken"
     assert changed(before, snapshot(client)) == {b"dh:run:run-fresh", b"dh:runs",
                                                  b"dh:runs:ids", b"dh:runs:open"}
     assert client.zscore("dh:runs", "run-taken") == 1000.0  # its place in the index kept
-    assert store.run("run-taken").created_at == 1000.0
+    assert store.runs.get("run-taken").created_at == 1000.0
 
 
 def test_a_create_that_never_finds_a_free_id_writes_nothing(
         redis_url: str, client: redis.Redis) -> None:
     store = Store.connect(redis_url, ids=lambda kind: "run-taken")
-    plan = store.save_plan(a_plan())
-    store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken"))
+    plan = store.plans.save(a_plan())
+    store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-taken"))
     before = snapshot(client)
     with pytest.raises(StoreError, match="no free run id"):
-        store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-taken"))
+        store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-taken"))
     assert changed(before, snapshot(client)) == set()
 
 
@@ -136,27 +136,27 @@ def test_a_colliding_schedule_lands_under_a_fresh_id_and_touches_nothing(
 
 
 def test_runs_are_found_by_any_unique_prefix(store: Store, client: redis.Redis) -> None:
-    plan = store.save_plan(a_plan())
-    one = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-01aaaa1111"))
-    two = store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-01aaab2222"))
-    assert store.find_run("01aaaa").id == one.id
-    assert store.find_run("RUN-01AAAB…").id == two.id
-    assert store.find_run(one.id).id == one.id
+    plan = store.plans.save(a_plan())
+    one = store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-01aaaa1111"))
+    two = store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-01aaab2222"))
+    assert store.runs.find("01aaaa").id == one.id
+    assert store.runs.find("RUN-01AAAB…").id == two.id
+    assert store.runs.find(one.id).id == one.id
     with pytest.raises(AmbiguousId, match="run-01aaaa1111, run-01aaab2222"):
-        store.find_run("01aaa")
+        store.runs.find("01aaa")
     with pytest.raises(NotFound, match="no run 01b"):
-        store.find_run("01b")
+        store.runs.find("01b")
     with pytest.raises(NotFound):
-        store.find_run("01a*")  # no glob reaches Redis
+        store.runs.find("01a*")  # no glob reaches Redis
 
 
 def test_runs_written_before_the_prefix_index_still_load(store: Store, client: redis.Redis) -> None:
-    plan = store.save_plan(a_plan())
+    plan = store.plans.save(a_plan())
     old = Run.for_plan(plan, NO_TARGETS, id="run-1a2b3c4d")
     client.set("dh:run:run-1a2b3c4d", old.model_dump_json())  # as the old code wrote it
     client.zadd("dh:runs", {"run-1a2b3c4d": old.created_at})
-    assert store.run("run-1a2b3c4d").id == old.id
-    assert store.find_run("1a2b").id == old.id
+    assert store.runs.get("run-1a2b3c4d").id == old.id
+    assert store.runs.find("1a2b").id == old.id
 
 
 # -- the queue depth is the truth ----------------------------------------------------------
@@ -166,32 +166,32 @@ def test_runs_executed_in_process_leave_no_waiting_entry(tmp_path: Path, store: 
     services = build_services(make_config(tmp_path), store=store)
     worker = Worker(services, store, name="console", options=WorkerOptions(block=0.05))
     for _ in range(3):  # as `deckhand run` does: approve (which enqueues), then run here
-        plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-        run = store.create_run(Run.for_plan(plan, NO_TARGETS))
-        store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                      policy=services.config.policy)
+        plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+        run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
+        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                           policy=services.config.policy)
         assert worker.process(run.id) is not None
-    assert store.queue_backlog() == (0, 0) and store.queue_depth() == 0
+    assert store.queue.backlog() == (0, 0) and store.queue.depth() == 0
     assert not worker.step(block=0.05)  # nothing left for a worker either
 
 
 def _queued_run(tmp_path: Path, store: Store) -> tuple[Services, Run]:
     """A one-step run, approved and so queued (one entry waiting for a worker)."""
     services = build_services(make_config(tmp_path), store=store)
-    plan = store.save_plan(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
-    run = store.create_run(Run.for_plan(plan, NO_TARGETS))
-    store.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
-                  policy=services.config.policy)
+    plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+    run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
+    store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+                       policy=services.config.policy)
     return services, run
 
 
 def test_acknowledged_entries_leave_the_stream(tmp_path: Path, store: Store,
                                               client: redis.Redis) -> None:
     services, run = _queued_run(tmp_path, store)
-    assert store.queue_backlog() == (1, 0)
+    assert store.queue.backlog() == (1, 0)
     assert Worker(services, store, name="w", options=WorkerOptions(block=0.05)).step()
-    assert store.run(run.id).status is RunStatus.SUCCEEDED
-    assert client.xlen("dh:queue") == 0 and store.queue_backlog() == (0, 0)
+    assert store.runs.get(run.id).status is RunStatus.SUCCEEDED
+    assert client.xlen("dh:queue") == 0 and store.queue.backlog() == (0, 0)
 
 
 # -- bounded reads -------------------------------------------------------------------------
@@ -199,10 +199,10 @@ def test_acknowledged_entries_leave_the_stream(tmp_path: Path, store: Store,
 
 def test_audit_reads_the_newest_entries_and_one_runs_own(store: Store) -> None:
     for i in range(50):
-        store.audit("noise", actor="x", run_id=f"run-{i % 5}", n=i)
-    mine = store.audit_log(run_id="run-3", limit=4)
+        store.audit.record("noise", actor="x", run_id=f"run-{i % 5}", n=i)
+    mine = store.audit.entries(run_id="run-3", limit=4)
     assert [e.details["n"] for e in mine] == [33, 38, 43, 48]
-    assert [e.details["n"] for e in store.audit_log(limit=3)] == [47, 48, 49]
+    assert [e.details["n"] for e in store.audit.entries(limit=3)] == [47, 48, 49]
 
 
 def test_runs_audited_before_per_run_streams_are_still_found(store: Store,
@@ -210,27 +210,27 @@ def test_runs_audited_before_per_run_streams_are_still_found(store: Store,
     fields = {"at": "1.0", "actor": "bob", "action": "approved", "run_id": "run-1a2b3c4d",
               "plan_id": "", "details": "{}"}
     client.xadd("dh:audit", fields)  # as the old code wrote it: the shared stream only
-    assert [e.actor for e in store.audit_log(run_id="run-1a2b3c4d")] == ["bob"]
+    assert [e.actor for e in store.audit.entries(run_id="run-1a2b3c4d")] == ["bob"]
 
 
 def test_locks_are_listed_from_the_held_set(store: Store) -> None:
-    store.acquire_locks(["staging", "production"], run_id="run-a", worker="w", ttl=30)
-    assert [lock.environment for lock in store.locks()] == ["production", "staging"]
-    store.release_locks(["staging"], run_id="run-a")
-    assert [lock.run_id for lock in store.locks()] == ["run-a"]
-    store.release_locks(["production"], run_id="run-a")
-    assert store.locks() == []
+    store.locks.acquire(["staging", "production"], run_id="run-a", worker="w", ttl=30)
+    assert [lock.environment for lock in store.locks.all()] == ["production", "staging"]
+    store.locks.release(["staging"], run_id="run-a")
+    assert [lock.run_id for lock in store.locks.all()] == ["run-a"]
+    store.locks.release(["production"], run_id="run-a")
+    assert store.locks.all() == []
 
 
 def test_cancelling_a_queued_run_takes_its_entry_along(tmp_path: Path, store: Store) -> None:
     _, run = _queued_run(tmp_path, store)
-    assert store.queue_backlog() == (1, 0)
-    assert store.request_cancel(run.id, user="carol").status is RunStatus.CANCELLED
-    assert store.queue_backlog() == (0, 0)
+    assert store.queue.backlog() == (1, 0)
+    assert store.runs.request_cancel(run.id, user="carol").status is RunStatus.CANCELLED
+    assert store.queue.backlog() == (0, 0)
 
 
 def test_schedules_are_found_by_any_unique_prefix(store: Store) -> None:
-    book = ScheduleBook(store)
+    book = store.schedules
     book.create(a_schedule("sch-01aa11"))
     book.create(a_schedule("sch-01ab22"))
     assert book.find("01aa").id == "sch-01aa11" and book.find("sch-01ab22").id == "sch-01ab22"
@@ -245,13 +245,13 @@ def test_concurrent_creates_under_one_id_all_land_apart(redis_url: str,
     """Eight threads create runs that all start with the same id: each lands exactly once,
     under its own id, and the store keeps every invariant."""
     store = Store.connect(redis_url)
-    plan = store.save_plan(a_plan())
+    plan = store.plans.save(a_plan())
     barrier = threading.Barrier(8)
     made: list[str] = []
 
     def create_many() -> None:
         barrier.wait()
-        made.extend(store.create_run(Run.for_plan(plan, NO_TARGETS, id="run-same")).id for _ in range(20))
+        made.extend(store.runs.create(Run.for_plan(plan, NO_TARGETS, id="run-same")).id for _ in range(20))
 
     threads = [threading.Thread(target=create_many) for _ in range(8)]
     for thread in threads:
@@ -263,13 +263,13 @@ def test_concurrent_creates_under_one_id_all_land_apart(redis_url: str,
 
 
 def test_a_run_waiting_for_a_lock_is_woken_onto_the_queue_in_one_step(store: Store) -> None:
-    store.ensure_group()
-    store.wait_for_lock("staging", "run-a")
-    store.wait_for_lock("staging", "run-a")  # once only
-    store.wait_for_lock("staging", "run-b")
-    assert store.wake_next("staging") == "run-a" and store.queue_backlog() == (1, 0)
-    assert store.wake_next("staging") == "run-b" and store.wake_next("staging") is None
-    assert [run for _, run in store.queue_entries()] == ["run-a", "run-b"]
+    store.queue.ensure_group()
+    store.locks.wait_for("staging", "run-a")
+    store.locks.wait_for("staging", "run-a")  # once only
+    store.locks.wait_for("staging", "run-b")
+    assert store.queue.wake_next("staging") == "run-a" and store.queue.backlog() == (1, 0)
+    assert store.queue.wake_next("staging") == "run-b" and store.queue.wake_next("staging") is None
+    assert [run for _, run in store.queue.entries()] == ["run-a", "run-b"]
 
 
 def test_deckhand_run_leaves_no_queue_entry_behind(sample_config: Config, store: Store) -> None:
@@ -281,5 +281,5 @@ def test_deckhand_run_leaves_no_queue_entry_behind(sample_config: Config, store:
     status = flow.handle("status production")  # read-only: runs at once, no approval
     assert deployed is not None and deployed.status is RunStatus.SUCCEEDED
     assert status is not None and status.status is RunStatus.SUCCEEDED
-    assert store.queue_backlog() == (0, 0)
+    assert store.queue.backlog() == (0, 0)
     assert StoreCheck(store).violations() == []

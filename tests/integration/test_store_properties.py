@@ -58,58 +58,58 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
             super().__init__()
             redis.Redis.from_url(url).flushdb()
             self.store = Store.connect(url)
-            self.store.ensure_group()
+            self.store.queue.ensure_group()
             self.taken: dict[str, tuple[str, str]] = {}  # run → (entry, worker)
             self.goals = itertools.count()
 
         @rule(target=runs, env=st.sampled_from([None, "staging", "production"]))
         def create(self, env: str | None) -> str:
-            plan = self.store.save_plan(env_plan(env, f"goal {next(self.goals)}"))
-            return self.store.create_run(Run.for_plan(plan, NO_TARGETS)).id
+            plan = self.store.plans.save(env_plan(env, f"goal {next(self.goals)}"))
+            return self.store.runs.create(Run.for_plan(plan, NO_TARGETS)).id
 
         @rule(run_id=runs, user=st.sampled_from(["bob", "carol"]))
         def approve(self, run_id: str, user: str) -> None:
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
             with contextlib.suppress(ApprovalRefused):
-                self.store.approve(run_id, user=user, plan_version=run.plan_version,
-                                   plan_hash=run.plan_hash, policy=policy)
+                self.store.runs.approve(run_id, user=user, plan_version=run.plan_version,
+                                        plan_hash=run.plan_hash, policy=policy)
 
         @rule(run_id=runs)
         def modify(self, run_id: str) -> None:
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
             if run.status is not RunStatus.AWAITING_APPROVAL:
                 return
-            latest = self.store.plan(run.plan_id)
-            revised = self.store.save_plan(latest.revised(goal=f"goal {next(self.goals)}"))
-            self.store.revise(run_id, revised, NO_TARGETS)
+            latest = self.store.plans.get(run.plan_id)
+            revised = self.store.plans.save(latest.revised(goal=f"goal {next(self.goals)}"))
+            self.store.runs.revise(run_id, revised, NO_TARGETS)
 
         @rule(worker=st.sampled_from(["w1", "w2"]))
         def take(self, worker: str) -> None:
-            entry = self.store.read_queue(worker, block=0.001)
+            entry = self.store.queue.read(worker, block=0.001)
             if entry is not None:
                 self._handle(worker, *entry)
 
         @rule(worker=st.sampled_from(["w1", "w2"]))
         def take_over(self, worker: str) -> None:
-            entry = self.store.reclaim(worker, idle=0)
+            entry = self.store.queue.reclaim(worker, idle=0)
             if entry is not None and entry[1] not in self.taken:  # its worker died
                 self._handle(worker, *entry)
 
         def _handle(self, worker: str, entry_id: str, run_id: str) -> None:
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
             if run.status.terminal:
-                self.store.ack(entry_id)
+                self.store.queue.ack(entry_id)
                 return
             try:
-                self.store.acquire_locks(run.environments, run_id=run_id, worker=worker,
+                self.store.locks.acquire(run.environments, run_id=run_id, worker=worker,
                                          ttl=LEASE)
             except LockHeld as exc:
-                self.store.transition(run_id, RunStatus.FAILED, expect={RunStatus.QUEUED},
-                                      reason=str(exc))
-                self.store.ack(entry_id)
+                self.store.runs.transition(run_id, RunStatus.FAILED, expect={RunStatus.QUEUED},
+                                           reason=str(exc))
+                self.store.queue.ack(entry_id)
                 return
-            if self.store.claim(run_id, worker=worker, lease=LEASE) is None:
-                self.store.ack(entry_id)
+            if self.store.leases.claim(run_id, worker=worker, lease=LEASE) is None:
+                self.store.queue.ack(entry_id)
                 return
             self.taken[run_id] = (entry_id, worker)
 
@@ -118,9 +118,9 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
             if not self.taken:
                 return
             run_id = data.draw(st.sampled_from(sorted(self.taken)))
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
             run.steps["s"].status = StepStatus.SUCCEEDED
-            self.store.save_as_owner(run, worker=self.taken[run_id][1])
+            self.store.leases.save_as_owner(run, worker=self.taken[run_id][1])
 
         @rule(data=st.data(), outcome=st.sampled_from([RunStatus.SUCCEEDED, RunStatus.FAILED]))
         def finish(self, data: st.DataObject, outcome: RunStatus) -> None:
@@ -128,12 +128,12 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
                 return
             run_id = data.draw(st.sampled_from(sorted(self.taken)))
             entry_id, worker = self.taken.pop(run_id)
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
             run.move(outcome)
-            self.store.save_as_owner(run, worker=worker)
-            self.store.release_locks(run.environments, run_id=run_id)
-            self.store.release(run_id, worker=worker)
-            self.store.ack(entry_id)
+            self.store.leases.save_as_owner(run, worker=worker)
+            self.store.locks.release(run.environments, run_id=run_id)
+            self.store.leases.release(run_id, worker=worker)
+            self.store.queue.ack(entry_id)
 
         @rule(data=st.data())
         def worker_dies(self, data: st.DataObject) -> None:
@@ -147,37 +147,37 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
         @rule(run_id=runs)
         def in_process(self, run_id: str) -> None:
             """``deckhand run``: lock, claim, execute and settle here, with no entry read."""
-            run = self.store.run(run_id)
+            run = self.store.runs.get(run_id)
             if run.status is not RunStatus.QUEUED:
                 return
             try:
-                self.store.acquire_locks(run.environments, run_id=run_id, worker="console",
+                self.store.locks.acquire(run.environments, run_id=run_id, worker="console",
                                          ttl=LEASE)
             except LockHeld:
                 return
-            claimed = self.store.claim(run_id, worker="console", lease=LEASE)
+            claimed = self.store.leases.claim(run_id, worker="console", lease=LEASE)
             assert claimed is not None
             claimed.move(RunStatus.SUCCEEDED)
-            self.store.save_as_owner(claimed, worker="console")
-            self.store.release_locks(run.environments, run_id=run_id)
-            self.store.release(run_id, worker="console")
-            self.store.settle_run(run_id)
+            self.store.leases.save_as_owner(claimed, worker="console")
+            self.store.locks.release(run.environments, run_id=run_id)
+            self.store.leases.release(run_id, worker="console")
+            self.store.queue.settle(run_id)
 
         @rule(run_id=runs)
         def cancel(self, run_id: str) -> None:
             with contextlib.suppress(ApprovalRefused):
-                self.store.request_cancel(run_id, user="carol")
+                self.store.runs.request_cancel(run_id, user="carol")
 
         @rule(run_id=runs)
         def expire(self, run_id: str) -> None:
             with contextlib.suppress(IllegalTransition):
-                self.store.transition(run_id, RunStatus.EXPIRED,
-                                      expect={RunStatus.AWAITING_APPROVAL})
+                self.store.runs.transition(run_id, RunStatus.EXPIRED,
+                                           expect={RunStatus.AWAITING_APPROVAL})
 
         @rule(run_id=runs)
         def audit(self, run_id: str) -> None:
-            self.store.audit("noted", actor="x", run_id=run_id)
-            assert self.store.audit_log(run_id=run_id, limit=1)[0].run_id == run_id
+            self.store.audit.record("noted", actor="x", run_id=run_id)
+            assert self.store.audit.entries(run_id=run_id, limit=1)[0].run_id == run_id
 
         @invariant()
         def store_is_consistent(self) -> None:

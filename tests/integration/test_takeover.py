@@ -63,24 +63,24 @@ def test_takeover_stops_the_dead_workers_command_before_rolling_back(
     proc = _spawn_worker(config, redis_url, "doomed")
     try:
         wait_until(lambda: (tmp_path / "started").exists(), what="the slow change to start")
-        wait_until(lambda: store.run(run.id).steps["change"].hosts.get("web-1") is not None
-                   and store.run(run.id).steps["change"].hosts["web-1"].pid is not None,
-                   what="the command's process group in the record")
+        wait_until(lambda: store.runs.get(run.id).steps["change"].hosts.get("web-1") is not None
+                   and store.runs.get(run.id).steps["change"].hosts["web-1"].pid is not None,
+                        what="the command's process group in the record")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    pgid = store.run(run.id).steps["change"].hosts["web-1"].pid
+    pgid = store.runs.get(run.id).steps["change"].hosts["web-1"].pid
     assert pgid is not None and not _group_gone(pgid)  # orphaned, still running
 
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
-    wait_until(lambda: rescuer.step(block=0.1) and store.run(run.id).status.terminal,
-               timeout=30, what="the rescuer to take the run over")
-    final = store.run(run.id)
+    wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
+                    timeout=30, what="the rescuer to take the run over")
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.ROLLED_BACK
     wait_until(lambda: _group_gone(pgid), timeout=10, what="the leftover to be gone")
     assert (tmp_path / "log.txt").read_text().splitlines() == ["rolled back"]
-    stopped = [e for e in store.audit_log(run_id=run.id) if e.action == "leftover_stopped"]
+    stopped = [e for e in store.audit.entries(run_id=run.id) if e.action == "leftover_stopped"]
     assert stopped and stopped[0].details["outcome"] == "stopped"
 
 
@@ -105,9 +105,9 @@ def test_a_redis_outage_longer_than_the_lease_does_not_cancel_the_run(
         thread.join(60)
     finally:
         (tmp_path / "go").touch()
-    final = store.run(run.id)
+    final = store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED, final.reason
-    assert final.worker == "steady" and store.locks() == []
+    assert final.worker == "steady" and store.locks.all() == []
 
 
 def test_the_reconciler_requeues_a_run_nothing_would_ever_move(tmp_path: Path,
@@ -115,17 +115,17 @@ def test_the_reconciler_requeues_a_run_nothing_would_ever_move(tmp_path: Path,
     services = build_services(config_for(tmp_path), store=store)
     (tmp_path / "go").touch()
     run = submit(services, gated_plan(tmp_path))
-    store.ensure_group()
-    entry = store.read_queue("ghost", block=0.1)  # a worker took the entry and died
+    store.queue.ensure_group()
+    entry = store.queue.read("ghost", block=0.1)  # a worker took the entry and died
     assert entry is not None
-    store.ack(entry[0])
+    store.queue.ack(entry[0])
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
-    assert store.run(run.id).status is RunStatus.QUEUED  # with no entry: stuck for good
+    assert store.runs.get(run.id).status is RunStatus.QUEUED  # with no entry: stuck for good
     assert worker.reconcile() == [run.id]
     assert worker.reconcile() == []  # queued again once, not twice
     assert worker.step(block=0.1)
-    assert store.run(run.id).status is RunStatus.SUCCEEDED
-    assert "reconciled" in [e.action for e in store.audit_log(run_id=run.id)]
+    assert store.runs.get(run.id).status is RunStatus.SUCCEEDED
+    assert "reconciled" in [e.action for e in store.audit.entries(run_id=run.id)]
 
 
 def test_audit_entries_of_an_outage_land_once_redis_is_back(tmp_path: Path,
@@ -133,7 +133,7 @@ def test_audit_entries_of_an_outage_land_once_redis_is_back(tmp_path: Path,
     store = Store.connect(own_redis.url)
     services = build_services(config_for(tmp_path), store=store)
     run = submit(services, gated_plan(tmp_path))
-    mine = store.claim(run.id, worker="w", lease=600)
+    mine = store.leases.claim(run.id, worker="w", lease=600)
     assert mine is not None
     recorder = RunRecorder(store, worker="w", token=CancelToken())
 
@@ -150,6 +150,6 @@ def test_audit_entries_of_an_outage_land_once_redis_is_back(tmp_path: Path,
     own_redis.start()
     emit(EventKind.STEP_STARTED, "wait")  # the next write carries both
 
-    (entry,) = [e for e in store.audit_log(run_id=run.id) if e.action == "step_finished"]
+    (entry,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "step_finished"]
     assert entry.details["step"] == "first" and entry.at < during  # when it happened
-    assert store.run(run.id).steps["first"].status is StepStatus.SUCCEEDED
+    assert store.runs.get(run.id).steps["first"].status is StepStatus.SUCCEEDED

@@ -32,7 +32,7 @@ def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store:
     first = _cli(["run", "deploy v2.3.1", "--yes", "--confirm", "production", "--user",
                   "alice", *config], env)
     assert "1 more approval" in first.stdout, first.stdout + first.stderr
-    (run,) = store.runs()
+    (run,) = store.runs.recent()
     assert _cli(["approve", run.id, "--user", "bob", "--confirm", "production", *config],
                 env).returncode == 0
     assert _cli(["worker", "--once", *config], env).returncode == 0

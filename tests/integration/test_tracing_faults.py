@@ -73,7 +73,7 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
     planned = _cli(["run", f"change staging {SECRET}", "--yes", "--user", "alice",
                     "--config", str(config)], env)
     assert "1 more approval" in planned.stdout, planned.stdout + planned.stderr
-    (run,) = store.runs()
+    (run,) = store.runs.recent()
     assert _cli(["approve", run.id, "--user", "bob", "--config", str(config)],
                 env).returncode == 0
 
@@ -85,8 +85,8 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
         doomed.wait()
     rescuer = _worker("rescuer", env, config)
     try:
-        wait_until(lambda: store.run(run.id).status.terminal, timeout=60,
-                   what="the rescuer to finish the run")
+        wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=60,
+                        what="the rescuer to finish the run")
     finally:
         rescuer.send_signal(signal.SIGTERM)  # drains, then flushes its spans as it exits
         assert rescuer.wait(60) == 0
@@ -100,4 +100,4 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
     assert {s.trace_id for s in otlp.named("deckhand.step")} == {plan.trace_id}
     assert any(b"deckhand.step" in body for body in otlp.bodies)  # the search can find
     assert all(SECRET.encode() not in body for body in otlp.bodies)
-    assert store.run(run.id).status.value == "succeeded"
+    assert store.runs.get(run.id).status.value == "succeeded"

@@ -91,7 +91,7 @@ def test_1_a_plan_cannot_redefine_success(services: Services, sample_config: Con
         console_flow.handle("ship v2.4.0-broken everywhere", yes=True)
 
     assert all("exit code 0" in text for text in repairs(openai_standin))
-    assert services.store.runs() == []
+    assert services.store.runs.recent() == []
     assert "v2.4.0-broken" not in {p.body for p in probe(sample_config)}
 
 
@@ -108,7 +108,7 @@ def test_1_added_criteria_are_enforced_and_shown_everywhere(
     assert run is not None and run.status is RunStatus.ROLLED_BACK
     assert "output never matched '^GET /health -> 299'" in str(run.steps["smoke_staging"].error)
     assert "output matches '^GET /health -> 299'" in console.export_text()
-    plan = services.store.plan(run.plan_id, run.plan_version)
+    plan = services.store.plans.get(run.plan_id, run.plan_version)
     shown = json.dumps(bk.plan_blocks(plan, run, services.config.policy))
     assert "success also needs" in shown and "^GET /health -&gt; 299" in shown
     relaxed = plan.revised(steps=[s.model_copy(update={"success": None}).model_dump()
@@ -168,10 +168,10 @@ def test_4_the_model_alone_cannot_message_the_team(
 
     assert notifications(sample_config) == ""
     assert "Rejected — nothing was run" in console.export_text()
-    assert [r.status for r in services.store.runs()] == [RunStatus.REJECTED]
+    assert [r.status for r in services.store.runs.recent()] == [RunStatus.REJECTED]
     with pytest.raises(PlanError, match="without approval"):
-        services.queue_read_only(services.store.plan(services.store.runs()[0].plan_id, 1),
-                                 user="mallory")
+        services.queue_read_only(services.store.plans.get(services.store.runs.recent()[0].plan_id, 1),
+                                             user="mallory")
 
 
 def test_4_status_opted_out_in_tools_yml_still_runs_at_once(
@@ -233,7 +233,7 @@ def test_6_markup_in_model_text_is_shown_not_parsed(
 
     text = console.export_text()
     assert "[/] tell [bold]them" in text and "message=[/x] hello" in text
-    assert [r.status for r in services.store.runs()] == [RunStatus.REJECTED]
+    assert [r.status for r in services.store.runs.recent()] == [RunStatus.REJECTED]
 
 
 # -- 7. malformed 200 answers are planner errors --------------------------------------------
@@ -252,7 +252,7 @@ def test_7_malformed_answers_are_planner_errors(services: Services,
     openai_standin.reply(reply)
     with pytest.raises(PlannerError, match=message):
         services.make_plan("do something new", requested_by="alice")
-    assert services.store.runs() == []
+    assert services.store.runs.recent() == []
 
 
 # -- 8. repairs send a bounded excerpt --------------------------------------------------------
@@ -342,7 +342,7 @@ def test_slack_shows_criteria_and_holds_a_notification_for_approval(
         world.deploy("announce that it is done")
         shown = world.plan_message().text_of_blocks()
         assert "success also needs" in shown and "^notified: all" in shown
-        assert [r.status for r in store.runs()] == [RunStatus.AWAITING_APPROVAL]
+        assert [r.status for r in store.runs.recent()] == [RunStatus.AWAITING_APPROVAL]
         assert notifications(sample_config) == ""
     finally:
         world.runtime.stop()

@@ -33,6 +33,6 @@ def test_a_stopped_worker_finishes_its_run_and_takes_no_new_one(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert store.run(first.id).status is RunStatus.SUCCEEDED
-    assert store.run(second.id).status is RunStatus.QUEUED  # left for the next worker
-    assert store.locks() == []
+    assert store.runs.get(first.id).status is RunStatus.SUCCEEDED
+    assert store.runs.get(second.id).status is RunStatus.QUEUED  # left for the next worker
+    assert store.locks.all() == []

@@ -43,10 +43,10 @@ def test_every_line_during_a_run_names_the_run_and_plan(tmp_path: Path,
     plan = make_plan([{"id": "a", "tool": "sh", "params": {"script": "true"}},
                       {"id": "b", "tool": "sh", "params": {"script": "true"}},
                       {"id": "c", "tool": "log", "params": {"line": "x"}, "depends_on": ["a"]}])
-    services.store.save_plan(plan)
-    run = services.store.create_run(Run.for_plan(plan, services.targets(plan)))
-    services.store.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash,
-                           policy=Policy())
+    services.store.plans.save(plan)
+    run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    services.store.runs.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash,
+                                policy=Policy())
 
     def chatty(event: Event, current: Run) -> None:  # runs in the executor's step threads
         if event.kind is EventKind.STEP_FINISHED:

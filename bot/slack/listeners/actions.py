@@ -62,7 +62,7 @@ def _approve(bot: Bot, body: dict[str, Any], run_id: str, version: int, plan_has
     except ApprovalRefused as exc:
         bot.tell(body, f"🚫 Not approved: {exc}")
         if not body.get("channel"):  # clicked in the App Home: show it as it is now
-            bot.changed(bot.store.run(run_id))
+            bot.changed(bot.store.runs.get(run_id))
 
 
 def _origin(body: dict[str, Any]) -> dict[str, str] | None:
@@ -76,20 +76,20 @@ def _origin(body: dict[str, Any]) -> dict[str, str] | None:
 
 def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int,
                  tell: Tell) -> None:
-    run = bot.store.run(run_id)
+    run = bot.store.runs.get(run_id)
     if not _may_steer(bot, run, body, tell):
         return
     if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
         tell(f"This plan can no longer be modified (run is {run.status.value}, "
              f"plan version {run.plan_version}).")
         return
-    plan = bot.store.plan(run.plan_id, run.plan_version)
+    plan = bot.store.plans.get(run.plan_id, run.plan_version)
     bot.open_modal(body["trigger_id"],
                    bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)), tell)
 
 
 def _open_reject(bot: Bot, body: dict[str, Any], run_id: str, tell: Tell) -> None:
-    run = bot.store.run(run_id)
+    run = bot.store.runs.get(run_id)
     if _may_steer(bot, run, body, tell):
         bot.open_modal(body["trigger_id"], bk.reject_modal(_metadata(run, body)), tell)
 

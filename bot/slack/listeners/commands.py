@@ -57,17 +57,17 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
     if verb == "runs":
         return _runs_text(bot)
     if verb == "status" and args:
-        run = bot.store.find_run(args[0])
+        run = bot.store.runs.find(args[0])
         return (f"{bk.RUN_EMOJI.get(run.status, '')} `{short_id(run.id)}` {run.status.value} — "
                 f"{bk.escape(run.goal)}" + (f"\nwhy: {bk.escape(run.reason)}" if run.reason
                                             else ""))
     if verb == "where":
         env = args[0] if args else None
-        states = ([bot.store.deployed_state(env)] if env else bot.store.deployed_states())
+        states = ([bot.store.history.current(env)] if env else bot.store.history.everywhere())
         return bk.where_text(states)
     if verb == "history" and args:
-        live = bot.store.deployed_state(args[0]).version
-        return bk.history_blocks(args[0], bot.store.history(args[0], limit=10), live)
+        live = bot.store.history.current(args[0]).version
+        return bk.history_blocks(args[0], bot.store.history.recent(args[0], limit=10), live)
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
@@ -77,7 +77,7 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
 
 
 def _runs_text(bot: Bot) -> str:
-    runs = bot.store.runs(limit=10)
+    runs = bot.store.runs.recent(limit=10)
     if not runs:
         return "No runs yet. Start one with `/deploy v2.3.1`."
     return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{short_id(r.id)}` {r.status.value} — "
@@ -86,7 +86,7 @@ def _runs_text(bot: Bot) -> str:
 
 
 def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:
-    run = bot.store.find_run(typed)  # a unique prefix is enough
+    run = bot.store.runs.find(typed)  # a unique prefix is enough
     bot.check_may_steer(run, user)  # a refusal is told by the work queue
     after = bot.cancel(run.id, user=user)
     return f"`{short_id(run.id)}` is {after.status.value}."

@@ -12,7 +12,7 @@ from bot.slack.bot import Bot
 
 def first_delivery(bot: Bot, key: str, *, ttl: float = 3600) -> bool:
     """True the first time Slack delivers ``key`` (a retry or double click returns False)."""
-    return bot.store.first_time(key, ttl=ttl)
+    return bot.store.dedupe.first_time(key, ttl=ttl)
 
 
 def register_once(app: App, bot: Bot) -> None:

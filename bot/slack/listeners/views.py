@@ -18,8 +18,8 @@ from tools.errors import DeckhandError
 def register(app: App, bot: Bot) -> None:
     @app.view(bk.ViewId.MODIFY_SUBMIT)
     def modify_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
-        run = bot.store.run(json.loads(view["private_metadata"])["run"])
-        plan = bot.store.plan(run.plan_id, run.plan_version)
+        run = bot.store.runs.get(json.loads(view["private_metadata"])["run"])
+        plan = bot.store.plans.get(run.plan_id, run.plan_version)
         instruction, edited = _value(view, "instruction"), _value(view, "yaml")
         if edited and edited.strip() != plan_to_yaml(plan).strip():
             _submit_yaml(ack, bot, body, plan, run.id, edited)
@@ -46,7 +46,7 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
     """Ask the planner for a revision and show the outcome in the modal."""
     user = body["user"]["id"]
     try:
-        bot.check_may_steer(bot.store.run(run_id), user)
+        bot.check_may_steer(bot.store.runs.get(run_id), user)
         revised = bot.services.planner.modify(plan, instruction, requested_by=user)
         bot.revise(run_id, revised, user=user)
         text = f"Posted version {revised.version} in the thread."
@@ -59,7 +59,7 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
 
 def _reject(bot: Bot, body: dict[str, Any], run_id: str, reason: str) -> None:
     user = body["user"]["id"]
-    bot.check_may_steer(bot.store.run(run_id), user)
+    bot.check_may_steer(bot.store.runs.get(run_id), user)
     bot.reject(run_id, reason, user=user)
 
 
@@ -75,7 +75,7 @@ def _submit_yaml(ack: Ack, bot: Bot, body: dict[str, Any], plan: Plan, run_id: s
         return
 
     def revise() -> None:
-        bot.check_may_steer(bot.store.run(run_id), user)
+        bot.check_may_steer(bot.store.runs.get(run_id), user)
         bot.revise(run_id, revised, user=user)
     bot.work.submit("Modify", revise, tell=bot.teller(body))
     ack()

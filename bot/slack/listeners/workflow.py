@@ -71,7 +71,7 @@ def _start(bot: Bot, steps: Steps, request: str, user: str, channel: str,
         fail(error=f"deckhand could not plan that: {exc}")
         return
     steps.wait_for(run, complete, fail)
-    _finish(bot, steps, bot.store.run(run.id))  # it may have ended already
+    _finish(bot, steps, bot.store.runs.get(run.id))  # it may have ended already
 
 
 def _finish(bot: Bot, steps: Steps, run: Run) -> None:
