@@ -14,10 +14,11 @@ from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
 from agents.history.retention import RetentionSettings
 from agents.plan.model import PLACEHOLDER, Plan
-from agents.plan.playbooks import Playbook
 from agents.plan.validation import PlanChecker
 from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
+from agents.requests.phrasing import CaptureError, Phrasing
+from agents.requests.playbooks import Playbook
 from agents.state_dir import PLACEHOLDER as STATE_DIR
 from agents.state_dir import resolve_state_dir
 from tools import gantz
@@ -197,7 +198,8 @@ class _Loader:
         inventory: Inventory | None = self._model(Inventory, raw, ("inventory",),
                                                   context={"defer_references": True})
         if inventory is not None:
-            for path, message in inventory.reference_problems():
+            for path, message in [*inventory.reference_problems(),
+                                  *inventory.alias_problems()]:
                 self._add(self.doc, ("inventory", *path), message)
         return inventory
 
@@ -280,12 +282,13 @@ def _policy_problems(policy: Policy, inventory: Inventory) -> list[tuple[Where, 
     default rule (or turn the promotion check off), so each one is an error."""
     known = inventory.environments
     hint = f"(known: {', '.join(sorted(known)) or 'none configured'})"
+    aliases = {a: n for n, env in known.items() for a in env.aliases}
     out: list[tuple[Where, str]] = [
-        (("environments", name), f"unknown environment {name!r} {hint}")
+        (("environments", name), _unknown_in_policy(name, aliases, hint))
         for name in policy.environments if name not in known]
     for index, name in enumerate(policy.promotion):
         if name not in known:
-            out.append((("promotion", index), f"unknown environment {name!r} {hint}"))
+            out.append((("promotion", index), _unknown_in_policy(name, aliases, hint)))
         elif name in policy.promotion[:index]:
             out.append((("promotion", index), f"{name!r} is listed twice"))
     for index, window in enumerate(policy.freeze):  # a typo here freezes nothing
@@ -313,6 +316,15 @@ def _approver_problems(policy: Policy) -> list[tuple[Where, str]]:
             out.append(((*where, "approvers"), "says `anyone: true` and also lists approvers: "
                         "keep one"))
     return out
+
+
+def _unknown_in_policy(name: str, aliases: dict[str, str], hint: str) -> str:
+    """An alias is refused in policy too: rules name the environment itself, so that no
+    rule can be written for a second name and miss the requests that use the first."""
+    if name in aliases:
+        return (f"{name!r} is an alias of {aliases[name]}: policy names the environment "
+                f"itself; write {aliases[name]!r}")
+    return f"unknown environment {name!r} {hint}"
 
 
 def _batch_gate_problems(names: list[str], catalog: Catalog) -> list[str]:
@@ -387,7 +399,11 @@ class _PlaybookCheck:
         return (*place, "params", param.group(1)) if param else place
 
     def _example(self, example: str, *, check: bool) -> list[str]:
-        values = self.book.groups_for(example)
+        try:
+            values = self.book.groups_for(
+                example, Phrasing.of(self.config.inventory.environments))
+        except CaptureError as exc:
+            return [f"example {example!r}: {exc}"]
         if values is None:
             return [f"example {example!r} does not match the playbook's patterns"]
         if not check:  # the template's own problems were reported; skip their echoes

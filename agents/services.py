@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +55,9 @@ class Services:
     clock: Callable[[], float] = field(default=time.time)
 
     def make_plan(self, request: str, *, requested_by: str,
-                  break_glass: str | None = None) -> Plan:
+                  break_glass: str | None = None,
+                  params: Mapping[str, str] | None = None,
+                  limit: Sequence[str] = ()) -> Plan:
         """Plan ``request`` and validate the result; raises PlanError subclasses
         (FreezeRefused during a freeze, unless a ``break_glass`` reason is given;
         BreakGlassRefused for a break-glass reason when nothing is frozen).
@@ -68,8 +70,11 @@ class Services:
                             f"{MAX_REQUEST} can be planned")
         with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
                                             "deckhand.request.length": len(request)}) as span:
-            plan = self.planner.plan(request, requested_by=requested_by)
+            plan = (self._plan_with(request, requested_by, params) if params
+                    else self.planner.plan(request, requested_by=requested_by))
             plan.planner.traceparent = tracing.current_traceparent()
+            if limit:  # part of the plan and its hash: approvers see the narrowed hosts
+                plan.limit = list(limit)
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
         blocked = self.frozen(self.targets(plan).environments)
@@ -79,6 +84,15 @@ class Services:
             raise BreakGlassRefused(
                 f"no freeze covers {', '.join(self.targets(plan).environments) or 'this plan'} "
                 f"now, so there is nothing to break: ask again without --break-glass")
+        return plan
+
+    def _plan_with(self, request: str, requested_by: str, params: Mapping[str, str]) -> Plan:
+        """A plan with parameters set explicitly (``-e``), by planners that take them."""
+        plan_with = getattr(self.planner, "plan_with", None)
+        if plan_with is None:
+            raise PlanError("this planner cannot take parameters set with -e; put them in "
+                            "the request")
+        plan: Plan = plan_with(request, requested_by=requested_by, params=params)
         return plan
 
     def break_glass_note(self, plan: Plan, reason: str) -> str:

@@ -24,9 +24,9 @@ import openai
 
 from agents.config import Config, load_config
 from agents.evaluation.planners import ModelSetup, PlannerSpec, build_subject
-from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.llm import LLMPlanner
 from agents.planning.prompt import plan_to_wire
+from agents.requests.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from bench.timing import median_ms
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin

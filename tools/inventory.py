@@ -12,6 +12,8 @@ HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 LOCAL_HOST_NAME = "local"
 
+_ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
+
 
 class Host(BaseModel):
     """One machine. ``connection: local`` runs commands on the deckhand host itself."""
@@ -95,6 +97,8 @@ class Environment(BaseModel):
 
     hosts: list[str] = Field(min_length=1)
     rollout: Rollout = Field(default_factory=Rollout)
+    aliases: list[str] = Field(default_factory=list)
+    """Other names people use for it ("prod", "live"); requests resolve them to this one."""
 
 
 class Inventory(BaseModel):
@@ -131,6 +135,25 @@ class Inventory(BaseModel):
         problems += [(("hosts", key, "jump"), f"host {host.name}: jump host {host.jump!r} is "
                       f"not defined") for key, host in self.hosts.items()
                      if host.jump and host.jump not in self.hosts]
+        return problems
+
+    def alias_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Aliases that are not single words, or that could name two things (another
+        environment or its alias): an ambiguous name must never pick a policy by chance."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        taken = {name.lower(): f"environment {name}" for name in self.environments}
+        for name, env in self.environments.items():
+            for index, alias in enumerate(env.aliases):
+                path = ("environments", name, "aliases", index)
+                owner = taken.get(alias.lower())
+                if not _ALIAS.fullmatch(alias):
+                    problems.append((path, f"alias {alias!r} must be one word (letters, "
+                                           f"digits, - or _), starting with a letter"))
+                elif owner is not None:
+                    problems.append((path, f"alias {alias!r} of {name} is already "
+                                           f"{owner}; each name may mean one environment"))
+                else:
+                    taken[alias.lower()] = f"an alias of {name}"
         return problems
 
     def hosts_of(self, target: str, environment: str | None) -> list[Host]:

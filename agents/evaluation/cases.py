@@ -49,6 +49,10 @@ class Case(BaseModel):
     steps: list[GoldStep] = Field(default_factory=list)
     rollback: list[GoldStep] = Field(default_factory=list)
     reason: str = ""
+    min_node_f1: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Node F1 a plan needs to count as right (1.0: exactly the gold steps)."""
+    min_edge_f1: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Edge F1 a plan needs to count as right (1.0: exactly the gold dependencies)."""
 
     @property
     def label(self) -> str:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from agents.config import Config
 from agents.errors import EvaluationError
 from agents.plan.model import Plan
-from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.planner import CompositePlanner
+from agents.requests.phrasing import Phrasing
+from agents.requests.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from tools.redact import Redactor
 
@@ -130,7 +131,7 @@ def build_subject(spec: PlannerSpec, config: Config, settings: Settings,
     """
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     books = PlaybookPlanner(config.playbooks, redact=redact,
-                            environments=list(config.inventory.environments))
+                            phrasing=Phrasing.of(config.inventory.environments))
     if not spec.uses_model:
         return Subject(spec, lambda request: books.plan(request, requested_by="eval"))
     llm, traffic = _llm(spec, config, settings, recordings, redact)

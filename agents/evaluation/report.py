@@ -24,6 +24,10 @@ class Summary:
     planner: str
     cases: int
     to_plan: int
+    passed: int
+    """Cases that passed: the right plan, or refused when they should be."""
+    right_rate: float
+    """Share of cases to plan whose plan was right (valid and at the case's F1 thresholds)."""
     valid_rate: float
     refused: int
     to_refuse: int
@@ -60,6 +64,7 @@ def summarise(spec: PlannerSpec, outcomes: Sequence[Outcome]) -> Summary:
     latencies = [o.latency_ms for o in outcomes]
     return Summary(
         planner=spec.label, cases=len(outcomes), to_plan=len(plannable),
+        passed=sum(o.passed for o in outcomes), right_rate=_mean([o.right for o in plannable]),
         valid_rate=_mean([o.valid for o in plannable]),
         refused=sum(o.passed for o in refusals), to_refuse=len(refusals),
         refused_rate=_mean([o.passed for o in refusals]),
@@ -106,13 +111,13 @@ class Difference:
 
 def verdict(outcome: Outcome) -> str:
     """A short description of an outcome, equal for two outcomes that count the same:
-    pass or FAIL, why, F1 of nodes/edges, the policy checks it violates."""
-    if outcome.refusal and not outcome.planned:
-        head = f"{'pass' if outcome.passed else 'FAIL'}: {outcome.refusal}"
-    else:
-        head = "pass" if outcome.passed else f"FAIL: {outcome.refusal or 'refused'}"
+    pass or FAIL, what happened in plain words, F1 of nodes/edges against the case's
+    thresholds, the policy checks it violates."""
+    head = f"{'pass' if outcome.passed else 'FAIL'}: {outcome.label}"
     if outcome.planned and outcome.kind != "refuse":
         head += f", F1 {outcome.node_f1:.2f}/{outcome.edge_f1:.2f}"
+        if not outcome.right and outcome.valid:
+            head += f" (needs {outcome.min_node_f1:.2f}/{outcome.min_edge_f1:.2f})"
     unsafe = sorted({v.check for v in outcome.violations})
     return head + (f", violates {'+'.join(unsafe)}" if unsafe else "")
 
@@ -153,6 +158,7 @@ class Threshold:
 
 
 THRESHOLDS = (
+    Threshold("min-right", "right_rate", "share of cases to plan planned right (0..1)"),
     Threshold("min-valid", "valid_rate", "valid-plan rate over cases to plan (0..1)"),
     Threshold("min-refused", "refused_rate", "share of refuse cases refused (0..1)"),
     Threshold("min-node-f1", "node_f1", "mean node F1 (0..1)"),

@@ -31,7 +31,8 @@ def run_cases(subject: Subject, cases: list[Case], config: Config, *,
 def evaluate(subject: Subject, case: Case, config: Config, *,
              clock: Clock = time.perf_counter) -> Outcome:
     """What ``subject`` does with ``case``."""
-    outcome = Outcome(case.label, case.kind)
+    outcome = Outcome(case.label, case.kind, min_node_f1=case.min_node_f1,
+                      min_edge_f1=case.min_edge_f1)
     traffic = subject.traffic
     if traffic is not None:
         traffic.begin(case.label)

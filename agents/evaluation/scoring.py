@@ -59,14 +59,38 @@ class Outcome:
     repairs: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    min_node_f1: float = 1.0
+    min_edge_f1: float = 1.0
+    """The case's thresholds: a valid plan below them is the wrong plan."""
+
+    @property
+    def right(self) -> bool:
+        """A valid plan whose steps and dependencies match the gold plan's well enough."""
+        return (self.valid and self.node_f1 >= self.min_node_f1
+                and self.edge_f1 >= self.min_edge_f1)
 
     @property
     def passed(self) -> bool:
-        """A refuse case passes when refused, any other when valid; a missing recording never
-        passes (it would look like a refusal)."""
+        """A refuse case passes when refused, any other when its plan is right (valid and
+        at the case's F1 thresholds); a missing recording never passes (it would look like
+        a refusal)."""
         if self.refusal == "no recording":
             return False
-        return not self.valid if self.kind == "refuse" else self.valid
+        return not self.valid if self.kind == "refuse" else self.right
+
+    @property
+    def label(self) -> str:
+        """The outcome in plain words: what happened, measured against what should have."""
+        if self.refusal == "no recording":
+            return "no recording"
+        if self.kind == "refuse":
+            return (f"refused ({self.refusal})" if not self.valid
+                    else "planned, should have refused")
+        if not self.planned:
+            return f"no plan ({self.refusal or 'refused'})"
+        if not self.valid:
+            return "invalid plan"
+        return "right plan" if self.right else "wrong plan"
 
     @property
     def tokens(self) -> int:

@@ -28,18 +28,28 @@ class DryPlan:
     """The catalog plus one read-only ``TOOL__check`` tool per checked tool."""
     unchecked: list[str] = field(default_factory=list)
     """Steps of the original plan that the dry run cannot check."""
+    why: dict[str, str] = field(default_factory=dict)
+    """Why each unchecked step is: its tool has no check, or it needs an unchecked output."""
+
+    def nothing_to_check(self) -> list[str]:
+        """One line per step the dry run could not check, saying why."""
+        return [f"{step}: nothing to check ({self.why.get(step, 'no check:')})"
+                for step in self.unchecked]
 
 
 def dry_plan(plan: Plan, catalog: Catalog) -> DryPlan:
     """``plan`` as a dry run (see the module docstring)."""
     tools = dict(catalog.tools)
     dropped: dict[str, list[str]] = {}  # step -> what it depended on, for its dependents
+    why: dict[str, str] = {}
     steps: list[Step] = []
     for step in plan.steps:
         depends_on = _through(step.depends_on, dropped)
         tool = catalog.get(step.tool)
         if tool.gate is None and (tool.check is None or _needs_dropped(step, dropped)):
             dropped[step.id] = depends_on
+            why[step.id] = (f"tool {tool.name} has no check: in tools.yml" if tool.check is None
+                            else "it needs the output of a step that was not checked")
             continue
         if tool.gate is None:
             tools.setdefault(tool.name + CHECK_SUFFIX, _check_tool(tool))
@@ -48,7 +58,7 @@ def dry_plan(plan: Plan, catalog: Catalog) -> DryPlan:
                                              "success": None}))
     body = plan.model_copy(update={"goal": f"[dry run] {plan.goal}", "steps": steps,
                                    "rollback": []})
-    return DryPlan(body, Catalog(tools), list(dropped))
+    return DryPlan(body, Catalog(tools), list(dropped), why)
 
 
 def _check_tool(tool: Tool) -> Tool:
@@ -74,3 +84,16 @@ def _needs_dropped(step: Step, dropped: dict[str, list[str]]) -> bool:
         if found and found.group(1) in dropped:
             return True
     return False
+
+
+def verdict(status: str, *, checked: int, unchecked: list[str]) -> str:
+    """The last word of a dry run, never to be mistaken for a deploy's "SUCCEEDED":
+    nothing checked, checks passed, or checks failed — and always that nothing changed."""
+    if checked == 0:
+        return (f"DRY RUN: NOTHING CHECKED — none of the {len(unchecked)} step(s) has a "
+                f"check: in tools.yml; nothing was run or changed")
+    skipped = f", {len(unchecked)} with nothing to check" if unchecked else ""
+    if status == "succeeded":
+        return f"DRY RUN: CHECKS PASSED ({checked} checked{skipped}) — nothing was changed"
+    return (f"DRY RUN: CHECKS {status.replace('_', ' ').upper()} ({checked} checked{skipped})"
+            f" — nothing was changed")

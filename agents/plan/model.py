@@ -157,11 +157,15 @@ class Plan(BaseModel):
     requested_by: str = "unknown"
     planner: PlannerInfo = Field(default_factory=PlannerInfo)
     created_at: float = Field(default_factory=time.time)
+    limit: list[str] = Field(default_factory=list, max_length=50)
+    """Hosts, groups or environments the run is narrowed to (``--limit``; agents.plan.limit)."""
 
     @property
     def hash(self) -> str:
-        """sha256 of the canonical content (goal, steps, rollback). Approvals bind to it."""
-        body = self.model_dump(include={"goal", "steps", "rollback"}, mode="json")
+        """sha256 of the canonical content (goal, steps, rollback; the limit when there is
+        one, so existing plans keep their hash). Approvals bind to it."""
+        fields = {"goal", "steps", "rollback"} | ({"limit"} if self.limit else set())
+        body = self.model_dump(include=fields, mode="json")
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

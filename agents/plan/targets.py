@@ -11,9 +11,10 @@ freezes, lock and promotion order govern it too (the strictest rule that covers 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agents.plan.limit import narrowed
 from agents.plan.model import Plan, RollbackStep, Step
 from tools.catalog import OUTPUT_REF, Catalog, Tool
 from tools.inventory import LOCAL_HOST_NAME, Inventory
@@ -90,17 +91,20 @@ def resolve(plan: Plan, catalog: Catalog, inventory: Inventory) -> PlanTargets:
     out: dict[str, StepTargets] = {}
     for step in plan.all_steps:
         if step.id not in out:
-            out[step.id] = step_targets(step, catalog, inventory, undo=undo)
+            out[step.id] = step_targets(step, catalog, inventory, undo=undo, limit=plan.limit)
     return PlanTargets(out, _reach(out, inventory))
 
 
 def step_targets(step: Step | RollbackStep, catalog: Catalog, inventory: Inventory, *,
-                 undo: Iterable[str | None] = ()) -> StepTargets:
-    """Targets of one step: explicit params, then the tool's defaults, then its target."""
+                 undo: Iterable[str | None] = (), limit: Sequence[str] = ()) -> StepTargets:
+    """Targets of one step: explicit params, then the tool's defaults, then its target;
+    narrowed to ``limit`` (hosts, groups, environments) when there is one."""
     tool = catalog.tools.get(step.tool)
     if tool is None:
         return StepTargets()
     envs, hosts = _where(tool, catalog.with_defaults(tool, dict(step.params)), inventory)
+    if limit and hosts != (LOCAL_HOST_NAME,):
+        hosts = tuple(narrowed(hosts, limit, inventory))
     listed = {h for e in inventory.environments.values() for h in e.hosts}
     outside = not envs or any(h not in listed for h in hosts)
     return StepTargets(envs, hosts, mutates=tool.mutates, undo=tool.name in set(undo),

@@ -14,8 +14,9 @@ from typing import Protocol
 
 from agents.errors import PlanInvalid
 from agents.plan import graph
+from agents.plan.limit import limit_problems
 from agents.plan.model import PLACEHOLDER, Plan, RollbackStep, Step
-from agents.plan.targets import resolve
+from agents.plan.targets import resolve, step_targets
 from tools.catalog import (
     OUTPUT_REF,
     Catalog,
@@ -25,7 +26,7 @@ from tools.catalog import (
     Tool,
     unknown_tool_message,
 )
-from tools.inventory import Inventory
+from tools.inventory import LOCAL_HOST_NAME, Inventory
 
 
 class PlanRules(Protocol):
@@ -77,7 +78,18 @@ class PlanChecker:
         self._rollback_coverage()
         if graph_ok:
             self._promotion_order()
+        self._limit()
         return self.found
+
+    def _limit(self) -> None:
+        """A ``--limit`` may only narrow: unknown names and emptied steps are refused."""
+        if not self.plan.limit:
+            return
+        steps = [(s.id, step_targets(s, self.catalog, self.inventory).hosts,
+                  self.targets.of(s.id).hosts) for s in self.plan.steps]
+        remote = [(i, b, a) for i, b, a in steps if b != (LOCAL_HOST_NAME,)]
+        for step_id, message in limit_problems(self.plan.limit, self.inventory, remote):
+            self._add(step_id or "limit", message)
 
     def _add(self, step_id: str, message: str) -> None:
         if (step_id, message) not in self.found:

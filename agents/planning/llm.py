@@ -45,6 +45,7 @@ from agents.plan.model import ANSWER_LIMIT, Plan, PlannerInfo, Step
 from agents.plan.validation import validate_plan
 from agents.planning import prompt
 from agents.planning.prompt import WirePlan, WireReplan
+from agents.requests.phrasing import Phrasing, canonical_environments
 from agents.run.record import Run, StepStatus
 from agents.settings import Settings
 from tools.redact import Redactor, redact_data
@@ -296,6 +297,8 @@ class LLMPlanner:
         """Build the plan and validate it; every problem becomes a repair request."""
         try:
             plan = make()
+            # "prod" from the model is production before validation and policy read it
+            canonical_environments(plan.all_steps, Phrasing.of(self.config.inventory.environments))
             validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         except PlanInvalid as exc:
             raise _Refused(exc.problems) from exc

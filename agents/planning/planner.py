@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from agents.config import Config
 from agents.errors import NoPlanFound, PlannerError
 from agents.plan.model import Plan
-from agents.plan.playbooks import PlaybookPlanner
+from agents.requests.phrasing import Phrasing
+from agents.requests.playbooks import PlaybookPlanner
 from agents.run.record import Run
 from agents.settings import Settings
 from tools.catalog import Catalog
@@ -60,6 +62,17 @@ def _mutating(plan: Plan, catalog: Catalog) -> set[str]:
     return out
 
 
+def explicit_choice(playbooks: PlaybookPlanner, request: str,
+                    params: Mapping[str, str]) -> object | None:
+    """Whether a playbook takes ``request`` once ``params`` are set (its errors say why not)."""
+    from agents.requests.explicit import choose
+
+    try:
+        return choose(playbooks.playbooks, request, params, playbooks.phrasing)
+    except NoPlanFound:
+        return True  # a playbook fits but the params are wrong: let it say so
+
+
 # -- what deckhand runs -------------------------------------------------------------------
 
 
@@ -68,6 +81,15 @@ class CompositePlanner:
 
     def __init__(self, playbooks: PlaybookPlanner, llm: LLMPlanner | None = None):
         self.playbooks, self.llm = playbooks, llm
+
+    def plan_with(self, request: str, *, requested_by: str, params: Mapping[str, str]) -> Plan:
+        """``request`` with parameters set explicitly (``-e``): the playbook that takes them,
+        else the LLM told to use exactly them (without an LLM, the playbooks say why not)."""
+        if explicit_choice(self.playbooks, request, params) is not None or self.llm is None:
+            return self.playbooks.plan(request, requested_by=requested_by, params=params)
+        told = ", ".join(f"{k}={v}" for k, v in params.items())
+        return self.plan(f"{request} (use exactly these parameters: {told})",
+                         requested_by=requested_by)
 
     def plan(self, request: str, *, requested_by: str) -> Plan:
         """The playbook plan if one matches, else the LLM's.
@@ -106,7 +128,7 @@ def build_planner(config: Config, settings: Settings) -> CompositePlanner:
     """The planner for this deployment: playbooks, plus the LLM when OPENAI_API_KEY is set."""
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     playbooks = PlaybookPlanner(config.playbooks, redact=redact,
-                                environments=list(config.inventory.environments))
+                                phrasing=Phrasing.of(config.inventory.environments))
     if settings.openai_api_key is None:
         log.info("no OPENAI_API_KEY: planning with playbooks only")
         return CompositePlanner(playbooks)

@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.config import Config
 from agents.errors import PlanInvalid
 from agents.plan.model import MAX_REQUEST, Plan, RollbackStep, Step
-from agents.plan.playbooks import Playbook
 from agents.prompts.templates import PromptSet
+from agents.requests.playbooks import Playbook
 from agents.run.record import Run, StepStatus
 from tools.catalog import NAME, ParamSpec, Tool
 

@@ -29,9 +29,12 @@ def approval_grant(run: Run, *, user: str, user_groups: Iterable[str], plan_vers
     the break-glass grant), or why it is refused. Expired approvals are dropped."""
     if run.status is not RunStatus.AWAITING_APPROVAL:
         return f"this run is {run.status.value.replace('_', ' ')}; there is nothing to approve"
-    if (plan_version, plan_hash) != (run.plan_version, run.plan_hash):
+    if plan_version != run.plan_version:
         return (f"this button is for plan version {plan_version}, but the plan is now version "
                 f"{run.plan_version}. Review the new version and approve that one.")
+    if plan_hash != run.plan_hash:  # same version, other content: not a newer plan
+        return (f"this button does not match plan version {run.plan_version} as stored (its "
+                f"content differs), so it approves nothing; approve from the plan message")
     ttl = policy.strictest(run.scopes).approval_ttl
     run.approvals = [a for a in run.approvals if now - a.at <= ttl]
     return eligibility(run, policy, now=now).grant(user, user_groups)

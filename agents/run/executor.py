@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents import logcontext, tracing
+from agents.plan.limit import allowed_hosts
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
 from agents.run.gates import gate_check, stop_reason
@@ -359,6 +360,9 @@ class _Execution:
         if tool.target == "environment" and env not in self.deps.inventory.environments:
             return StepStatus.FAILED, f"no hosts: environment {env!r} is not in the inventory", {}
         hosts = self.deps.inventory.hosts_of(tool.target, env)
+        if self.plan.limit and hosts:  # --limit: only ever fewer hosts (agents.plan.limit)
+            allowed = allowed_hosts(self.plan.limit, self.deps.inventory)
+            hosts = [h for h in hosts if h.name in allowed]
         if tool.target != "local" and not hosts:  # never fall back to this machine
             return StepStatus.FAILED, f"no hosts for target {tool.target}", {}
         if phase is Phase.ROLLBACK and hosts:

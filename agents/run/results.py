@@ -77,3 +77,37 @@ def listed(names: Sequence[str], limit: int, *, show: Callable[[str], str] = str
     shown = ", ".join(show(n) for n in names[:limit])
     more = len(names) - limit
     return f"{shown} +{more} more" if more > 0 else shown
+
+
+@dataclass(frozen=True)
+class HostOutput:
+    """What one host printed in one step (the executor's redacted tail)."""
+
+    phase: str
+    step: str
+    host: str
+    status: str
+    exit_code: int | None
+    text: str
+
+
+def outputs_of(run: Run, *, step: str | None = None, host: str | None = None
+               ) -> list[HostOutput]:
+    """Every host's output in ``run``, steps then rollback in order, narrowed to ``step``
+    and ``host`` when given. Raises LookupError naming what exists for an unknown one."""
+    phases = [("steps", run.steps), ("rollback", run.rollback)]
+    if step is not None and not any(step in states for _, states in phases):
+        known = [s for _, states in phases for s in states]
+        raise LookupError(f"run has no step {step!r}; its steps: {', '.join(known)}")
+    found = [HostOutput(phase, state.id, result.host, result.status.value, result.exit_code,
+                        result.tail)
+             for phase, states in phases for state in states.values()
+             if step in (None, state.id)
+             for result in sorted(state.hosts.values(), key=lambda h: h.host)]
+    if host is not None:
+        hosts = sorted({o.host for o in found})
+        found = [o for o in found if o.host == host]
+        if not found:
+            raise LookupError(f"no output from host {host!r} here; hosts with output: "
+                              f"{', '.join(hosts) or 'none'}")
+    return found

@@ -21,15 +21,19 @@ from rich.markup import escape
 
 from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
+from agents.plan.limit import parse_limit
 from agents.plan.yaml import plan_to_yaml
 from agents.policy.eligibility import shared_host_notes
 from agents.prompts.templates import PromptSet
+from agents.requests.explicit import parse_assignments
 from agents.run.record import RunStatus
 from agents.settings import Settings
 from bot.cli.common import (
     Commands,
     Handler,
     add_config_arg,
+    add_limit_arg,
+    add_param_arg,
     add_user_args,
     confirmer,
     find_config,
@@ -46,6 +50,17 @@ from bot.terminal.render import plan_table
 from tools.command_lint import silent_failures
 from tools.errors import ConfigError, DeckhandError
 
+SETTINGS_PLACES = {"environment", "network", "slack"}
+"""Problem places that are no file: the environment's settings, the network, Slack."""
+
+
+def _config_error_text(exc: ConfigError) -> str:
+    """One line for one problem with the settings (a bad token is not an "invalid config");
+    the full list, each at its file:line, otherwise."""
+    if len(exc.problems) == 1 and exc.problems[0].where in SETTINGS_PLACES:
+        return f"error: {exc.problems[0]}"
+    return str(exc)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # a real process (not a test calling main): output can never be fatal
@@ -61,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args, console)
     except ConfigError as exc:
-        _error(console, str(exc))
+        _error(console, _config_error_text(exc))
         return ExitCode.INVALID
     except ApprovalRefused as exc:
         _error(console, f"refused: {exc}")
@@ -151,6 +166,8 @@ def _add_run(commands: Commands) -> None:
     parser.add_argument("--break-glass", metavar="REASON",
                         help="go ahead during a freeze (refused when nothing is frozen): the "
                              "usual approvals plus one grant from policy.break_glass")
+    add_param_arg(parser)
+    add_limit_arg(parser)
     add_config_arg(parser)
     parser.set_defaults(handler=_run)
 
@@ -158,7 +175,8 @@ def _add_run(commands: Commands) -> None:
 def _run(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     try:
-        flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args))
+        flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args),
+                           params=parse_assignments(args.set), limit=parse_limit(args.limit))
         if args.dry_run:
             dry = flow.dry_run(args.request)
             return ExitCode.SUCCEEDED if dry.status is RunStatus.SUCCEEDED else ExitCode.FAILED
@@ -172,13 +190,17 @@ def _add_plan(commands: Commands) -> None:
     parser = commands.add_parser("plan", help="show the plan for a request without running it")
     parser.add_argument("request")
     parser.add_argument("--format", choices=["table", "yaml", "json"], default="table")
+    add_param_arg(parser)
+    add_limit_arg(parser)
     add_config_arg(parser)
     parser.set_defaults(handler=_plan)
 
 
 def _plan(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    plan = services.make_plan(args.request, requested_by=getpass.getuser())
+    plan = services.make_plan(args.request, requested_by=getpass.getuser(),
+                              params=parse_assignments(args.set),
+                              limit=parse_limit(args.limit))
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":
@@ -194,6 +216,8 @@ def _add_check(commands: Commands) -> None:
                                  "verify the live store's invariants")
     parser.add_argument("config", type=Path, nargs="?",
                         help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
+    parser.add_argument("--config", "-c", dest="config_flag", type=Path, metavar="CONFIG",
+                        help="the same, as every other command takes it")
     parser.add_argument("--store", action="store_true",
                         help="check the store's invariants instead, naming each bad key")
     parser.add_argument("--repair", action="store_true",
@@ -206,7 +230,12 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         from bot.cli.store_check import check_store
 
         return check_store(args, console)
-    args.config = find_config(str(args.config) if args.config else None)
+    if args.config and args.config_flag and args.config != args.config_flag:
+        console.print(f"error: two configs given ({args.config} and --config "
+                      f"{args.config_flag}); give one", markup=False, highlight=False)
+        return 2
+    given = args.config or args.config_flag
+    args.config = find_config(str(given) if given else None)
     config = load_config(args.config)
     console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
                   f"{len(config.inventory.hosts)} hosts, "

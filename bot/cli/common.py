@@ -25,8 +25,24 @@ DEFAULT_NAME = "deckhand.yml"
 
 
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", default=None,
+    """``--config``/``-c``. Absent unless given (SUPPRESS), so a subcommand's own option
+    never blanks one given before it (``deckhand hosts --config X check``)."""
+    parser.add_argument("--config", "-c", default=argparse.SUPPRESS,
                         help="config file (default: $DECKHAND_CONFIG, else ./deckhand.yml)")
+
+
+def add_param_arg(parser: argparse.ArgumentParser) -> None:
+    """``-e KEY=VALUE``: set a parameter explicitly instead of relying on a phrasing."""
+    parser.add_argument("-e", "--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a parameter explicitly (repeat for several), e.g. "
+                             "-e version=v1.0.3; a request that is a playbook's name picks it")
+
+
+def add_limit_arg(parser: argparse.ArgumentParser) -> None:
+    """``--limit HOST|GROUP[,…]``: narrow the run to some hosts, within policy."""
+    parser.add_argument("--limit", "-l", metavar="HOST|GROUP", default="",
+                        help="run only on these hosts, groups or environments (comma-"
+                             "separated); never skips a step, policy unchanged")
 
 
 def find_config(explicit: str | None) -> Path:

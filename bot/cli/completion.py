@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -22,8 +23,25 @@ def register(commands: Commands) -> None:
     parser.set_defaults(handler=_completion)
 
 
+FILE_OPTIONS = {"--config", "--cases", "--chart", "--timeline", "--export", "--record",
+                "--replay"}
+"""Options whose value is a path: Tab completes file names there."""
+
+
 def _completion(args: argparse.Namespace, console: Console) -> int:
     import shtab
 
+    _mark_paths(args.root_parser, shtab.FILE)
     sys.stdout.write(shtab.complete(args.root_parser, shell=args.shell))
     return 0
+
+
+def _mark_paths(parser: argparse.ArgumentParser, files: object) -> None:
+    """Every path option and path-typed positional of every (sub)command completes files."""
+    for action in parser._actions:
+        is_path = action.type is Path or bool(FILE_OPTIONS & set(action.option_strings))
+        if is_path:
+            action.complete = files  # type: ignore[attr-defined]  # shtab's hook
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _mark_paths(sub, files)

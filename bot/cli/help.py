@@ -13,25 +13,52 @@ EXAMPLES: dict[str, list[str]] = {
             'deckhand run "status of production" -c ops/deckhand.yml'],
     "plan": ['deckhand plan "deploy v1.0.0"', 'deckhand plan "roll back production" '
              '--format yaml'],
-    "check": ["deckhand check deckhand.yml"],
+    "check": ["deckhand check deckhand.yml", "deckhand check --config ops/deckhand.yml",
+              "REDIS_URL=redis://localhost:6379/0 deckhand check --store --repair"],
     "worker": ["REDIS_URL=redis://localhost:6379/0 deckhand worker"],
-    "runs": ["deckhand runs", "deckhand runs show RUN_ID --timeline run.png"],
+    "runs": ["deckhand runs", "deckhand runs --json | jq -r '.[0].status'",
+             "deckhand runs show RUN_ID --timeline run.png",
+             "deckhand runs show RUN_ID --output                 # what every step printed",
+             "deckhand runs show RUN_ID --output deploy_production --host prod-2"],
     "audit": ["deckhand audit --run RUN_ID", "deckhand audit verify",
               "deckhand audit export --since 7d > audit.jsonl"],
     "approve": ["deckhand approve RUN_ID --user alice"],
     "cancel": ["deckhand cancel RUN_ID"],
-    "hosts": ["deckhand hosts check production", "deckhand hosts trust web-1"],
+    "hosts": ["deckhand hosts check production", "deckhand hosts trust web-1",
+              "deckhand hosts --json                # the inventory, for scripts"],
+    "hosts check": ["deckhand hosts check                 # every host",
+                    "deckhand hosts check production --timeout 5",
+                    "deckhand hosts check --json | jq '.[] | select(.ok | not)'"],
+    "hosts trust": ["deckhand hosts trust web-1          # shows the key, asks first",
+                    "deckhand hosts trust web-1 --yes    # in a provisioning script"],
+    "mcp": ["deckhand mcp                          # stdio, for a local agent",
+            "deckhand mcp --http --port 8765       # streamable HTTP on loopback",
+            "claude mcp add deckhand -- deckhand mcp --config ops/deckhand.yml"],
+    "where": ["deckhand where", "deckhand where production --verify",
+              "deckhand where --json"],
+    "history": ["deckhand history production --limit 10", "deckhand history staging --json"],
+    "stats": ["deckhand stats production --days 30", "deckhand stats --json"],
     "serve": ["deckhand serve", "deckhand serve --http --port 3000"],
     "retention": ["deckhand retention --dry-run       # what would be exported and trimmed",
                   "deckhand retention --older-than 180d --export /backup/deckhand.jsonl"],
     "schedules": ['deckhand schedules add "every weekday at 02:00" deploy v1.0.0 to staging'],
+    "schedules add": ['deckhand schedules add "every weekday at 02:00" deploy v1.0.0 to staging',
+                      'deckhand schedules add "0 */6 * * *" status of production --tz UTC',
+                      'deckhand schedules add "every 6h" status --auto --yes'],
+    "schedules list": ["deckhand schedules list", "deckhand schedules list --json"],
+    "schedules pause": ["deckhand schedules pause SCHEDULE_ID"],
+    "schedules resume": ["deckhand schedules resume SCHEDULE_ID"],
+    "schedules remove": ["deckhand schedules remove SCHEDULE_ID"],
+    "schedules run": ["deckhand schedules run SCHEDULE_ID    # fire one occurrence now"],
+    "schedules serve": ["deckhand schedules serve", "deckhand schedules serve --grace 600"],
     "eval": ["deckhand eval --config examples/deckhand.yml --planner playbook",
              "deckhand eval --compare playbook llm:model=gpt-4o-mini --record evals/",
              "deckhand eval --planner llm --replay evals/ --min-valid 0.9 --min-edge-f1 0.8",
              "deckhand eval --from-history --since 30d"],
-    "policy": ["deckhand policy explain RUN_ID",
-               "deckhand plan 'deploy v1.0.0' --format yaml > p.yml && "
-               "deckhand policy explain --plan p.yml --requested-by alice --user bob"],
+    "policy": ["deckhand policy explain RUN_ID"],
+    "policy explain": ["deckhand policy explain RUN_ID",
+                       "deckhand plan 'deploy v1.0.0' --format yaml > p.yml && "
+                       "deckhand policy explain --plan p.yml --requested-by alice --user bob"],
     "completion": ['eval "$(deckhand completion bash)"   # in ~/.bashrc',
                    "deckhand completion zsh > ~/.zfunc/_deckhand"],
 }
@@ -56,11 +83,14 @@ def version() -> str:
         return "unknown"
 
 
-def add_examples(parser: argparse.ArgumentParser) -> None:
-    """Give every subcommand an ``examples:`` epilog (kept verbatim by the formatter)."""
+def add_examples(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """Give every subcommand (``hosts check`` too) an ``examples:`` epilog, kept verbatim
+    by the formatter; EXAMPLES wins over an epilog set where the command is defined."""
     for action in parser._subparsers._group_actions if parser._subparsers else []:
         choices = getattr(action, "choices", None) or {}
         for name, sub in choices.items():
-            if name in EXAMPLES and sub.epilog is None:
-                sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name])
+            key = f"{prefix}{name}"
+            if key in EXAMPLES:
+                sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[key])
                 sub.formatter_class = argparse.RawDescriptionHelpFormatter
+            add_examples(sub, prefix=f"{key} ")

@@ -15,6 +15,8 @@ from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
 from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.json_views import history_json, stats_json, where_json
+from bot.cli.run_views import print_json
 from tools.gitlog import GitRepo
 
 
@@ -24,6 +26,7 @@ def register(commands: Commands) -> None:
     where.add_argument("environment", nargs="?")
     where.add_argument("--verify", action="store_true",
                        help="ask every host which version it serves (history.version_tool)")
+    add_json_arg(where)
     add_config_arg(where)
     where.set_defaults(handler=_where)
 
@@ -31,6 +34,7 @@ def register(commands: Commands) -> None:
                                   epilog="example: deckhand history production --limit 10")
     history.add_argument("environment")
     history.add_argument("--limit", type=int, default=20)
+    add_json_arg(history)
     add_config_arg(history)
     history.set_defaults(handler=_history)
 
@@ -38,19 +42,28 @@ def register(commands: Commands) -> None:
                                     epilog="example: deckhand stats production --days 30")
     stats_cmd.add_argument("environment", nargs="?")
     stats_cmd.add_argument("--days", type=float, default=30.0)
+    add_json_arg(stats_cmd)
     add_config_arg(stats_cmd)
     stats_cmd.set_defaults(handler=_stats)
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="JSON for scripts (fields in docs/json.md)")
 
 
 def _where(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     states = _states(services, args.environment)
-    if not any(s.hosts for s in states):
+    if not any(s.hosts for s in states) and not args.json:
         embedded_store_note()
         console.print("No deploys recorded yet.", markup=False)
         return 0
     observed = _observe(services, states) if args.verify else None
-    console.print(where_table(states, observed))
+    if args.json:
+        print_json(where_json(states, observed))
+    else:
+        console.print(where_table(states, observed))
     return 1 if observed and _disagree(states, observed) else 0
 
 
@@ -104,6 +117,9 @@ def _said(seen: Observed | None, recorded: str | None) -> Text:
 def _history(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     deploys = services.store.history.recent(args.environment, limit=args.limit)
+    if args.json:
+        print_json(history_json(deploys))
+        return 0
     if not deploys:
         embedded_store_note()
         console.print(f"No deploys to {args.environment} recorded.", markup=False)
@@ -135,6 +151,9 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
     figures = [stats(services.store.history.facts_since(env, since), environment=env, now=now,
                      days=args.days, undo_window=settings.undo_window_hours * 3600,
                      commit_time=repo.commit_time if repo else None) for env in envs]
+    if args.json:
+        print_json(stats_json(figures))
+        return 0
     console.print(stats_table(figures))
     return 0
 

@@ -15,6 +15,9 @@ from rich.prompt import Confirm
 from rich.table import Table
 
 from bot.cli.common import Commands, add_config_arg, config_for
+from bot.cli.history import add_json_arg
+from bot.cli.json_views import host_checks_json, hosts_json
+from bot.cli.run_views import print_json
 from tools.hostcheck import HostCheck, check_hosts, scan_host, trust_host
 from tools.inventory import Inventory
 from tools.runners.known_hosts import KeyStatus, KnownHosts
@@ -27,6 +30,7 @@ def register(commands: Commands) -> None:
     check = sub.add_parser("check", help="reachability, host key and auth of every host")
     check.add_argument("environment", nargs="?", help="only this environment's hosts")
     check.add_argument("--timeout", type=float, default=10.0, help="seconds per host")
+    add_json_arg(check)
     add_config_arg(check)
     check.set_defaults(handler=_check)
     trust = sub.add_parser("trust", help="add a host's key to known_hosts after confirmation")
@@ -35,7 +39,9 @@ def register(commands: Commands) -> None:
     trust.add_argument("--timeout", type=float, default=10.0)
     add_config_arg(trust)
     trust.set_defaults(handler=_trust)
-    hosts.set_defaults(handler=lambda args, console: _usage(hosts))
+    add_json_arg(hosts)
+    add_config_arg(hosts)
+    hosts.set_defaults(handler=lambda args, console: _list(args) if args.json else _usage(hosts))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -47,9 +53,17 @@ def _inventory(args: argparse.Namespace) -> Inventory:
     return config_for(args).inventory
 
 
+def _list(args: argparse.Namespace) -> int:
+    print_json(hosts_json(_inventory(args)))
+    return 0
+
+
 def _check(args: argparse.Namespace, console: Console) -> int:
     inventory = _inventory(args)
     rows = check_hosts(inventory, args.environment, timeout=args.timeout)
+    if args.json:
+        print_json(host_checks_json(rows))
+        return 0 if all(r.ok for r in rows) else 1
     console.print(hosts_table(rows, KnownHosts(inventory.known_hosts).path))
     for row in rows:
         if row.detail:

@@ -78,7 +78,7 @@ def _config(args: argparse.Namespace) -> Config | None:
     try:
         return config_for(args)
     except ConfigNotFound:
-        if args.config or args.older_than is None or (args.export is None
+        if getattr(args, "config", None) or args.older_than is None or (args.export is None
                                                       and not args.dry_run):
             raise
         return None

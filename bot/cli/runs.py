@@ -44,6 +44,13 @@ from bot.cli.common import (
     services_for,
 )
 from bot.cli.health import warn_about_redis
+from bot.cli.run_views import (
+    ALL_STEPS,
+    print_json,
+    run_detail_json,
+    run_summary_json,
+    show_output,
+)
 from bot.logs import add_log_format_arg, announce, configure_logging
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import provenance_text, status_table, summary
@@ -86,6 +93,12 @@ def register(commands: Commands) -> None:
     runs.add_argument("--llm", action="store_true",
                       help="with show: what made each plan version (prompt version, model, "
                            "tokens, latency, repairs, the model's answer)")
+    runs.add_argument("--output", nargs="?", const=ALL_STEPS, default=None, metavar="STEP",
+                      help="with show: what the steps printed (one STEP, or all), redacted, "
+                           "paged at a terminal")
+    runs.add_argument("--host", help="with show --output: only this host's output")
+    runs.add_argument("--json", action="store_true",
+                      help="JSON for scripts (fields in docs/json.md)")
     add_config_arg(runs)
     runs.set_defaults(handler=_runs)
 
@@ -197,19 +210,27 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
         if not args.run_id:
             console.print("usage: deckhand runs show RUN_ID")
             return 2
-        _show_run(args, console, services)
+        return _show_run(args, console, services)
+    if args.json:
+        print_json([run_summary_json(r) for r in services.store.runs.recent(limit=args.limit)])
         return 0
     console.print(runs_table(services.store.runs.recent(limit=args.limit)))
     return 0
 
 
-def _show_run(args: argparse.Namespace, console: Console, services: Services) -> None:
+def _show_run(args: argparse.Namespace, console: Console, services: Services) -> int:
     store = services.store
     if args.archive is not None:
         run, plan = read_archived(args.archive, args.run_id)
         console.print(f"from the archive {args.archive} (trimmed from Redis)", highlight=False)
     else:
         run, plan = _stored_run(store, args.run_id)
+    if args.output is not None:
+        return show_output(console, services, run, step=args.output, host=args.host,
+                           as_json=args.json)
+    if args.json:
+        print_json(run_detail_json(run, plan))
+        return 0
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
     for line in gate_lines(run):  # every measured value against its threshold
@@ -232,6 +253,7 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         drawn = save_timeline(plan, run, args.timeline)
         console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
                       f"{len(drawn.bars)} bars)")
+    return 0
 
 
 def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:

@@ -21,6 +21,9 @@ from agents.engine.occurrences import Occurrence
 from agents.schedules.model import utc_now
 from agents.services import Services
 from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.history import add_json_arg
+from bot.cli.json_views import schedules_json
+from bot.cli.run_views import print_json
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.scheduler import Scheduler
 from bot.terminal.render import plan_table
@@ -38,7 +41,7 @@ def register(commands: Commands) -> None:
     add.add_argument("--auto", action="store_true",
                      help="run without a click while the plan stays as approved now")
     add.add_argument("--yes", "-y", action="store_true", help="approve the --auto plan unasked")
-    _action(actions, "list", "schedules and their next fire times")
+    add_json_arg(_action(actions, "list", "schedules and their next fire times"))
     for name, text in (("pause", "stop firing until resumed"), ("resume", "fire again"),
                        ("remove", "delete a schedule"), ("run", "fire an occurrence now")):
         _action(actions, name, text).add_argument("schedule_id")
@@ -78,6 +81,9 @@ def _command(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     try:
         reply = _ask(services, args, command_words(args))
+        if getattr(args, "json", False):
+            print_json(schedules_json(reply.schedules or []))
+            return 0 if reply.ok else 2
         if reply.confirm is not None and reply.ok:
             reply = _confirm(services, args, console, reply)
         _show(services, console, reply)

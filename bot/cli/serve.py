@@ -61,6 +61,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     if args.http and settings.redis_url is None and not (args.single_process
                                                          or settings.single_process):
         raise ConfigError([Problem("environment", SINGLE_PROCESS)])
+    if not args.http:  # a bad app token is one line, before workers or a scheduler log any
+        _check_socket_token(settings)
     services = build_services(config_for(args), settings)
     warn_about_redis(services.store)
     _warn_about_pictures(console)
@@ -109,10 +111,19 @@ def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Setting
     server.close()
 
 
-def _serve_socket_mode(runtime: BotRuntime, settings: Settings, console: Console) -> None:
+def _check_socket_token(settings: Settings) -> None:
+    """SLACK_APP_TOKEN is set and Slack accepts it (ConfigError, one line, otherwise)."""
+    from bot.slack.runtime import check_app_token
+
     if settings.slack_app_token is None:
         raise ConfigError([Problem("environment", "set SLACK_APP_TOKEN (xapp-…) for Socket "
                                    "Mode, or run `deckhand serve --http`")])
+    check_app_token(settings.slack_api_url, settings.slack_app_token.get_secret_value())
+
+
+def _serve_socket_mode(runtime: BotRuntime, settings: Settings, console: Console) -> None:
+    if settings.slack_app_token is None:  # checked at start; kept for other callers
+        raise ConfigError([Problem("environment", "set SLACK_APP_TOKEN (xapp-…)")])
     announce(console, f"deckhand connecting over Socket Mode; store: "
                       f"{runtime.services.store.where}")
     runtime.serve_socket_mode(settings.slack_app_token.get_secret_value())

@@ -24,6 +24,7 @@ from agents.settings import Settings
 from bot.slack.bot import Bot, Directory
 from bot.slack.listeners import actions, commands, events, home, views, workflow
 from bot.slack.listeners import schedules as slack_schedules
+from bot.slack.listeners.common import register_once
 from bot.slack.redacting import RedactingWebClient
 from bot.slack.retries import web_api_retries
 from tools.errors import ConfigError, DeckhandError, Problem
@@ -52,6 +53,7 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
                                process_before_response=False, logger=_bolt_logger()),
                    client, token_name="SLACK_BOT_TOKEN")
     bot = Bot(services, client, Directory(client))
+    register_once(app, bot)
     for module in (commands, actions, views, events, home, slack_schedules, workflow):
         module.register(app, bot)
     app.error(_error_handler(bot))

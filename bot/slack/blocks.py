@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -18,11 +18,12 @@ from agents import tracing
 from agents.history.deploys import Deploy, Where
 from agents.ids import short_id
 from agents.plan.diff import Mark, PlanDiff
+from agents.plan.dryrun import verdict
 from agents.plan.model import Plan, Step, format_params
 from agents.policy.rules import Policy
 from agents.run.gates import where as gate_where
 from agents.run.record import GateCheck, Run, RunStatus, StepState, StepStatus
-from agents.run.results import listed, tally
+from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import unreplicated_note
 
 Block = dict[str, Any]
@@ -36,6 +37,7 @@ class ActionId(StrEnum):
     REJECT = "reject"
     SCHEDULE_CONFIRM = "schedule_confirm"
     ROLLBACK_TO = "rollback_to"
+    SHOW_OUTPUT = "show_output"
 
 
 class ViewId(StrEnum):
@@ -134,11 +136,12 @@ def parse_button_value(value: str) -> tuple[str, int, str]:
 def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
                 note: str | None = None, diff: PlanDiff | None = None) -> list[Block]:
     """The plan as posted for approval: goal, [changes], steps by layer, rollback, buttons."""
+    limited = escape(f" (limited to {', '.join(plan.limit)})") if plan.limit else ""
     blocks: list[Block] = [
         header(f"Plan: {plan.goal}"),
         section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
                 f"{escape(', '.join(run.scopes))} · *hosts* "
-                f"{escape(_hosts_text(run.hosts))} · "
+                f"{escape(_hosts_text(run.hosts))}{limited} · "
                 f"*version* {plan.version}"),
     ]
     if diff is not None:
@@ -318,7 +321,35 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     if started or run.status is RunStatus.ROLLING_BACK:
         rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
         blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
+    if run.finished_at is not None and outputs_of(run):
+        blocks.append({"type": "actions", "elements": [{
+            "type": "button", "action_id": ActionId.SHOW_OUTPUT, "value": run.id,
+            "text": {"type": "plain_text", "text": "Show output"}}]})
     return _fit(blocks)
+
+
+OUTPUT_SECTION = 2800
+"""Characters of one host's output in one section (a section holds 3000)."""
+
+
+def run_output_blocks(run: Run, redact: Callable[[str], str]) -> list[Block]:
+    """What each step printed, host by host, for the one who clicked "Show output": each
+    redacted and cut to its end, all within Slack's block and size limits."""
+    found = outputs_of(run)
+    blocks: list[Block] = [section(f"*Output of run `{short_id(run.id)}`* "
+                                   f"({len(found)} step/host results)")]
+    for output in found:
+        text = redact(output.text).rstrip().replace("```", "'''") or "(no output)"
+        if len(text) > OUTPUT_SECTION:
+            text = "…" + text[-OUTPUT_SECTION:]
+        where = "rollback " if output.phase == "rollback" else ""
+        blocks.append(section(f"*{where}`{output.step}`* on `{escape(output.host)}` "
+                              f"({output.status})\n```{escape(text)}```"))
+    if len(blocks) > MAX_BLOCKS - 1 or len(json.dumps(blocks)) > MAX_TOTAL_CHARS:
+        blocks = _fit(blocks, MAX_BLOCKS - 1)
+        blocks.append(context(f"More than fits here: `deckhand runs show {short_id(run.id)} "
+                              f"--output`"))
+    return blocks
 
 
 def _step_line(step_id: str, state: StepState) -> str:
@@ -428,16 +459,18 @@ def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> li
     return blocks
 
 
-def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str]) -> list[Block]:
-    """What a dry run found: each check's last lines, and what it could not check."""
-    lines = [f"🧪 *DRY RUN {run.status.value.replace('_', ' ').upper()}* — nothing was changed"]
+def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str],
+                   notes: list[str] | None = None) -> list[Block]:
+    """What a dry run found: each check's last lines, each step with nothing to check (and
+    why, from ``notes``), ending on a verdict that cannot read as a deploy's success."""
+    said = verdict(run.status.value, checked=len(run.steps), unchecked=unchecked)
+    lines = [f"🧪 *{escape(said)}*"]
     for step in run.steps.values():
         for host in step.hosts.values():
             said = "; ".join(host.tail.splitlines()[-2:]) or host.error or step.status.value
             lines.append(f"• `{step.id}` on {escape(host.host)}: {escape(trim(said, 300))}")
-    if unchecked:
-        lines.append("not checked (no `check:` in tools.yml): "
-                     + ", ".join(f"`{s}`" for s in unchecked))
+    lines += [f"• {escape(line)}" for line in notes or [f"{s}: nothing to check"
+                                                         for s in unchecked]]
     return _pack_lines(lines, budget=MAX_BLOCKS - 2, more_hint="(see `deckhand run --dry-run`)")
 
 

@@ -7,6 +7,7 @@ says what to do; the app's error handler shows anything else.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -17,10 +18,12 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from agents.errors import ApprovalRefused
 from agents.ids import short_id
 from agents.plan.diff import PlanDiff, diff_plans
+from agents.plan.dryrun import verdict
 from agents.plan.model import Plan
 from agents.policy.approvals import approvals_needed, steer_problem
 from agents.run.record import Run, RunStatus
@@ -128,6 +131,22 @@ class Bot:
     def store(self) -> Store:
         return self.services.store
 
+    def open_modal(self, trigger_id: str, view: dict[str, Any], tell: Tell) -> None:
+        """Open a modal now or say why not: a trigger expires 3 s after the click, so a 429
+        is not waited out (the client's Retry-After handler would outlive it); the user is
+        told through ``tell`` (the response_url, which Slack does not rate-limit)."""
+        fast = copy.copy(self.client)
+        fast.retry_handlers = [h for h in self.client.retry_handlers
+                               if not isinstance(h, RateLimitErrorRetryHandler)]
+        try:
+            fast.views_open(trigger_id=trigger_id, view=view)
+        except SlackApiError as exc:
+            if exc.response.status_code != 429:
+                raise
+            tell("Slack is rate-limiting deckhand right now, so the form could not open (a "
+                 "click's form must open within 3 seconds). Nothing changed; click again in "
+                 "a minute.")
+
     def changed(self, run: Run) -> None:
         """Tell the watchers that ``run`` changed (approved, rejected, progressed, …)."""
         for watcher in self.watchers:
@@ -177,8 +196,10 @@ class Bot:
                                               text=f"Dry run: {plan.goal}")
         run, dry = self.services.dry_run(plan, user=user)
         self.client.chat_postMessage(channel=channel, thread_ts=posted["ts"],
-                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked),
-                                     text=f"Dry run {run.status.value}")
+                                     blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked,
+                                                              dry.nothing_to_check()),
+                                     text=verdict(run.status.value, checked=len(run.steps),
+                                                  unchecked=dry.unchecked))
         return run
 
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
@@ -331,6 +352,19 @@ class Bot:
             self.ephemeral(channel=channel, user=user, text=text)
         else:
             self.client.chat_postMessage(channel=user, text=text)
+
+    def show_output(self, body: dict[str, Any], run_id: str) -> None:
+        """What a finished run's steps printed, to the one who clicked (ephemeral in the
+        channel, or by DM), redacted and bounded like every payload."""
+        run = self.store.runs.get(run_id)
+        blocks = bk.run_output_blocks(run, self.services.redact)
+        user = body["user"]["id"]
+        channel = (body.get("channel") or {}).get("id")
+        text = f"Output of run {short_id(run.id)}"
+        if channel:
+            self.client.chat_postEphemeral(channel=channel, user=user, text=text, blocks=blocks)
+        else:
+            self.client.chat_postMessage(channel=user, text=text, blocks=blocks)
 
     def ephemeral(self, *, channel: str, user: str, text: str) -> None:
         self.client.chat_postEphemeral(channel=channel, user=user, text=bk.trim(text, 3000))

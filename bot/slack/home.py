@@ -48,9 +48,11 @@ def home_data(bot: Bot, user: str) -> HomeData:
     groups = bot.directory.groups_of(user)
     runs = store.runs.mentioning(user, scan=RUN_SCAN)  # parses only records naming them
     unfinished = store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
+    pending = [r for r in unfinished if _may_approve(r, user, groups, policy, now)]
     return HomeData(
-        user=user, now=now,
-        pending=[r for r in unfinished if _may_approve(r, user, groups, policy, now)],
+        user=user, now=now, pending=pending,
+        mine=[r for r in unfinished if r.status is RunStatus.AWAITING_APPROVAL
+              and r.requested_by == user and r not in pending],
         active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
         environments=sorted(bot.services.config.inventory.environments),

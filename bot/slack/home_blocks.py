@@ -14,6 +14,7 @@ from typing import Any
 from agents.engine.schedule_health import flags as schedule_flags
 from agents.history.deploys import Where
 from agents.ids import short_id
+from agents.policy.approvals import approvals_needed
 from agents.policy.eligibility import eligibility
 from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, StepStatus
@@ -42,6 +43,8 @@ class HomeData:
     now: float
     pending: list[Run] = field(default_factory=list)
     """Runs this user may approve now (most recent first)."""
+    mine: list[Run] = field(default_factory=list)
+    """This user's own plans waiting for others' approval (not already in ``pending``)."""
     active: list[Run] = field(default_factory=list)
     """Approved runs not finished yet: queued, running, rolling back."""
     recent: list[Run] = field(default_factory=list)
@@ -62,6 +65,9 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
                    f"`/deckhand help` lists everything"),
     ]
     blocks += _pending_blocks(data, policy)
+    blocks += _titled("📝 Your plans waiting for approval",
+                      [_mine_line(r, policy, data.now) for r in data.mine], limit=MAX_PENDING,
+                      empty="None of your plans is waiting.", hint="`deckhand runs`")
     blocks += _titled("🔄 In progress", [_active_line(r, data.now) for r in data.active],
                       limit=MAX_ACTIVE, empty="Nothing is running.", hint="`deckhand runs`")
     blocks += _titled("🗂️ Your recent runs", [_recent_line(r, data.now) for r in data.recent],
@@ -103,6 +109,16 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
                    f"{have}/{have + answer.remaining} approvals, from "
                    f"{answer.who()} · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
+
+
+def _mine_line(run: Run, policy: Policy, now: float) -> str:
+    """One of the user's own plans: what, where, how many approvals are still needed."""
+    need = approvals_needed(run, policy)
+    who = policy.approvers_text(run.scopes)
+    return bk.trim(f"*{bk.shown(run.goal, 200)}* · `{short_id(run.id)}` · "
+                   f"{', '.join(run.scopes) or 'local'} · waiting {_ago(run.created_at, now)}"
+                   f" · needs {need} more approval{'s' if need != 1 else ''} from "
+                   f"{bk.shown(who, 200)}", LINE_LIMIT)
 
 
 def _approve_only(run: Run, policy: Policy) -> Block:

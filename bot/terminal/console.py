@@ -11,7 +11,7 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum, StrEnum
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid
 from agents.ids import short_id
 from agents.plan.diff import diff_plans
 from agents.plan.dryrun import LABEL as DRY_LABEL
-from agents.plan.dryrun import dry_plan
+from agents.plan.dryrun import dry_plan, verdict
 from agents.plan.model import Plan
 from agents.plan.yaml import plan_from_yaml, plan_to_yaml
 from agents.policy.approvals import approval_problem, approvals_needed
@@ -71,8 +71,13 @@ class ConsoleFlow:
 
     def __init__(self, services: Services, console: Console, *, user: str,
                  editor: Editor | None = None, ask: Callable[[], Decision] | None = None,
-                 confirm: Confirm | None = None):
+                 confirm: Confirm | None = None, params: Mapping[str, str] | None = None,
+                 limit: Sequence[str] = ()):
         self.services = services
+        self.params = dict(params or {})
+        """Parameters set explicitly (``-e key=value``) for every request planned here."""
+        self.limit = list(limit)
+        """``--limit``: the hosts, groups or environments runs are narrowed to."""
         self.console = console
         self.user = user
         self.editor = editor or edit_in_editor
@@ -89,7 +94,8 @@ class ConsoleFlow:
         ``break_glass``: why it must go ahead during a freeze (one more approval needed).
         """
         plan = self.services.make_plan(request, requested_by=self.user,
-                                       break_glass=break_glass)
+                                       break_glass=break_glass, params=self.params,
+                                       limit=self.limit)
         if self.services.is_read_only(plan):
             self.console.print(plan_table(plan, self.services.targets(plan)))
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
@@ -141,24 +147,28 @@ class ConsoleFlow:
 
     def dry_run(self, request: str) -> Run:
         """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
-        plan = self.services.make_plan(request, requested_by=self.user)
+        plan = self.services.make_plan(request, requested_by=self.user, params=self.params,
+                                       limit=self.limit)
         self.console.print(plan_table(plan, self.services.targets(plan)))
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
         dry = dry_plan(plan, self.services.config.catalog)
         blank = Run.for_plan(dry.plan, self.services.targets(dry.plan))
-        live, mirror = self._live_status(dry.plan, blank)
-        with live:
-            run, _ = self.services.dry_run(plan, user=self.user, listeners=[mirror])
-        self.console.print(summary(dry.plan, run))
+        if not dry.plan.steps:  # nothing to check: no empty live table, just say so below
+            run, _ = self.services.dry_run(plan, user=self.user)
+        else:
+            live, mirror = self._live_status(dry.plan, blank)
+            with live:
+                run, _ = self.services.dry_run(plan, user=self.user, listeners=[mirror])
+            self.console.print()
         for step in run.steps.values():
             for host in step.hosts.values():
                 for line in host.tail.splitlines()[-3:]:
                     self.console.print(f"  {step.id} on {host.host}: {line}", markup=False,
                                        highlight=False)
-        if dry.unchecked:
-            self.console.print(f"not checked (no check: in tools.yml): "
-                               f"{', '.join(dry.unchecked)}", markup=False)
-        self.console.print(f"[bold cyan]{DRY_LABEL}[/]")
+        for line in dry.nothing_to_check():
+            self.console.print(f"  {line}", markup=False, highlight=False)
+        self.console.print(verdict(run.status.value, checked=len(run.steps),
+                                   unchecked=dry.unchecked), style="bold cyan", markup=False)
         return run
 
     def _close(self, run_id: str, reason: str, message: str) -> Run:

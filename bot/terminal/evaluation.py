@@ -19,7 +19,7 @@ def cases_table(spec: PlannerSpec, outcomes: Sequence[Outcome]) -> Table:
     are in case_notes)."""
     table = Table(title=f"Cases: {spec.label} (F1 of nodes and edges)")
     table.add_column("case", max_width=28, overflow="fold")
-    for name, width in [("kind", 6), ("result", 6), ("node", 4), ("edge", 4), ("policy", 6),
+    for name, width in [("kind", 6), ("result", 10), ("node", 4), ("edge", 4), ("policy", 6),
                         ("ms", 3), *([("tokens", 6)] if spec.uses_model else [])]:
         table.add_column(name, min_width=width)
     for o in outcomes:
@@ -62,6 +62,8 @@ def summary_table(summaries: Sequence[Summary]) -> Table:
     table = Table("", *(s.planner for s in summaries), title="Totals")
     rows: list[tuple[str, Callable[[Summary], str | Text]]] = [
         ("cases", lambda s: str(s.cases)),
+        ("passed", lambda s: f"{s.passed} of {s.cases}"),
+        ("right plans", lambda s: f"{round(s.right_rate * s.to_plan)} of {s.to_plan}"),
         ("valid-plan rate", lambda s: f"{s.valid_rate:.2f} of {s.to_plan}"),
         ("refused", lambda s: f"{s.refused}/{s.to_refuse}"),
         ("node F1", lambda s: f"{s.node_f1:.2f}"),
@@ -121,7 +123,7 @@ def _share_of(outcome: str) -> Callable[[Tally], str]:
 
 
 def _result(outcome: Outcome) -> Text:
-    return Text("pass", style="green") if outcome.passed else Text("FAIL", style="bold red")
+    return Text(outcome.label, style="green" if outcome.passed else "bold red")
 
 
 def _tokens(spec: PlannerSpec, outcome: Outcome) -> str:

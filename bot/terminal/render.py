@@ -54,8 +54,9 @@ def plan_table(plan: Plan, targets: PlanTargets) -> Group:
     parts: list[Table | Text] = [table]
     if plan.rollback:
         parts.append(_rollback_table(plan, targets))
+    limited = f" (--limit {','.join(plan.limit)})" if plan.limit else ""
     parts.append(Text(f"touches: {', '.join(targets.scopes)} · hosts "
-                      f"{', '.join(targets.hosts) or 'none'}", "bold"))
+                      f"{', '.join(targets.hosts) or 'none'}{limited}", "bold"))
     parts.append(Text(f"requested by {plan.requested_by} · {plan.planner.footer()}", "dim"))
     return Group(*parts)
 

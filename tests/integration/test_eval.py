@@ -161,12 +161,14 @@ def test_compare_lists_the_case_whose_outcome_differs(
     out = " ".join(capsys.readouterr().out.split())
     assert "Cases whose outcome differs: 1" in out
     differs = out.split("Cases whose outcome differs: 1")[1]
-    assert "backup-and-test" in differs and "FAIL: declined" in differs
+    assert "backup-and-test" in differs and "FAIL: no plan (declined)" in differs
     assert "status-of-staging" not in differs
     code, report, _ = run_json(["--cases", str(cases), "--config", CONFIG, "--compare",
                                 "playbook", "llm:model=standin-model", "--replay",
                                 str(recorded)], capsys)
     assert [d["case"] for d in report["differences"]] == ["backup-and-test"]
+    # the model's valid plan misses a gold step: wrong, not a pass (F1 under the 1.00 bar)
+    assert report["differences"][0]["b"] == "FAIL: wrong plan, F1 0.86/0.67 (needs 1.00/1.00)"
 
 
 def test_thresholds_set_the_exit_code(recorded: Path, cases: Path,

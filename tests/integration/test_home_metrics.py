@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.config import Config
 from agents.ids import short_id
 from agents.plan.model import Plan
-from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.planner import LLMPlanner
 from agents.planning.prompt import plan_to_wire
 from agents.policy.rules import Policy
+from agents.requests.playbooks import PlaybookPlanner
 from agents.run.record import Event, EventKind, Run, RunStatus
 from agents.services import build_services
 from agents.settings import Settings
@@ -133,6 +133,9 @@ def test_home_shows_approvals_running_runs_locks_and_schedules(world: SlackWorld
     world.open_home("UALICE")  # the requester may not approve her own production deploy
     alice = world.standin.wait_for(lambda: _homes(world, "UALICE"), what="UALICE's Home")[0]
     assert "Waiting for your approval* (0)" in alice.text_of_blocks()
+    mine = alice.text_of_blocks().split("Your plans waiting for approval* (1)")[1]
+    assert f"`{short_id(pending_id)}`" in mine.split("In progress")[0]  # her own, waiting
+    assert "needs 2 more approvals from" in mine
 
     world.click_in_home("approve", approve_value, user="UBOB")  # goes through `approve`
     world.standin.wait_for(lambda: [a.user for a in world.store.runs.get(pending_id).approvals]

@@ -15,7 +15,6 @@ import pytest
 from agents.config import Config, load_config
 from agents.errors import NoPlanFound, PlannerError
 from agents.plan.model import Plan, is_read_only
-from agents.plan.playbooks import PlaybookPlanner
 from agents.plan.targets import PlanTargets
 from agents.plan.validation import validate_plan
 from agents.planning.planner import (
@@ -26,6 +25,7 @@ from agents.planning.planner import (
     changes_mutating_steps,
 )
 from agents.planning.prompt import WirePlan, WireReplan, plan_to_wire, strict_schema
+from agents.requests.playbooks import PlaybookPlanner
 from agents.run.record import HostResult, Run, StepState, StepStatus
 from agents.settings import Settings
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, strict_problems
@@ -527,7 +527,7 @@ def test_with_a_key_playbooks_first_then_the_llm(config: Config,
     openai_standin.reply_json(wire([step("status", "status", {"environment": "production"})]))
 
     by_playbook = planner.plan("deploy v2.3.1", requested_by="U1")
-    by_llm = planner.plan("what is live on production right now?", requested_by="U1")
+    by_llm = planner.plan("which hosts of production run an old build?", requested_by="U1")
 
     assert by_playbook.planner.name == "playbook deploy"
     assert by_llm.planner.model == "standin-model"
@@ -547,7 +547,8 @@ def test_llm_failure_lists_what_the_playbooks_can_do(config: Config,
         planner.plan("roll the api back on prod-2", requested_by="U1")
 
     message = str(err.value)
-    assert "HTTP 503" in message and "deploy v2.3.1" in message and "status production" in message
+    assert "HTTP 503" in message and "v2.3.1 to production" in message
+    assert "status of production" in message
 
 
 # -- optional: a real small model served locally ---------------------------------------------

@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.config import Config, load_config
 from agents.plan.diff import diff_plans
 from agents.plan.model import Plan, PlannerInfo
-from agents.plan.playbooks import PlaybookPlanner
 from agents.plan.targets import resolve
 from agents.planning.llm import LLMPlanner, RetryPolicy
 from agents.planning.prompt import plan_to_wire
 from agents.prompts.templates import PromptSet
+from agents.requests.playbooks import PlaybookPlanner
 from agents.run.record import Approval, Event, EventKind, Run, RunStatus
 from agents.store import Store
 from bot.cli import main

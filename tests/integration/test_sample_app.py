@@ -72,15 +72,22 @@ def test_unknown_environment_is_named_with_the_known_ones(services: Services) ->
     for request in ("deploy v2.3.1 to mars", "status of mars", "roll back mars"):
         with pytest.raises(NoPlanFound) as refused:
             services.make_plan(request, requested_by="alice")
-        assert "'mars'" in str(refused.value) and "staging, production" in str(refused.value)
+        assert "'mars'" in str(refused.value)
+        assert "staging (also stage, stg), production (also prod, live)" in str(refused.value)
 
 
 def test_no_match_suggests_closest_playbooks_with_examples(services: Services) -> None:
-    with pytest.raises(NoPlanFound) as refused:
+    with pytest.raises(NoPlanFound) as refused:  # "please" is filler; the typo is named
         services.make_plan("rollback prodution please", requested_by="alice")
+    assert "unknown environment 'prodution'" in str(refused.value)
+    assert "Did you mean production?" in str(refused.value)
+    with pytest.raises(NoPlanFound) as refused:
+        services.make_plan("take production back a release", requested_by="alice")
     lines = str(refused.value).splitlines()
-    assert "Closest" in lines[1] and "roll back production" in lines[2]
-    assert len([line for line in lines if line.startswith("  • ")]) == 4  # all, closest first
+    assert "I understood: environment production" in lines[0] and "Closest" in lines[1]
+    suggested = [line for line in lines if line.startswith("  • ")]
+    assert len(suggested) == 4  # all, closest first
+    assert all("staging" not in line.split(" — ")[0] for line in suggested[:2])
 
 
 def test_one_error_per_problem(services: Services) -> None:

@@ -11,7 +11,7 @@ import pytest
 from agents.config import Config
 from agents.engine.occurrences import Outcome, run_occurrence
 from agents.engine.schedule_health import checked
-from agents.plan.playbooks import PlaybookPlanner
+from agents.requests.playbooks import PlaybookPlanner
 from agents.schedules.model import Schedule
 from agents.services import build_services
 from agents.store import Store

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agents.config import Config
-from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
+from agents.requests.playbooks import PlaybookPlanner
 from agents.schedules.keys import OccurrenceStatus, occurrence_run_id
 from agents.schedules.model import Schedule
 from agents.services import build_services

@@ -4,6 +4,7 @@ say what to fix (issue 14.6)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -76,3 +77,25 @@ def test_socket_mode_end_to_end(world: SlackWorld) -> None:
     finally:
         handler.close()
         ws.close()
+
+
+def test_serve_with_a_refused_app_token_prints_one_line(
+        slack_standin: SlackStandin, tmp_path: Path) -> None:
+    """Nothing starts (workers, scheduler) and logs before the token is found bad."""
+    import os
+    import subprocess
+    import sys
+
+    from bot.cli.init import template_text
+
+    (tmp_path / "deckhand.yml").write_text(template_text())
+    slack_standin.fail("apps.connections.open", "invalid_auth")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]),
+           "SLACK_BOT_TOKEN": "xoxb-t", "SLACK_SIGNING_SECRET": "s",
+           "SLACK_APP_TOKEN": "xapp-1-bad", "SLACK_API_URL": f"{slack_standin.url}/api/"}
+    env.pop("REDIS_URL", None)
+    done = subprocess.run([sys.executable, "-m", "bot.cli", "serve"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert "SLACK_APP_TOKEN" in lines[0] and "invalid_auth" in lines[0]

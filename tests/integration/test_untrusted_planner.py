@@ -17,8 +17,8 @@ from rich.console import Console
 from agents.config import Config
 from agents.errors import PlanError, PlannerError
 from agents.plan.diff import diff_plans
-from agents.plan.playbooks import PlaybookPlanner
 from agents.planning.prompt import plan_to_wire
+from agents.requests.playbooks import PlaybookPlanner
 from agents.run.record import RunStatus
 from agents.services import Services, build_services
 from agents.settings import Settings
@@ -103,7 +103,7 @@ def test_1_added_criteria_are_enforced_and_shown_everywhere(
     openai_standin.reply_json(answer)
     console_flow, console = flow(services, Decision.APPROVE)
 
-    run = console_flow.handle("put v2.3.1 on staging", yes=True)
+    run = console_flow.handle("get v2.3.1 onto staging", yes=True)  # no playbook: the LLM
 
     assert run is not None and run.status is RunStatus.ROLLED_BACK
     assert "output never matched '^GET /health -> 299'" in str(run.steps["smoke_staging"].error)

@@ -18,6 +18,7 @@ from agents.evaluation.report import (
     missed_thresholds,
     percentile,
     summarise,
+    verdict,
 )
 from agents.evaluation.scoring import Outcome, Violation, edges, f1, node_keys, policy_violations
 from tests.fixtures.builders import make_config, make_plan
@@ -128,7 +129,7 @@ def test_differences_list_only_cases_whose_verdict_changed() -> None:
          outcome("worse", refusal="declined")]
     diffs = differences(a, b)
     assert [(d.case, d.a, d.b) for d in diffs] == [
-        ("worse", "pass, F1 1.00/1.00", "FAIL: declined")]
+        ("worse", "pass: right plan, F1 1.00/1.00", "FAIL: no plan (declined)")]
 
 
 def test_thresholds_name_each_missed_figure() -> None:
@@ -271,3 +272,19 @@ def test_a_rollback_step_is_the_remedy_not_a_policy_violation() -> None:
     deploy = make_plan([{"id": "d", "tool": "deploy", "params": {
         "environment": "production", "version": "v1.0.0", "artifact": "/a"}}])
     assert {v.check for v in policy_violations(deploy, config)} == {"promotion", "rollback"}
+
+
+def test_pass_means_right_and_outcomes_read_plainly() -> None:
+    wrong = outcome("w", planned=True, valid=True, node_f1=0.0, edge_f1=0.0)
+    assert not wrong.passed and verdict(wrong) == "FAIL: wrong plan, F1 0.00/0.00 (needs 1.00/1.00)"
+    lenient = outcome("l", planned=True, valid=True, node_f1=0.8, edge_f1=0.5,
+                      min_node_f1=0.75, min_edge_f1=0.5)
+    assert lenient.passed and verdict(lenient) == "pass: right plan, F1 0.80/0.50"
+    should_refuse = outcome("r", "refuse", planned=True, valid=True)
+    assert verdict(should_refuse) == "FAIL: planned, should have refused"
+    refused = outcome("d", "refuse", refusal="declined")
+    assert verdict(refused) == "pass: refused (declined)"
+    invalid = outcome("i", planned=True, valid=False, refusal="invalid")
+    assert verdict(invalid).startswith("FAIL: invalid plan")
+    summary = summarise(PlannerSpec("playbook"), [wrong, lenient, should_refuse, refused])
+    assert (summary.passed, summary.right_rate, summary.valid_rate) == (2, 0.5, 1.0)

@@ -18,7 +18,7 @@ from agents.history.deploys import (
     stats,
 )
 from agents.plan.model import Plan
-from agents.plan.playbooks import PlaybookPlanner
+from agents.requests.playbooks import PlaybookPlanner
 from agents.run.record import HostResult, Run, RunStatus, StepState, StepStatus
 from tests.fixtures.builders import NO_TARGETS
 from tests.fixtures.sample import EXAMPLES

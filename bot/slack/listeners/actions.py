@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import Ack, App, Respond
 
 from agents.errors import ApprovalRefused
 from agents.plan.yaml import plan_to_yaml
 from agents.run.record import Run, RunStatus
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
+from bot.slack.work import Tell
 
 
 def register(app: App, bot: Bot) -> None:
@@ -29,18 +30,28 @@ def register(app: App, bot: Bot) -> None:
                         tell=bot.teller(body))
         ack()
 
-    @app.action(bk.ActionId.MODIFY)
-    def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        run_id, version, _ = bk.parse_button_value(action["value"])
-        bot.work.submit("Modify", lambda: _open_modify(bot, body, run_id, version),
+    @app.action(bk.ActionId.SHOW_OUTPUT)
+    def show_output(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        run_id = str(action["value"])
+        bot.work.submit("Show output", lambda: bot.show_output(body, run_id),
                         tell=bot.teller(body))
         ack()
 
+    @app.action(bk.ActionId.MODIFY)
+    def modify(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+               respond: Respond) -> None:
+        run_id, version, _ = bk.parse_button_value(action["value"])
+        tell = bot.teller(body, respond)  # the response_url: not rate-limited like the API
+        bot.work.submit("Modify", lambda: _open_modify(bot, body, run_id, version, tell),
+                        tell=tell)
+        ack()
+
     @app.action(bk.ActionId.REJECT)
-    def reject(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+    def reject(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+               respond: Respond) -> None:
         run_id, _, _ = bk.parse_button_value(action["value"])
-        bot.work.submit("Reject", lambda: _open_reject(bot, body, run_id),
-                        tell=bot.teller(body))
+        tell = bot.teller(body, respond)
+        bot.work.submit("Reject", lambda: _open_reject(bot, body, run_id, tell), tell=tell)
         ack()
 
 
@@ -63,24 +74,24 @@ def _origin(body: dict[str, Any]) -> dict[str, str] | None:
     return {"channel": channel, "thread_ts": ts, "plan_ts": ts}
 
 
-def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int) -> None:
+def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int,
+                 tell: Tell) -> None:
     run = bot.store.runs.get(run_id)
-    if not _may_steer(bot, run, body):
+    if not _may_steer(bot, run, body, tell):
         return
     if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
-        bot.tell(body, f"This plan can no longer be modified (run is {run.status.value}, "
-                       f"plan version {run.plan_version}).")
+        tell(f"This plan can no longer be modified (run is {run.status.value}, "
+             f"plan version {run.plan_version}).")
         return
     plan = bot.store.plans.get(run.plan_id, run.plan_version)
-    bot.client.views_open(trigger_id=body["trigger_id"],
-                          view=bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)))
+    bot.open_modal(body["trigger_id"],
+                   bk.modify_modal(run, plan_to_yaml(plan), _metadata(run, body)), tell)
 
 
-def _open_reject(bot: Bot, body: dict[str, Any], run_id: str) -> None:
+def _open_reject(bot: Bot, body: dict[str, Any], run_id: str, tell: Tell) -> None:
     run = bot.store.runs.get(run_id)
-    if _may_steer(bot, run, body):
-        bot.client.views_open(trigger_id=body["trigger_id"],
-                              view=bk.reject_modal(_metadata(run, body)))
+    if _may_steer(bot, run, body, tell):
+        bot.open_modal(body["trigger_id"], bk.reject_modal(_metadata(run, body)), tell)
 
 
 def rollback_request(action: dict[str, Any]) -> str:
@@ -89,12 +100,12 @@ def rollback_request(action: dict[str, Any]) -> str:
     return f"roll back {target['environment']} to {target['version']}"
 
 
-def _may_steer(bot: Bot, run: Run, body: dict[str, Any]) -> bool:
-    """Refuse a bystander's Modify or Reject click."""
+def _may_steer(bot: Bot, run: Run, body: dict[str, Any], tell: Tell) -> bool:
+    """Refuse a bystander's Modify or Reject click (through ``tell``: the response_url)."""
     try:
         bot.check_may_steer(run, body["user"]["id"])
     except ApprovalRefused as exc:
-        bot.tell(body, f"🚫 {exc}")
+        tell(f"🚫 {exc}")
         return False
     return True
 

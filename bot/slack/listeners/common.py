@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from slack_bolt import App, BoltResponse
+
 from bot.slack.bot import Bot
 
 
 def first_delivery(bot: Bot, key: str, *, ttl: float = 3600) -> bool:
     """True the first time Slack delivers ``key`` (a retry or double click returns False)."""
     return bot.store.dedupe.first_time(key, ttl=ttl)
+
+
+def register_once(app: App, bot: Bot) -> None:
+    """Slack's retry of a button click (same trigger and action time) is acknowledged and
+    dropped here, before any listener: one click, one reply, whatever the listener."""
+
+    @app.middleware
+    def drop_retried_clicks(body: dict[str, Any], next: Callable[[], None]
+                            ) -> BoltResponse | None:  # noqa: A002 - Bolt's argument name
+        if body.get("type") == "block_actions" and body.get("trigger_id"):
+            stamps = ",".join(str(a.get("action_ts")) for a in body.get("actions") or [])
+            if not first_delivery(bot, f"act:{body['trigger_id']}:{stamps}"):
+                return BoltResponse(status=200, body="")  # the ack Slack waits for
+        next()
+        return None
