@@ -16,24 +16,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 
 import redis
 
 from agents.run.record import HostResult, Run, StepState, StepStatus
 from agents.store import Store
+from bench.timing import median_ms
 from tools.redact import Redactor, redact_text
 
 SECRETS = ["cfg-secret-value-1", "another-configured-secret"]
-
-
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 def big_run(hosts: int) -> Run:

@@ -27,6 +27,7 @@ def _norm(name: str) -> str:
 
 
 def closure(names: list[str]) -> set[str]:
+    """The distributions ``names`` bring with them (their requirements, recursively)."""
     seen: set[str] = set()
     todo = list(names)
     while todo:
@@ -34,7 +35,11 @@ def closure(names: list[str]) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        for line in metadata.requires(name) or []:
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:  # an optional extra not installed here
+            continue
+        for line in requires:
             req = Requirement(line)
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 todo.append(req.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import socket
 import sys
@@ -76,23 +77,12 @@ def _norm(name: str) -> str:
 
 
 def _closure(names: list[str]) -> set[str]:
-    """The distributions ``names`` bring with them (their requirements, recursively)."""
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = _norm(todo.pop())
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            continue
-        for line in requires:
-            req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-    return seen
+    """deploy/lock.py's closure (the lock file and this test read requirements alike)."""
+    spec = importlib.util.spec_from_file_location("deploy_lock", ROOT / "deploy" / "lock.py")
+    assert spec is not None and spec.loader is not None
+    lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock)
+    return set(lock.closure(names))
 
 
 def _third_party_imports() -> set[str]:
