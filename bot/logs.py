@@ -60,6 +60,22 @@ def add_log_format_arg(parser: argparse.ArgumentParser) -> None:
                         help="log lines as text or JSON (default $DECKHAND_LOG_FORMAT or text)")
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to whatever ``sys.stderr`` is then (a guarded stream after a
+    broken pipe, a test's capture), never to one that has since been replaced and closed."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always the current sys.stderr
+
+
 def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
                       stream: Any = None) -> logging.Handler:
     """Send the root logger's records to ``stream`` (stderr) as text or JSON lines.
@@ -68,7 +84,7 @@ def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
         The handler installed. One installed earlier by this function is replaced; other
         handlers (a test runner's, say) are left alone.
     """
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.addFilter(RunContextFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler.set_name(HANDLER_NAME)

@@ -130,7 +130,7 @@ def build_planner(config: Config, settings: Settings) -> CompositePlanner:
     playbooks = PlaybookPlanner(config.playbooks, redact=redact,
                                 phrasing=Phrasing.of(config.inventory.environments))
     if settings.openai_api_key is None:
-        log.info("no OPENAI_API_KEY: planning with playbooks only")
+        log.info("OPENAI_API_KEY is not set; planning with playbooks only")
         return CompositePlanner(playbooks)
     from agents.planning.llm import LLMPlanner
 

@@ -117,6 +117,8 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
     world.click("approve", value, user="UBOB")
     assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
     assert _live(world.config, "staging") == {"v2.3.1"}
+    wait_until(lambda: world.store.history.current("staging").version == "v2.3.1",
+               what="the roll back recorded")  # just after the run's end, as above
 
     world.signer.command("/deckhand", "where", user="UBOB",
                          response_url=f"{world.standin.url}/response/w")
