@@ -38,6 +38,7 @@ class ActionId(StrEnum):
     SCHEDULE_CONFIRM = "schedule_confirm"
     ROLLBACK_TO = "rollback_to"
     SHOW_OUTPUT = "show_output"
+    STOP = "stop_run"
 
 
 class ViewId(StrEnum):
@@ -321,11 +322,31 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     if started or run.status is RunStatus.ROLLING_BACK:
         rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
         blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
+    if run.status in STOPPABLE:
+        blocks.append({"type": "actions", "elements": [stop_button(run)]})
     if run.finished_at is not None and outputs_of(run):
         blocks.append({"type": "actions", "elements": [{
             "type": "button", "action_id": ActionId.SHOW_OUTPUT, "value": run.id,
             "text": {"type": "plain_text", "text": "Show output"}}]})
     return _fit(blocks)
+
+
+STOPPABLE = (RunStatus.QUEUED, RunStatus.RUNNING)
+"""A run the Stop button can stop (a rollback, once started, is never stopped from Slack)."""
+
+
+def stop_button(run: Run) -> Block:
+    """Stop, behind Slack's own confirm dialog: the click arrives only once confirmed."""
+    return {"type": "button", "action_id": ActionId.STOP, "value": run.id, "style": "danger",
+            "text": {"type": "plain_text", "text": "Stop"},
+            "confirm": {"title": {"type": "plain_text", "text": "Stop this run?"},
+                        "text": {"type": "mrkdwn", "text":
+                                 f"Run `{short_id(run.id)}`: running commands are killed, "
+                                 f"nothing new starts, and the rollback undoes every host "
+                                 f"this run changed."},
+                        "confirm": {"type": "plain_text", "text": "Stop and roll back"},
+                        "deny": {"type": "plain_text", "text": "Keep running"},
+                        "style": "danger"}}
 
 
 OUTPUT_SECTION = 2800

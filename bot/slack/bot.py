@@ -280,18 +280,30 @@ class Bot:
         self.changed(run)
         return run
 
-    def cancel(self, run_id: str, *, user: str) -> Run:
+    def cancel(self, run_id: str, *, user: str, via: str = "command") -> Run:
         run = self.store.runs.request_cancel(run_id, user=user)
-        self.store.audit.record("cancel_requested", actor=user, run_id=run_id)
+        self.store.audit.record("cancel_requested", actor=user, run_id=run_id, via=via)
+        verb = "stopped" if via == "stop_button" else "cancelled"
         if run.meta.get("slack"):
             if run.status.terminal:
                 self.refresh_plan_message(run, actions=False,
-                                          note=f"⏹️ Cancelled by {bk.mention(user)}")
-            self.thread_reply(run, f"⏹️ {bk.mention(user)} cancelled run `{short_id(run.id)}`"
+                                          note=f"⏹️ {verb.capitalize()} by {bk.mention(user)}")
+            self.thread_reply(run, f"⏹️ {bk.mention(user)} {verb} run `{short_id(run.id)}`"
                                    + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
         self.changed(run)
         return run
+
+    def stop(self, run_id: str, *, user: str) -> Run:
+        """The Stop button (confirmed in Slack's dialog): the requester and whoever may
+        approve the run's environments may stop it; ApprovalRefused tells anyone else."""
+        run = self.store.runs.get(run_id)
+        self.check_may_steer(run, user)
+        if run.status not in bk.STOPPABLE:
+            raise ApprovalRefused(f"run `{short_id(run.id)}` is "
+                                  f"{run.status.value.replace('_', ' ')}; there is nothing to "
+                                  f"stop")
+        return self.cancel(run_id, user=user, via="stop_button")
 
     # -- helpers ----------------------------------------------------------------------------
 

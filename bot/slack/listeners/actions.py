@@ -30,6 +30,13 @@ def register(app: App, bot: Bot) -> None:
                         tell=bot.teller(body))
         ack()
 
+    @app.action(bk.ActionId.STOP)
+    def stop(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
+        run_id, user = str(action["value"]), body["user"]["id"]
+        bot.work.submit("Stop", lambda: bot.stop(run_id, user=user),
+                        tell=bot.teller(body, respond))
+        ack()
+
     @app.action(bk.ActionId.SHOW_OUTPUT)
     def show_output(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         run_id = str(action["value"])

@@ -1,0 +1,107 @@
+"""The Stop button on a run's live status message (issue 32): behind Slack's confirm dialog,
+open to the requester and the run's approvers only, it kills what runs, rolls back what
+changed and says who stopped it — asserted on the host, the record and the audit log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents.config import Config
+from agents.run.record import RunStatus
+from agents.store import Store
+from bot.slack import blocks as bk
+from tests.fixtures.builders import make_config
+from tests.fixtures.polling import wait_until
+from tests.fixtures.slack_standin import SlackStandin
+from tests.fixtures.slack_world import SlackWorld, button, start_world
+
+PLAYBOOK = """
+playbooks:
+  - name: ship
+    match: ['^deploy ship$']
+    goal: ship to staging, slowly
+    steps:
+      - {id: change, tool: change, params: {environment: staging, label: shipped,
+         script: "echo started >> LOG; sleep 60; echo finished >> LOG"}}
+    rollback:
+      - {id: undo, tool: undo, params: {environment: staging}}
+"""
+
+
+@pytest.fixture
+def slow(tmp_path: Path, store: Store, slack_standin: SlackStandin) -> Iterator[SlackWorld]:
+    config: Config = make_config(tmp_path, extra=PLAYBOOK.replace("LOG", str(tmp_path / "log.txt")))
+    world = start_world(config, store, slack_standin)
+    yield world
+    world.runtime.stop()
+
+
+def _stop_value(world: SlackWorld) -> str:
+    """The Stop button of the live status message, as the bot built it (confirm included)."""
+    def status() -> object:
+        for call in reversed(world.standin.of("chat.postMessage") + world.standin.of("chat.update")):
+            elements = [e for b in call.blocks if b.get("type") == "actions"
+                        for e in b["elements"] if e["action_id"] == bk.ActionId.STOP]
+            if elements:
+                return elements[0]
+        return None
+
+    element = world.standin.wait_for(status, what="a status message with Stop")
+    assert element["confirm"]["confirm"]["text"] == "Stop and roll back"  # Slack asks first
+    return str(element["value"])
+
+
+def test_stop_from_the_thread_kills_rolls_back_and_says_who(
+        slow: SlackWorld, tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    slow.deploy("ship", user="UALICE")
+    slow.click("approve", button(slow.plan_message(0), "approve"), user="UBOB")
+    wait_until(lambda: log.exists() and "started" in log.read_text(), what="the step to start")
+    run_id = _stop_value(slow)
+
+    slow.click(bk.ActionId.STOP, run_id, user="UMALLORY")  # neither requester nor approver
+    refusal = slow.standin.wait_for(
+        lambda: [r for r in slow.standin.responses if "only the requester" in r.get("text", "")],
+        what="the refusal")
+    assert refusal and slow.store.runs.get(run_id).status is RunStatus.RUNNING
+
+    slow.click(bk.ActionId.STOP, run_id, user="UALICE")  # the requester may
+    run = slow.wait_run(run_id)
+    assert run.status is RunStatus.CANCELLED and "cancelled by UALICE" in (run.reason or "")
+    lines = log.read_text().splitlines()
+    assert lines == ["started", "undo web-1"]  # killed mid-step: never finished, then undone
+    assert (tmp_path / "web-1" / "changes").read_text().splitlines() == ["shipped", "undo"]
+    # the click's own entry (the worker audits picking the request up too)
+    stops = [e for e in slow.store.audit.entries(run_id=run_id)
+             if e.action == "cancel_requested" and e.details.get("via") == "stop_button"]
+    assert [e.actor for e in stops] == ["UALICE"]
+    said = json.dumps([c.payload for c in slow.standin.of("chat.postMessage")])
+    assert "stopped run" in said and "UALICE" in said
+
+
+def test_a_finished_run_has_no_stop_and_a_late_click_stops_nothing(
+        slow: SlackWorld, tmp_path: Path) -> None:
+    slow.deploy("ship", user="UALICE")
+    slow.click("approve", button(slow.plan_message(0), "approve"), user="UBOB")
+    log = tmp_path / "log.txt"
+    wait_until(lambda: log.exists() and "started" in log.read_text(), what="the step to start")
+    run_id = _stop_value(slow)
+    slow.click(bk.ActionId.STOP, run_id, user="UBOB")  # an approver may stop it too
+    slow.wait_run(run_id)
+    last = slow.standin.wait_for(
+        lambda: [c for c in slow.standin.of("chat.update")
+                 if "cancelled" in json.dumps(c.blocks)], what="the final status")[-1]
+    assert not [e for b in last.blocks if b.get("type") == "actions" for e in b["elements"]
+                if e["action_id"] == bk.ActionId.STOP]
+    slow.click(bk.ActionId.STOP, run_id, user="UALICE")  # a stale button, clicked late
+    told = slow.standin.wait_for(
+        lambda: [r for r in slow.standin.responses if "nothing to stop" in r.get("text", "")],
+        what="the late click's answer")
+    assert told
+    stops = [e for e in slow.store.audit.entries(run_id=run_id)
+             if e.action == "cancel_requested" and e.details.get("via") == "stop_button"]
+    assert [e.actor for e in stops] == ["UBOB"]  # the late click stopped nothing
