@@ -222,7 +222,7 @@ class _Loader:
             for loc, refusal in refusals_in(exc):
                 located = doc or self.doc
                 self.problems.append(Problem(located.where_in_text((*where, *loc),
-                                                                    refusal.line),
+                                                                   refusal.line),
                                              str(refusal)))
             return None
 
@@ -365,7 +365,7 @@ class _PlaybookCheck:
     def _placeholders(self) -> list[tuple[Where, str]]:
         used = sorted(set(PLACEHOLDER.findall(json.dumps(
             [self.book.goal, *(s.model_dump(mode="json") for s in [*self.book.steps,
-                                                                    *self.book.rollback])]))))
+                                                                   *self.book.rollback])]))))
         out: list[tuple[Where, str]] = []
         for index, pattern in enumerate(self.book.match):
             known = set(re.compile(pattern).groupindex) | set(self.book.defaults)

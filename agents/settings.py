@@ -72,7 +72,7 @@ class Settings(BaseSettings):
         except ValidationError as exc:
             lines = [f"  {_variable(self, err['loc'])}: {err['msg']}" for err in exc.errors()]
             raise SettingsInvalid("bad environment setting(s):\n" + "\n".join(lines)
-                              + "\nfix or unset them and try again") from None
+                                  + "\nfix or unset them and try again") from None
 
     @field_validator("trace_url")
     @classmethod

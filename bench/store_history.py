@@ -276,7 +276,7 @@ def report(store: Store, services: Services, ids: list[str], bytes_per_run: floa
     window = stats(store.history.facts_since("production", time.time() - 30 * DAY),
                    environment="production", now=time.time(), days=30)
     sample = stats(store.history.recent("production", limit=HISTORY_READ), environment="production",
-                          now=time.time(), days=30)
+                   now=time.time(), days=30)
     print(f"deploy facts index: {client.zcard(store.keys.history_facts('production')):,} of "
           f"{client.zcard(store.keys.history('production')):,} production deploys")
     print(f"stats production, 30 days: {window.deploys:,} deploys ({window.per_day:.2f}/day) "

@@ -141,7 +141,7 @@ class Retention:
         the config nor the caller gives an age, or an export file unless ``dry_run``: a dry
         run only counts)."""
         age = older_than if older_than is not None else (settings.days * DAY if settings
-                                                          else None)
+                                                         else None)
         path = export or (Path(settings.export) if settings else None)
         if age is None or (path is None and not dry_run):
             needed = "--older-than" if dry_run else "--older-than and --export"
@@ -180,7 +180,7 @@ class Retention:
             report.add(self.store.trimming.finished_runs(chunk, report.cutoff, keep_plans=keep)
                        if report.dry_run else
                        self.store.trimming.trim(chunk, report.cutoff, keep_plans=keep,
-                                            export=self._export_runs))
+                                                export=self._export_runs))
         return True
 
     def _export_runs(self, records: list[RunRecord]) -> None:
@@ -207,7 +207,7 @@ class Retention:
         for env in self.store.history.environments():
             skip = 0
             while found := self.store.history.older_than(env, report.history_cutoff, skip=skip,
-                                                  limit=self.batch):
+                                                         limit=self.batch):
                 if report.deploys and self._late():
                     return False
                 if report.dry_run:
@@ -267,8 +267,8 @@ def run_exclusively(store: Store, retention: Retention, *, owner: str,
         store.locks.release_job(JOB, owner=owner)
     if report.trimmed:
         store.audit.record("retention", actor=owner, runs=sum(report.runs.values()),
-                    audit_entries=report.audit, deploys=report.deploys,
-                    export=str(report.export), complete=report.complete)
+                           audit_entries=report.audit, deploys=report.deploys,
+                           export=str(report.export), complete=report.complete)
     return report
 
 

@@ -316,7 +316,7 @@ class RedisBase:
         raise StoreError(f"{busy} is changing too fast; try again")
 
     def create_unique(self, kind: str, first_id: str, keys: Callable[[str], Sequence[str]],
-               attempt: Callable[[Pipeline, str], bool]) -> str:
+                      attempt: Callable[[Pipeline, str], bool]) -> str:
         """Create a record under ``first_id``, or under a fresh id if that one is taken.
 
         ``attempt(pipe, id)`` runs under WATCH on ``keys(id)``: it returns False, writing

@@ -50,16 +50,16 @@ class AuditLog(Part):
     """The append-only audit stream, and each run's own list of its entries."""
 
     def record(self, action: str, *, actor: str, run_id: str | None = None,
-              plan_id: str | None = None, **details: Any) -> None:
+               plan_id: str | None = None, **details: Any) -> None:
         """Append to the audit stream and, when the entry names a run, to that run's own
         list (one MULTI: both or neither), so ``--run`` reads only its entries. A list, not a
         stream: a small stream costs ~4.7 KB in Redis 7, a small list a few hundred bytes.
         Entries are never edited."""
         self.commit([self.write(action, actor=actor, run_id=run_id, plan_id=plan_id,
-                                      **details)])
+                                **details)])
 
     def write(self, action: str, *, actor: str, run_id: str | None = None,
-                    plan_id: str | None = None, **details: Any) -> Write:
+              plan_id: str | None = None, **details: Any) -> Write:
         """The writes of one audit entry, to queue in a caller's transaction (so a state
         change and its audit entry land together, or not at all)."""
         entry = {"ref": self.ids("aud"), "at": repr(self.clock()), "actor": actor,
@@ -67,7 +67,7 @@ class AuditLog(Part):
                  "details": json.dumps(details, sort_keys=True, default=str)}
         # hashed as stored: redacted now, so the store's door finds nothing left to change
         return AuditAppend(self.keys, {k: self.scrubbed(v) for k, v in entry.items()},
-                                 run_id)
+                           run_id)
 
     def verify(self) -> ChainReport:
         """The audit chain checked end to end (``chain.verify``)."""

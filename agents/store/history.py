@@ -64,7 +64,7 @@ class History(Part):
         return sorted(name.decode() for name in names)
 
     def older_than(self, environment: str, cutoff: float, *, skip: int = 0,
-                    limit: int = 500) -> list[tuple[bytes, Deploy]]:
+                   limit: int = 500) -> list[tuple[bytes, Deploy]]:
         """Up to ``limit`` deploys to ``environment`` that finished before ``cutoff``, oldest
         first after the first ``skip``, as (member, deploy) — never one of its newest
         ``KEEP_NEWEST``, whatever their age: "previous" and "roll back to" read those."""
@@ -101,7 +101,7 @@ class History(Part):
         return _DEPLOYS.validate_json(b"[" + b",".join(raws) + b"]") if raws else []
 
     def facts_since(self, environment: str,
-                           since: float) -> list[DeployFact] | list[Deploy]:
+                    since: float) -> list[DeployFact] | list[Deploy]:
         """What ``stats`` needs of every deploy since ``since``, from the small index; the
         deploys themselves when that index lacks some (history from before it existed)."""
         low = repr(since)

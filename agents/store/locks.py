@@ -30,7 +30,7 @@ class Locks(Part):
     """Environment locks (one run each), the queue of runs waiting for one, and job leases."""
 
     def acquire(self, environments: Iterable[str], *, run_id: str, worker: str,
-                      ttl: float) -> None:
+                ttl: float) -> None:
         """Take every environment's lock for ``run_id`` or none (LockHeld says who has one)."""
         envs = sorted(set(environments))
         if not envs:

@@ -95,7 +95,7 @@ class Trimming(Part):
         return Found(records, [run for _, run in runs if not finished_before(run, cutoff)])
 
     def trim(self, run_ids: list[str], cutoff: float, *, export: Export,
-                  keep_plans: Iterable[str] = ()) -> Found:
+             keep_plans: Iterable[str] = ()) -> Found:
         """Export, then delete, the runs among ``run_ids`` that finished before ``cutoff``.
 
         One transaction under WATCH on the finished runs' records and audit lists (never on

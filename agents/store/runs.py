@@ -89,7 +89,7 @@ class Runs(Part):
         if not matches:
             raise NotFound(f"no run {typed.strip()} — `deckhand runs` lists recent ones")
         shown = ", ".join(matches[:MAX_CANDIDATES]) + (", …" if len(matches) > MAX_CANDIDATES
-                                                        else "")
+                                                       else "")
         raise AmbiguousId(f"{typed.strip()} could be any of {shown}; type more of the id")
 
     def _ids_with_prefix(self, prefix: str) -> list[str]:
@@ -263,7 +263,7 @@ class Runs(Part):
         if self.replicate(f"{what} on run {run.id}"):
             return run
         return self.update(run.id, lambda r: r.meta.setdefault("unreplicated", [])
-                               .append(what))
+                           .append(what))
 
     def revise(self, run_id: str, plan: Plan, targets: PlanTargets) -> Run:
         """Bind a waiting run to a new plan version; earlier approvals no longer count."""

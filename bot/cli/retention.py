@@ -79,7 +79,7 @@ def _config(args: argparse.Namespace) -> Config | None:
         return config_for(args)
     except ConfigNotFound:
         if getattr(args, "config", None) or args.older_than is None or (args.export is None
-                                                      and not args.dry_run):
+                                                                        and not args.dry_run):
             raise
         return None
 

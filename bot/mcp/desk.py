@@ -77,9 +77,9 @@ class Desk:
         except PlanError as exc:
             return self._refused(request, requester, [str(exc)])
         self.services.store.proposals.put(plan, ttl=self.plan_ttl,
-                                    owner=_owner(requester, connection))
+                                          owner=_owner(requester, connection))
         self.services.store.audit.record("mcp_planned", actor=requester, plan_id=plan.id,
-                                  plan_hash=plan.hash, request=request)
+                                         plan_hash=plan.hash, request=request)
         targets = self.services.targets(plan)
         return PlanView(accepted=True, plan_hash=plan.hash, plan=plan,
                         environments=targets.environments, hosts=targets.hosts,
@@ -152,7 +152,7 @@ class Desk:
         if run.id != run_id:  # so was a taken run id: point the proposal at the new one
             store.proposals.rebind(plan_hash, owner, old=run_id, new=run.id)
         store.audit.record("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
-                    client=client, plan_hash=plan_hash)
+                           client=client, plan_hash=plan_hash)
         if self.poster is not None and channel:
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)

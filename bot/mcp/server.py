@@ -166,7 +166,7 @@ def _shapes(arguments: dict[str, Any]) -> dict[str, str]:
 def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
     """The MCP server for ``desk``; with ``auth``, HTTP requests need a bearer token."""
     settings = None if auth is None else AuthSettings(issuer_url=AnyHttpUrl(auth.issuer_url),
-                                                        resource_server_url=None)
+                                                      resource_server_url=None)
     server: MCPServer[Any] = DeskServer(
         desk, instructions=INSTRUCTIONS, auth=settings,
         token_verifier=None if auth is None else auth.tokens)

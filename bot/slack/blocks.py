@@ -491,7 +491,7 @@ def dry_run_blocks(plan: Plan, run: Run, unchecked: list[str],
             said = "; ".join(host.tail.splitlines()[-2:]) or host.error or step.status.value
             lines.append(f"• `{step.id}` on {escape(host.host)}: {escape(trim(said, 300))}")
     lines += [f"• {escape(line)}" for line in notes or [f"{s}: nothing to check"
-                                                         for s in unchecked]]
+                                                        for s in unchecked]]
     return _pack_lines(lines, budget=MAX_BLOCKS - 2, more_hint="(see `deckhand run --dry-run`)")
 
 

@@ -289,7 +289,7 @@ class Bot:
                 self.refresh_plan_message(run, actions=False,
                                           note=f"⏹️ {verb.capitalize()} by {bk.mention(user)}")
             self.thread_reply(run, f"⏹️ {bk.mention(user)} {verb} run `{short_id(run.id)}`"
-                                   + ("" if run.status.terminal else
+                              + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
         self.changed(run)
         return run

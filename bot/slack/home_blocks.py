@@ -74,7 +74,7 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
                       limit=MAX_RECENT, empty="You have no finished runs yet.",
                       hint="`deckhand runs`")
     blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e), data.deployed.get(e))
-                                          for e in data.environments],
+                                         for e in data.environments],
                       limit=MAX_ENVIRONMENTS, empty="No environments configured.",
                       hint="`deckhand runs`")
     blocks += _schedule_blocks(data.schedules)

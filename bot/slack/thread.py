@@ -103,7 +103,7 @@ class ThreadUpdater:
         elif event.kind is EventKind.RUN_FINISHED:
             self._queue_output(run)
             self._announce(lambda: self._reply(bk.summary_blocks(self.plan, run,
-                                                                trace_link=self.trace_link),
+                                                                 trace_link=self.trace_link),
                                                bk.outcome_text(self.plan, run), broadcast=True),
                            after_final=True)
             self._announce(lambda: self._show_outcome(run))

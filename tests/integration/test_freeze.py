@@ -80,7 +80,7 @@ def test_break_glass_needs_the_approvals_plus_one_grant(frozen_config: Config,
     assert "plus one grant from ic-ann" in services.break_glass_note(plan, "x")
     store.plans.save(plan)
     run = store.runs.create(Run.for_plan(plan, services.targets(plan),
-                                          break_glass="checkout is down"))
+                                         break_glass="checkout is down"))
     approve = {"plan_version": 1, "plan_hash": plan.hash, "policy": frozen_config.policy}
     assert store.runs.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
     with pytest.raises(ApprovalRefused, match="one break-glass grant is still needed"):
@@ -88,7 +88,7 @@ def test_break_glass_needs_the_approvals_plus_one_grant(frozen_config: Config,
     done = store.runs.approve(run.id, user="ic-ann", **approve)
     assert done.status is RunStatus.QUEUED
     assert [(a.user, a.break_glass) for a in done.approvals] == [("bob", False),
-                                                                  ("ic-ann", True)]
+                                                                 ("ic-ann", True)]
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
     done = worker.process(run.id)
     assert done is not None and done.status is RunStatus.SUCCEEDED

@@ -432,5 +432,5 @@ def test_slack_modify_to_no_environment_keeps_production_rules(world: SlackWorld
     assert "not allowed to approve" in refusal[0].payload["text"]
     world.click("approve", button(second, "approve"), user="UBOB")
     run = world.standin.wait_for(lambda: [r for r in [world.store.runs.get(run_id)]
-                                               if r.approvals] or None)[0]
+                                          if r.approvals] or None)[0]
     assert run.status is RunStatus.AWAITING_APPROVAL  # production's two approvals apply

@@ -89,12 +89,12 @@ def request(services: Services, text: str, *, by: str, glass: str | None = None)
     plan = services.make_plan(text, requested_by=by, break_glass=glass)
     services.store.plans.save(plan)
     return services.store.runs.create(Run.for_plan(plan, services.targets(plan),
-                                                  break_glass=glass))
+                                                   break_glass=glass))
 
 
 def approve(services: Services, run: Run, user: str) -> Run:
     return services.store.runs.approve(run.id, user=user, plan_version=run.plan_version,
-                                  plan_hash=run.plan_hash, policy=services.config.policy)
+                                       plan_hash=run.plan_hash, policy=services.config.policy)
 
 
 def markers(tmp_path: Path) -> dict[str, str]:

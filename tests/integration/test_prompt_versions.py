@@ -85,7 +85,7 @@ def test_plans_record_prompt_version_model_usage_and_answer(
 
 
 def test_a_seed_is_sent_and_recorded_when_set(tmp_path: Path,
-                                             openai_standin: OpenAIStandin) -> None:
+                                              openai_standin: OpenAIStandin) -> None:
     planner = _planner(_config(tmp_path), openai_standin)
     openai_standin.reply_json(_wire(planner.config))
     planner.seed = 7

@@ -147,7 +147,7 @@ def test_a_crash_while_the_replica_lags_runs_nothing_twice_after_promotion(
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
     wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
-                    timeout=40, what="the rescuer to take the run over and finish it")
+               timeout=40, what="the rescuer to take the run over and finish it")
     final = store.runs.get(run.id)
     assert _marks(tmp_path) == ["one", "undo"], final.reason  # each ran once on the host
     assert final.status is RunStatus.ROLLED_BACK, final.reason

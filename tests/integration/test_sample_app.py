@@ -116,7 +116,7 @@ def test_busy_port_gets_a_free_one_recorded_in_the_workspace(
     staging = sample_config.inventory.hosts["staging-1"]
     staging.vars["port"] = impostor  # another checkout's server holds the preferred port
     run = ConsoleFlow(services, Console(record=True), user="a").handle("deploy v2.3.1 to staging",
-                                                                      yes=True)
+                                                                       yes=True)
     assert run is not None and run.status is RunStatus.SUCCEEDED
     recorded = app_port(staging.vars)
     assert recorded != impostor

@@ -265,7 +265,7 @@ def test_read_only_request_runs_without_approval(world: SlackWorld) -> None:
                                              if "Read-only" in c.text_of_blocks()])
     assert not _actions(posted[0])  # no buttons: nothing to approve
     run = world.standin.wait_for(lambda: (r := world.store.runs.recent(limit=1)) and
-                                        r[0].status.terminal and r[0], what="the status run")
+                                 r[0].status.terminal and r[0], what="the status run")
     assert run.status is RunStatus.SUCCEEDED and run.approvals == []
     assert "queued_read_only" in [e.action for e in world.store.audit.entries(run_id=run.id)]
 

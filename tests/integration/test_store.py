@@ -201,7 +201,7 @@ def test_killed_worker_is_taken_over(tmp_path: Path, store: Store, redis_url: st
     # The first takeover attempt may come while the dead worker's lease is still alive: the
     # entry then stays pending and is taken over once the lease has run out.
     wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
-                    timeout=30, what="the rescuer to take the run over and finish it")
+               timeout=30, what="the rescuer to take the run over and finish it")
     final = store.runs.get(run.id)
     resumed = [e for e in store.audit.entries(run_id=run.id) if e.action == "resumed"]
     assert resumed and resumed[0].details["previous_worker"] == "doomed"
@@ -319,8 +319,8 @@ def test_same_flow_on_fakeredis(tmp_path: Path) -> None:
 
 
 def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_url: str,
-                                           monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
     from bot.cli import main

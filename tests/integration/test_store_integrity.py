@@ -186,7 +186,7 @@ def _queued_run(tmp_path: Path, store: Store) -> tuple[Services, Run]:
 
 
 def test_acknowledged_entries_leave_the_stream(tmp_path: Path, store: Store,
-                                              client: redis.Redis) -> None:
+                                               client: redis.Redis) -> None:
     services, run = _queued_run(tmp_path, store)
     assert store.queue.backlog() == (1, 0)
     assert Worker(services, store, name="w", options=WorkerOptions(block=0.05)).step()

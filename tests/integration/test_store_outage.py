@@ -105,7 +105,7 @@ def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
                    timeout=30, what="the 2 s lease to run out with Redis away")
         own_redis.start()
         wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
-                        what="the run's end to land in Redis")
+                   what="the run's end to land in Redis")
     finally:
         proc.terminate()
         proc.wait(30)

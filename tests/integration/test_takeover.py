@@ -75,7 +75,7 @@ def test_takeover_stops_the_dead_workers_command_before_rolling_back(
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
     wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
-                    timeout=30, what="the rescuer to take the run over")
+               timeout=30, what="the rescuer to take the run over")
     final = store.runs.get(run.id)
     assert final.status is RunStatus.ROLLED_BACK
     wait_until(lambda: _group_gone(pgid), timeout=10, what="the leftover to be gone")
@@ -111,7 +111,7 @@ def test_a_redis_outage_longer_than_the_lease_does_not_cancel_the_run(
 
 
 def test_the_reconciler_requeues_a_run_nothing_would_ever_move(tmp_path: Path,
-                                                                store: Store) -> None:
+                                                               store: Store) -> None:
     services = build_services(config_for(tmp_path), store=store)
     (tmp_path / "go").touch()
     run = submit(services, gated_plan(tmp_path))
@@ -168,7 +168,7 @@ def test_a_worker_that_lost_its_run_starts_no_command_and_says_why(
         # another worker's claim, as after an outage that outlived the lease
         redis.Redis.from_url(redis_url).set(store.keys.owner(run.id), "thief", px=60_000)
         wait_until(lambda: "lease_lost" in [e.action for e in store.audit.entries(run_id=run.id)],
-                       timeout=30, what="the worker to learn it lost the run")
+                   timeout=30, what="the worker to learn it lost the run")
     finally:
         (tmp_path / "go").touch()
         thread.join(60)

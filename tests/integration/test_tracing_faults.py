@@ -86,7 +86,7 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
     rescuer = _worker("rescuer", env, config)
     try:
         wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=60,
-                        what="the rescuer to finish the run")
+                   what="the rescuer to finish the run")
     finally:
         rescuer.send_signal(signal.SIGTERM)  # drains, then flushes its spans as it exits
         assert rescuer.wait(60) == 0

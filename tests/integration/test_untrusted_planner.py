@@ -171,7 +171,7 @@ def test_4_the_model_alone_cannot_message_the_team(
     assert [r.status for r in services.store.runs.recent()] == [RunStatus.REJECTED]
     with pytest.raises(PlanError, match="without approval"):
         services.queue_read_only(services.store.plans.get(services.store.runs.recent()[0].plan_id, 1),
-                                             user="mallory")
+                                 user="mallory")
 
 
 def test_4_status_opted_out_in_tools_yml_still_runs_at_once(

@@ -97,7 +97,7 @@ def stored(services: Services, text: str, *, by: str, glass: str | None = None) 
     plan = services.make_plan(text, requested_by=by, break_glass=glass)
     services.store.plans.save(plan)
     return services.store.runs.create(Run.for_plan(plan, services.targets(plan),
-                                                  break_glass=glass))
+                                                   break_glass=glass))
 
 
 def explained(run: Run, path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -112,7 +112,7 @@ def same_everywhere(services: Services, run: Run, path: Path,
     answer = eligibility(run, services.config.policy, now=time.time())
     with pytest.raises(ApprovalRefused) as refused:
         services.store.runs.approve(run.id, user=outsider, plan_version=run.plan_version,
-                               plan_hash=run.plan_hash, policy=services.config.policy)
+                                    plan_hash=run.plan_hash, policy=services.config.policy)
     assert str(refused.value) == answer.grant(outsider)
     status = Desk(services).run_status(run.id)
     assert (status.approvers, status.approval_rules) == (answer.who(), answer.explain())

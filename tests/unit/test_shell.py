@@ -112,7 +112,7 @@ def test_safe_contexts(template: str, contexts: list[Context]) -> None:
 
 @pytest.mark.parametrize(("template", "context"), REFUSED)
 def test_unsafe_contexts_are_refused_naming_the_context(template: str,
-                                                       context: Context) -> None:
+                                                        context: Context) -> None:
     with pytest.raises(ShellRefused) as caught:
         parse(template)
     assert caught.value.refusals[0].context is context
