@@ -7,7 +7,6 @@ says what to do; the app's error handler shows anything else.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -18,7 +17,6 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from agents.errors import ApprovalRefused
 from agents.ids import short_id
@@ -30,7 +28,7 @@ from agents.run.record import Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk
-from bot.slack.retries import patiently
+from bot.slack.retries import at_once, patiently
 from bot.slack.work import Tell, WorkQueue
 from tools.errors import DeckhandError
 
@@ -135,11 +133,9 @@ class Bot:
         """Open a modal now or say why not: a trigger expires 3 s after the click, so a 429
         is not waited out (the client's Retry-After handler would outlive it); the user is
         told through ``tell`` (the response_url, which Slack does not rate-limit)."""
-        fast = copy.copy(self.client)
-        fast.retry_handlers = [h for h in self.client.retry_handlers
-                               if not isinstance(h, RateLimitErrorRetryHandler)]
         try:
-            fast.views_open(trigger_id=trigger_id, view=view)
+            with at_once():
+                self.client.views_open(trigger_id=trigger_id, view=view)
         except SlackApiError as exc:
             if exc.response.status_code != 429:
                 raise

@@ -5,7 +5,9 @@ A 429 is retried after its Retry-After; 500/503 answers and dropped connections 
 times. Most calls give up after ``RATE_LIMITED`` rate-limited answers, so a listener never
 waits on Slack for long; a message that must land (the plan a person will approve, a run's
 final status) is sent inside ``patiently()``, which lets the same handler wait through a
-longer storm (``PATIENT``). Failures are counted by the observing handler (``observe.py``).
+longer storm (``PATIENT``); one that is useless late (opening a modal: its trigger expires
+in 3 s) is sent ``at_once()``, and a 429 is raised instead of waited out. Failures are
+counted by the observing handler (``observe.py``).
 """
 
 from __future__ import annotations
@@ -29,17 +31,27 @@ RATE_LIMITED = 5
 PATIENT = 30
 """The same, for a message that must land (see ``patiently``)."""
 
-_patient: contextvars.ContextVar[bool] = contextvars.ContextVar("slack_patient", default=False)
+_budget: contextvars.ContextVar[int] = contextvars.ContextVar("slack_budget",
+                                                              default=RATE_LIMITED)
 
 
 @contextlib.contextmanager
-def patiently() -> Iterator[None]:
-    """Calls made inside (on this thread) wait through up to ``PATIENT`` rate-limited answers."""
-    token = _patient.set(True)
+def _retrying(budget: int) -> Iterator[None]:
+    token = _budget.set(budget)
     try:
         yield
     finally:
-        _patient.reset(token)
+        _budget.reset(token)
+
+
+def patiently() -> contextlib.AbstractContextManager[None]:
+    """Calls made inside (on this thread) wait through up to ``PATIENT`` rate-limited answers."""
+    return _retrying(PATIENT)
+
+
+def at_once() -> contextlib.AbstractContextManager[None]:
+    """Calls made inside (on this thread) raise on a 429 instead of waiting it out."""
+    return _retrying(0)
 
 
 class _RateLimited(RateLimitErrorRetryHandler):
@@ -51,8 +63,7 @@ class _RateLimited(RateLimitErrorRetryHandler):
     def _can_retry(self, *, state: RetryState, request: HttpRequest,
                    response: HttpResponse | None = None, error: Exception | None = None
                    ) -> bool:
-        budget = PATIENT if _patient.get() else RATE_LIMITED
-        return state.current_attempt < budget and super()._can_retry(
+        return state.current_attempt < _budget.get() and super()._can_retry(
             state=state, request=request, response=response, error=error)
 
 
