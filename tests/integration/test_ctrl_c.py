@@ -114,13 +114,17 @@ def _assert_rolled_back_on_both(tmp_path: Path, proc: subprocess.Popen[str]) -> 
     assert not (tmp_path / "web-1.state").exists() and not (tmp_path / "web-4.state").exists()
 
 
+def _close_output_once_both_changed(tmp_path: Path, proc: subprocess.Popen[str]) -> None:
+    wait_until(lambda: (tmp_path / "web-1.state").exists()
+               and (tmp_path / "web-4.state").exists(), what="both hosts to change")
+    assert proc.stdout is not None
+    proc.stdout.close()  # tee died with the Ctrl-C: every write now fails with EPIPE
+
+
 def test_ctrl_c_with_the_output_pipe_closed_still_rolls_back(tmp_path: Path) -> None:
     proc = _piped_run(tmp_path)
     try:
-        wait_until(lambda: (tmp_path / "web-1.state").exists()
-                   and (tmp_path / "web-4.state").exists(), what="both hosts to change")
-        assert proc.stdout is not None
-        proc.stdout.close()  # tee died with the Ctrl-C: every write now fails with EPIPE
+        _close_output_once_both_changed(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
         _assert_rolled_back_on_both(tmp_path, proc)
     finally:
@@ -131,10 +135,7 @@ def test_ctrl_c_with_the_output_pipe_closed_still_rolls_back(tmp_path: Path) -> 
 def test_a_hang_up_during_the_rollback_does_not_stop_it(tmp_path: Path) -> None:
     proc = _piped_run(tmp_path)
     try:
-        wait_until(lambda: (tmp_path / "web-1.state").exists()
-                   and (tmp_path / "web-4.state").exists(), what="both hosts to change")
-        assert proc.stdout is not None
-        proc.stdout.close()
+        _close_output_once_both_changed(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGHUP)  # the operator's SSH session dropped too
         _assert_rolled_back_on_both(tmp_path, proc)

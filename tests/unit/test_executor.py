@@ -1,6 +1,8 @@
 import threading
 from pathlib import Path
 
+from agents.config import Config
+from agents.plan.model import Plan
 from agents.plan.targets import resolve
 from agents.run.record import Event, EventKind, HostResult, Phase, Run, RunStatus, StepStatus
 from tests.fixtures.builders import (
@@ -309,16 +311,21 @@ def test_a_refused_process_group_record_keeps_the_command_from_running(
     assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
 
 
-def test_a_takeover_fails_closed_on_a_running_host_with_no_process_group(
-        tmp_path: Path) -> None:
-    config = make_config(tmp_path, tools=SHELL_TOOLS.replace(
-        "    rollback: undo\n", "    rollback: undo\n    idempotent: true\n"))
+def _running_staging_change(config: Config) -> tuple[Plan, Run]:
+    """A one-step staging change with its undo, recorded as running (for a takeover)."""
     plan = make_plan([{"id": "deploy", "tool": "change",
                        "params": {"environment": "staging", "label": "x"}}],
                      rollback=[{"id": "undo", "tool": "undo",
                                 "params": {"environment": "staging"}}])
-    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
-                       status=RunStatus.RUNNING)
+    return plan, Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
+                              status=RunStatus.RUNNING)
+
+
+def test_a_takeover_fails_closed_on_a_running_host_with_no_process_group(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, tools=SHELL_TOOLS.replace(
+        "    rollback: undo\n", "    rollback: undo\n    idempotent: true\n"))
+    plan, run = _running_staging_change(config)
     for event in fan_out_events(run.id, "deploy", ["web-1"], running=["web-1"]):
         run.apply(event)
     run.steps["deploy"].hosts["web-1"].pid = None  # its process group never reached the record
@@ -332,12 +339,7 @@ def test_a_takeover_fails_closed_on_a_running_host_with_no_process_group(
 def test_a_takeover_mid_rollback_fails_closed_on_a_host_with_no_process_group(
         tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    plan = make_plan([{"id": "deploy", "tool": "change",
-                       "params": {"environment": "staging", "label": "x"}}],
-                     rollback=[{"id": "undo", "tool": "undo",
-                                "params": {"environment": "staging"}}])
-    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
-                       status=RunStatus.RUNNING)
+    plan, run = _running_staging_change(config)
     for event in [*fan_out_events(run.id, "deploy", ["web-1"]),
                   Event(kind=EventKind.STEP_FINISHED, run_id=run.id, step_id="deploy",
                         status="failed", error="boom"),
