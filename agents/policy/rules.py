@@ -114,18 +114,6 @@ class Policy(BaseModel):
         groups = list(user_groups)
         return all(r.approvers.allows(user, groups) for r in self.rules(environments))
 
-    def approvers_text(self, environments: Iterable[str]) -> str:
-        """Who can approve, for a refusal message."""
-        parts = {f"{e}: {self._approvers_of(e)}" for e in environments}
-        return "; ".join(sorted(parts)) or self.default.approvers.describe()
-
-    def _approvers_of(self, scope: str) -> str:
-        rules = self.rules([scope])
-        if len(rules) == 1:
-            return rules[0].approvers.describe()
-        named = sorted({r.approvers.describe() for r in rules} - {"anyone"})
-        return f"only someone allowed in every environment ({'; '.join(named) or 'anyone'})"
-
     def previous_stage(self, environment: str) -> str | None:
         """The environment a change must pass before ``environment``, if any."""
         if environment in self.promotion:

@@ -14,7 +14,6 @@ from typing import Any
 from agents.engine.schedule_health import flags as schedule_flags
 from agents.history.deploys import Where
 from agents.ids import short_id
-from agents.policy.approvals import approvals_needed
 from agents.policy.eligibility import eligibility
 from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, StepStatus
@@ -113,8 +112,8 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
 
 def _mine_line(run: Run, policy: Policy, now: float) -> str:
     """One of the user's own plans: what, where, how many approvals are still needed."""
-    need = approvals_needed(run, policy)
-    who = policy.approvers_text(run.scopes)
+    answer = eligibility(run, policy, now=now)  # the one answer: never names the requester
+    need, who = answer.remaining, answer.who()  # where self-approval is off
     return bk.trim(f"*{bk.shown(run.goal, 200)}* · `{short_id(run.id)}` · "
                    f"{', '.join(run.scopes) or 'local'} · waiting {_ago(run.created_at, now)}"
                    f" · needs {need} more approval{'s' if need != 1 else ''} from "
