@@ -210,12 +210,11 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
     info = plan.planner
     found: dict[str, str | int | float | None] = {
         "deckhand.plan.id": plan.id, "deckhand.plan.steps": len(plan.steps),
-        "deckhand.planner": info.name, "gen_ai.request.model": info.model,
-        "gen_ai.response.model": info.response_model, "deckhand.prompt.name": info.prompt,
-        "deckhand.prompt.version": info.prompt_version,
-        "gen_ai.usage.input_tokens": info.prompt_tokens or None,
-        "gen_ai.usage.output_tokens": info.completion_tokens or None,
+        "deckhand.planner": info.name, "deckhand.planner.model": info.model,
+        "deckhand.prompt.name": info.prompt, "deckhand.prompt.version": info.prompt_version,
         "deckhand.planner.latency_ms": info.latency_ms, "deckhand.planner.repairs": info.repairs}
+    # no gen_ai.* here: a trace view would show the plan as a model call and count its
+    # tokens twice; each model call's "chat" span carries the model, usage and messages
     return {k: v for k, v in found.items() if v is not None}
 
 

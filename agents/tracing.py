@@ -7,24 +7,42 @@ a run is kept in the plan (``planner.traceparent``) and the run record
 (``meta["traceparent"]``); whoever approves or executes it later — another replica, a
 worker in another process, a takeover — continues that trace.
 
+A worker that dies mid-run never ends its run span: each worker records its attempt's span
+(id and start) in the run record, and the worker that takes the run over emits that span,
+closed, as "worker lost", and links its own run span to it (``attempt_lost``).
+
 Nothing secret goes into a span: ids, names, counts, statuses and redacted errors only
 (never the request text, parameters or output).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 AttributeValue = str | int | float | bool | tuple[str, ...]
 Attributes = Mapping[str, AttributeValue | None]
 
 _tracer = trace.get_tracer("deckhand")
+ATTEMPT = "trace_attempt"
+"""The run record's meta key for the executing worker's run span: its ``traceparent``,
+``start`` (ns since the epoch), ``worker`` and whether it ``ended``."""
+LOST = "worker lost"
+_reuse: ContextVar[int | None] = ContextVar("deckhand_span_id", default=None)
+
+
+def reused_span_id() -> int | None:
+    """The span id the span being started must have (an id generator at the edge asks):
+    set only while a dead worker's span is re-emitted under the id it was recorded with."""
+    return _reuse.get()
 
 
 def current_traceparent() -> str | None:
@@ -56,19 +74,25 @@ def context_of(traceparent: str | None) -> otel_context.Context | None:
     return extract({"traceparent": traceparent}) if traceparent else None
 
 
+def _off() -> bool:
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 @contextmanager
 def span(name: str, attributes: Attributes | None = None, *,
-         parent: otel_context.Context | None = None) -> Iterator[Span]:
-    """A span named ``name``, current inside the block, under ``parent`` if given.
+         parent: otel_context.Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
+         links: Sequence[SpanContext] = ()) -> Iterator[Span]:
+    """A span named ``name``, current inside the block, under ``parent`` if given, linked
+    to the spans of ``links``.
 
     An exception marks it as an error (its type only: messages may hold secrets).
     """
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if _off():
         yield trace.INVALID_SPAN  # off: skip the no-op span's context switch (~10 µs)
         return
     clean = {k: v for k, v in (attributes or {}).items() if v is not None}
-    with _tracer.start_as_current_span(name, context=parent, attributes=clean,
-                                       record_exception=False,
+    with _tracer.start_as_current_span(name, context=parent, kind=kind, attributes=clean,
+                                       links=[Link(c) for c in links], record_exception=False,
                                        set_status_on_exception=False) as current:
         try:
             yield current
@@ -81,3 +105,57 @@ def finish(current: Span, *, ok: bool, **attributes: AttributeValue | None) -> N
     """Record how a span's work ended."""
     current.set_attributes({k: v for k, v in attributes.items() if v is not None})
     current.set_status(Status(StatusCode.OK if ok else StatusCode.ERROR))
+
+
+def failed(current: Span, why: str) -> None:
+    """Mark a span's work as failed, saying why (redacted: descriptions are exported)."""
+    current.set_status(Status(StatusCode.ERROR, why))
+
+
+# -- attempts: one run span per worker that executed the run --------------------------------
+
+
+def attempt_started(meta: MutableMapping[str, Any], current: Span, *, worker: str | None
+                    ) -> None:
+    """Record in a run's ``meta`` the run span this worker now executes it under (written
+    with the run's first event), so a worker taking the run over can end it."""
+    found = current.get_span_context()
+    if not found.is_valid:
+        return
+    meta[ATTEMPT] = {"traceparent": _traceparent(found), "start": time.time_ns(),
+                     "worker": worker, "ended": False}  # every key: see keep_others_meta
+
+
+def attempt_ended(meta: MutableMapping[str, Any]) -> None:
+    """The recorded attempt ends with this event (its worker ends its span itself)."""
+    if isinstance(meta.get(ATTEMPT), dict):
+        meta[ATTEMPT]["ended"] = True
+
+
+def attempt_lost(meta: Mapping[str, Any], *, parent: otel_context.Context | None,
+                 run_id: str) -> SpanContext | None:
+    """The run span of a worker that died mid-run (recorded, never ended), emitted now
+    under its recorded id and start, ending now with status ERROR "worker lost"; its
+    context, to link the taking-over worker's span to. None if there is none."""
+    recorded = meta.get(ATTEMPT)
+    if _off() or not isinstance(recorded, dict) or recorded.get("ended"):
+        return None
+    context = trace.get_current_span(context_of(recorded.get("traceparent"))).get_span_context()
+    if not context.is_valid or not isinstance(recorded.get("start"), int):
+        return None
+    token = _reuse.set(context.span_id)
+    try:
+        lost = _tracer.start_span("deckhand.run", context=parent, start_time=recorded["start"],
+                                  attributes={"deckhand.run.id": run_id,
+                                              "deckhand.worker": recorded.get("worker") or "",
+                                              "deckhand.run.status": "worker_lost"})
+    finally:
+        _reuse.reset(token)
+    lost.set_status(Status(StatusCode.ERROR, LOST))
+    lost.end(max(time.time_ns(), recorded["start"]))
+    # the span as emitted: its recorded id where the edge's id generator honours it
+    return lost.get_span_context()
+
+
+def _traceparent(found: SpanContext) -> str:
+    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"

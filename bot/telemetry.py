@@ -25,8 +25,10 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, Status
 
+from agents.tracing import reused_span_id
 from tools.redact import active, redact_data
 
 log = logging.getLogger("deckhand.telemetry")
@@ -59,7 +61,8 @@ def configure_tracing(service: str = "deckhand") -> bool:
     from bot.telemetry_exporter import WarnOnce
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service)})
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # see shutdown
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False,  # see shutdown
+                              id_generator=ReusingIdGenerator())
     timeout = None if _timeout_set() else EXPORT_TIMEOUT
     exporter = WarnOnce(RedactingSpanExporter(OTLPSpanExporter(timeout=timeout)),
                         endpoint=_endpoint())
@@ -98,6 +101,15 @@ def _wanted() -> bool:
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
     return any(os.environ.get(name) for name in ENDPOINTS)
+
+
+class ReusingIdGenerator(RandomIdGenerator):
+    """Random ids, except for the one span ``agents.tracing`` asks to have a given id: a
+    dead worker's run span, emitted by the worker taking the run over under the id its
+    children and the run record already name."""
+
+    def generate_span_id(self) -> int:
+        return reused_span_id() or super().generate_span_id()
 
 
 class RedactingSpanExporter(SpanExporter):

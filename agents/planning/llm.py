@@ -36,6 +36,7 @@ from typing import Any, TypeVar, cast
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ValidationError
 
 from agents import tracing
@@ -285,7 +286,8 @@ class LLMPlanner:
                 "gen_ai.request.max_tokens": self.max_tokens, "gen_ai.request.seed": self.seed,
                 "deckhand.prompt.name": usage.prompt,
                 "deckhand.prompt.version": usage.prompt_version,
-                "deckhand.planner.attempt": attempt}) as span:
+                "deckhand.planner.attempt": attempt},
+                kind=SpanKind.CLIENT) as span:  # semconv: a call to a remote model
             completion = self._complete(messages, answer)
             usage.add(completion)
             tracing.finish(span, ok=True, **_completion_attributes(completion, self.redact))

@@ -109,17 +109,32 @@ class Executor:
                                [*self.listeners, *listeners], durable or _nothing_to_wait_for,
                                may_start or _nothing_to_wait_for)
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
+        lost = tracing.attempt_lost(run.meta, parent=parent, run_id=run.id)  # a dead worker's
         with tracing.span("deckhand.run", {
                 "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
                 "deckhand.plan.version": plan.version, "deckhand.worker": run.worker,
                 "deckhand.run.taken_over_from": run.meta.get("previous_worker"),
                 "deckhand.run.environments": ",".join(run.environments)},
-                parent=parent) as span:
+                parent=parent, links=[lost] if lost else ()) as span:
+            tracing.attempt_started(run.meta, span, worker=run.worker)
             final = execution.go()
             tracing.finish(span, ok=final.status is RunStatus.SUCCEEDED,
                            **{"deckhand.run.status": final.status.value,
                               "deckhand.run.hosts_changed": len(final.changed_hosts)})
+            if final.status is not RunStatus.SUCCEEDED:
+                tracing.failed(span, self._why(final))
         return final
+
+    def _why(self, run: Run) -> str:
+        """A run span's error description: how the run ended and why, redacted, bounded."""
+        reason = self.deps.redact(run.reason or "")[:200]
+        return f"{run.status.value}: {reason}" if reason else run.status.value
+
+
+def _step_span_name(step: Step | RollbackStep, phase: Phase) -> str:
+    """"step deploy_web (deploy)", "rollback undo_web (rollback)": what a trace view lists."""
+    kind = "rollback" if phase is Phase.ROLLBACK else "step"
+    return f"{kind} {step.id} ({step.tool})"
 
 
 @dataclass
@@ -160,6 +175,7 @@ class _Execution:
             self.stop_reason = f"not started, nothing to roll back: {self.stop_reason}"
         elif self.stop_reason:
             final = self._rollback()
+        tracing.attempt_ended(self.run.meta)  # recorded with the event: this span is ended
         self.emit(EventKind.RUN_FINISHED, status=final.value, error=self.stop_reason)
         return self.run
 
@@ -205,6 +221,8 @@ class _Execution:
         if revised is None:
             return "done"
         approval = self.deps.needs_approval(self.plan, revised)
+        if approval:  # this execution ends here; the approved revision is a new attempt
+            tracing.attempt_ended(self.run.meta)
         self.emit(EventKind.REPLANNED, plan=revised.model_dump(mode="json"),
                   plan_hash=revised.hash, status="needs_approval" if approval else "continue",
                   error=self.stop_reason)
@@ -332,12 +350,11 @@ class _Execution:
 
     def _run_step(self, step: Step | RollbackStep, phase: Phase, token: CancelToken) -> bool:
         """Run one step on all its hosts; emits its STEP_FINISHED and returns success."""
-        with tracing.span("deckhand.step", {"deckhand.step.id": step.id,
-                                            "deckhand.tool": step.tool,
-                                            "deckhand.phase": phase.value,
-                                            # GenAI conventions: a step is a tool the plan runs
-                                            "gen_ai.operation.name": "execute_tool",
-                                            "gen_ai.tool.name": step.tool}) as span:
+        with tracing.span(_step_span_name(step, phase), {
+                "deckhand.step.id": step.id, "deckhand.tool": step.tool,
+                "deckhand.phase": phase.value,
+                # GenAI conventions: a step is a tool the plan runs
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": step.tool}) as span:
             try:
                 status, error, outputs = self._attempt_step(step, phase, token)
             except DeckhandError as exc:

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.prompt import Prompt
 from rich.text import Text
 
+from agents import tracing
 from agents.engine.worker import Worker
 from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid
 from agents.ids import short_id
@@ -310,6 +311,9 @@ class ConsoleFlow:
             self.console.print(f"Run {shown} was picked up by worker {final.worker}; follow it "
                                f"with `deckhand runs show {shown}`.")
         self.console.print(summary(plan, final))
+        found = tracing.reference(final.meta.get("traceparent"), self.services.settings.trace_url)
+        if found:  # as `runs show` and Slack's summary say it
+            self.console.print(f"trace: {found}", highlight=False, soft_wrap=True)
         ok = final.status is RunStatus.SUCCEEDED
         self.exit_code = ExitCode.SUCCEEDED if ok else ExitCode.FAILED
         return final
