@@ -65,8 +65,8 @@ def main() -> None:
         on = per_step(executor, args.reps)
         on_span = span_cost(SPAN_CALLS_ON)
         telemetry.shutdown()  # flushes what is queued
-        wait_until(lambda: receiver.named("deckhand.step"), timeout=10)
-        steps_traced = len(receiver.named("deckhand.step"))
+        wait_until(lambda: receiver.starting("step "), timeout=10)
+        steps_traced = len(receiver.starting("step "))
         spans_per_step = (len(receiver.spans) - SPAN_CALLS_ON) / max(steps_traced, 1)
     receiver.shutdown()
     print(f"bare subprocess `true`:       {bare * 1000:.3f} ms median")

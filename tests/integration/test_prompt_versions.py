@@ -315,6 +315,9 @@ def test_each_model_call_is_a_genai_span_naming_the_prompt_version(
     (plan,) = otlp.named("deckhand.plan")
     assert call.parent_id == plan.span_id
     assert plan.attributes["deckhand.prompt.version"] == provenance["prompt_version"]
+    assert plan.attributes["deckhand.planner.model"] == "standin-model"
+    assert not [k for k in plan.attributes if k.startswith("gen_ai.")]  # the call has them
+    assert call.kind == 3 and plan.kind == 1  # CLIENT: a call to a remote model
     attributes = call.attributes
     assert attributes["deckhand.prompt.name"] == "plan"
     assert attributes["deckhand.prompt.version"] == provenance["prompt_version"]

@@ -44,16 +44,20 @@ def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store:
     approvals = otlp.named("deckhand.approval")
     assert [a.attributes["deckhand.approver"] for a in approvals] == ["alice", "bob"]
     assert {a.trace_id for a in approvals} == {plan.trace_id}
-    steps = otlp.named("deckhand.step")
+    steps = otlp.starting("step ")
     assert len(steps) == 8 and {s.parent_id for s in steps} == {executed.span_id}
-    assert all(s.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert all(s.name == f"step {s.attributes['deckhand.step.id']} "
+                         f"({s.attributes['deckhand.tool']})"
+               and s.attributes["gen_ai.operation.name"] == "execute_tool"
                and s.attributes["gen_ai.tool.name"] == s.attributes["deckhand.tool"]
                for s in steps)
+    assert "step deploy_production (deploy)" in {s.name for s in steps}
     deploy = next(s for s in steps if s.attributes["deckhand.step.id"] == "deploy_production")
     hosts = [h for h in otlp.named("deckhand.host") if h.parent_id == deploy.span_id]
     assert sorted(h.attributes["deckhand.host"] for h in hosts) == ["prod-1", "prod-2"]
     assert executed.attributes["deckhand.run.status"] == "succeeded" and executed.status == 1
     assert plan.attributes["deckhand.planner"] == "playbook deploy"
+    assert not [k for k in plan.attributes if k.startswith("gen_ai.")]  # not a model call
     assert {s.service for s in otlp.spans} == {"deckhand-test"}
     assert all(k.startswith(ALLOWED) for s in otlp.spans for k in s.attributes)
     shown = _cli(["runs", "show", run.id, *config],
@@ -66,3 +70,21 @@ def test_tracing_is_off_without_an_endpoint(sample_config: Config, otlp: Receive
     env["PYTHONPATH"] = str(ROOT)
     done = _cli(["run", "status production", "--config", str(sample_config.path)], env)
     assert done.returncode == 0 and otlp.spans == []
+
+
+def test_the_terminal_summary_names_the_trace_and_a_failed_run_says_why(
+        sample_config: Config, redis_url: str, store: Store, otlp: Receiver) -> None:
+    env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "PYTHONPATH": str(ROOT), "DECKHAND_TRACE_URL": "https://ui.example/t/{trace_id}"}
+    done = _cli(["run", "deploy v2.4.0-broken", "--yes", "--confirm", "production", "--user",
+                 "alice", "--config", str(sample_config.path)], env)
+    assert done.returncode != 0, done.stdout + done.stderr
+    (run,) = store.runs.recent()
+    assert run.status.value == "rolled_back"
+
+    (executed,) = wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")
+    assert f"trace: https://ui.example/t/{executed.trace_id}\n" in done.stdout, done.stdout
+    assert executed.status == 2 and executed.status_message.startswith("rolled_back: ")
+    assert run.reason and run.reason[:40] in executed.status_message
+    names = {s.name for s in otlp.spans}
+    assert {"step deploy_staging (deploy)", "rollback rollback_staging (rollback)"} <= names

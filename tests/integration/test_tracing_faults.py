@@ -1,8 +1,10 @@
-"""Tracing under faults: a worker SIGKILLed mid-command, and the worker that takes the run
-over continues the same trace; nothing secret reaches the exported data."""
+"""Tracing under faults: a worker SIGKILLed mid-command over SSH, and the worker that takes
+the run over continues the same trace, emitting the dead worker's run span (closed, "worker
+lost") and linking its own to it; nothing secret reaches the exported data."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,14 +14,16 @@ from pathlib import Path
 from agents.store import Store
 from tests.fixtures.otlp import Receiver
 from tests.fixtures.polling import wait_until
+from tests.fixtures.sshd import SSHFleet
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-zq81"  # in the config's secrets, the request, a parameter and the output
 CONFIG = f"""
 secrets: ["{SECRET}"]
 inventory:
+  known_hosts: KNOWN_HOSTS
   hosts:
-    web-1: {{connection: local}}
+    web-1: WEB_1
   environments:
     staging: {{hosts: [web-1]}}
 policy:
@@ -64,10 +68,12 @@ def _worker(name: str, env: dict[str, str], config: Path) -> subprocess.Popen[by
                             stderr=subprocess.DEVNULL)
 
 
-def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
-        tmp_path: Path, store: Store, redis_url: str, otlp: Receiver) -> None:
+def test_a_taken_over_run_is_one_trace_showing_both_attempts_and_no_secret(
+        tmp_path: Path, store: Store, redis_url: str, otlp: Receiver,
+        sshd_hosts: SSHFleet) -> None:
     config = tmp_path / "deckhand.yml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.replace("KNOWN_HOSTS", json.dumps(str(sshd_hosts.known_hosts)))
+                      .replace("WEB_1", json.dumps(sshd_hosts.inventory_host("staging-1"))))
     env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
            "OTEL_SERVICE_NAME": "deckhand-test", "PYTHONPATH": str(ROOT)}
     planned = _cli(["run", f"change staging {SECRET}", "--yes", "--user", "alice",
@@ -83,6 +89,8 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
     finally:
         doomed.send_signal(signal.SIGKILL)
         doomed.wait()
+    recorded = store.runs.get(run.id).meta["trace_attempt"]  # what the dead worker left
+    assert recorded["worker"] == "doomed" and not recorded["ended"]
     rescuer = _worker("rescuer", env, config)
     try:
         wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=60,
@@ -90,17 +98,30 @@ def test_a_taken_over_run_stays_one_trace_and_no_secret_is_exported(
     finally:
         rescuer.send_signal(signal.SIGTERM)  # drains, then flushes its spans as it exits
         assert rescuer.wait(60) == 0
+    final = store.runs.get(run.id)
+    assert final.status.value == "succeeded"
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["changed"]  # on the host, once
+    assert final.meta["trace_attempt"]["worker"] == "rescuer" and final.meta["trace_attempt"][
+        "ended"]
 
-    wait_until(lambda: otlp.named("deckhand.run"), what="the rescuer's run span")
+    wait_until(lambda: len(otlp.named("deckhand.run")) == 2, what="both attempts' run spans")
     (plan,) = otlp.named("deckhand.plan")
-    (taken,) = otlp.named("deckhand.run")  # the dead worker's span never ended: never sent
-    assert taken.attributes["deckhand.worker"] == "rescuer"
+    by_worker = {s.attributes["deckhand.worker"]: s for s in otlp.named("deckhand.run")}
+    lost, taken = by_worker["doomed"], by_worker["rescuer"]
+    # the dead worker's span, under the id it recorded, closed when the run was taken over
+    assert (lost.trace_id, lost.span_id) == tuple(recorded["traceparent"].split("-")[1:3])
+    assert lost.parent_id == plan.span_id and lost.start == recorded["start"]
+    assert lost.status == 2 and lost.status_message == "worker lost"
+    assert lost.start < lost.end <= taken.start
+    assert taken.links == [(plan.trace_id, lost.span_id)]  # the takeover, as a link
     assert taken.attributes["deckhand.run.taken_over_from"] == "doomed"
     assert taken.trace_id == plan.trace_id and taken.parent_id == plan.span_id
-    assert {s.trace_id for s in otlp.named("deckhand.step")} == {plan.trace_id}
-    assert any(b"deckhand.step" in body for body in otlp.bodies)  # the search can find
+    assert taken.status == 1
+    steps = otlp.named("step change (change)")
+    assert steps and {(s.trace_id, s.parent_id) for s in steps} <= {
+        (plan.trace_id, lost.span_id), (plan.trace_id, taken.span_id)}
+    assert any(b"step change" in body for body in otlp.bodies)  # the search can find
     assert all(SECRET.encode() not in body for body in otlp.bodies)
-    assert store.runs.get(run.id).status.value == "succeeded"
 
 
 def test_a_tracing_backend_that_is_down_is_one_warning_and_no_retry_lines(
