@@ -41,7 +41,8 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         embedded_store_note()
     services = services_for(args)
     try:
-        answer, title = _answer(args, services)
+        answer, title, environments = _answer(args, services)
+        counts = _counts(services, environments, args.user) if args.user else []
     finally:
         services.close()
     console.print(title, markup=False, highlight=False, soft_wrap=True)
@@ -53,18 +54,33 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         verdict = f"yes ({kind})" if isinstance(grant, Grant) else f"no: {grant}"
         console.print(f"{args.user} may approve: {verdict}", markup=False, highlight=False,
                       soft_wrap=True)
+    for line in counts:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
-def _answer(args: argparse.Namespace, services: Services) -> tuple[Eligibility, str]:
+def _counts(services: Services, environments: list[str], user: str) -> list[str]:
+    """How many runs ``user`` approved lately where ``policy.limits`` counts them (the
+    store's count, the one the approval is checked against)."""
+    limits = services.config.policy.limits
+    capped = [(env, limits[env].runs_per_hour) for env in environments if env in limits]
+    return [f"{user} approved {len(services.store.limits.recent(env, user))} {env} run(s) in "
+            f"the last hour (limit {cap})" for env, cap in capped if cap is not None]
+
+
+def _answer(args: argparse.Namespace, services: Services
+            ) -> tuple[Eligibility, str, list[str]]:
+    """The answer, its title, and the environments it is about."""
     policy, now = services.config.policy, services.clock()
     if args.run_id is not None:
         run = services.store.runs.find(args.run_id)
         return (eligibility(run, policy, now=now),
-                f"run {run.id} ({run.status.value}), requested by {run.requested_by}:")
+                f"run {run.id} ({run.status.value}), requested by {run.requested_by}:",
+                run.environments)
     plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
     subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
-    return eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):"
+    return (eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):",
+            subject.environments)
 
 
 def _read_plan(path: Path, *, requested_by: str) -> Plan:
