@@ -1,6 +1,7 @@
 """``deckhand policy explain RUN|--plan FILE``: who may approve, how many are still needed,
 and which rule of which environment, host or freeze says so — the answer Slack, the App
-Home and MCP give, from ``agents.policy.eligibility``."""
+Home and MCP give, from ``agents.policy.eligibility``. ``deckhand policy diff OLD NEW``:
+what a config change would change for each environment (``agents.policy.diff``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from agents.config import Config, load_config
 from agents.errors import PlanError
 from agents.plan.model import Plan
+from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
 from agents.services import Services
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import DEFAULT_NAME, Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.history import add_json_arg
+from bot.cli.json_views import policy_diff_json
+from bot.cli.run_views import print_json
+from tools.errors import ConfigError, DeckhandError
 
 
 def register(commands: Commands) -> None:
@@ -32,6 +39,35 @@ def register(commands: Commands) -> None:
     explain.add_argument("--user", metavar="USER", help="also say whether USER may approve")
     add_config_arg(explain)
     explain.set_defaults(handler=_explain)
+    diff = sub.add_parser("diff", help="what changing config OLD into NEW would change for "
+                          "each environment (exit 0: nothing, 1: changes, 2: invalid config)")
+    diff.add_argument("old", type=Path, metavar="OLD", help="config file (or its directory)")
+    diff.add_argument("new", type=Path, metavar="NEW", help="config file (or its directory)")
+    add_json_arg(diff)
+    diff.set_defaults(handler=_diff)
+
+
+def _diff(args: argparse.Namespace, console: Console) -> int:
+    old, new = _load(args.old, "OLD"), _load(args.new, "NEW")
+    found = policy_diff((old.policy, old.inventory), (new.policy, new.inventory))
+    if args.json:
+        print_json(policy_diff_json(found))
+    else:
+        for line in found.lines() or [f"no policy change between {old.path} and {new.path}"]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return 1 if found.changed else 0
+
+
+def _load(path: Path, name: str) -> Config:
+    """The config at ``path`` (a directory: its deckhand.yml); one line (exit 2)
+    naming the file and field of the first problem otherwise."""
+    file = path / DEFAULT_NAME if path.is_dir() else path
+    try:
+        return load_config(file)
+    except ConfigError as exc:
+        first, more = exc.problems[0], len(exc.problems) - 1
+        also = f" (and {more} more: `deckhand check {file}` lists them)" if more else ""
+        raise DeckhandError(f"{name} is not a valid config: {first}{also}") from exc
 
 
 def _explain(args: argparse.Namespace, console: Console) -> int:
