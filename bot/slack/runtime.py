@@ -9,6 +9,8 @@ from typing import Any
 from slack_sdk import WebClient
 
 from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
+from agents.run.executor import Listener
+from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
 from bot.metrics import Metrics
@@ -50,12 +52,20 @@ class BotRuntime:
         self._server: Any = None
         self.metrics_server: Any = None
 
+    def adopt(self, fresh: Services) -> None:
+        """Services a config reload built get what this runtime added to the first ones."""
+        fresh.planner = self.metrics.observe_planner(fresh.planner)
+
     def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
         client, store = self.bot.client, self.services.store
-        return [thread_listener_factory(client, store, interval=update_interval,
-                                        policy=self.services.config.policy,
-                                        trace_link=self.services.settings.trace_url),
+
+        def thread(run: Run) -> Listener | None:  # the policy of when the run starts (reloads)
+            return thread_listener_factory(client, store, interval=update_interval,
+                                           policy=self.services.config.policy,
+                                           trace_link=self.services.settings.trace_url)(run)
+
+        return [thread,
                 timeline_listener_factory(client, store, outcome=self.metrics.timeline_uploaded),
                 change_listener_factory(self.bot.changed),
                 self.metrics.run_listener_factory(store)]
