@@ -10,6 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +23,11 @@ from agents.config import load_config
 from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import AuditEntry, Store
+from bot.slack import blocks as bk
 from tests.fixtures.polling import wait_until
+from tests.fixtures.sample import free_port
+from tests.fixtures.slack_standin import Signer, SlackStandin
+from tests.fixtures.slack_world import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,3 +168,79 @@ def test_worker_reloads_on_sighup_and_keeps_its_rule_when_the_file_is_invalid(
     assert ended(store, third.id).status is RunStatus.CANCELLED  # the freeze is still in force
     assert versions.read_text().split() == ["v1.0.0"]
     assert proc.poll() is None  # still serving
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return int(reply.status)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def _click(signer: Signer, run: Run, *, user: str) -> None:
+    status, _, _ = signer.interaction({
+        "type": "block_actions", "user": {"id": user, "username": user}, "team": {"id": "T1"},
+        "api_app_id": "A1", "trigger_id": f"trig-{time.time_ns()}",
+        "channel": {"id": "CDEPLOY"}, "container": {"type": "message"},
+        "response_url": "", "actions": [{"type": "button", "action_id": bk.ActionId.APPROVE,
+                                         "block_id": "b", "value": bk.button_value(run),
+                                         "action_ts": str(time.time())}]})
+    assert status == 200
+
+
+def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
+        config_file: Path, redis_url: str, store: Store, slack_standin: SlackStandin,
+        tmp_path: Path) -> None:
+    config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]", "users: [UBOB]"))
+    services = build_services(load_config(config_file), store=store)
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT),
+           "SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": SECRET,
+           "SLACK_API_URL": f"{slack_standin.url}/api/"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "serve", "--http", "--host", "127.0.0.1",
+             "--port", str(port), "--workers", "0", "--metrics-port", "0",
+             "--config", str(config_file)], env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=ROOT)
+    try:
+        wait_until(lambda: _get(f"http://127.0.0.1:{port}/healthz") == 200, timeout=60,
+                   what="serve to answer /healthz")
+        signer = Signer(SECRET, f"http://127.0.0.1:{port}/slack/events")
+        config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]",
+                                                               "users: [UCAROL]"))
+        proc.send_signal(signal.SIGHUP)
+        entry = audited(store, "config_reloaded")
+        assert entry.actor.startswith("serve ")
+        assert entry.details["diff"][0] == (
+            "staging: changed (who may approve: staging: <@UBOB> → staging: <@UCAROL>; "
+            "approvers by name: added UCAROL; removed UBOB)")
+
+        waiting = _waiting(services, "staging v1.0.0")
+        _click(signer, waiting, user="UBOB")  # the rule it started with; no longer in force
+        said = slack_standin.wait_for(lambda: [c for c in slack_standin.of(
+            "chat.postEphemeral") if "Not approved" in str(c.payload.get("text"))],
+            what="the refusal")
+        assert "UCAROL" in str(said[0].payload["text"])
+        assert store.runs.get(waiting.id).approvals == []
+        _click(signer, waiting, user="UCAROL")
+        wait_until(lambda: store.runs.get(waiting.id).status is RunStatus.QUEUED,
+                   what="UCAROL's approval to queue the run")
+
+        config_file.write_text(invalid_config())
+        proc.send_signal(signal.SIGHUP)
+        assert audited(store, "config_reload_refused").actor.startswith("serve ")
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _waiting(services: Services, text: str) -> Run:
+    plan = services.make_plan(text, requested_by="UALICE")
+    services.store.plans.save(plan)
+    return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
