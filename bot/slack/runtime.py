@@ -18,6 +18,7 @@ from bot.slack.app import build_app
 from bot.slack.home import change_listener_factory
 from bot.slack.http import HttpLimits, Router, serve_http
 from bot.slack.observe import observe_slack
+from bot.slack.redacting import RedactingWebClient
 from bot.slack.thread import thread_listener_factory
 from bot.slack.timeline_upload import timeline_listener_factory
 
@@ -53,8 +54,14 @@ class BotRuntime:
         self.metrics_server: Any = None
 
     def adopt(self, fresh: Services) -> None:
-        """Services a config reload built get what this runtime added to the first ones."""
+        """Services a config reload built get what this runtime added to the first ones;
+        Slack's door then redacts the new config's secrets as well as the old ones (a run
+        still executing may print one the new file no longer lists)."""
         fresh.planner = self.metrics.observe_planner(fresh.planner)
+        client = self.bot.client
+        if isinstance(client, RedactingWebClient):
+            before, after = client.redact, fresh.redact
+            client.redact = lambda text: after(before(text))
 
     def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
