@@ -26,7 +26,8 @@ from tools.errors import ConfigError, DeckhandError
 
 
 def register(commands: Commands) -> None:
-    parser = commands.add_parser("policy", help="explain who may approve a run or a plan")
+    parser = commands.add_parser("policy", help="explain who may approve a run or a plan; diff "
+                                 "two configs' policies")
     sub = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
     explain = sub.add_parser("explain", help="who may approve RUN (or --plan FILE), how many "
                              "approvals are still needed, and which rule says so")
