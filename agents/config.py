@@ -291,6 +291,8 @@ def _policy_problems(policy: Policy, inventory: Inventory) -> list[tuple[Where, 
             out.append((("promotion", index), _unknown_in_policy(name, aliases, hint)))
         elif name in policy.promotion[:index]:
             out.append((("promotion", index), f"{name!r} is listed twice"))
+    out += [(("limits", name), _unknown_in_policy(name, aliases, hint))
+            for name in policy.limits if name not in known]  # a typo here limits nothing
     for index, window in enumerate(policy.freeze):  # a typo here freezes nothing
         out += [(("freeze", index, "environments", i), f"unknown environment {name!r} {hint}")
                 for i, name in enumerate(window.environments) if name not in known]

@@ -20,6 +20,7 @@ Extends the tree in ``tools.errors``:
         ├── ProposalTampered           a remembered plan no longer matches its hash
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
+        │   └── LimitReached           over a blast-radius limit (policy.limits)
         ├── LockHeld                   the environment is locked by another run
         └── StoreUnavailable           Redis cannot be reached; nothing was written
 """
@@ -123,6 +124,10 @@ class IllegalTransition(StoreError):
 
 class ApprovalRefused(StoreError):
     """This approval is not accepted (who, which version, or when)."""
+
+
+class LimitReached(ApprovalRefused):
+    """The approver has approved as many runs of an environment this hour as policy allows."""
 
 
 class LockHeld(StoreError):

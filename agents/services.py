@@ -202,6 +202,17 @@ class Services:
         except StoreError as exc:
             log.error("run %s: could not record deployment history (%s)", run.id, exc)
 
+    def swap(self, fresh: Services) -> None:
+        """Take ``fresh``'s config and everything built from it (planner, executor, runners,
+        redactor) in one step, so no reader sees one config's planner with another's rules:
+        a single dict update is one operation under the GIL (plain str keys). What already
+        holds the old executor — a run executing — keeps it, with its catalog, inventory and
+        runners; the old runners are not closed under it (idle connections close by
+        themselves, ``RunnerPool``'s reaper)."""
+        self.__dict__.update(config=fresh.config, planner=fresh.planner,
+                             executor=fresh.executor, runners=fresh.runners,
+                             redact=fresh.redact)
+
     def close(self) -> None:
         self.runners.close()
 

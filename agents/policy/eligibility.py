@@ -19,6 +19,8 @@ from typing import Protocol
 
 from agents.plan.targets import PlanTargets
 from agents.policy.freeze import Frozen, frozen
+from agents.policy.limits import explain as explain_limits
+from agents.policy.limits import hosts_problem
 from agents.policy.rules import UNSCOPED, Approvers, EnvPolicy, Policy
 from tools.inventory import Inventory
 
@@ -79,6 +81,10 @@ class Eligibility:
     """The break-glass granters, when the subject is a break-glass run."""
     glass_granted: bool
     freeze: Frozen | None
+    over_limit: str | None = None
+    """Why the subject is over a blast-radius limit nobody's approval lifts (hosts per run)."""
+    limits: tuple[str, ...] = ()
+    """The ``policy.limits`` that apply, described (the per-person count is the store's)."""
 
     @property
     def needed(self) -> int:
@@ -118,6 +124,8 @@ class Eligibility:
         env_ok, glass_ok = self.allows(user, groups), self.may_grant_glass(user, groups)
         if self.blocked:
             return self.blocked
+        if self.over_limit:
+            return self.over_limit
         if not env_ok and not glass_ok:
             return f"you are not allowed to approve this plan. Who can: {self.who()}"
         if self.excludes(user):
@@ -193,6 +201,9 @@ class Eligibility:
             state = "given" if self.glass_granted else "needed"
             out.append(f"break-glass: one grant from {self.glass_who()} ({state}), on top of "
                        f"the approvals above")
+        out += list(self.limits)
+        if self.over_limit:
+            out.append(f"refused: {self.over_limit}")
         glass = f", and the break-glass grant from {self.glass_who()}" if self.glass_needed \
             else ""
         out.append(f"still needed: {self.needed} approval(s) from {self.who()}{glass}")
@@ -235,7 +246,9 @@ def eligibility(subject: Subject, policy: Policy, *, now: float | None = None) -
         break_glass=(Approvers(users=policy.break_glass.users, groups=policy.break_glass.groups)
                      if subject.break_glass else None),
         glass_granted=bool(subject.break_glass) and any(a.break_glass for a in approvals),
-        freeze=frozen(policy.freeze, subject.environments, moment))
+        freeze=frozen(policy.freeze, subject.environments, moment),
+        over_limit=hosts_problem(policy.limits, subject.reach),
+        limits=tuple(explain_limits(policy.limits, subject.reach, subject.environments)))
 
 
 def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.plan.targets import UNSCOPED
 from agents.policy.freeze import BreakGlass, FreezeWindow
+from agents.policy.limits import Limits
 
 __all__ = ["UNSCOPED", "Approvers", "EnvPolicy", "Policy"]
 
@@ -80,6 +81,8 @@ class Policy(BaseModel):
     unscoped: EnvPolicy | None = Field(
         default=None, description="rules for changes outside every environment (local "
         "commands, ad-hoc host groups); unset: all configured rules apply at once")
+    limits: dict[str, Limits] = Field(default_factory=dict)
+    """Blast-radius limits per environment, checked at approval (``agents.policy.limits``)."""
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)

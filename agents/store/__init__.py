@@ -1,5 +1,5 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
-``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``dedupe``, ``schedules``,
+``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``dedupe``, ``schedules``, ``limits``,
 ``history``, ``proposals``, ``trimming`` and ``health``. One module per kind of record; all
 of them go through ``_redis``: one connection with one key namer (``Keys``), one
 translation of redis-py's errors (``errors()``), one compare-and-set loop (``cas()``) and
@@ -21,6 +21,7 @@ from agents.store.connect import connect_client, safe_url
 from agents.store.health import Finding, Health
 from agents.store.history import History
 from agents.store.leases import Leases, LostOwnership
+from agents.store.limits import ApprovalCounts
 from agents.store.locks import LockInfo, Locks
 from agents.store.plans import Plans
 from agents.store.proposals import Proposal, Proposals
@@ -39,7 +40,8 @@ class Store(RedisBase):
         self.audit = AuditLog(self)
         self.dedupe = Dedupe(self)
         self.queue = Queue(self)
-        self.runs = Runs(self, audit=self.audit, queue=self.queue)
+        self.limits = ApprovalCounts(self)
+        self.runs = Runs(self, audit=self.audit, queue=self.queue, limits=self.limits)
         self.plans = Plans(self)
         self.leases = Leases(self)
         self.locks = Locks(self)

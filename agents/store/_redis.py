@@ -14,6 +14,7 @@ whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
+``limits:ENV:USER`` (zset: runs USER approved lately, for ``policy.limits``),
 ``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
@@ -187,6 +188,10 @@ class Keys:
 
     def dedupe(self, key: str) -> str:
         return self("dedupe", key)
+
+    def approved_by(self, environment: str, user: str) -> str:
+        """When ``user`` approved runs of ``environment`` lately (``policy.limits``)."""
+        return self("limits", environment, user)
 
     def schedule(self, schedule_id: str) -> str:
         return self("schedule", schedule_id)

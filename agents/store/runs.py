@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from redis.client import Pipeline
 
 from agents import tracing
-from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
+from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, LimitReached, NotFound
 from agents.ids import normalize
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
@@ -25,6 +25,7 @@ from agents.policy.rules import Policy
 from agents.run.record import Approval, HostChange, Run, RunStatus, StepState
 from agents.store._redis import Keys, Part, RedisBase, Write, text
 from agents.store.audit import AuditLog
+from agents.store.limits import ApprovalCounts
 from agents.store.queue import Queue
 
 Change = Callable[[Run], "list[Write] | None"]
@@ -41,9 +42,10 @@ class Runs(Part):
     that completes a run queues it, and a state change writes its audit entry, in the same
     EXEC (hence ``audit`` and ``queue``)."""
 
-    def __init__(self, db: RedisBase, *, audit: AuditLog, queue: Queue) -> None:
+    def __init__(self, db: RedisBase, *, audit: AuditLog, queue: Queue,
+                 limits: ApprovalCounts) -> None:
         super().__init__(db)
-        self.audit, self.queue = audit, queue
+        self.audit, self.queue, self.limits = audit, queue, limits
 
     def create(self, run: Run) -> Run:
         """Store a new run and index it, all or nothing; a taken id is replaced in place."""
@@ -239,18 +241,24 @@ class Runs(Part):
             if not isinstance(grant, Grant):
                 raise ApprovalRefused(grant)
             glass = grant is Grant.BREAK_GLASS
+            counted = self.limits.counted(policy, run.environments, run_id=run_id, user=user)
             run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
                                           plan_hash=plan_hash, break_glass=glass))
             audit = self.audit.write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
                                      hash=plan_hash, grant=grant.value)
             if approvals_needed(run, policy) > 0:
-                return [audit]
+                return [counted, audit]  # counted first: over a limit, nothing is written
             run.move(RunStatus.APPROVED)
             run.move(RunStatus.QUEUED)
-            return [audit, self.queue.step(run_id)]
+            return [counted, audit, self.queue.step(run_id)]
 
-        run = self.durable(self.update(run_id, change), f"approval by {user}")
+        try:
+            run = self.durable(self.update(run_id, change), f"approval by {user}")
+        except LimitReached as exc:  # the rule is the team's: say who was held back, and why
+            self.audit.record("approval_refused", actor=actor or user, run_id=run_id,
+                              rule="policy.limits", reason=str(exc))
+            raise
         with tracing.span("deckhand.approval", {
                 "deckhand.run.id": run_id, "deckhand.approver": user,
                 "deckhand.approvals": len(run.approvals), "deckhand.run.status": run.status.value},

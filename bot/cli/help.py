@@ -55,10 +55,13 @@ EXAMPLES: dict[str, list[str]] = {
              "deckhand eval --compare playbook llm:model=gpt-4o-mini --record evals/",
              "deckhand eval --planner llm --replay evals/ --min-valid 0.9 --min-edge-f1 0.8",
              "deckhand eval --from-history --since 30d"],
-    "policy": ["deckhand policy explain RUN_ID"],
+    "policy": ["deckhand policy explain RUN_ID", "deckhand policy diff live/ proposed/"],
     "policy explain": ["deckhand policy explain RUN_ID",
                        "deckhand plan 'deploy v1.0.0' --format yaml > p.yml && "
                        "deckhand policy explain --plan p.yml --requested-by alice --user bob"],
+    "policy diff": ["git show main:deckhand.yml > /tmp/old.yml && deckhand policy diff "
+                    "/tmp/old.yml deckhand.yml",
+                    "deckhand policy diff live/ proposed/ --json"],
     "completion": ['eval "$(deckhand completion bash)"   # in ~/.bashrc',
                    "deckhand completion zsh > ~/.zfunc/_deckhand"],
 }

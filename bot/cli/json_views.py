@@ -1,6 +1,6 @@
-"""The ``--json`` documents of ``where``, ``history``, ``stats``, ``schedules list`` and
-``hosts``: plain dicts with stable field names (documented in docs/json.md; fields are only
-ever added), printed by ``bot.cli.run_views.print_json``."""
+"""The ``--json`` documents of ``where``, ``history``, ``stats``, ``schedules list``,
+``hosts`` and ``policy diff``: plain dicts with stable field names (documented in
+docs/json.md; fields are only ever added), printed by ``bot.cli.run_views.print_json``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.history.deploys import Deploy, Stats, Where
 from agents.history.verify import Observed
+from agents.policy.diff import PolicyDiff
 from bot.schedule_commands import ScheduleView
 from tools.hostcheck import HostCheck
 from tools.inventory import Inventory
@@ -71,3 +72,12 @@ def hosts_json(inventory: Inventory) -> list[dict[str, Any]]:
 def host_checks_json(rows: list[HostCheck]) -> list[dict[str, Any]]:
     """``hosts check --json``: one object per host; ``ok`` is what the exit code sums up."""
     return [{**asdict(row), "ok": row.ok} for row in rows]
+
+
+def policy_diff_json(diff: PolicyDiff) -> dict[str, Any]:
+    """``policy diff --json``: each environment, its status and every field that changed."""
+    return {"changed": diff.changed,
+            "environments": [{"environment": e.environment, "status": e.status,
+                              "changes": [{"field": c.field, "old": c.old, "new": c.new}
+                                          for c in e.changes]}
+                             for e in diff.environments]}

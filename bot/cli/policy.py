@@ -1,6 +1,7 @@
 """``deckhand policy explain RUN|--plan FILE``: who may approve, how many are still needed,
 and which rule of which environment, host or freeze says so — the answer Slack, the App
-Home and MCP give, from ``agents.policy.eligibility``."""
+Home and MCP give, from ``agents.policy.eligibility``. ``deckhand policy diff OLD NEW``:
+what a config change would change for each environment (``agents.policy.diff``)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,22 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from agents.config import Config, load_config
 from agents.errors import PlanError
 from agents.plan.model import Plan
+from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
 from agents.services import Services
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import DEFAULT_NAME, Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.history import add_json_arg
+from bot.cli.json_views import policy_diff_json
+from bot.cli.run_views import print_json
+from tools.errors import ConfigError, DeckhandError
 
 
 def register(commands: Commands) -> None:
-    parser = commands.add_parser("policy", help="explain who may approve a run or a plan")
+    parser = commands.add_parser("policy", help="explain who may approve a run or a plan; diff "
+                                 "two configs' policies")
     sub = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
     explain = sub.add_parser("explain", help="who may approve RUN (or --plan FILE), how many "
                              "approvals are still needed, and which rule says so")
@@ -32,6 +40,35 @@ def register(commands: Commands) -> None:
     explain.add_argument("--user", metavar="USER", help="also say whether USER may approve")
     add_config_arg(explain)
     explain.set_defaults(handler=_explain)
+    diff = sub.add_parser("diff", help="what changing config OLD into NEW would change for "
+                          "each environment (exit 0: nothing, 1: changes, 2: invalid config)")
+    diff.add_argument("old", type=Path, metavar="OLD", help="config file (or its directory)")
+    diff.add_argument("new", type=Path, metavar="NEW", help="config file (or its directory)")
+    add_json_arg(diff)
+    diff.set_defaults(handler=_diff)
+
+
+def _diff(args: argparse.Namespace, console: Console) -> int:
+    old, new = _load(args.old, "OLD"), _load(args.new, "NEW")
+    found = policy_diff((old.policy, old.inventory), (new.policy, new.inventory))
+    if args.json:
+        print_json(policy_diff_json(found))
+    else:
+        for line in found.lines() or [f"no policy change between {old.path} and {new.path}"]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return 1 if found.changed else 0
+
+
+def _load(path: Path, name: str) -> Config:
+    """The config at ``path`` (a directory: its deckhand.yml); one line (exit 2)
+    naming the file and field of the first problem otherwise."""
+    file = path / DEFAULT_NAME if path.is_dir() else path
+    try:
+        return load_config(file)
+    except ConfigError as exc:
+        first, more = exc.problems[0], len(exc.problems) - 1
+        also = f" (and {more} more: `deckhand check {file}` lists them)" if more else ""
+        raise DeckhandError(f"{name} is not a valid config: {first}{also}") from exc
 
 
 def _explain(args: argparse.Namespace, console: Console) -> int:
@@ -41,7 +78,8 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         embedded_store_note()
     services = services_for(args)
     try:
-        answer, title = _answer(args, services)
+        answer, title, environments = _answer(args, services)
+        counts = _counts(services, environments, args.user) if args.user else []
     finally:
         services.close()
     console.print(title, markup=False, highlight=False, soft_wrap=True)
@@ -53,18 +91,33 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         verdict = f"yes ({kind})" if isinstance(grant, Grant) else f"no: {grant}"
         console.print(f"{args.user} may approve: {verdict}", markup=False, highlight=False,
                       soft_wrap=True)
+    for line in counts:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
-def _answer(args: argparse.Namespace, services: Services) -> tuple[Eligibility, str]:
+def _counts(services: Services, environments: list[str], user: str) -> list[str]:
+    """How many runs ``user`` approved lately where ``policy.limits`` counts them (the
+    store's count, the one the approval is checked against)."""
+    limits = services.config.policy.limits
+    capped = [(env, limits[env].runs_per_hour) for env in environments if env in limits]
+    return [f"{user} approved {len(services.store.limits.recent(env, user))} {env} run(s) in "
+            f"the last hour (limit {cap})" for env, cap in capped if cap is not None]
+
+
+def _answer(args: argparse.Namespace, services: Services
+            ) -> tuple[Eligibility, str, list[str]]:
+    """The answer, its title, and the environments it is about."""
     policy, now = services.config.policy, services.clock()
     if args.run_id is not None:
         run = services.store.runs.find(args.run_id)
         return (eligibility(run, policy, now=now),
-                f"run {run.id} ({run.status.value}), requested by {run.requested_by}:")
+                f"run {run.id} ({run.status.value}), requested by {run.requested_by}:",
+                run.environments)
     plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
     subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
-    return eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):"
+    return (eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):",
+            subject.environments)
 
 
 def _read_plan(path: Path, *, requested_by: str) -> Plan:

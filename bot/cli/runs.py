@@ -44,6 +44,7 @@ from bot.cli.common import (
     services_for,
 )
 from bot.cli.health import warn_about_redis
+from bot.cli.reload import reload_on_sighup
 from bot.cli.run_views import (
     ALL_STEPS,
     print_json,
@@ -144,8 +145,10 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
     _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
+    reload_on_sighup(services, actor=worker.name, stop=stop)
     announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
-                      f"drains: the current run finishes, no new one starts")
+                      f"drains: the current run finishes, no new one starts; SIGHUP reloads "
+                      f"the config")
     try:
         worker.serve(stop)
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import threading
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from agents.services import build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
 from bot.cli.health import warn_about_redis
+from bot.cli.reload import reload_on_sighup
 from bot.logs import add_log_format_arg, announce, configure_logging
 from tools.errors import ConfigError, Problem
 
@@ -71,12 +73,16 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     runtime = BotRuntime(services, settings, workers=args.workers)
     runtime.start_workers()
     runtime.start_scheduler()
+    reloads = threading.Event()
+    reload_on_sighup(services, actor=f"serve {os.uname().nodename}-{os.getpid()}",
+                     stop=reloads, adopt=[runtime.adopt])
     try:
         if args.http:
             _serve_http(runtime, args, settings, console)
         else:
             _serve_socket_mode(runtime, settings, console)
     finally:
+        reloads.set()
         runtime.stop()
     return 0
 

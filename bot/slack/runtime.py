@@ -9,6 +9,8 @@ from typing import Any
 from slack_sdk import WebClient
 
 from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
+from agents.run.executor import Listener
+from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
 from bot.metrics import Metrics
@@ -16,6 +18,7 @@ from bot.slack.app import build_app
 from bot.slack.home import change_listener_factory
 from bot.slack.http import HttpLimits, Router, serve_http
 from bot.slack.observe import observe_slack
+from bot.slack.redacting import RedactingWebClient
 from bot.slack.thread import thread_listener_factory
 from bot.slack.timeline_upload import timeline_listener_factory
 
@@ -50,12 +53,26 @@ class BotRuntime:
         self._server: Any = None
         self.metrics_server: Any = None
 
+    def adopt(self, fresh: Services) -> None:
+        """Services a config reload built get what this runtime added to the first ones;
+        Slack's door then redacts the new config's secrets as well as the old ones (a run
+        still executing may print one the new file no longer lists)."""
+        fresh.planner = self.metrics.observe_planner(fresh.planner)
+        client = self.bot.client
+        if isinstance(client, RedactingWebClient):
+            before, after = client.redact, fresh.redact
+            client.redact = lambda text: after(before(text))
+
     def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
         client, store = self.bot.client, self.services.store
-        return [thread_listener_factory(client, store, interval=update_interval,
-                                        policy=self.services.config.policy,
-                                        trace_link=self.services.settings.trace_url),
+
+        def thread(run: Run) -> Listener | None:  # the policy of when the run starts (reloads)
+            return thread_listener_factory(client, store, interval=update_interval,
+                                           policy=self.services.config.policy,
+                                           trace_link=self.services.settings.trace_url)(run)
+
+        return [thread,
                 timeline_listener_factory(client, store, outcome=self.metrics.timeline_uploaded),
                 change_listener_factory(self.bot.changed),
                 self.metrics.run_listener_factory(store)]

@@ -1,0 +1,57 @@
+"""Each person's recent approvals per environment, counted for ``policy.limits``: in Redis,
+so every replica counts the same approvals, and checked under WATCH in the approval's own
+transaction, so two clicks at once cannot both be the one under the limit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agents.errors import LimitReached
+from agents.policy.limits import WINDOW, rate_problem
+from agents.policy.rules import Policy
+from agents.store._redis import Keys, Part, Write, text
+
+
+class ApprovalCounts(Part):
+    """Sorted sets ``limits:ENV:USER`` of run id -> when that person approved it."""
+
+    def recent(self, environment: str, user: str) -> list[float]:
+        """When ``user`` approved ``environment`` runs within the last hour."""
+        with self.errors():
+            found = self.r.zrangebyscore(self.keys.approved_by(environment, user),
+                                         f"({self.clock() - WINDOW}", "+inf", withscores=True)
+        return [float(score) for _, score in found]
+
+    def counted(self, policy: Policy, environments: Iterable[str], *, run_id: str,
+                user: str) -> Write:
+        """The write that counts ``user``'s approval of ``run_id``; its ``prepare`` raises
+        LimitReached, before anything is written, when it is over a limit."""
+        capped = {env: policy.limits[env].runs_per_hour for env in environments
+                  if env in policy.limits and policy.limits[env].runs_per_hour is not None}
+        return _Count(self.keys, capped, run_id=run_id, user=user, now=self.clock())
+
+
+class _Count:
+    """One approval counted against each capped environment (a ``Write`` with prepare)."""
+
+    def __init__(self, keys: Keys, capped: dict[str, int | None], *, run_id: str, user: str,
+                 now: float):
+        self.keys, self.capped, self.run_id, self.user, self.now = keys, capped, run_id, user, now
+
+    def prepare(self, pipe: Any, state: dict[str, Any]) -> None:
+        for env, cap in self.capped.items():
+            key = self.keys.approved_by(env, self.user)
+            pipe.watch(key)
+            seen = pipe.zrangebyscore(key, f"({self.now - WINDOW}", "+inf", withscores=True)
+            problem = rate_problem(env, cap or 0, [float(s) for m, s in seen
+                                                   if text(m) != self.run_id], now=self.now)
+            if problem is not None:
+                raise LimitReached(problem)
+
+    def __call__(self, pipe: Any) -> None:
+        for env in self.capped:
+            key = self.keys.approved_by(env, self.user)
+            pipe.zadd(key, {self.run_id: self.now})
+            pipe.zremrangebyscore(key, "-inf", self.now - WINDOW)
+            pipe.expire(key, int(WINDOW) + 60)

@@ -1,0 +1,246 @@
+"""Issue 32: ``deckhand worker`` and ``deckhand serve`` reload their config on SIGHUP —
+real processes, real Redis. A valid file is swapped in for what starts next and its
+policy diff audited (``config_reloaded``); an invalid one is refused in one log line,
+audited (``config_reload_refused``), and the rule in force stays."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agents.config import load_config
+from agents.run.record import Run, RunStatus
+from agents.services import Services, build_services
+from agents.store import AuditEntry, Store
+from bot.slack import blocks as bk
+from tests.fixtures.polling import wait_until
+from tests.fixtures.sample import free_port
+from tests.fixtures.slack_standin import Signer, SlackStandin
+from tests.fixtures.slack_world import SECRET
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+inventory:
+  hosts:
+    web-1: {connection: local, vars: {dir: "{config_dir}/web-1"}}
+  environments:
+    staging: {hosts: [web-1]}
+tools:
+  ship:
+    description: put a version on every host of an environment
+    command: "mkdir -p {host.dir} && echo {version} >> {host.dir}/versions"
+    target: environment
+    params: {version: {pattern: '^v\\d+\\.\\d+\\.\\d+$'}}
+    mutates: true
+    rollback: undo
+  undo:
+    description: undo
+    command: "true"
+    target: environment
+    mutates: true
+playbooks:
+  - name: ship
+    match: ['^staging (?P<version>v\\S+)$']
+    goal: "staging {version}"
+    steps: [{id: ship, tool: ship, params: {environment: staging, version: "{version}"}}]
+    rollback: [{id: undo, tool: undo, params: {environment: staging}}]
+policy:
+  environments:
+    staging: {approvers: {users: [bob]}}
+"""
+
+FREEZE = """
+  freeze:
+    - {environments: [staging], reason: audit week, start: "START", end: "END"}
+"""
+
+
+def frozen_config() -> str:
+    now = datetime.now(UTC)
+    return textwrap.dedent(CONFIG) + FREEZE.replace(
+        "START", (now - timedelta(hours=1)).isoformat()).replace(
+        "END", (now + timedelta(days=1)).isoformat())
+
+
+def invalid_config() -> str:
+    return textwrap.dedent(CONFIG) + "  limits:\n    stagin: {runs_per_hour: 3}\n"
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "deckhand.yml"
+    path.write_text(textwrap.dedent(CONFIG))
+    return path
+
+
+@pytest.fixture
+def worker(config_file: Path, redis_url: str, store: Store, tmp_path: Path
+           ) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config_file),
+             "--name", "w-reload", "--lease", "2"],
+            env={**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)},
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_until(lambda: "worker w-reload ready" in log.read_text(), timeout=30,
+                   what="the worker to start")
+        yield proc, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def approved(services: Services, text: str) -> Run:
+    """A run approved under the test's own (first) config: the worker decides what starts."""
+    plan = services.make_plan(text, requested_by="alice")
+    services.store.plans.save(plan)
+    run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    return services.store.runs.approve(run.id, user="bob", plan_version=plan.version,
+                                       plan_hash=plan.hash, policy=services.config.policy)
+
+
+def audited(store: Store, action: str, count: int = 1) -> AuditEntry:
+    found: list[AuditEntry] = []
+
+    def seen() -> bool:
+        found[:] = [e for e in store.audit.entries(limit=500) if e.action == action]
+        return len(found) >= count
+
+    wait_until(seen, timeout=30, what=f"{count} audit entry {action}")
+    return found[-1]
+
+
+def ended(store: Store, run_id: str) -> Run:
+    wait_until(lambda: store.runs.get(run_id).status.terminal, timeout=60,
+               what=f"run {run_id} to end")
+    return store.runs.get(run_id)
+
+
+def test_worker_reloads_on_sighup_and_keeps_its_rule_when_the_file_is_invalid(
+        worker: tuple[subprocess.Popen[bytes], Path], config_file: Path, store: Store,
+        tmp_path: Path) -> None:
+    proc, log = worker
+    services = build_services(load_config(config_file), store=store)
+    versions = tmp_path / "web-1" / "versions"
+    first = approved(services, "staging v1.0.0")
+    assert ended(store, first.id).status is RunStatus.SUCCEEDED
+    assert versions.read_text().split() == ["v1.0.0"]
+
+    config_file.write_text(frozen_config())
+    proc.send_signal(signal.SIGHUP)
+    entry = audited(store, "config_reloaded")
+    assert entry.actor == "w-reload" and entry.details["policy_changed"] is True
+    assert entry.details["diff"][0].startswith("staging: changed (freeze windows: added ")
+    assert entry.details["diff"][0].endswith(
+        ": audit week; break-glass granted by: none → nobody)")
+    second = approved(services, "staging v1.0.1")  # approved before the freeze reached it
+    run = ended(store, second.id)
+    assert run.status is RunStatus.CANCELLED and "staging is frozen" in (run.reason or "")
+    assert versions.read_text().split() == ["v1.0.0"]  # nothing ran on the host
+
+    config_file.write_text(invalid_config())
+    proc.send_signal(signal.SIGHUP)
+    refused = audited(store, "config_reload_refused")
+    line = config_file.read_text().splitlines().index("    stagin: {runs_per_hour: 3}") + 1
+    assert refused.details["reason"] == (
+        f"{config_file}:{line} policy.limits.stagin: unknown environment 'stagin' (known: "
+        f"staging)")
+    said = [line for line in log.read_text().splitlines() if "reload refused" in line]
+    assert len(said) == 1 and "policy.limits.stagin" in said[0]
+    third = approved(services, "staging v1.0.2")
+    assert ended(store, third.id).status is RunStatus.CANCELLED  # the freeze is still in force
+    assert versions.read_text().split() == ["v1.0.0"]
+    assert proc.poll() is None  # still serving
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return int(reply.status)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def _click(signer: Signer, run: Run, *, user: str) -> None:
+    status, _, _ = signer.interaction({
+        "type": "block_actions", "user": {"id": user, "username": user}, "team": {"id": "T1"},
+        "api_app_id": "A1", "trigger_id": f"trig-{time.time_ns()}",
+        "channel": {"id": "CDEPLOY"}, "container": {"type": "message"},
+        "response_url": "", "actions": [{"type": "button", "action_id": bk.ActionId.APPROVE,
+                                         "block_id": "b", "value": bk.button_value(run),
+                                         "action_ts": str(time.time())}]})
+    assert status == 200
+
+
+def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
+        config_file: Path, redis_url: str, store: Store, slack_standin: SlackStandin,
+        tmp_path: Path) -> None:
+    config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]", "users: [UBOB]"))
+    services = build_services(load_config(config_file), store=store)
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT),
+           "SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": SECRET,
+           "SLACK_API_URL": f"{slack_standin.url}/api/"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "serve", "--http", "--host", "127.0.0.1",
+             "--port", str(port), "--workers", "0", "--metrics-port", "0",
+             "--config", str(config_file)], env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=ROOT)
+    try:
+        wait_until(lambda: _get(f"http://127.0.0.1:{port}/healthz") == 200, timeout=60,
+                   what="serve to answer /healthz")
+        signer = Signer(SECRET, f"http://127.0.0.1:{port}/slack/events")
+        config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]",
+                                                               "users: [UCAROL]"))
+        proc.send_signal(signal.SIGHUP)
+        entry = audited(store, "config_reloaded")
+        assert entry.actor.startswith("serve ")
+        assert entry.details["diff"][0] == (
+            "staging: changed (who may approve: staging: <@UBOB> → staging: <@UCAROL>; "
+            "approvers by name: added UCAROL; removed UBOB)")
+
+        waiting = _waiting(services, "staging v1.0.0")
+        _click(signer, waiting, user="UBOB")  # the rule it started with; no longer in force
+        said = slack_standin.wait_for(lambda: [c for c in slack_standin.of(
+            "chat.postEphemeral") if "Not approved" in str(c.payload.get("text"))],
+            what="the refusal")
+        assert "UCAROL" in str(said[0].payload["text"])
+        assert store.runs.get(waiting.id).approvals == []
+        _click(signer, waiting, user="UCAROL")
+        wait_until(lambda: store.runs.get(waiting.id).status is RunStatus.QUEUED,
+                   what="UCAROL's approval to queue the run")
+
+        config_file.write_text(invalid_config())
+        proc.send_signal(signal.SIGHUP)
+        assert audited(store, "config_reload_refused").actor.startswith("serve ")
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _waiting(services: Services, text: str) -> Run:
+    plan = services.make_plan(text, requested_by="UALICE")
+    services.store.plans.save(plan)
+    return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
