@@ -103,10 +103,20 @@ def register(commands: Commands) -> None:
     runs.set_defaults(handler=_runs)
 
     audit = commands.add_parser("audit", help="who did what when (append-only, hash-chained)")
-    audit.add_argument("what", nargs="?", choices=["log", "verify", "export"], default="log",
+    audit.add_argument("what", nargs="?", choices=["log", "verify", "export", "ship"],
+                       default="log",
                        help="verify: check the hash chain, exit 1 at the first broken link; "
-                            "export: entries with their links as JSON lines")
+                            "export: entries with their links as JSON lines; ship: send "
+                            "them to audit.sink as they come")
     audit.add_argument("--since", help="with export: a date, a time or an age (24h, 7d)")
+    audit.add_argument("--copy", metavar="FILE",
+                       help="with verify: check a copy (the sink's or export's JSON lines; "
+                            "- for stdin) instead of Redis")
+    audit.add_argument("--once", action="store_true",
+                       help="with ship: send what is there now, then exit")
+    audit.add_argument("--name", help="with ship: this shipper's name, the lease's owner "
+                                      "(default: the host name; a restart under the same "
+                                      "name takes the lease back at once)")
     audit.add_argument("--format", default="jsonl", help="with export: jsonl")
     audit.add_argument("--run", dest="run_id")
     audit.add_argument("--json", action="store_true", help="JSON lines, for export")
@@ -281,9 +291,10 @@ def runs_table(runs: list[Run]) -> Table:
 
 def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    store = services_for(args).store
+    services = services_for(args)
+    store = services.store
     if args.what != "log":
-        return audit_chain_handle(args, store, console)
+        return audit_chain_handle(args, services, console)
     run_id = _audited_run(store, args.run_id) if args.run_id else None
     entries = store.audit.entries(run_id=run_id, limit=args.limit)
     if args.json:
