@@ -21,6 +21,7 @@ from rich.text import Text
 
 from agents import tracing
 from agents.engine.retention import JOB as RETENTION_JOB
+from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
@@ -153,6 +154,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     if metrics is not None:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
+    _ship_audit(services, worker.name, stop)
     _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
     announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
                       f"drains: the current run finishes, no new one starts")
@@ -198,7 +200,17 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
     metrics = Metrics()
     metrics.watch_queue(services.store)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
+    if services.config.audit.sink is not None:
+        metrics.watch_audit_sink(services.store)
     return metrics
+
+
+def _ship_audit(services: Services, name: str, stop: threading.Event) -> None:
+    """With ``audit.sink``: ship the audit stream on a thread of its own (one process at a
+    time across workers; the others stand by for its lease)."""
+    shipper = shipper_for(services, owner=name)
+    if shipper is not None:
+        start_in_thread(shipper, stop)
 
 
 def _serve_worker_port(args: argparse.Namespace, settings: Settings, metrics: Metrics,

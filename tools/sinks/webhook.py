@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
@@ -42,13 +43,14 @@ class HeaderSecret(BaseModel):
             raise ValueError("give one of `env: NAME` or `file: /path`")
         return self
 
-    def value(self, header: str) -> str:
+    def secret(self, header: str) -> str:
+        """The value read from its source (without ``prefix``)."""
         if self.env is not None:
             found = os.environ.get(self.env, "")
             if not found:
                 raise SinkError(f"audit sink header {header}: ${self.env} is not set; set it "
                                 f"or name a file with `file:`")
-            return self.prefix + found
+            return found
         try:
             found = Path(str(self.file)).read_text().strip()
         except OSError as exc:
@@ -56,7 +58,7 @@ class HeaderSecret(BaseModel):
                             f"({exc.strerror or exc})") from exc
         if not found:
             raise SinkError(f"audit sink header {header}: {self.file} is empty")
-        return self.prefix + found
+        return found
 
 
 class WebhookSettings(BaseModel):
@@ -78,16 +80,22 @@ class WebhookSettings(BaseModel):
 class Webhook:
     """POSTs batches to one URL with the configured headers."""
 
-    def __init__(self, url: str, headers: dict[str, str], *, timeout: float):
+    def __init__(self, url: str, headers: dict[str, str], *, timeout: float,
+                 secrets: Sequence[str] = ()):
         self.url, self.headers, self.timeout = url, headers, timeout
-        self.secrets = [v for v in headers.values() if len(v) >= 6]
-        """Header values, for the shipper's redactor: a token never reaches the sink's body."""
+        self.secrets = list(secrets)
+        """Header secrets, for the shipper's redactor: a token never reaches the sink's body."""
 
     @classmethod
     def from_settings(cls, settings: WebhookSettings) -> Webhook:
-        headers = {name: value if isinstance(value, str) else value.value(name)
-                   for name, value in settings.headers.items()}
-        return cls(settings.url, headers, timeout=settings.timeout)
+        headers, secrets = {}, []
+        for name, value in settings.headers.items():
+            if isinstance(value, str):
+                headers[name] = value
+            else:
+                secrets.append(value.secret(name))
+                headers[name] = value.prefix + secrets[-1]
+        return cls(settings.url, headers, timeout=settings.timeout, secrets=secrets)
 
     def describe(self) -> str:
         parts = urllib.parse.urlsplit(self.url)
