@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -343,17 +343,26 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
                                policy=policy, now=services.clock())
     if problem:
-        raise ApprovalRefused(problem)
+        _refuse(store, run.id, args.user, problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
-        raise ApprovalRefused(f"not confirmed: {typed}")
-    run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
-                             plan_hash=run.plan_hash, policy=services.config.policy)
+        _refuse(store, run.id, args.user, f"not confirmed: {typed}")
+    try:
+        run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
+                                 plan_hash=run.plan_hash, policy=services.config.policy)
+    except ApprovalRefused as exc:  # the rules changed, or another approval landed first
+        _refuse(store, run.id, args.user, str(exc))
     needed = approvals_needed(run, services.config.policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))
     return 0
+
+
+def _refuse(store: Store, run_id: str, user: str, rule: str) -> NoReturn:
+    """Audit the refused approval, then refuse it (exit 3)."""
+    store.audit.refused("approve", actor=user, face="cli", rule=rule, run_id=run_id)
+    raise ApprovalRefused(rule)
 
 
 def _ask(console: Console) -> Confirm:
