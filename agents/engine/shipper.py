@@ -32,11 +32,12 @@ from collections.abc import Callable
 from agents.errors import StoreError
 from agents.services import Services
 from agents.store import Store
+from agents.store.feed import SINK_JOB
 from tools.errors import SinkError
 from tools.redact import Redactor, redact_text
 from tools.sinks import Sink, SinkSettings, open_sink
 
-JOB = "audit-sink"
+JOB = SINK_JOB
 LEASE = 30.0
 BLOCK = 2.0
 """Seconds one read waits for a new entry (under the store client's 5 s socket timeout)."""

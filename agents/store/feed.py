@@ -18,6 +18,8 @@ import redis
 from agents.store._redis import Part, text
 
 SINK_GROUP = "sink"
+SINK_JOB = "audit-sink"
+"""The job lease one shipper holds at a time (``Locks.take_job``)."""
 CONSUMER = "shipper"
 """One consumer name for every shipper process: whoever ships next finds the pending batch."""
 COUNT_PAGE = 1000

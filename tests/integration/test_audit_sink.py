@@ -126,7 +126,8 @@ def _ship(config: str, redis_url: str, err: Path) -> subprocess.Popen[bytes]:
 
 
 def test_a_shipper_killed_mid_batch_loses_nothing_after_a_restart(
-        store: Store, siem: SiemStandin, redis_url: str, tmp_path: Path) -> None:
+        store: Store, siem: SiemStandin, redis_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     config = sink_config(tmp_path, webhook(siem.url), batch=5)
     write_entries(store, 12)
     siem.hold_from = 1  # the second batch is received, and the shipper killed before the 200
@@ -141,6 +142,10 @@ def test_a_shipper_killed_mid_batch_loses_nothing_after_a_restart(
     siem.release.set()
     assert store.feed.lag() == 12 - 5  # the held batch was never acknowledged
     write_entries(store, 6, start=12)  # written while no shipper runs
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    main(["check", config])
+    assert "audit sink: 13 entries not yet shipped; shipped by siem-test" in \
+        " ".join(capsys.readouterr().out.split())
 
     second = _ship(config, redis_url, tmp_path / "ship.err")
     try:
