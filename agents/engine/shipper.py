@@ -73,6 +73,9 @@ class Shipper:
                     stop.wait(1.0)
                 except _Interrupted:
                     continue
+                except Exception:  # a bug: keep the thread alive; the batch stays pending
+                    log.exception("audit sink: shipping a batch failed")
+                    stop.wait(self.settings.max_backoff)
         finally:
             self._release()
 
