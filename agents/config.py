@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
@@ -26,11 +26,20 @@ from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
 from tools.inventory import Inventory
 from tools.shell import ShellRefused, refusals_in
+from tools.sinks import SinkSettings
 from tools.yamlsrc import Located, load_yaml_file
 
 SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history",
-            "retention", "planner", "state_dir"}
+            "retention", "planner", "state_dir", "audit"}
 BUILTIN_SCOPES = ("host.", "vars.")
+
+
+class AuditSettings(BaseModel):
+    """The ``audit`` section: where a continuous copy of the audit stream goes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sink: SinkSettings | None = None
 
 
 @dataclass
@@ -53,6 +62,8 @@ class Config:
     """Where ``{state_dir}`` points (agents.state_dir); None: not resolved (built in code)."""
     uses_state_dir: bool = False
     """Whether the file writes anything under ``{state_dir}``."""
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    """``audit.sink``: shipped by ``deckhand worker`` or ``deckhand audit ship``."""
 
 
 def load_config(path: Path | str) -> Config:
@@ -106,7 +117,10 @@ class _Loader:
                         history or HistorySettings(), self._retention(data.get("retention")),
                         PromptSet(self._prompts(_expand(data.get("planner") or {},
                                                         self.dirs))),
-                        self.state_dir, STATE_DIR in str(data))
+                        self.state_dir, STATE_DIR in str(data),
+                        self._model(AuditSettings, _expand(data.get("audit") or {}, self.dirs),
+                                    ("audit",))
+                        or AuditSettings())
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
                           policy=policy is not None, playbooks=playbooks)

@@ -31,6 +31,8 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_ssh_setups_total{result}``  SSH connection setups: ``connected``, ``retried`` (the
                                        server dropped it before login, e.g. sshd's MaxStartups,
                                        and it was tried again), ``failed`` (every attempt dropped)
+``deckhand_audit_sink_lag``            audit entries not yet taken by ``audit.sink`` (read from
+                                       Redis at scrape time; absent when Redis does not answer)
 =====================================  ==========================================================
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
@@ -134,6 +136,10 @@ class Metrics:
     def watch_queue(self, store: Store) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
         self.registry.register(_QueueCollector(store))
+
+    def watch_audit_sink(self, store: Store) -> None:
+        """Export how many audit entries the sink has not taken yet, read at scrape time."""
+        self.registry.register(_AuditSinkCollector(store))
 
     def observe_planner(self, planner: Any) -> Any:
         """Wrap a planner so every plan it makes is counted (tokens, latency)."""
@@ -377,6 +383,29 @@ class _QueueCollector(Collector):
     def _depth() -> GaugeMetricFamily:
         return GaugeMetricFamily("deckhand_queue_depth", "Run queue entries by state",
                                  labels=["state"])
+
+
+class _AuditSinkCollector(Collector):
+    """The audit sink's lag: entries in the stream the sink has not taken."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._lag()]
+
+    def collect(self) -> Iterator[Metric]:
+        lag = self._lag()
+        try:
+            lag.add_metric([], self.store.feed.lag())
+        except StoreError:
+            return  # deckhand_redis_up says why
+        yield lag
+
+    @staticmethod
+    def _lag() -> GaugeMetricFamily:
+        return GaugeMetricFamily("deckhand_audit_sink_lag",
+                                 "Audit entries the audit sink has not taken yet")
 
 
 class _ObservedPlanner:

@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.slack_standin",
     "tests.fixtures.slack_world",
     "tests.fixtures.openai_standin",
+    "tests.fixtures.siem_standin",
 ]

@@ -8,6 +8,7 @@ border, always with ``raise ... from exc``.
     ├── ConfigError            a config (or cases) file is unreadable or invalid (carries
     │                          every problem)
     ├── ConfigNotFound         no config file was named or found (says where it looked)
+    ├── SinkError              an audit sink (webhook, syslog) did not take a batch: retried
     └── ToolError
         ├── UnknownTool        a plan names a tool the catalog does not have
         ├── ParamError         a parameter breaks its tool's schema
@@ -53,6 +54,15 @@ class ConfigError(DeckhandError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"invalid {what} ({len(problems)} problem(s)):\n{lines}")
+
+
+class SinkError(DeckhandError):
+    """An audit sink did not take a batch; ``retry_after`` is the wait it asked for, if any
+    (HTTP 429/503 with ``Retry-After``). The batch is sent again: nothing is dropped."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ToolError(DeckhandError):

@@ -1,10 +1,11 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
-``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``dedupe``, ``schedules``, ``limits``,
-``history``, ``proposals``, ``trimming`` and ``health``. One module per kind of record; all
-of them go through ``_redis``: one connection with one key namer (``Keys``), one
-translation of redis-py's errors (``errors()``), one compare-and-set loop (``cas()``) and
-one WAIT (``replicate()``), so double clicks, Slack retries and several replicas can never
-start a run twice. With ``REDIS_URL`` unset the same code runs on an in-process fakeredis.
+``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``feed`` (the audit sink's cursor),
+``dedupe``, ``schedules``, ``limits``, ``history``, ``proposals``, ``trimming`` and
+``health``. One module per kind of record; all of them go through ``_redis``: one connection
+with one key namer (``Keys``), one translation of redis-py's errors (``errors()``), one
+compare-and-set loop (``cas()``) and one WAIT (``replicate()``), so double clicks, Slack
+retries and several replicas can never start a run twice. With ``REDIS_URL`` unset the same
+code runs on an in-process fakeredis.
 
 ``check.StoreCheck`` verifies (and repairs) the invariants the nouns keep together.
 """
@@ -18,6 +19,7 @@ import redis
 from agents.store._redis import CAS_RETRIES, EMBEDDED, GROUP, Keys, RedisBase, Write
 from agents.store.audit import AuditEntry, AuditLog, Dedupe
 from agents.store.connect import connect_client, safe_url
+from agents.store.feed import AuditFeed
 from agents.store.health import Finding, Health
 from agents.store.history import History
 from agents.store.leases import Leases, LostOwnership
@@ -38,6 +40,7 @@ class Store(RedisBase):
     def __init__(self, client: redis.Redis, **options: Any) -> None:
         super().__init__(client, **options)
         self.audit = AuditLog(self)
+        self.feed = AuditFeed(self)
         self.dedupe = Dedupe(self)
         self.queue = Queue(self)
         self.limits = ApprovalCounts(self)

@@ -9,7 +9,8 @@ prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:au
 into ``run:ID`` and deleted when the run ends or is taken over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
-``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``audit:chain``
+``workers``; an entry is deleted when acknowledged), ``audit`` (stream; group ``sink``: the
+sink's cursor, see ``feed``), ``audit:chain``
 (hash: the stream's hash chain, see ``chain``), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,

@@ -58,6 +58,16 @@ class AuditLog(Part):
         self.commit([self.write(action, actor=actor, run_id=run_id, plan_id=plan_id,
                                 **details)])
 
+    def refused(self, what: str, *, actor: str, face: str, rule: str,
+                action: str = "refused", run_id: str | None = None,
+                plan_id: str | None = None, **details: Any) -> None:
+        """A refusal, from any face: who (``actor``), what they tried (``what``: approve,
+        cancel, a tool's name …), where (``face``: slack, cli, terminal, mcp) and the rule or
+        check that said no (``rule``: the refusal's own words). Every refusal's action ends
+        in ``refused`` (MCP's name the step refused: ``mcp_call_refused`` …)."""
+        self.record(action, actor=actor, run_id=run_id, plan_id=plan_id, what=what,
+                    face=face, rule=rule[:500], **details)
+
     def write(self, action: str, *, actor: str, run_id: str | None = None,
               plan_id: str | None = None, **details: Any) -> Write:
         """The writes of one audit entry, to queue in a caller's transaction (so a state

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,11 +160,11 @@ def verify(r: Any, keys: Keys) -> ChainReport:
 
 
 def _link_problem(stream_id: str, fields: dict[str, str], expected: str,
-                  before: str) -> Broken | None:
+                  before: str, *, content: bool = True) -> Broken | None:
     where = _describe(stream_id, fields)
     if "hash" not in fields or "prev" not in fields:
         return Broken(where, "carries no link: it was inserted outside deckhand")
-    if entry_hash(fields) != fields["hash"]:
+    if content and entry_hash(fields) != fields["hash"]:
         return Broken(where, "its content does not match its hash: it was edited")
     if fields["prev"] != expected:
         return Broken(where, f"does not link to {before}: an entry between them was removed "
@@ -227,3 +227,77 @@ def trimmed(entries: list[tuple[str, dict[str, str]]], meta: dict[str, str]) -> 
     if linked:
         kept |= {"trimmed_id": linked[-1][0], "trimmed_hash": linked[-1][1]["hash"]}
     return kept
+
+
+# -- a copy kept elsewhere (the sink's, an export) ---------------------------------------------
+
+COPY_KEYS = ("stream_id", "masked", "kind")
+"""Keys a copy's line carries beside the entry's own fields (not hashed): its stream id,
+retention's ``kind``, and ``masked`` when the sink's redactor changed the entry (its content
+can no longer match its hash; its links still can)."""
+
+
+@dataclass
+class CopyReport:
+    entries: int = 0
+    """Linked entries checked."""
+    legacy: int = 0
+    duplicates: int = 0
+    """Lines sent again (at-least-once): the same stream id and hash as a line before."""
+    masked: int = 0
+    """Entries the sink redacted: links checked, content not."""
+    anchor: str | None = None
+    """The ``prev`` of the first linked entry: the chain's genesis or trimmed head, or the
+    entry before the copy began (compare with ``deckhand audit verify``)."""
+    head: str | None = None
+    broken: Broken | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.broken is None
+
+
+def verify_copy(lines: Iterable[dict[str, Any]], *, anchor: str | None = None) -> CopyReport:
+    """Check a copy of the stream (the sink's JSON lines, or ``audit export``'s), oldest
+    first, with the same link checks as ``verify``; lines sent twice are counted once."""
+    report, seen = CopyReport(anchor=anchor), set()
+    expected, before = anchor, "the copy's anchor"
+    for number, line in enumerate(lines, 1):
+        stream_id, fields = copy_fields(line, number)
+        if "hash" not in fields:
+            if expected is not None:
+                report.broken = Broken(_describe(stream_id, fields),
+                                       "carries no link: it was inserted outside deckhand")
+                return report
+            report.legacy += 1
+            continue
+        if (stream_id, fields["hash"]) in seen:
+            report.duplicates += 1
+            continue
+        if expected is None:  # the copy starts mid-chain: its first link is the anchor
+            expected = report.anchor = fields.get("prev", "")
+        masked = bool(line.get("masked"))
+        report.broken = _link_problem(stream_id, fields, expected, before, content=not masked)
+        if report.broken:
+            return report
+        seen.add((stream_id, fields["hash"]))
+        expected, before = fields["hash"], f"entry {stream_id}"
+        report.entries, report.masked = report.entries + 1, report.masked + masked
+    report.head = expected
+    return report
+
+
+def copy_fields(line: dict[str, Any], number: int) -> tuple[str, dict[str, str]]:
+    """(stream id, the entry's fields as hashed) of one line: the sink's lines carry them as
+    stored; ``audit export``'s carry the entry's typed view, turned back here."""
+    stream_id = str(line.get("stream_id") or f"line {number}")
+    fields = {k: v for k, v in line.items() if k not in COPY_KEYS}
+    if "ref" in fields or "id" not in fields:
+        return stream_id, {k: str(v) for k, v in fields.items()}
+    typed = {"ref": fields.pop("id"), "at": repr(float(fields["at"])),
+             "run_id": fields.get("run_id") or "", "plan_id": fields.get("plan_id") or "",
+             "details": json.dumps(fields.get("details") or {}, sort_keys=True, default=str)}
+    if not fields.get("hash"):
+        fields.pop("hash", None)
+        fields.pop("prev", None)
+    return stream_id, {**{k: str(v) for k, v in fields.items()}, **typed}

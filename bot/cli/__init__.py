@@ -39,7 +39,7 @@ from bot.cli.common import (
     find_config,
     services_for,
 )
-from bot.cli.health import report_redis
+from bot.cli.health import report_audit_sink, report_redis
 from bot.logs import announce
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
@@ -251,6 +251,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     gates = _report_gates(console, config)
     settings = Settings()
     redis = report_redis(console, settings)
+    if redis == 0:
+        report_audit_sink(console, config, settings)
     schedules = _report_schedules(console, config, settings) if redis == 0 else 0
     return max(redis, gates, state, schedules)
 

@@ -1,8 +1,10 @@
-"""``deckhand audit verify | export``: proving what the audit stream says.
+"""``deckhand audit verify | export | ship``: proving what the audit stream says.
 
 ``verify`` walks the hash chain (``agents.store.chain``) and names the first broken link,
-exit 1; ``export`` writes the entries from ``--since`` on as JSON lines, each with its stream
-id, ``prev`` and ``hash``, so a copy kept elsewhere can be compared with the chain.
+exit 1; with ``--copy FILE`` it checks a copy kept elsewhere (the sink's JSON lines, an
+export) with the same link checks. ``export`` writes the entries from ``--since`` on as JSON
+lines, each with its stream id, ``prev`` and ``hash``. ``ship`` sends the stream to
+``audit.sink`` as it grows (``agents.engine.shipper``), or, with ``--once``, what is there.
 """
 
 from __future__ import annotations
@@ -10,13 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
+import socket
 import sys
+import threading
 import time
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
+from agents.engine.shipper import shipper_for
+from agents.services import Services
 from agents.store import Store
+from agents.store.chain import CopyReport, verify_copy
 from tools.errors import DeckhandError
 
 AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -61,7 +71,69 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     return moment.timestamp()
 
 
-def handle(args: argparse.Namespace, store: Store, console: Console) -> int:
+def verify_file(path: str, console: Console) -> int:
+    """0 when the copy's links hold; 1 with the first broken one named."""
+    report = verify_copy(_copy_lines(path))
+    counts = (f"{report.entries} linked entries ({report.masked} masked by the sink), "
+              f"{report.duplicates} sent twice, {report.legacy} from before the chain")
+    if report.broken is not None:
+        console.print(f"copy BROKEN at {report.broken} ({counts} checked before it)",
+                      style="red", markup=False, highlight=False, soft_wrap=True)
+        return 1
+    console.print(f"copy intact: {counts}; {_ends(report)}", markup=False, highlight=False,
+                  soft_wrap=True)
+    return 0
+
+
+def _ends(report: CopyReport) -> str:
+    if report.anchor is None:
+        return "no linked entry"
+    return (f"starts after {report.anchor[:16]}…, ends at {(report.head or '')[:16]}… "
+            f"(compare with the chain in Redis)")
+
+
+def _copy_lines(path: str) -> list[dict[str, Any]]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise DeckhandError(f"--copy {path}: cannot read it ({exc.strerror or exc})") from exc
+    lines = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            lines.append(dict(json.loads(raw)))
+        except (ValueError, TypeError):
+            raise DeckhandError(f"--copy {path}: line {number} is not a JSON object; give "
+                                f"the sink's or `audit export`'s JSON lines") from None
+    return lines
+
+
+def ship(args: argparse.Namespace, services: Services, console: Console) -> int:
+    """Ship the audit stream to ``audit.sink``: until SIGTERM/Ctrl-C, or once (``--once``)."""
+    name = args.name or f"{socket.gethostname()}:ship"
+    shipper = shipper_for(services, owner=name)
+    if shipper is None:
+        raise DeckhandError("no audit sink is configured: add `audit: {sink: {webhook: "
+                            "{url: ...}}}` (or `syslog:`) to the config")
+    stop = threading.Event()
+    if args.once:
+        count = shipper.drain(stop)
+        console.print(f"shipped {count} audit entries to {shipper.sink.describe()}; "
+                      f"{services.store.feed.lag()} waiting", markup=False, highlight=False)
+        return 0
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    console.print(f"shipping the audit stream to {shipper.sink.describe()} as {name}; "
+                  f"Ctrl-C (or SIGTERM) stops", markup=False, highlight=False)
+    shipper.serve(stop)
+    return 0
+
+
+def handle(args: argparse.Namespace, services: Services, console: Console) -> int:
     if args.what == "verify":
-        return verify(store, console)
-    return export(store, args.since, args.format)
+        return verify_file(args.copy, console) if args.copy else verify(services.store,
+                                                                           console)
+    if args.what == "ship":
+        return ship(args, services, console)
+    return export(services.store, args.since, args.format)

@@ -6,8 +6,10 @@ import logging
 
 from rich.console import Console
 
+from agents.config import Config
 from agents.settings import Settings
 from agents.store import Store
+from agents.store.feed import SINK_JOB
 
 log = logging.getLogger("deckhand.store")
 
@@ -33,3 +35,17 @@ def warn_about_redis(store: Store) -> None:
     for finding in store.health.findings():
         log.log(logging.ERROR if finding.level == "error" else logging.WARNING,
                 "Redis %s: %s", store.where, finding.message)
+
+
+def report_audit_sink(console: Console, config: Config, settings: Settings) -> None:
+    """With ``audit.sink`` and REDIS_URL: how many entries the sink has not taken yet, and
+    which process ships them (none: nothing is being shipped)."""
+    if config.audit.sink is None or settings.redis_url is None:
+        return
+    store = Store.connect(settings.redis_url.get_secret_value())
+    lag, holder = store.feed.lag(), store.locks.job(SINK_JOB)
+    shipper = f"shipped by {holder.worker}" if holder else \
+        "no shipper running (start `deckhand worker` or `deckhand audit ship`)"
+    console.print(f"audit sink: {lag} entries not yet shipped; {shipper}",
+                  style="yellow" if holder is None and lag else None, markup=False,
+                  highlight=False, soft_wrap=True)

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,6 +21,7 @@ from rich.text import Text
 
 from agents import tracing
 from agents.engine.retention import JOB as RETENTION_JOB
+from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
@@ -104,10 +105,20 @@ def register(commands: Commands) -> None:
     runs.set_defaults(handler=_runs)
 
     audit = commands.add_parser("audit", help="who did what when (append-only, hash-chained)")
-    audit.add_argument("what", nargs="?", choices=["log", "verify", "export"], default="log",
+    audit.add_argument("what", nargs="?", choices=["log", "verify", "export", "ship"],
+                       default="log",
                        help="verify: check the hash chain, exit 1 at the first broken link; "
-                            "export: entries with their links as JSON lines")
+                            "export: entries with their links as JSON lines; ship: send "
+                            "them to audit.sink as they come")
     audit.add_argument("--since", help="with export: a date, a time or an age (24h, 7d)")
+    audit.add_argument("--copy", metavar="FILE",
+                       help="with verify: check a copy (the sink's or export's JSON lines; "
+                            "- for stdin) instead of Redis")
+    audit.add_argument("--once", action="store_true",
+                       help="with ship: send what is there now, then exit")
+    audit.add_argument("--name", help="with ship: this shipper's name, the lease's owner "
+                                      "(default: the host name; a restart under the same "
+                                      "name takes the lease back at once)")
     audit.add_argument("--format", default="jsonl", help="with export: jsonl")
     audit.add_argument("--run", dest="run_id")
     audit.add_argument("--json", action="store_true", help="JSON lines, for export")
@@ -144,6 +155,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     if metrics is not None:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
+    _ship_audit(services, worker.name, stop)
     _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop)
     announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
@@ -191,7 +203,17 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
     metrics = Metrics()
     metrics.watch_queue(services.store)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
+    if services.config.audit.sink is not None:
+        metrics.watch_audit_sink(services.store)
     return metrics
+
+
+def _ship_audit(services: Services, name: str, stop: threading.Event) -> None:
+    """With ``audit.sink``: ship the audit stream on a thread of its own (one process at a
+    time across workers; the others stand by for its lease)."""
+    shipper = shipper_for(services, owner=name)
+    if shipper is not None:
+        start_in_thread(shipper, stop)
 
 
 def _serve_worker_port(args: argparse.Namespace, settings: Settings, metrics: Metrics,
@@ -284,9 +306,10 @@ def runs_table(runs: list[Run]) -> Table:
 
 def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    store = services_for(args).store
+    services = services_for(args)
+    store = services.store
     if args.what != "log":
-        return audit_chain_handle(args, store, console)
+        return audit_chain_handle(args, services, console)
     run_id = _audited_run(store, args.run_id) if args.run_id else None
     entries = store.audit.entries(run_id=run_id, limit=args.limit)
     if args.json:
@@ -323,17 +346,26 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
                                policy=policy, now=services.clock())
     if problem:
-        raise ApprovalRefused(problem)
+        _refuse(store, run.id, args.user, problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
-        raise ApprovalRefused(f"not confirmed: {typed}")
-    run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
-                             plan_hash=run.plan_hash, policy=services.config.policy)
+        _refuse(store, run.id, args.user, f"not confirmed: {typed}")
+    try:
+        run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
+                                 plan_hash=run.plan_hash, policy=services.config.policy)
+    except ApprovalRefused as exc:  # the rules changed, or another approval landed first
+        _refuse(store, run.id, args.user, str(exc))
     needed = approvals_needed(run, services.config.policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))
     return 0
+
+
+def _refuse(store: Store, run_id: str, user: str, rule: str) -> NoReturn:
+    """Audit the refused approval, then refuse it (exit 3)."""
+    store.audit.refused("approve", actor=user, face="cli", rule=rule, run_id=run_id)
+    raise ApprovalRefused(rule)
 
 
 def _ask(console: Console) -> Confirm:

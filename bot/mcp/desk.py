@@ -86,8 +86,9 @@ class Desk:
                         requested_by=requester, expires_in=self.plan_ttl)
 
     def _refused(self, request: str, requester: str, problems: list[str]) -> PlanView:
-        self.services.store.audit.record("mcp_plan_refused", actor=requester, request=request,
-                                         problems=problems)
+        self.services.store.audit.refused("plan", actor=requester, face="mcp",
+                                          rule="; ".join(problems), action="mcp_plan_refused",
+                                          request=request, problems=problems)
         return PlanView(accepted=False, problems=problems, requested_by=requester)
 
     def run_status(self, run_id: str) -> RunView:
@@ -132,8 +133,9 @@ class Desk:
             return self._request(plan_hash, channel, requester=requester, client=client,
                                  owner=_owner(requester, connection))
         except DeckhandError as exc:
-            self.services.store.audit.record("mcp_request_refused", actor=requester,
-                                             plan_hash=plan_hash, reason=str(exc))
+            self.services.store.audit.refused("request_deploy", actor=requester, face="mcp",
+                                              rule=str(exc), action="mcp_request_refused",
+                                              plan_hash=plan_hash)
             raise
 
     def _request(self, plan_hash: str, channel: str | None, *, requester: str,

@@ -138,9 +138,9 @@ class DeskServer(MCPServer[Any]):
         fields = sorted({".".join(str(p) for p in err["loc"]) for err in cause.errors()}) \
             if isinstance(cause, ValidationError) else []  # the SDK's, for the arguments
         actor = requester_of(context) if context is not None else "mcp:unknown"
-        self.desk.services.store.audit.record(
-            "mcp_call_refused", actor=actor, tool=name[:80], fields=fields,
-            reason=str(exc)[:300], arguments=_shapes(arguments))
+        self.desk.services.store.audit.refused(
+            name[:80], actor=actor, face="mcp", rule=str(exc)[:300], action="mcp_call_refused",
+            fields=fields, arguments=_shapes(arguments))
 
 
 def _raised_by_deckhand(exc: BaseException) -> bool:

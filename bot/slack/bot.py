@@ -220,9 +220,15 @@ class Bot:
 
         ``origin`` is where the clicked message is: Slack can show a plan (and deliver a
         click on it) before the bot has stored where it posted it; replies then go there."""
-        run = self.store.runs.approve(run_id, user=user, user_groups=self.directory.groups_of(user),
-                                      plan_version=version, plan_hash=plan_hash,
-                                      policy=self.services.config.policy)
+        try:
+            run = self.store.runs.approve(run_id, user=user,
+                                          user_groups=self.directory.groups_of(user),
+                                          plan_version=version, plan_hash=plan_hash,
+                                          policy=self.services.config.policy)
+        except ApprovalRefused as exc:
+            self.store.audit.refused("approve", actor=user, face="slack", rule=str(exc),
+                                     run_id=run_id, version=version)
+            raise
         if origin and not run.meta.get("slack"):
             run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         needed = approvals_needed(run, self.services.config.policy)
@@ -294,20 +300,24 @@ class Bot:
         """The Stop button (confirmed in Slack's dialog): the requester and whoever may
         approve the run's environments may stop it; ApprovalRefused tells anyone else."""
         run = self.store.runs.get(run_id)
-        self.check_may_steer(run, user)
+        self.check_may_steer(run, user, what="stop")
         if run.status not in bk.STOPPABLE:
-            raise ApprovalRefused(f"run `{short_id(run.id)}` is "
-                                  f"{run.status.value.replace('_', ' ')}; there is nothing to "
-                                  f"stop")
+            rule = (f"run `{short_id(run.id)}` is {run.status.value.replace('_', ' ')}; "
+                    f"there is nothing to stop")
+            self.store.audit.refused("stop", actor=user, face="slack", rule=rule, run_id=run.id)
+            raise ApprovalRefused(rule)
         return self.cancel(run_id, user=user, via="stop_button")
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def check_may_steer(self, run: Run, user: str) -> None:
-        """ApprovalRefused unless ``user`` may modify, reject or cancel ``run``."""
+    def check_may_steer(self, run: Run, user: str, *, what: str = "steer") -> None:
+        """ApprovalRefused (audited) unless ``user`` may modify, reject or cancel ``run``;
+        ``what`` names the attempt in the audit entry."""
         problem = steer_problem(run, user=user, user_groups=self.directory.groups_of(user),
                                 policy=self.services.config.policy)
         if problem:
+            self.store.audit.refused(what, actor=user, face="slack", rule=problem,
+                                     run_id=run.id)
             raise ApprovalRefused(problem)
 
     def thread_reply(self, run: Run, text: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from slack_sdk import WebClient
 
+from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
 from agents.run.executor import Listener
 from agents.run.record import Run
@@ -44,6 +45,8 @@ class BotRuntime:
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
         self.metrics.watch_ssh(lambda: services.runners.setup_stats)
+        if services.config.audit.sink is not None:
+            self.metrics.watch_audit_sink(services.store)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))
@@ -83,6 +86,10 @@ class BotRuntime:
                                       name=worker.name)
             thread.start()
             self._threads.append(thread)
+        shipper = shipper_for(self.services, owner=self.workers[0].name) if self.workers \
+            else None
+        if shipper is not None:  # like `deckhand worker`: one process ships at a time
+            start_in_thread(shipper, self._stop)
 
     def start_scheduler(self) -> None:
         """Fire recurring plans from this replica (each occurrence once across replicas)."""

@@ -273,7 +273,10 @@ class ConsoleFlow:
         return self.execute(plan, run_id)
 
     def _refused(self, run_id: str, why: str) -> Run:
-        """This user may not approve: a shared store keeps the run for approvers who may."""
+        """This user may not approve (audited): a shared store keeps the run for approvers
+        who may."""
+        self.services.store.audit.refused("approve", actor=self.user, face="terminal",
+                                          rule=why, run_id=run_id)
         if self.services.store.where.startswith("in-process"):
             return self._close(run_id, f"approval refused: {why}",
                                f"Approval refused: {why} — nothing was run.")

@@ -84,7 +84,7 @@ def test_refused_arguments_are_audited_and_an_edited_proposal_never_runs(
     texts, plan_hash, tampered = anyio.run(scenario)
     assert all(texts)
     entries = audited(store, "mcp_call_refused")
-    assert [(e["actor"], e["tool"], e["fields"]) for e in entries] == [
+    assert [(e["actor"], e["what"], e["fields"]) for e in entries] == [
         ("mcp:fuzzer", name, [field] if field else []) for name, _, field in BAD_CALLS]
     assert entries[2]["arguments"]["request"] == "str, 1000007 chars"  # shape, not value
     assert b"v" * 1000 not in repr(store.r.xrange(store.keys.audit())).encode()
@@ -92,5 +92,5 @@ def test_refused_arguments_are_audited_and_an_edited_proposal_never_runs(
     assert "no longer has that hash" in tampered
     assert store.runs.recent() == []  # nothing became a run, under either hash
     (entry,) = audited(store, "mcp_request_refused")
-    assert entry["plan_hash"] == plan_hash and "changed in the store" in entry["reason"]
+    assert entry["plan_hash"] == plan_hash and "changed in the store" in entry["rule"]
     assert "planned" not in [e.action for e in store.audit.entries()]

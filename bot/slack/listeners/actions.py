@@ -84,7 +84,7 @@ def _origin(body: dict[str, Any]) -> dict[str, str] | None:
 def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int,
                  tell: Tell) -> None:
     run = bot.store.runs.get(run_id)
-    if not _may_steer(bot, run, body, tell):
+    if not _may_steer(bot, run, body, tell, what="modify"):
         return
     if run.status is not RunStatus.AWAITING_APPROVAL or run.plan_version != version:
         tell(f"This plan can no longer be modified (run is {run.status.value}, "
@@ -97,7 +97,7 @@ def _open_modify(bot: Bot, body: dict[str, Any], run_id: str, version: int,
 
 def _open_reject(bot: Bot, body: dict[str, Any], run_id: str, tell: Tell) -> None:
     run = bot.store.runs.get(run_id)
-    if _may_steer(bot, run, body, tell):
+    if _may_steer(bot, run, body, tell, what="reject"):
         bot.open_modal(body["trigger_id"], bk.reject_modal(_metadata(run, body)), tell)
 
 
@@ -107,10 +107,10 @@ def rollback_request(action: dict[str, Any]) -> str:
     return f"roll back {target['environment']} to {target['version']}"
 
 
-def _may_steer(bot: Bot, run: Run, body: dict[str, Any], tell: Tell) -> bool:
+def _may_steer(bot: Bot, run: Run, body: dict[str, Any], tell: Tell, *, what: str) -> bool:
     """Refuse a bystander's Modify or Reject click (through ``tell``: the response_url)."""
     try:
-        bot.check_may_steer(run, body["user"]["id"])
+        bot.check_may_steer(run, body["user"]["id"], what=what)
     except ApprovalRefused as exc:
         tell(f"🚫 {exc}")
         return False

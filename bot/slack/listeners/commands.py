@@ -87,7 +87,7 @@ def _runs_text(bot: Bot) -> str:
 
 def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:
     run = bot.store.runs.find(typed)  # a unique prefix is enough
-    bot.check_may_steer(run, user)  # a refusal is told by the work queue
+    bot.check_may_steer(run, user, what="cancel")  # a refusal is told by the work queue
     after = bot.cancel(run.id, user=user)
     return f"`{short_id(run.id)}` is {after.status.value}."
 

@@ -46,7 +46,7 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
     """Ask the planner for a revision and show the outcome in the modal."""
     user = body["user"]["id"]
     try:
-        bot.check_may_steer(bot.store.runs.get(run_id), user)
+        bot.check_may_steer(bot.store.runs.get(run_id), user, what="modify")
         revised = bot.services.planner.modify(plan, instruction, requested_by=user)
         bot.revise(run_id, revised, user=user)
         text = f"Posted version {revised.version} in the thread."
@@ -59,7 +59,7 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
 
 def _reject(bot: Bot, body: dict[str, Any], run_id: str, reason: str) -> None:
     user = body["user"]["id"]
-    bot.check_may_steer(bot.store.runs.get(run_id), user)
+    bot.check_may_steer(bot.store.runs.get(run_id), user, what="reject")
     bot.reject(run_id, reason, user=user)
 
 
@@ -75,7 +75,7 @@ def _submit_yaml(ack: Ack, bot: Bot, body: dict[str, Any], plan: Plan, run_id: s
         return
 
     def revise() -> None:
-        bot.check_may_steer(bot.store.runs.get(run_id), user)
+        bot.check_may_steer(bot.store.runs.get(run_id), user, what="modify")
         bot.revise(run_id, revised, user=user)
     bot.work.submit("Modify", revise, tell=bot.teller(body))
     ack()
