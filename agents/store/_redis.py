@@ -3,11 +3,11 @@ translation of redis-py's exceptions, and the one compare-and-set loop.
 
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
 ``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
-prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:pause`` (who paused it, as
-JSON), ``run:ID:audit``
-(list: that run's audit entries, as JSON), ``run:ID:hosts`` (hash: the run's host journal,
-``PHASE/STEP/HOST`` → the newest ``HostChange`` since the record was last written; folded
-into ``run:ID`` and deleted when the run ends or is taken over), ``replication:probe`` (a
+prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:pause``
+(who paused it, as JSON), ``run:ID:audit`` (list: that run's audit entries, as JSON),
+``run:ID:hosts`` (hash: the run's host journal, ``PHASE/STEP/HOST`` → the newest
+``HostChange`` since the record was last written; folded into ``run:ID`` and deleted when
+the run ends or is taken over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream), ``audit:chain``
