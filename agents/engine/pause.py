@@ -39,7 +39,12 @@ class PauseSwitch:
     def relay(self, pause: Pause | None) -> None:
         """What the store says now (the heartbeat calls this every beat)."""
         with self._lock:
-            self._pause = pause
+            before, self._pause = self._pause, pause
+        if pause is not None and (before is None or before.at != pause.at):
+            log.info("run %s: paused by %s (%s); nothing new starts until it is resumed",
+                     self.run_id, pause.by, pause.via)
+        elif pause is None and before is not None:
+            log.info("run %s: resumed", self.run_id)
 
     def paused(self) -> Pause | None:
         with self._lock:
