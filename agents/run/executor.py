@@ -289,8 +289,8 @@ class _Execution:
         with ThreadPoolExecutor(self.ex.max_parallel, thread_name_prefix="step",
                                 initializer=logcontext.inherit()) as pool:
             while True:
-                ready = [] if self.stop_reason or self.cancel.cancelled else \
-                    self._ready(running.values())
+                stopped = bool(self.stop_reason) or self.cancel.cancelled
+                ready = [] if stopped else self._ready(running.values())
                 if ready and self._held(f"step {ready[0].id}", list(running)):
                     for step in ready:
                         self.emit(EventKind.STEP_STARTED, step_id=step.id)
