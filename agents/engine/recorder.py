@@ -34,7 +34,8 @@ from agents.store import LostOwnership, Store, Write
 from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
-           EventKind.ROLLBACK_FINISHED, EventKind.GATE_JUDGED, EventKind.RUN_FINISHED}
+           EventKind.ROLLBACK_FINISHED, EventKind.GATE_JUDGED, EventKind.RUN_PAUSED,
+           EventKind.RUN_RESUMED, EventKind.RUN_FINISHED}
 UNRECORDED = {EventKind.STEP_OUTPUT, EventKind.STEP_RETRY}
 """Events that change nothing in the record (output lives in host tails)."""
 
@@ -64,11 +65,12 @@ class RunRecorder:
             changes = run.host_changes(event)  # taken under the lock, written after it
             return lambda: self._write_hosts(run.id, changes)
         if event.kind in AUDITED:  # taken now, written after the record that it follows
-            gate: dict[str, Any] = {"gate": event.gate} if event.gate is not None else {}
+            data: dict[str, Any] = {k: v for k, v in (("gate", event.gate),
+                                                      ("pause", event.pause)) if v is not None}
             with self._outbox:
                 self._audits.append(self.store.audit.write(
                     event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
-                    phase=event.phase.value, status=event.status, error=event.error, **gate))
+                    phase=event.phase.value, status=event.status, error=event.error, **data))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
             self.store.plans.save(Plan.model_validate(event.plan))  # before the run names it
         self._write_record(run)

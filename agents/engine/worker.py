@@ -9,6 +9,7 @@ resumes (finished steps are not repeated; see ``agents.run.executor``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from agents import logcontext
 from agents.engine.fence import LeaseFence
+from agents.engine.pause import PauseSwitch
 from agents.engine.recorder import RunRecorder
 from agents.engine.retention import SLICE, Retention, RetentionReport, due, run_exclusively
 from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
@@ -270,7 +272,11 @@ class Worker:
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
-        beat = _Heartbeat(self, run, entry_id, token, fence)
+        pause = PauseSwitch(self.store, run.id, worker=self.name, token=token,
+                            timeout=self.services.config.policy.pause_timeout)
+        with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
+            pause.relay(self.store.runs.pause_requested(run.id))
+        beat = _Heartbeat(self, run, entry_id, token, fence, pause)
         beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
             if previous:
@@ -278,7 +284,8 @@ class Worker:
             recorder = RunRecorder(self.store, worker=self.name, token=token)
             final = self.services.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
-                durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what))
+                durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
+                hold=pause)
             log.info("run %s ended %s", run.id, final.status.value)
             recorder.drain(give_up=lambda: fence.lost is not None)  # writes an outage held
             if final.status.terminal:
@@ -333,12 +340,13 @@ def _fenced(fence: LeaseFence, recorder: RunRecorder, what: str) -> str | None:
 
 
 class _Heartbeat:
-    """Keeps a worker's claim alive and relays cancel requests while a run executes."""
+    """Keeps a worker's claim alive and relays cancel and pause requests while a run
+    executes."""
 
     def __init__(self, worker: Worker, run: Run, entry_id: str | None, token: CancelToken,
-                 fence: LeaseFence):
+                 fence: LeaseFence, pause: PauseSwitch):
         self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
-        self.fence = fence
+        self.fence, self.pause = fence, pause
         self._stop = threading.Event()
         self._inherit = logcontext.inherit()
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -381,6 +389,7 @@ class _Heartbeat:
         if who and not self.token.cancelled:
             store.audit.record("cancel_requested", actor=who, run_id=self.run.id)
             self.token.cancel(f"cancelled by {who}")
+        self.pause.relay(store.runs.pause_requested(self.run.id))
 
     def _lost(self) -> None:
         """Another worker has the run: nothing more starts here, and the audit says why."""

@@ -72,6 +72,8 @@ class Policy(BaseModel):
     require_rollback: bool = True
     max_replans: int = Field(default=1, ge=0, le=5)
     on_failure: Literal["finish", "cancel"] = "finish"
+    pause_timeout: float = Field(default=1800.0, gt=0, description="seconds a paused run "
+                                 "waits for Resume before it is rolled back")
     default: EnvPolicy = Field(default_factory=lambda: EnvPolicy(approvers=Approvers(anyone=True)))
     """Environments without an entry (and sharing no host with one): anyone, unless written."""
     environments: dict[str, EnvPolicy] = Field(default_factory=dict)

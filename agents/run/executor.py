@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from agents import logcontext, tracing
 from agents.plan.limit import allowed_hosts
@@ -29,6 +29,7 @@ from agents.run.record import (
     Event,
     EventKind,
     GateCheck,
+    Pause,
     Phase,
     Run,
     RunStatus,
@@ -60,6 +61,29 @@ MayStart = Callable[[str], str | None]
 """Right before any command starts (each batch, each attempt): blocks while the worker
 cannot vouch for its lease on the run (see ``agents.engine.fence``); None once it may
 start, else why not (the run is another worker's now). Its argument names what would start."""
+
+
+class Hold(Protocol):
+    """Pause and resume, as the worker relays them (``agents.engine.pause``)."""
+
+    def paused(self) -> Pause | None:
+        """The pause in force now (with when it expires), or None to carry on."""
+
+    def wait(self, until: Callable[[], bool]) -> None:
+        """Block while paused: until resumed, cancelled (a lost lease cancels too),
+        ``until()`` holds, or the pause expires — which cancels the run into rollback."""
+
+
+class _NoHold:
+    """A run nobody can pause (no worker relays pause requests)."""
+
+    def paused(self) -> Pause | None:
+        return None
+
+    def wait(self, until: Callable[[], bool]) -> None:
+        return None
+
+
 RunnerFor = Callable[[Host], Runner]
 Replanner = Callable[[Plan, Run], "Plan | None"]
 
@@ -95,19 +119,20 @@ class Executor:
     def execute(self, plan: Plan, run: Run | None = None, *,
                 cancel: CancelToken | None = None,
                 listeners: Iterable[Listener] = (), durable: Durable | None = None,
-                may_start: MayStart | None = None) -> Run:
+                may_start: MayStart | None = None, hold: Hold | None = None) -> Run:
         """Run ``plan`` to its end and return the final record.
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
         asked before any mutating command starts (see ``Durable``); ``may_start`` before
-        every batch and attempt (see ``MayStart``).
+        every batch and attempt (see ``MayStart``); ``hold`` before every step and rollout
+        batch of the plan (see ``Hold``).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
                                [*self.listeners, *listeners], durable or _nothing_to_wait_for,
-                               may_start or _nothing_to_wait_for)
+                               may_start or _nothing_to_wait_for, hold or _NoHold())
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
         lost = tracing.attempt_lost(run.meta, parent=parent, run_id=run.id)  # a dead worker's
         with tracing.span("deckhand.run", {
@@ -148,9 +173,11 @@ class _Execution:
     """State of one ``execute`` call."""
 
     def __init__(self, executor: Executor, plan: Plan, run: Run, cancel: CancelToken,
-                 listeners: list[Listener], durable: Durable, may_start: MayStart):
+                 listeners: list[Listener], durable: Durable, may_start: MayStart,
+                 hold: Hold):
         self.ex, self.deps, self.plan, self.run = executor, executor.deps, plan, run
         self.cancel, self.durable, self.may_start = cancel, durable, may_start
+        self.hold = hold
         self.steps_token = cancel.child()  # failure with on_failure=cancel kills running steps
         self.listeners = listeners
         self.lock = threading.RLock()
@@ -280,8 +307,10 @@ class _Execution:
         with ThreadPoolExecutor(self.ex.max_parallel, thread_name_prefix="step",
                                 initializer=logcontext.inherit()) as pool:
             while True:
-                if not self.stop_reason and not self.cancel.cancelled:
-                    for step in self._ready(running.values()):
+                stopped = bool(self.stop_reason) or self.cancel.cancelled
+                ready = [] if stopped else self._ready(running.values())
+                if ready and self._held(f"step {ready[0].id}", list(running)):
+                    for step in ready:
                         self.emit(EventKind.STEP_STARTED, step_id=step.id)
                         future = pool.submit(self._run_step, step, Phase.PLAN, self.steps_token)
                         running[future] = step.id
@@ -425,6 +454,10 @@ class _Execution:
         outcomes: list[_HostOutcome] = []
         batches = rollout.batches(hosts)
         for number, batch in enumerate(batches, start=1):
+            if phase is Phase.PLAN and not self._held(
+                    f"batch {number} of {len(batches)} of {step.id}"):
+                outcomes.append(_HostOutcome(ok=False, error=f"not started: {token.reason}"))
+                break
             refused = self._start_batch(step, phase, tool, params, batch)
             if refused:
                 outcomes += refused
@@ -445,6 +478,27 @@ class _Execution:
                     outcomes.append(_HostOutcome(ok=False, error=failure))
                     break
         return outcomes
+
+    def _held(self, what: str, running: list[Future[bool]] | None = None) -> bool:
+        """The hold point, before a step or rollout batch of the plan starts: while the run
+        is paused nothing new starts (what runs carries on) until it is resumed, stopped,
+        or the pause expires into a rollback (see ``Hold``). Whether ``what`` may start
+        now; False early, still paused, once one of ``running`` ends (its outcome counts)."""
+        if self.hold.paused() is not None:
+            self._show_pause(self.hold.paused(), what)
+            self.hold.wait(lambda: any(f.done() for f in running or ()))
+            self._show_pause(self.hold.paused(), what)
+        return self.hold.paused() is None and not self.cancel.cancelled
+
+    def _show_pause(self, pause: Pause | None, what: str) -> None:
+        """Put the pause (or its end) in the record, once, whichever thread sees it first."""
+        with self.lock:
+            shown = self.run.paused
+            if pause is None and shown is not None:
+                self.emit(EventKind.RUN_RESUMED)
+            elif pause is not None and (shown is None or shown.at != pause.at):
+                self.emit(EventKind.RUN_PAUSED,
+                          pause=pause.model_copy(update={"before": what}).model_dump())
 
     def _start_batch(self, step: Step | RollbackStep, phase: Phase, tool: Tool,
                      params: dict[str, ParamValue], batch: list[Host]) -> list[_HostOutcome]:

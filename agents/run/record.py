@@ -102,6 +102,9 @@ class EventKind(StrEnum):
     REPLANNED = "replanned"
     GATE_JUDGED = "gate_judged"
     """A gate was evaluated (after a rollout batch, or as a step): every sample it judged."""
+    RUN_PAUSED = "run_paused"
+    """A pause holds the run before its next step or batch (``Event.pause``)."""
+    RUN_RESUMED = "run_resumed"
     RUN_FINISHED = "run_finished"
 
 
@@ -135,6 +138,8 @@ class Event(BaseModel):
     plan_hash: str | None = None
     gate: dict[str, Any] | None = None
     """GATE_JUDGED: the GateCheck (as JSON)."""
+    pause: dict[str, Any] | None = None
+    """RUN_PAUSED: the Pause (as JSON)."""
 
     def describe(self) -> str:
         """One human line for logs and audit."""
@@ -225,6 +230,18 @@ class StepState(BaseModel):
         return data
 
 
+class Pause(BaseModel):
+    """Who paused a run, since when, and through which face (button, cli, mcp)."""
+
+    by: str
+    at: float
+    via: str
+    until: float | None = None
+    """When the pause expires into a rollback (set once the run is held)."""
+    before: str | None = None
+    """What waits for the resume (a step, a rollout batch), once the run is held."""
+
+
 class Approval(BaseModel):
     user: str
     at: float = Field(default_factory=time.time)
@@ -267,6 +284,8 @@ class Run(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
     gates: list[GateCheck] = Field(default_factory=list)
     """Every gate evaluated in this run, in order."""
+    paused: Pause | None = None
+    """The pause holding the run now (nothing new starts until it is resumed)."""
     seq: int = 0
     """How many events this record has folded in: host changes with a higher ``seq`` are
     newer than the record and still apply to it."""
@@ -427,6 +446,7 @@ def _step_finished(run: Run, ev: Event) -> None:
 
 def _rollback_started(run: Run, ev: Event) -> None:
     run.move(RunStatus.ROLLING_BACK)
+    run.paused = None  # a rollback is never held
     run.reason = run.reason or ev.error
 
 
@@ -457,6 +477,15 @@ def _run_finished(run: Run, ev: Event) -> None:
         run.move(final)
     run.finished_at = ev.at
     run.reason = run.reason or ev.error
+    run.paused = None
+
+
+def _run_paused(run: Run, ev: Event) -> None:
+    run.paused = Pause.model_validate(ev.pause) if ev.pause is not None else None
+
+
+def _run_resumed(run: Run, ev: Event) -> None:
+    run.paused = None
 
 
 _APPLY = {
@@ -470,5 +499,7 @@ _APPLY = {
     EventKind.ROLLBACK_STARTED: _rollback_started,
     EventKind.REPLANNED: _replanned,
     EventKind.GATE_JUDGED: _gate_judged,
+    EventKind.RUN_PAUSED: _run_paused,
+    EventKind.RUN_RESUMED: _run_resumed,
     EventKind.RUN_FINISHED: _run_finished,
 }

@@ -160,14 +160,15 @@ class Leases(Part):
         return run.worker == worker and not run.status.terminal
 
     def release(self, run_id: str, *, worker: str) -> None:
-        """Give up the lease (and any pending cancel request) if ``worker`` still holds it."""
+        """Give up the lease (and any pending cancel or pause request) if ``worker`` still
+        holds it."""
         owner_key = self.keys.owner(run_id)
 
         def attempt(pipe: Pipeline) -> None:
             if pipe.get(owner_key) != worker.encode():
                 return
             pipe.multi()
-            pipe.delete(owner_key, self.keys.cancel(run_id))
+            pipe.delete(owner_key, self.keys.cancel(run_id), self.keys.pause(run_id))
             pipe.execute()
 
         self.cas([owner_key], attempt, busy=f"the lease on run {run_id}")

@@ -22,7 +22,7 @@ from agents.plan.targets import PlanTargets
 from agents.policy.approvals import approval_grant, approvals_needed
 from agents.policy.eligibility import Grant
 from agents.policy.rules import Policy
-from agents.run.record import Approval, HostChange, Run, RunStatus, StepState
+from agents.run.record import Approval, HostChange, Pause, Run, RunStatus, StepState
 from agents.store._redis import Keys, Part, RedisBase, Write, text
 from agents.store.audit import AuditLog
 from agents.store.limits import ApprovalCounts
@@ -308,6 +308,66 @@ class Runs(Part):
         with self.errors():
             who = self.r.get(self.keys.cancel(run_id))
         return who.decode() if who else None
+
+    def request_pause(self, run_id: str, *, user: str, via: str) -> Run:
+        """Ask the worker of a running run to hold it before its next step or rollout batch
+        (its heartbeat relays this, as a cancel); ApprovalRefused unless it is running and
+        not paused already."""
+        run_key, key = self.keys.run(run_id), self.keys.pause(run_id)
+
+        def attempt(pipe: Pipeline) -> Run:
+            raw = pipe.get(run_key)
+            if raw is None:
+                raise NotFound(f"no run {run_id} — `deckhand runs` lists recent ones")
+            run = Run.model_validate_json(raw)
+            if run.status is not RunStatus.RUNNING:
+                raise ApprovalRefused(_not_pausable(run))
+            held = pipe.get(key)
+            if held is not None:
+                raise ApprovalRefused(f"run {run_id} is already paused by "
+                                      f"{Pause.model_validate_json(held).by}; resume it to "
+                                      f"carry on")
+            pipe.multi()
+            pipe.set(key, Pause(by=user, at=self.clock(), via=via).model_dump_json())
+            pipe.execute()
+            return run
+
+        return self.cas([run_key, key], attempt, busy=f"run {run_id}")
+
+    def request_resume(self, run_id: str) -> Pause:
+        """Lift a run's pause (its worker carries on within a heartbeat): the pause lifted;
+        ApprovalRefused if it is not paused."""
+        key = self.keys.pause(run_id)
+
+        def attempt(pipe: Pipeline) -> Pause:
+            held = pipe.get(key)
+            if held is None:
+                status = self.get(run_id).status
+                ended = f" (it {status.value.replace('_', ' ')})" if status.terminal else ""
+                raise ApprovalRefused(f"run {run_id} is not paused{ended}; there is nothing "
+                                      f"to resume")
+            pipe.multi()
+            pipe.delete(key)
+            pipe.execute()
+            return Pause.model_validate_json(held)
+
+        return self.cas([key], attempt, busy=f"run {run_id}")
+
+    def pause_requested(self, run_id: str) -> Pause | None:
+        """The pause asked for ``run_id`` (held or about to be), or None."""
+        with self.errors():
+            raw = self.r.get(self.keys.pause(run_id))
+        return Pause.model_validate_json(raw) if raw else None
+
+
+def _not_pausable(run: Run) -> str:
+    """Why ``run`` cannot be paused, for the one who asked."""
+    state = run.status.value.replace("_", " ")
+    if run.status.terminal:
+        return f"run {run.id} already ended ({state}); there is nothing to pause"
+    if run.status is RunStatus.ROLLING_BACK:
+        return f"run {run.id} is rolling back; a rollback is never paused"
+    return f"run {run.id} is {state}, not running; only a running run can be paused"
 
 
 def journal_field(change: HostChange) -> str:

@@ -124,6 +124,7 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
     """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
     from bot.cli import (
         completion,
+        control,
         history,
         hosts,
         init,
@@ -138,7 +139,7 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
-            policy.register, completion.register]
+            policy.register, completion.register, control.register]
 
 
 def _add_demo(commands: Commands) -> None:

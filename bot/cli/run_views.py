@@ -47,6 +47,7 @@ def run_detail_json(run: Run, plan: Plan) -> dict[str, Any]:
             "changed_hosts": list(run.changed_hosts), "hosts": list(run.hosts),
             "approvals": [{"user": a.user, "at": a.at, "plan_version": a.plan_version}
                           for a in run.approvals],
+            "paused": run.paused.model_dump() if run.paused is not None else None,
             "steps": [_step_json(state, plan) for state in run.steps.values()],
             "rollback": [_step_json(state, plan) for state in run.rollback.values()]}
 

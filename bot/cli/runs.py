@@ -258,6 +258,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         return 0
     console.print(status_table(plan, run, services.host_counts(plan)))
     console.print(summary(plan, run))
+    if run.paused is not None:
+        console.print(Text(pause_line(run)), soft_wrap=True)
     for line in gate_lines(run):  # every measured value against its threshold
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     note = unreplicated_note(run)
@@ -279,6 +281,21 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
                       f"{len(drawn.bars)} bars)")
     return 0
+
+
+def pause_line(run: Run) -> str:
+    """Who paused ``run``, since when, what waits, and when it rolls back unless resumed."""
+    pause = run.paused
+    if pause is None:
+        return ""
+    line = f"⏸ paused by {pause.by} ({pause.via}) since {_hms(pause.at)}"
+    line += f" — {pause.before} waits" if pause.before else ""
+    line += f"; rolls back at {_hms(pause.until)} unless resumed" if pause.until else ""
+    return line + f" (`deckhand resume {short_id(run.id)}`)"
+
+
+def _hms(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
 
 
 def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:

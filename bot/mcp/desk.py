@@ -1,7 +1,8 @@
 """The work behind deckhand's MCP tools, synchronous like the rest of deckhand.
 
-A client may look (``catalog``, ``plan``, ``run_status``) and ask (``request_deploy``); it
-can never approve, edit a plan in flight or skip validation. ``plan`` remembers each plan it
+A client may look (``catalog``, ``plan``, ``run_status``), ask (``request_deploy``) and, as
+the run's requester or approver, pause, resume or stop it; it can never approve, edit a
+plan in flight or skip validation. ``plan`` remembers each plan it
 validated under its hash and requester; ``request_deploy`` accepts only such a hash,
 validates the plan again against the current config, stores it as a run awaiting approval
 and posts it where humans approve (Slack, or ``deckhand approve``). Every step is audited.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from agents.engine.control import Control, steer
 from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
 from agents.plan.model import Plan
 from agents.policy.eligibility import eligibility
@@ -103,7 +105,15 @@ class Desk:
             else 0, approvers=answer.who(), approval_rules=answer.explain(),
             steps=[step_view(s) for s in run.steps.values()],
             rollback=[step_view(s) for s in run.rollback.values()],
-            changed_hosts=run.changed_hosts, reason=run.reason)
+            changed_hosts=run.changed_hosts, reason=run.reason, paused=run.paused)
+
+    def steer(self, control: Control, run_id: str, *, requester: str) -> RunView:
+        """Pause, resume or stop a run for ``requester``: allowed to the run's requester and
+        approvers only (as Stop in Slack), refused and audited otherwise (``via: mcp``)."""
+        run = self.services.store.runs.find(run_id)
+        steer(self.services.store, self.services.config.policy, control, run.id,
+              user=requester, via="mcp")
+        return self.run_status(run.id)
 
     def where(self, *, recent: int = 100) -> WhereReport:
         """Each environment's lock, runs in flight and last success (from the newest runs)."""

@@ -2,7 +2,8 @@
 
 Each tool hands its work to the synchronous ``Desk`` on a worker thread and turns
 deckhand's errors into tool errors the client can read. There is deliberately no tool
-that approves, modifies, rejects or runs anything: those stay with humans.
+that approves, modifies, rejects or starts anything: those stay with humans. A running run
+may be paused, resumed or stopped by its requester or approvers, as in Slack.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import AnyHttpUrl, BaseModel, Field, ValidationError
 
+from agents.engine.control import Control
 from bot.mcp.auth import StaticTokens
 from bot.mcp.desk import Desk
 from bot.mcp.views import CatalogView, DeployRequest, PlanView, RunView, WhereReport
@@ -37,10 +39,15 @@ INSTRUCTIONS = (
     "deckhand plans deployments and runs them only after a human approves. Call `plan` "
     "with a request such as 'deploy v2.3.1'; if accepted, pass its plan_hash to "
     "`request_deploy`, which posts the plan for approval and returns a run id to follow "
-    "with `run_status`. You cannot approve, edit or start a run yourself.")
+    "with `run_status`. You cannot approve, edit or start a run yourself; if you requested "
+    "it (or may approve it) you may `pause_run`, `resume_run` or `stop_run` it.")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
+
+STEER = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+                        open_world_hint=False)
+"""Pause, resume and stop change a running deploy (a stop rolls hosts back)."""
 
 PlanHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from `plan`")]
 RunId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,80}$")]
@@ -93,6 +100,24 @@ class DeskTools:
         return await self._answer(self.desk.request_deploy, plan_hash, channel,
                                   requester=requester_of(ctx), client=client_name(ctx),
                                   connection=connection_of(ctx, self.stdio_connection))
+
+    async def pause_run(self, ctx: Context, run_id: RunId) -> RunView:
+        """Hold a running run before its next step or rollout batch: running commands
+        finish, nothing new starts until `resume_run`; it rolls back if left paused past the
+        policy's timeout. Only the run's requester or approvers may."""
+        return await self._steer(ctx, Control.PAUSE, run_id)
+
+    async def resume_run(self, ctx: Context, run_id: RunId) -> RunView:
+        """Let a paused run carry on. Only the run's requester or approvers may."""
+        return await self._steer(ctx, Control.RESUME, run_id)
+
+    async def stop_run(self, ctx: Context, run_id: RunId) -> RunView:
+        """Stop a run: running commands are killed and every host it changed is rolled
+        back. Only the run's requester or approvers may."""
+        return await self._steer(ctx, Control.STOP, run_id)
+
+    async def _steer(self, ctx: Context, control: Control, run_id: str) -> RunView:
+        return await self._answer(self.desk.steer, control, run_id, requester=requester_of(ctx))
 
     async def _answer(self, fn: Callable[..., M], *args: Any, **kwargs: Any) -> M:
         """The MCP answers' door: every result and error passes the config's redactor."""
@@ -176,6 +201,8 @@ def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
     server.add_tool(tools.run_status, annotations=READ_ONLY)
     server.add_tool(tools.where, annotations=READ_ONLY)
     server.add_tool(tools.request_deploy, annotations=request_annotations(desk))
+    for steer in (tools.pause_run, tools.resume_run, tools.stop_run):
+        server.add_tool(steer, annotations=STEER)
     return server
 
 

@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from agents.history.deploys import Where
 from agents.plan.model import Plan
+from agents.run.record import Pause
 
 
 class Hints(BaseModel):
@@ -90,6 +91,9 @@ class RunView(BaseModel):
     rollback: list[StepView]
     changed_hosts: list[str]
     reason: str | None = None
+    paused: Pause | None = Field(
+        default=None, description="the pause holding it: who, since when, when it rolls "
+        "back unless resumed")
 
 
 class DeployRequest(BaseModel):

@@ -22,7 +22,7 @@ from agents.plan.dryrun import verdict
 from agents.plan.model import Plan, Step, format_params
 from agents.policy.rules import Policy
 from agents.run.gates import where as gate_where
-from agents.run.record import GateCheck, Run, RunStatus, StepState, StepStatus
+from agents.run.record import GateCheck, Pause, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import unreplicated_note
 
@@ -39,6 +39,8 @@ class ActionId(StrEnum):
     ROLLBACK_TO = "rollback_to"
     SHOW_OUTPUT = "show_output"
     STOP = "stop_run"
+    PAUSE = "pause_run"
+    RESUME = "resume_run"
 
 
 class ViewId(StrEnum):
@@ -322,8 +324,10 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     if started or run.status is RunStatus.ROLLING_BACK:
         rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
         blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
+    if run.paused is not None:
+        blocks.insert(1, context(pause_text(run.paused)))
     if run.status in STOPPABLE:
-        blocks.append({"type": "actions", "elements": [stop_button(run)]})
+        blocks.append({"type": "actions", "elements": [*pause_buttons(run), stop_button(run)]})
     if run.finished_at is not None and outputs_of(run):
         blocks.append({"type": "actions", "elements": [{
             "type": "button", "action_id": ActionId.SHOW_OUTPUT, "value": run.id,
@@ -347,6 +351,30 @@ def stop_button(run: Run) -> Block:
                         "confirm": {"type": "plain_text", "text": "Stop and roll back"},
                         "deny": {"type": "plain_text", "text": "Keep running"},
                         "style": "danger"}}
+
+
+def pause_buttons(run: Run) -> list[Block]:
+    """Pause a running run (before its next step or batch), or Resume a paused one."""
+    if run.status is not RunStatus.RUNNING:
+        return []
+    if run.paused is not None:
+        return [{"type": "button", "action_id": ActionId.RESUME, "value": run.id,
+                 "style": "primary", "text": {"type": "plain_text", "text": "Resume"}}]
+    return [{"type": "button", "action_id": ActionId.PAUSE, "value": run.id,
+             "text": {"type": "plain_text", "text": "Pause"}}]
+
+
+def pause_text(pause: Pause) -> str:
+    """Who paused a run, since when, what waits, and when it rolls back unless resumed."""
+    waits = f" — {escape(pause.before)} waits" if pause.before else ""
+    expires = f"; rolls back at {when(pause.until)} unless resumed" if pause.until else ""
+    return f"⏸️ Paused by {mention(pause.by)} since {when(pause.at)}{waits}{expires}"
+
+
+def when(at: float) -> str:
+    """A time Slack shows in the viewer's own time zone (the fallback is UTC)."""
+    fallback = time.strftime("%H:%M:%S UTC", time.gmtime(at))
+    return f"<!date^{int(at)}^{{time_secs}}|{fallback}>"
 
 
 OUTPUT_SECTION = 2800

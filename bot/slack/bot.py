@@ -18,6 +18,7 @@ from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from agents.engine.control import Control, steer
 from agents.errors import ApprovalRefused
 from agents.ids import short_id
 from agents.plan.diff import PlanDiff, diff_plans
@@ -307,6 +308,27 @@ class Bot:
             self.store.audit.refused("stop", actor=user, face="slack", rule=rule, run_id=run.id)
             raise ApprovalRefused(rule)
         return self.cancel(run_id, user=user, via="stop_button")
+
+    def pause(self, run_id: str, *, user: str) -> Run:
+        """The Pause button: the run holds before its next step or rollout batch (who may,
+        as for Stop); the thread says who paused it."""
+        run = self._steer(Control.PAUSE, run_id, user)
+        self.thread_reply(run, f"⏸️ {bk.mention(user)} paused run `{short_id(run.id)}` — "
+                               f"running commands finish, nothing new starts until someone "
+                               f"resumes it.")
+        return run
+
+    def resume(self, run_id: str, *, user: str) -> Run:
+        """The Resume button: the paused run carries on (who may, as for Stop)."""
+        run = self._steer(Control.RESUME, run_id, user)
+        self.thread_reply(run, f"▶️ {bk.mention(user)} resumed run `{short_id(run.id)}`.")
+        return run
+
+    def _steer(self, control: Control, run_id: str, user: str) -> Run:
+        run = steer(self.store, self.services.config.policy, control, run_id, user=user,
+                    via="button", user_groups=self.directory.groups_of(user))
+        self.changed(run)
+        return run
 
     # -- helpers ----------------------------------------------------------------------------
 

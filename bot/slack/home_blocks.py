@@ -162,6 +162,8 @@ def _active_line(run: Run, now: float) -> str:
         parts.append(f"now: {now_doing}")
     if run.started_at:
         parts.append(f"{now - run.started_at:.0f}s")
+    if run.paused is not None:
+        parts.append(bk.pause_text(run.paused))
     return " · ".join(parts) + f" · {bk.mention(run.requested_by)}" + _unreplicated(run)
 
 

@@ -37,6 +37,20 @@ def register(app: App, bot: Bot) -> None:
                         tell=bot.teller(body, respond))
         ack()
 
+    @app.action(bk.ActionId.PAUSE)
+    def pause(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
+        run_id, user = str(action["value"]), body["user"]["id"]
+        bot.work.submit("Pause", lambda: bot.pause(run_id, user=user),
+                        tell=bot.teller(body, respond))
+        ack()
+
+    @app.action(bk.ActionId.RESUME)
+    def resume(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
+        run_id, user = str(action["value"]), body["user"]["id"]
+        bot.work.submit("Resume", lambda: bot.resume(run_id, user=user),
+                        tell=bot.teller(body, respond))
+        ack()
+
     @app.action(bk.ActionId.SHOW_OUTPUT)
     def show_output(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         run_id = str(action["value"])

@@ -1,0 +1,64 @@
+"""Pause, resume and stop a run: the one door every face uses (Slack buttons, the terminal,
+MCP).
+
+Who may: the requester and whoever may approve the run's environments — ``steer_problem``,
+the same answer Stop, Modify and Reject use. Every request and every refusal is audited with
+who asked and through which face (``via``: button, cli, mcp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+
+from agents.errors import ApprovalRefused
+from agents.policy.approvals import steer_problem
+from agents.policy.rules import Policy
+from agents.run.record import Run
+from agents.store import Store
+
+
+class Control(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    STOP = "stop"
+
+
+AUDITED = {Control.PAUSE: "pause_requested", Control.RESUME: "resume_requested",
+           Control.STOP: "cancel_requested"}
+"""The audit action of each granted request (a stop is the cancel it has always been)."""
+
+
+def steer(store: Store, policy: Policy, control: Control, run_id: str, *, user: str,
+          via: str, user_groups: Iterable[str] = ()) -> Run:
+    """Pause, resume or stop ``run_id`` for ``user``: the run as it then stands.
+    ApprovalRefused (audited as ``<control>_refused``) if ``user`` may not, or the run is
+    in no state for it (finished, not paused, …)."""
+    run = store.runs.get(run_id)
+    try:
+        problem = steer_problem(run, user=user, user_groups=list(user_groups), policy=policy)
+        if problem:
+            raise ApprovalRefused(problem)
+        _REQUEST[control](store, run_id, user, via)
+    except ApprovalRefused as exc:
+        store.audit.record(f"{control.value}_refused", actor=user, run_id=run_id, via=via,
+                           reason=str(exc))
+        raise
+    store.audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
+    return store.runs.get(run_id)
+
+
+def _pause(store: Store, run_id: str, user: str, via: str) -> None:
+    store.runs.request_pause(run_id, user=user, via=via)
+
+
+def _resume(store: Store, run_id: str, user: str, via: str) -> None:
+    store.runs.request_resume(run_id)
+
+
+def _stop(store: Store, run_id: str, user: str, via: str) -> None:
+    store.runs.request_cancel(run_id, user=user)
+
+
+_REQUEST: dict[Control, Callable[[Store, str, str, str], None]] = {
+    Control.PAUSE: _pause, Control.RESUME: _resume, Control.STOP: _stop}

@@ -1,0 +1,84 @@
+"""A running run's pause, as its worker sees it: the executor's ``Hold``.
+
+The request lives in the store (``run:ID:pause``, see ``Runs.request_pause``); the worker's
+heartbeat relays it here, as it relays a cancel. The executor asks ``paused()`` before each
+step and rollout batch of the plan and, while paused, ``wait``s: running commands finish,
+nothing new starts, and the worker keeps its lease and locks (the heartbeat goes on). The
+wait ends on resume, on a cancel (Stop, or a lost lease), or when the pause has lasted the
+policy's ``pause_timeout``: the run is then cancelled into its rollback, and says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from agents.errors import StoreError
+from agents.run.record import Pause
+from agents.store import Store
+from tools.runners.base import CancelToken
+
+log = logging.getLogger("deckhand.pause")
+
+POLL = 0.2
+"""Seconds between looks at the relayed pause and the clock while held."""
+
+
+class PauseSwitch:
+    """One run's pause on its worker (an executor ``Hold``); ``relay`` is the heartbeat's."""
+
+    def __init__(self, store: Store, run_id: str, *, worker: str, token: CancelToken,
+                 timeout: float, clock: Callable[[], float] | None = None):
+        self.store, self.run_id, self.worker, self.token = store, run_id, worker, token
+        self.timeout = timeout
+        self.clock = clock or store.clock
+        self._pause: Pause | None = None
+        self._lock = threading.Lock()
+
+    def relay(self, pause: Pause | None) -> None:
+        """What the store says now (the heartbeat calls this every beat)."""
+        with self._lock:
+            before, self._pause = self._pause, pause
+        if pause is not None and (before is None or before.at != pause.at):
+            log.info("run %s: paused by %s (%s); nothing new starts until it is resumed",
+                     self.run_id, pause.by, pause.via)
+        elif pause is None and before is not None:
+            log.info("run %s: resumed", self.run_id)
+
+    def paused(self) -> Pause | None:
+        with self._lock:
+            pause = self._pause
+        if pause is None:
+            return None
+        return pause.model_copy(update={"until": pause.at + self.timeout})
+
+    def wait(self, until: Callable[[], bool]) -> None:
+        while (pause := self.paused()) is not None and not until():
+            if self.token.cancelled:
+                return
+            if self.clock() >= (pause.until or 0.0):
+                self._expire(pause)
+                return
+            self.token.wait(POLL)  # a cancel (Stop, a lost lease) wakes it at once
+
+    def _expire(self, pause: Pause) -> None:
+        reason = f"paused by {pause.by} for {span(self.timeout)}; pause expired"
+        log.warning("run %s: %s, rolling back", self.run_id, reason)
+        self.token.cancel(reason)  # first: an unreachable store must not keep it held
+        try:
+            self.store.audit.record("pause_expired", actor=self.worker, run_id=self.run_id,
+                                    paused_by=pause.by, since=pause.at, timeout=self.timeout)
+        except StoreError as exc:
+            log.error("run %s: the pause's expiry is not in the audit log: %s",
+                      self.run_id, exc)
+
+
+def span(seconds: float) -> str:
+    """A policy duration as people write it: 30m, 2h, 45s."""
+    whole = round(seconds)
+    if whole and whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    if whole and whole % 60 == 0:
+        return f"{whole // 60}m"
+    return f"{seconds:g}s"

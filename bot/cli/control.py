@@ -1,0 +1,56 @@
+"""``deckhand pause | resume | stop RUN``: steer a running run from the terminal.
+
+The same door as Slack's buttons and MCP's tools (``agents.engine.control``): the requester
+and the run's approvers may; anyone else is refused in one line (exit 3), audited with
+``via: cli``. ``--user`` is trusted, as for ``deckhand approve`` (see the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+from rich.console import Console
+
+from agents.engine.control import Control, steer
+from agents.ids import short_id
+from agents.run.record import Run
+from bot.cli.common import Commands, Handler, add_config_arg, embedded_store_note, services_for
+
+HELP = {Control.PAUSE: "hold a running run before its next step or batch",
+        Control.RESUME: "let a paused run carry on",
+        Control.STOP: "stop a run: kill what runs, roll back what changed"}
+
+
+def register(commands: Commands) -> None:
+    for control, text in HELP.items():
+        parser = commands.add_parser(control.value, help=text)
+        parser.add_argument("run_id")
+        parser.add_argument("--user", default=getpass.getuser(),
+                            help="who asks (default: your login name; trusted, see README)")
+        add_config_arg(parser)
+        parser.set_defaults(handler=_handler(control))
+
+
+def _handler(control: Control) -> Handler:
+    def handle(args: argparse.Namespace, console: Console) -> int:
+        embedded_store_note()
+        services = services_for(args)
+        store = services.store
+        run = steer(store, services.config.policy, control, store.runs.find(args.run_id).id,
+                    user=args.user, via="cli")
+        console.print(_said(control, run), highlight=False)
+        return 0
+    return handle
+
+
+def _said(control: Control, run: Run) -> str:
+    name = f"run {short_id(run.id)}"
+    if control is Control.PAUSE:
+        return (f"{name}: pausing — running commands finish, nothing new starts until "
+                f"`deckhand resume {short_id(run.id)}`")
+    if control is Control.RESUME:
+        return f"{name}: resumed — its worker carries on within a second"
+    if run.status.terminal:
+        return f"{name}: {run.status.value}"
+    return f"{name}: stopping — its worker kills what runs and rolls back"
