@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from agents.errors import ApprovalRefused
+from agents.ids import short_id
 from agents.policy.approvals import steer_problem
 from agents.policy.rules import Policy
-from agents.run.record import Run
+from agents.run.record import Run, RunStatus
 from agents.store import Store
 
 
@@ -27,6 +28,9 @@ class Control(StrEnum):
 AUDITED = {Control.PAUSE: "pause_requested", Control.RESUME: "resume_requested",
            Control.STOP: "cancel_requested"}
 """The audit action of each granted request (a stop is the cancel it has always been)."""
+
+FACE = {"button": "slack", "stop_button": "slack", "command": "slack"}
+"""The face behind each ``via`` that is not a face's own name (cli and mcp are)."""
 
 
 def steer(store: Store, policy: Policy, control: Control, run_id: str, *, user: str,
@@ -41,8 +45,8 @@ def steer(store: Store, policy: Policy, control: Control, run_id: str, *, user: 
             raise ApprovalRefused(problem)
         _REQUEST[control](store, run_id, user, via)
     except ApprovalRefused as exc:
-        store.audit.record(f"{control.value}_refused", actor=user, run_id=run_id, via=via,
-                           reason=str(exc))
+        store.audit.refused(control.value, action=f"{control.value}_refused", actor=user,
+                            face=FACE.get(via, via), rule=str(exc), run_id=run_id, via=via)
         raise
     store.audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
     return store.runs.get(run_id)
@@ -57,6 +61,9 @@ def _resume(store: Store, run_id: str, user: str, via: str) -> None:
 
 
 def _stop(store: Store, run_id: str, user: str, via: str) -> None:
+    if store.runs.get(run_id).status is RunStatus.ROLLING_BACK:  # a rollback is never stopped
+        raise ApprovalRefused(f"run {short_id(run_id)} is already rolling back; there is "
+                              f"nothing left to stop")
     store.runs.request_cancel(run_id, user=user)
 
 

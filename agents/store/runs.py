@@ -293,7 +293,8 @@ class Runs(Part):
         stays true); ask the worker of a running one to stop it."""
         def change(run: Run) -> list[Write]:
             if run.status.terminal:
-                raise ApprovalRefused(f"run {run_id} already ended ({run.status.value})")
+                raise ApprovalRefused(f"run {run_id} already ended ({run.status.value}); "
+                                      f"there is nothing to stop")
             if run.status in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
                 return [lambda pipe: pipe.set(self.keys.cancel(run_id), user)]
             queued = run.status is RunStatus.QUEUED

@@ -1,4 +1,4 @@
-"""``deckhand pause | resume | stop RUN``: steer a running run from the terminal.
+"""``deckhand pause | resume | stop (cancel) RUN``: steer a running run from the terminal.
 
 The same door as Slack's buttons and MCP's tools (``agents.engine.control``): the requester
 and the run's approvers may; anyone else is refused in one line (exit 3), audited with
@@ -24,7 +24,9 @@ HELP = {Control.PAUSE: "hold a running run before its next step or batch",
 
 def register(commands: Commands) -> None:
     for control, text in HELP.items():
-        parser = commands.add_parser(control.value, help=text)
+        # ``cancel`` is the name a stop always had: the same door, the same check
+        aliases = ["cancel"] if control is Control.STOP else []
+        parser = commands.add_parser(control.value, aliases=aliases, help=text)
         parser.add_argument("run_id")
         parser.add_argument("--user", default=getpass.getuser(),
                             help="who asks (default: your login name; trusted, see README)")

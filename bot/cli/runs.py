@@ -1,9 +1,8 @@
-"""``deckhand worker | runs | audit | cancel``: the store and its workers from the terminal."""
+"""``deckhand worker | runs | audit``: the store and its workers from the terminal."""
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import logging
 import os
 import signal
@@ -132,10 +131,6 @@ def register(commands: Commands) -> None:
     add_config_arg(approve)
     approve.set_defaults(handler=_approve)
 
-    cancel = commands.add_parser("cancel", help="cancel a run (a running one rolls back)")
-    cancel.add_argument("run_id")
-    add_config_arg(cancel)
-    cancel.set_defaults(handler=_cancel)
 
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
@@ -393,14 +388,3 @@ def _ask(console: Console) -> Confirm:
         except (EOFError, OSError):  # no terminal: nothing was confirmed
             return ""
     return ask
-
-
-def _cancel(args: argparse.Namespace, console: Console) -> int:
-    embedded_store_note()
-    store = services_for(args).store
-    user = getpass.getuser()
-    run = store.runs.request_cancel(store.runs.find(args.run_id).id, user=user)
-    store.audit.record("cancel_requested", actor=user, run_id=run.id)
-    console.print(f"run {short_id(run.id)}: {run.status.value}"
-                  + (" — its worker will stop it and roll back" if not run.status.terminal else ""))
-    return 0

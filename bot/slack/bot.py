@@ -284,8 +284,10 @@ class Bot:
         return run
 
     def cancel(self, run_id: str, *, user: str, via: str = "command") -> Run:
-        run = self.store.runs.request_cancel(run_id, user=user)
-        self.store.audit.record("cancel_requested", actor=user, run_id=run_id, via=via)
+        """``/deckhand cancel RUN`` and the Stop button (confirmed in Slack's dialog): the
+        requester and whoever may approve the run's environments may; ApprovalRefused
+        (audited) tells anyone else, or says the run has ended."""
+        run = self._steer(Control.STOP, run_id, user, via=via)
         verb = "stopped" if via == "stop_button" else "cancelled"
         if run.meta.get("slack"):
             if run.status.terminal:
@@ -294,19 +296,10 @@ class Bot:
             self.thread_reply(run, f"⏹️ {bk.mention(user)} {verb} run `{short_id(run.id)}`"
                               + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
-        self.changed(run)
         return run
 
     def stop(self, run_id: str, *, user: str) -> Run:
-        """The Stop button (confirmed in Slack's dialog): the requester and whoever may
-        approve the run's environments may stop it; ApprovalRefused tells anyone else."""
-        run = self.store.runs.get(run_id)
-        self.check_may_steer(run, user, what="stop")
-        if run.status not in bk.STOPPABLE:
-            rule = (f"run `{short_id(run.id)}` is {run.status.value.replace('_', ' ')}; "
-                    f"there is nothing to stop")
-            self.store.audit.refused("stop", actor=user, face="slack", rule=rule, run_id=run.id)
-            raise ApprovalRefused(rule)
+        """The Stop button: as ``cancel``, said as a stop."""
         return self.cancel(run_id, user=user, via="stop_button")
 
     def pause(self, run_id: str, *, user: str) -> Run:
@@ -324,9 +317,9 @@ class Bot:
         self.thread_reply(run, f"▶️ {bk.mention(user)} resumed run `{short_id(run.id)}`.")
         return run
 
-    def _steer(self, control: Control, run_id: str, user: str) -> Run:
+    def _steer(self, control: Control, run_id: str, user: str, *, via: str = "button") -> Run:
         run = steer(self.store, self.services.config.policy, control, run_id, user=user,
-                    via="button", user_groups=self.directory.groups_of(user))
+                    via=via, user_groups=self.directory.groups_of(user))
         self.changed(run)
         return run
 

@@ -153,8 +153,8 @@ def test_reject_records_reason(world: SlackWorld) -> None:
     world.submit("reject_submit", meta, {"reason": "change freeze"}, user="UBOB")
     world.standin.wait_for(lambda: world.store.runs.get(run_id).status is RunStatus.REJECTED)
     assert "change freeze" in (world.store.runs.get(run_id).reason or "")
-    audit = [e.action for e in world.store.audit.entries(run_id=run_id)]
-    assert audit == ["planned", "rejected"]
+    audit = [(e.action, e.actor) for e in world.store.audit.entries(run_id=run_id)]
+    assert audit == [("planned", "UALICE"), ("refused", "UMALLORY"), ("rejected", "UBOB")]
 
 
 def test_unknown_request_and_invalid_params_get_clear_answers(world: SlackWorld) -> None:

@@ -344,7 +344,9 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
     assert f"run {short_id(run.id)} — queued" in capsys.readouterr().out
     assert main(["audit", "--json", "--run", run.id, *args]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [entry["action"] for entry in lines] == ["approved", "approved"]
+    # alice's own approval was refused, and the refusal is on the record too
+    assert [entry["action"] for entry in lines] == ["refused", "approved", "approved"]
+    assert lines[0]["actor"] == "alice" and lines[0]["details"]["what"] == "approve"
 
 
 def test_unapproved_plans_expire(tmp_path: Path, store: Store) -> None:
