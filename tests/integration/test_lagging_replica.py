@@ -39,8 +39,9 @@ TOOLS = {
              "command": "echo {label} >> {host.dir}/marks",
              "target": "environment", "mutates": True, "rollback": "undo",
              "params": {"label": {"type": "string"}}},
-    "slow": {"description": "append a line, work a while, append another (not idempotent)",
-             "command": "echo {label} >> {host.dir}/marks; sleep 20; "
+    "slow": {"description": "append a line, work until told (20 s at most), append another",
+             "command": "echo {label} >> {host.dir}/marks; for i in $(seq 1 400); do "
+                        "[ -e {vars.done} ] && break; sleep 0.05; done; "
                         "echo {label}-done >> {host.dir}/marks",
              "target": "environment", "mutates": True, "rollback": "undo", "timeout": 60,
              "params": {"label": {"type": "string"}}},
@@ -63,7 +64,8 @@ def _config(tmp_path: Path, fleet: SSHFleet) -> Config:
                       "hosts": {HOST: fleet.inventory_host(HOST, vars={"dir": str(host_dir)})},
                       "environments": {"staging": {"hosts": [HOST]}}},
         "tools": TOOLS,
-        "vars": {"held": str(tmp_path / "held"), "go": str(tmp_path / "go")},
+        "vars": {"held": str(tmp_path / "held"), "go": str(tmp_path / "go"),
+                 "done": str(tmp_path / "done")},
     }
     path = tmp_path / "deckhand.yml"
     path.write_text(yaml.safe_dump(data))
@@ -122,8 +124,8 @@ def test_a_replica_held_back_stops_a_mutating_step_on_a_changed_host(
         wait_until((tmp_path / "held").exists, what="the run to reach its hold step")
         relay.hold()  # after "one" changed the host, before "two"
         (tmp_path / "go").touch()
-        wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=20,
-                   what="the run to end")
+        wait_until(lambda: store.runs.get(run.id).status.terminal or "two" in _marks(tmp_path),
+                   timeout=20, what="the run to end (or, wrongly, step two to start)")
     finally:
         thread.join(30)
     assert _marks(tmp_path) == ["one"]  # neither "two" nor the undo started on the host
@@ -184,8 +186,9 @@ def test_a_lost_process_group_record_fails_the_takeover_closed(
         wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
         relay.hold_at(PID_OF_TWO)
         (tmp_path / "go").touch()
-        wait_until(lambda: _two_refused_on_host(store, run.id), timeout=20,
-                   what="the start gate to refuse step two")
+        wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in _marks(tmp_path),
+                   timeout=20, what="the start gate to refuse step two (or, wrongly, let it run)")
+        assert "two" not in _marks(tmp_path)
         assert relay.held
     finally:
         _kill_together(doomed, group)
@@ -241,3 +244,31 @@ def _gone(pgid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def test_a_replica_cut_off_from_the_primary_still_holds_a_mutating_start(
+        tmp_path: Path, relayed_sentinel_group: SentinelGroup, sshd_hosts: SSHFleet) -> None:
+    """The replica loses its link to the primary (the primary counts no replica), yet
+    Sentinel still sees it and promotes it when the primary dies. Step two must not start
+    without a replica's confirmation — else the takeover on the promoted replica, which
+    never heard of it, runs it a second time while the dead worker's copy still runs."""
+    group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
+    store = Store.connect(group.url)
+    config = _config(tmp_path, sshd_hosts)
+    services = build_services(config, store=store)
+    run = submit(services, _plan(), approvers=("bob",))
+    doomed = _spawn_worker(config, group.url)
+    try:
+        wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
+        relay.cut()
+        (tmp_path / "go").touch()
+        wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in _marks(tmp_path),
+                   timeout=20, what="step two to be refused (or, wrongly, to start)")
+        assert "two" not in _marks(tmp_path)
+    finally:
+        _kill_together(doomed, group)
+    (tmp_path / "done").touch()  # step two, when it runs, need not work long
+    _take_over(services, store, run.id)
+    assert _marks(tmp_path) == ["one", "two", "two-done"]  # once, by the takeover
+    final = store.runs.get(run.id)
+    assert final.status is RunStatus.SUCCEEDED, final.reason
