@@ -45,7 +45,11 @@ from redis.client import Pipeline
 
 from agents.errors import NotFound, StoreError, StoreUnavailable
 from agents.ids import new_id
-from agents.store.connect import sentinel_failure, untrusted_certificate
+from agents.store.connect import (
+    promotable_replicas,
+    sentinel_failure,
+    untrusted_certificate,
+)
 from tools.redact import redact as env_redact
 from tools.redact import redact_text
 
@@ -400,14 +404,17 @@ class RedisBase:
         return acked >= 1
 
     def replica_count(self, *, fresh: bool = False) -> int:
-        """Replicas connected to the primary, asked at most every ``REPLICA_CHECK_EVERY``
-        seconds unless ``fresh`` (0 for the embedded store)."""
+        """Replicas a failover could promote, asked at most every ``REPLICA_CHECK_EVERY``
+        seconds unless ``fresh`` (0 for the embedded store): those connected to the
+        primary or, through Sentinel, any Sentinel could promote — a replica whose link to
+        the primary just dropped is no longer connected, yet would be promoted."""
         if self.embedded:
             return 0
         now = time.monotonic()
         if fresh or self._replicas is None or now - self._replicas[0] > REPLICA_CHECK_EVERY:
             with self.errors():
-                count = int(self.r.info("replication").get("connected_slaves", 0))
+                count = max(int(self.r.info("replication").get("connected_slaves", 0)),
+                            promotable_replicas(self.r))
             self._replicas = (now, count)
         return self._replicas[1]
 

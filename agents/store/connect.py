@@ -167,6 +167,36 @@ class TransientRetry(Retry):
                 _DEADLINE.at = None
 
 
+def promotable_replicas(client: redis.Redis) -> int:
+    """Replicas Sentinel could promote if the primary died now (0 for a client not through
+    Sentinel): up as Sentinel sees them, with a promotable priority, and not cut off from
+    the primary too long for Sentinel to choose them. One cut off from it a moment ago is
+    counted — the primary no longer does, yet Sentinel would promote it without what was
+    written since. If no sentinel answers, one is assumed (fail closed: wait for it)."""
+    pool = client.connection_pool
+    manager, service = getattr(pool, "sentinel_manager", None), getattr(pool, "service_name", "")
+    if manager is None:
+        return 0
+    for sentinel in manager.sentinels:
+        try:
+            replicas = sentinel.sentinel_slaves(service)
+        except redis.RedisError:
+            continue
+        return sum(1 for replica in replicas if _promotable(replica))
+    return 1
+
+
+def _promotable(replica: dict[str, Any]) -> bool:
+    """Sentinel's own choice (sentinelSelectSlave), less what depends on the failover's
+    timing: a link to the primary down ten times down-after is never chosen."""
+    if replica.get("is_sdown") or replica.get("is_odown") or replica.get("is_disconnected"):
+        return False
+    if replica.get("slave-priority") == 0:
+        return False
+    link_down = int(replica.get("master-link-down-time") or 0)
+    return link_down <= 10 * int(replica.get("down-after-milliseconds") or 0)
+
+
 def parse_sentinel_url(url: str) -> SentinelTarget:
     """The sentinels, service and credentials of a ``redis+sentinel://`` URL."""
     parts = urlsplit(url)
