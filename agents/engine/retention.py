@@ -104,6 +104,8 @@ class RetentionReport:
     audit: int = 0
     deploys: int = 0
     lines: int = 0
+    held_for_sink: bool = False
+    """Old audit entries the audit sink has not taken yet were kept (trimmed once shipped)."""
     complete: bool = True
     """False when the pass stopped at its time budget (the next one continues)."""
 
@@ -188,9 +190,13 @@ class Retention:
 
     def _audit(self, report: RetentionReport) -> bool:
         after: str | None = None
+        unshipped = self.store.feed.unshipped_from()
         while True:
             entries, more = self.store.audit.older_than(report.cutoff, after=after,
                                                         limit=self.batch)
+            if unshipped is not None and any(not _before(i, unshipped) for i, _ in entries):
+                entries = [(i, e) for i, e in entries if _before(i, unshipped)]
+                report.held_for_sink, more = True, False
             if entries and not report.dry_run:
                 self._durable([audit_line(i, e) for i, e in entries])
                 self.store.audit.forget([i for i, _ in entries])
@@ -237,6 +243,13 @@ def run_line(record: RunRecord) -> dict[str, Any]:
             "plans": [json.loads(raw) for _, raw in sorted(record.plans.items())],
             "audit": [AuditEntry.from_json(item, record.run.id).__dict__
                       for item in record.audit]}
+
+
+def _before(stream_id: str, other: str) -> bool:
+    """Stream ids in order (``ms-seq``, compared as numbers, not as text)."""
+    def key(i: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in i.split("-"))
+    return key(stream_id) < key(other)
 
 
 def audit_line(stream_id: str, entry: AuditEntry) -> dict[str, Any]:

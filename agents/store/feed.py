@@ -69,6 +69,21 @@ class AuditFeed(Part):
                 unread = self._count_after(text(group["last-delivered-id"]))
             return int(group["pending"]) + int(unread)
 
+    def unshipped_from(self) -> str | None:
+        """The stream id of the oldest entry the sink has not taken yet — retention keeps it
+        and all after it, so the SIEM copy has no gap — or None when the sink has taken
+        everything, or no sink reads this stream (no group)."""
+        with self.errors():
+            group = {text(g["name"]): g for g in self._groups()}.get(SINK_GROUP)
+            if group is None:
+                return None
+            if int(group["pending"]):
+                oldest = self.r.xpending(self.keys.audit(), SINK_GROUP)["min"]
+                return text(oldest)
+            after = text(group["last-delivered-id"])
+            page = self.r.xrange(self.keys.audit(), min=f"({after}", max="+", count=1)
+        return text(page[0][0]) if page else None
+
     def _groups(self) -> list[dict[str, Any]]:
         try:
             return list(self.r.xinfo_groups(self.keys.audit()))

@@ -91,7 +91,9 @@ def report_table(report: RetentionReport) -> Table:
     table.add_row("finished runs", f"{sum(report.runs.values()):,}"
                   + (f" ({statuses})" if statuses else ""))
     table.add_row("  their plan versions", f"{report.plans:,}")
-    table.add_row("audit entries", f"{report.audit:,}")
+    table.add_row("audit entries", f"{report.audit:,}" + (
+        " (older ones the audit sink has not shipped yet are kept)" if report.held_for_sink
+        else ""))
     table.add_row("deploys", f"{report.deploys:,}" if report.history_cutoff is not None
                   else "kept (history.retention_days is not set)")
     table.add_row("old runs not finished", f"{len(report.unfinished):,} kept")
