@@ -54,7 +54,7 @@ class Services:
     store: Store
     clock: Callable[[], float] = field(default=time.time)
 
-    def make_plan(self, request: str, *, requested_by: str,
+    def make_plan(self, request: str, *, requested_by: str, face: str,
                   break_glass: str | None = None,
                   params: Mapping[str, str] | None = None,
                   limit: Sequence[str] = ()) -> Plan:
@@ -62,9 +62,25 @@ class Services:
         (FreezeRefused during a freeze, unless a ``break_glass`` reason is given;
         BreakGlassRefused for a break-glass reason when nothing is frozen).
 
-        A request longer than MAX_REQUEST is refused here, once for every front end, rather
-        than cut before the model or failing later as an invalid goal.
+        Every refusal is audited here, once for every front end (``face``: slack, cli,
+        terminal, mcp, schedule), as ``plan_refused`` with the request and the reason.
         """
+        try:
+            return self._make_plan(request, requested_by, break_glass, params, limit)
+        except PlanError as exc:
+            problems = exc.problems if isinstance(exc, PlanInvalid) else [str(exc)]
+            try:
+                self.store.audit.refused("plan", action="plan_refused", actor=requested_by,
+                                         face=face, rule="; ".join(problems),
+                                         request=request[:MAX_REQUEST], problems=problems)
+            except StoreError as lost:  # the refusal stands; the store's outage is its own news
+                log.warning("could not audit a refused plan: %s", lost)
+            raise
+
+    def _make_plan(self, request: str, requested_by: str, break_glass: str | None,
+                   params: Mapping[str, str] | None, limit: Sequence[str]) -> Plan:
+        # A request longer than MAX_REQUEST is refused here, once for every front end,
+        # rather than cut before the model or failing later as an invalid goal.
         if len(request) > MAX_REQUEST:
             raise PlanError(f"the request is {len(request)} characters long; at most "
                             f"{MAX_REQUEST} can be planned")

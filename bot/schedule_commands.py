@@ -216,7 +216,8 @@ def _channel(given: str | None) -> str | None:
 def _plan(ctx: _Ctx, schedule: Schedule) -> Plan:
     """Plan the request now, so a request nothing can plan is refused at creation."""
     try:
-        return ctx.services.make_plan(schedule.request, requested_by=schedule.requester)
+        return ctx.services.make_plan(schedule.request, requested_by=schedule.requester,
+                                      face="schedule")
     except PlanError as exc:
         raise ScheduleError(f"cannot schedule {schedule.request!r}: {exc}") from exc
 

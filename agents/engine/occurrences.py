@@ -102,7 +102,8 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     done = _Done(services.store, schedule, fire_time, manual)
     book = services.store.schedules
     try:
-        plan = services.make_plan(schedule.request, requested_by=schedule.requester)
+        plan = services.make_plan(schedule.request, requested_by=schedule.requester,
+                              face="schedule")
     except PlanError as exc:
         book.flag(schedule.id, plan_problem=f"{schedule.local(fire_time)}: {exc}")
         return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}")

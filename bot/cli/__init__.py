@@ -199,7 +199,7 @@ def _add_plan(commands: Commands) -> None:
 
 def _plan(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    plan = services.make_plan(args.request, requested_by=getpass.getuser(),
+    plan = services.make_plan(args.request, requested_by=getpass.getuser(), face="cli",
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))
     if args.format == "json":

@@ -73,11 +73,11 @@ class Desk:
         from the same ``connection`` (stdio: the client's name is only self-declared, so
         another process calling itself the same cannot request this plan)."""
         try:
-            plan = self.services.make_plan(request, requested_by=requester)
+            plan = self.services.make_plan(request, requested_by=requester, face="mcp")
         except PlanInvalid as exc:
-            return self._refused(request, requester, exc.problems)
-        except PlanError as exc:
-            return self._refused(request, requester, [str(exc)])
+            return self._refused(requester, exc.problems)
+        except PlanError as exc:  # audited where every face's plans are made
+            return self._refused(requester, [str(exc)])
         self.services.store.proposals.put(plan, ttl=self.plan_ttl,
                                           owner=_owner(requester, connection))
         self.services.store.audit.record("mcp_planned", actor=requester, plan_id=plan.id,
@@ -87,10 +87,8 @@ class Desk:
                         environments=targets.environments, hosts=targets.hosts,
                         requested_by=requester, expires_in=self.plan_ttl)
 
-    def _refused(self, request: str, requester: str, problems: list[str]) -> PlanView:
-        self.services.store.audit.refused("plan", actor=requester, face="mcp",
-                                          rule="; ".join(problems), action="mcp_plan_refused",
-                                          request=request, problems=problems)
+    @staticmethod
+    def _refused(requester: str, problems: list[str]) -> PlanView:
         return PlanView(accepted=False, problems=problems, requested_by=requester)
 
     def run_status(self, run_id: str) -> RunView:

@@ -154,7 +154,8 @@ class Bot:
     def propose(self, request: str, *, user: str, channel: str,
                 break_glass: str | None = None) -> Run:
         """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
-        plan = self.services.make_plan(request, requested_by=user, break_glass=break_glass)
+        plan = self.services.make_plan(request, requested_by=user, face="slack",
+                                          break_glass=break_glass)
         if self.services.is_read_only(plan):  # nothing to approve: post it, then run it
             return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
                                                  self.post_plan(plan, run, channel=channel,
@@ -184,7 +185,7 @@ class Bot:
 
     def dry_run(self, request: str, *, user: str, channel: str) -> Run:
         """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
-        plan = self.services.make_plan(request, requested_by=user)
+        plan = self.services.make_plan(request, requested_by=user, face="slack")
         blocks = bk.plan_blocks(plan, Run.for_plan(plan, self.services.targets(plan)),
                                 self.services.config.policy, actions=False,
                                 note="🧪 Dry run: each step runs its tool's check; nothing "

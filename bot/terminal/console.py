@@ -94,7 +94,7 @@ class ConsoleFlow:
 
         ``break_glass``: why it must go ahead during a freeze (one more approval needed).
         """
-        plan = self.services.make_plan(request, requested_by=self.user,
+        plan = self.services.make_plan(request, requested_by=self.user, face="terminal",
                                        break_glass=break_glass, params=self.params,
                                        limit=self.limit)
         if self.services.is_read_only(plan):
@@ -148,8 +148,8 @@ class ConsoleFlow:
 
     def dry_run(self, request: str) -> Run:
         """Plan ``request`` and run its checks only: no approval, no locks, nothing changed."""
-        plan = self.services.make_plan(request, requested_by=self.user, params=self.params,
-                                       limit=self.limit)
+        plan = self.services.make_plan(request, requested_by=self.user, face="terminal",
+                                       params=self.params, limit=self.limit)
         self.console.print(plan_table(plan, self.services.targets(plan)))
         self.console.print(f"[bold cyan]{DRY_LABEL}[/]: each step runs its tool's check")
         dry = dry_plan(plan, self.services.config.catalog)

@@ -109,7 +109,7 @@ def worker(config_file: Path, redis_url: str, store: Store, tmp_path: Path
 
 def approved(services: Services, text: str) -> Run:
     """A run approved under the test's own (first) config: the worker decides what starts."""
-    plan = services.make_plan(text, requested_by="alice")
+    plan = services.make_plan(text, requested_by="alice", face="cli")
     services.store.plans.save(plan)
     run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
     return services.store.runs.approve(run.id, user="bob", plan_version=plan.version,
@@ -241,6 +241,6 @@ def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
 
 
 def _waiting(services: Services, text: str) -> Run:
-    plan = services.make_plan(text, requested_by="UALICE")
+    plan = services.make_plan(text, requested_by="UALICE", face="cli")
     services.store.plans.save(plan)
     return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))

@@ -42,7 +42,7 @@ def test_modify_with_invalid_yaml_keeps_the_plan_then_valid_edit_is_new_version(
     console = Console(record=True, width=120)
     flow = ConsoleFlow(services, console, user="bob", editor=lambda _: next(edits),
                        ask=lambda: next(decisions))
-    plan = services.make_plan("deploy v2.3.1", requested_by="bob")
+    plan = services.make_plan("deploy v2.3.1", requested_by="bob", face="cli")
     assert flow.approve(plan, yes=False) is None
     text = console.export_text()
     assert "invalid YAML" in text

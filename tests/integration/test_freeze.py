@@ -50,7 +50,7 @@ def _at(now: float, config: Config, redis_url: str) -> tuple[Clock, Store, Servi
 def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config,
                                                            redis_url: str) -> None:
     clock, store, services = _at(FRIDAY_NOON, frozen_config, redis_url)
-    plan = services.make_plan("deploy v2.3.1", requested_by="alice")  # before the freeze
+    plan = services.make_plan("deploy v2.3.1", requested_by="alice", face="cli")  # before the freeze
     store.plans.save(plan)
     waiting = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     queued = store.runs.create(Run.for_plan(plan, services.targets(plan)))
@@ -60,7 +60,7 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
     clock.now = FRIDAY_EVENING  # the weekend freeze has begun
     with pytest.raises(FreezeRefused, match="production is frozen until Mon 2026-11-30 "
                                             "08:00 UTC: weekend: nobody on call"):
-        services.make_plan("deploy v2.3.1", requested_by="alice")
+        services.make_plan("deploy v2.3.1", requested_by="alice", face="cli")
     with pytest.raises(ApprovalRefused, match="production is frozen"):
         store.runs.approve(waiting.id, user="bob", plan_version=1, plan_hash=plan.hash,
                            policy=frozen_config.policy)
@@ -75,7 +75,7 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
 def test_break_glass_needs_the_approvals_plus_one_grant(frozen_config: Config,
                                                         redis_url: str) -> None:
     _, store, services = _at(FRIDAY_EVENING, frozen_config, redis_url)
-    plan = services.make_plan("deploy v2.3.1", requested_by="alice",
+    plan = services.make_plan("deploy v2.3.1", requested_by="alice", face="cli",
                               break_glass="checkout is down, the fix is in v2.3.1")
     assert "plus one grant from ic-ann" in services.break_glass_note(plan, "x")
     store.plans.save(plan)

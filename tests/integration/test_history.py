@@ -49,7 +49,7 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
     sample_config.history = sample_config.history.model_copy(update={"repo": str(repo)})
     services = build_services(sample_config, store=Store.connect(own_redis.url))
     assert _deploy(services, "deploy v2.3.1") is RunStatus.SUCCEEDED
-    changes = services.changelog(services.make_plan("deploy v2.4.0", requested_by="alice"))
+    changes = services.changelog(services.make_plan("deploy v2.4.0", requested_by="alice", face="cli"))
     assert changes[0].startswith("📜 v2.4.0 ships 2 commit(s) since v2.3.1 (live in production)")
     assert _deploy(services, "deploy v2.4.0") is RunStatus.SUCCEEDED
     assert _deploy(services, "deploy v2.4.0-broken") is RunStatus.ROLLED_BACK
@@ -69,7 +69,7 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
     services = build_services(sample_config, store=store)
     with pytest.raises(PlanInvalid, match=r"v2\.2\.0 was never live in production.*"
                                           r"v2\.4\.0, v2\.3\.1"):
-        services.make_plan("roll back production to v2.2.0", requested_by="alice")
+        services.make_plan("roll back production to v2.2.0", requested_by="alice", face="cli")
     assert _deploy(services, "roll back production to v2.3.1") is RunStatus.SUCCEEDED
     assert _live(sample_config, "prod") == {"v2.3.1"}
     assert store.history.current("production").version == "v2.3.1"

@@ -51,7 +51,7 @@ def _running_run(world: SlackWorld) -> Run:
 
     Built from the executor's own events, stored without a queue entry so no worker takes it.
     """
-    plan = world.runtime.services.make_plan("deploy v2.3.2 to staging", requested_by="UCAROL")
+    plan = world.runtime.services.make_plan("deploy v2.3.2 to staging", requested_by="UCAROL", face="cli")
     world.store.plans.save(plan)
     run = Run.for_plan(plan, world.runtime.services.targets(plan), status=RunStatus.RUNNING,
                        worker="w-test")
@@ -162,7 +162,7 @@ def test_home_refusal_from_the_home_tab_is_a_direct_message(world: SlackWorld) -
 
 def test_long_home_lists_are_trimmed_within_limits(world: SlackWorld) -> None:
     services = world.runtime.services
-    plan = services.make_plan("deploy v2.3.1", requested_by="UALICE")
+    plan = services.make_plan("deploy v2.3.1", requested_by="UALICE", face="cli")
     pending = [Run.for_plan(plan, services.targets(plan)) for _ in range(40)]
     active = [Run.for_plan(plan, services.targets(plan), status=RunStatus.RUNNING) for _ in range(30)]
     done = [Run.for_plan(plan, services.targets(plan), status=RunStatus.SUCCEEDED) for _ in range(30)]
@@ -319,7 +319,7 @@ def test_health_and_readiness_follow_redis(sample_config: Config, own_redis: Red
 def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, store: Store,
                                                      redis_url: str, tmp_path: Path) -> None:
     services = build_services(sample_config, Settings(), store=store)
-    plan = services.make_plan("status staging", requested_by="ann")
+    plan = services.make_plan("status staging", requested_by="ann", face="cli")
     store.plans.save(plan)
     run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     store.runs.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash, policy=Policy())

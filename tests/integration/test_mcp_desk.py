@@ -71,7 +71,7 @@ def test_an_unplannable_or_invalid_request_is_refused_with_its_problems(services
     assert not view.accepted
     assert any("unknown tool 'rm_rf'" in p for p in view.problems)
     assert any("step b:" in p for p in view.problems)
-    assert [e.action for e in services.store.audit.entries()] == ["mcp_plan_refused"] * 2
+    assert [e.action for e in services.store.audit.entries()] == ["plan_refused"] * 2
 
 
 def test_request_stores_a_run_awaiting_approval_once(services: Services) -> None:

@@ -86,7 +86,7 @@ def on_redis(config: Config, redis_url: str, now: float) -> tuple[Store, Service
 
 
 def request(services: Services, text: str, *, by: str, glass: str | None = None) -> Run:
-    plan = services.make_plan(text, requested_by=by, break_glass=glass)
+    plan = services.make_plan(text, requested_by=by, face="cli", break_glass=glass)
     services.store.plans.save(plan)
     return services.store.runs.create(Run.for_plan(plan, services.targets(plan),
                                                    break_glass=glass))
@@ -166,7 +166,7 @@ def test_freeze_lock_and_promotion_of_the_shared_host_apply(
     store, services = on_redis(config, redis_url, FRIDAY_EVENING)
     for text in ("prod-eu v1.0.0", "staging v1.0.0"):  # both reach prod-1, production's
         with pytest.raises(FreezeRefused, match="production is frozen"):
-            services.make_plan(text, requested_by="carol")
+            services.make_plan(text, requested_by="carol", face="cli")
 
     store, services = on_redis(config, redis_url, TUESDAY)  # the lock: production's
     run = request(services, "staging v1.0.0", by="carol")
@@ -187,7 +187,7 @@ def test_break_glass_is_refused_when_nothing_is_frozen(
         tmp_path: Path, sshd_hosts: SSHFleet, redis_url: str) -> None:
     store, services = on_redis(load_config(write(tmp_path, sshd_hosts)), redis_url, TUESDAY)
     with pytest.raises(BreakGlassRefused, match="no freeze covers production"):
-        services.make_plan("production v1.0.0", requested_by="ic1", break_glass="x")
+        services.make_plan("production v1.0.0", requested_by="ic1", face="cli", break_glass="x")
     assert store.runs.recent() == [] and markers(tmp_path) == {}
     store.r.flushdb()
 
@@ -304,5 +304,5 @@ def test_an_empty_approver_list_built_in_code_allows_nobody(
     config.policy.environments["staging"].approvers.users = []
     store, services = on_redis(config, redis_url, TUESDAY)
     with pytest.raises(PlanInvalid, match="nobody may approve this plan"):
-        services.make_plan("staging v1.0.0", requested_by="carol")
+        services.make_plan("staging v1.0.0", requested_by="carol", face="cli")
     store.r.flushdb()

@@ -71,7 +71,7 @@ def write(tmp_path: Path, text: str = CONFIG) -> Path:
 
 
 def waiting(services: Services, text: str, *, by: str = "carol") -> Run:
-    plan = services.make_plan(text, requested_by=by)
+    plan = services.make_plan(text, requested_by=by, face="cli")
     services.store.plans.save(plan)
     return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
 

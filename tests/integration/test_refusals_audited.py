@@ -11,6 +11,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from agents.errors import NoPlanFound
 from bot.cli import main
 from bot.slack import blocks as bk
 from bot.terminal.console import ConsoleFlow
@@ -73,3 +74,35 @@ def test_a_refusal_is_audited_from_slack_the_cli_the_terminal_and_mcp(
         assert "staging" in found[face]["rule"] and "approve" in found[face]["rule"], found[face]
     assert "run_id" in found["mcp"]["rule"]
     assert world.store.audit.verify().ok  # and the chain holds every one of them
+
+
+def test_a_refused_plan_is_audited_once_from_every_face(
+        world: SlackWorld, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans are made, and refused, in one place: the entry names the face that asked."""
+    request = "deploy v2.3.1 to nowhere"
+    world.deploy(request, user="UALICE")
+    wait_until(lambda: "slack" in planned_refusals(world), what="the Slack plan refusal")
+
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    config = strict_config(world)
+    assert main(["plan", request, "--config", str(config)]) != 0
+
+    flow = ConsoleFlow(world.runtime.services, Console(record=True, width=120), user="UTRUDY")
+    with pytest.raises(NoPlanFound):  # `deckhand run` tells it as every DeckhandError
+        flow.handle(request, yes=True)
+
+    async def plan_call() -> str:
+        async with stdio_session(server_env(config, redis_url), name="planner") as session:
+            return str(await session.call_tool("plan", {"request": request}))
+    assert "nowhere" in anyio.run(plan_call)
+
+    found = planned_refusals(world)
+    assert {face: entry["actor"] for face, entry in found.items()} == {
+        "slack": "UALICE", "cli": found["cli"]["actor"], "terminal": "UTRUDY",
+        "mcp": "mcp:planner"}
+    assert all("nowhere" in entry["rule"] for entry in found.values()), found
+    assert [e.action for e in world.store.audit.entries(limit=500)].count("plan_refused") == 4
+
+
+def planned_refusals(world: SlackWorld) -> dict[str, dict[str, str]]:
+    return {face: entry for face, entry in refusals(world).items() if entry["what"] == "plan"}

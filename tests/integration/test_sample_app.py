@@ -59,30 +59,30 @@ def services(sample_config: Config) -> Iterator[Services]:
     ("Status of Production", "status")])
 def test_sample_playbooks_understand_phrasings(services: Services, request_: str,
                                                playbook: str) -> None:
-    plan = services.make_plan(request_, requested_by="alice")
+    plan = services.make_plan(request_, requested_by="alice", face="cli")
     assert plan.planner.name == f"playbook {playbook}"
 
 
 def test_rolling_back_to_a_version_never_live_there_is_refused(services: Services) -> None:
     with pytest.raises(PlanInvalid, match="v2.3.0 was never live in production"):
-        services.make_plan("roll back production to v2.3.0", requested_by="alice")
+        services.make_plan("roll back production to v2.3.0", requested_by="alice", face="cli")
 
 
 def test_unknown_environment_is_named_with_the_known_ones(services: Services) -> None:
     for request in ("deploy v2.3.1 to mars", "status of mars", "roll back mars"):
         with pytest.raises(NoPlanFound) as refused:
-            services.make_plan(request, requested_by="alice")
+            services.make_plan(request, requested_by="alice", face="cli")
         assert "'mars'" in str(refused.value)
         assert "staging (also stage, stg), production (also prod, live)" in str(refused.value)
 
 
 def test_no_match_suggests_closest_playbooks_with_examples(services: Services) -> None:
     with pytest.raises(NoPlanFound) as refused:  # "please" is filler; the typo is named
-        services.make_plan("rollback prodution please", requested_by="alice")
+        services.make_plan("rollback prodution please", requested_by="alice", face="cli")
     assert "unknown environment 'prodution'" in str(refused.value)
     assert "Did you mean production?" in str(refused.value)
     with pytest.raises(NoPlanFound) as refused:
-        services.make_plan("take production back a release", requested_by="alice")
+        services.make_plan("take production back a release", requested_by="alice", face="cli")
     lines = str(refused.value).splitlines()
     assert "I understood: environment production" in lines[0] and "Closest" in lines[1]
     suggested = [line for line in lines if line.startswith("  • ")]
@@ -92,7 +92,7 @@ def test_no_match_suggests_closest_playbooks_with_examples(services: Services) -
 
 def test_one_error_per_problem(services: Services) -> None:
     with pytest.raises(PlanInvalid) as refused:
-        services.make_plan("deploy v2.3.1\x00", requested_by="alice")
+        services.make_plan("deploy v2.3.1\x00", requested_by="alice", face="cli")
     message = str(refused.value)
     assert message.count("'version'") == 1 and "steps run_tests, build_docker" in message
 

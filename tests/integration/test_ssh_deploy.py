@@ -31,7 +31,7 @@ def services(ssh_sample_config: Config) -> Iterator[Services]:
 
 
 def deploy(services: Services, version: str) -> Run:
-    plan = services.make_plan(f"deploy {version}", requested_by="alice")
+    plan = services.make_plan(f"deploy {version}", requested_by="alice", face="cli")
     return services.executor.execute(plan)
 
 

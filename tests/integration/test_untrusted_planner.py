@@ -145,7 +145,7 @@ def test_3_an_invalid_pattern_is_a_validation_error(
     openai_standin.reply_json(bad)
     openai_standin.reply_json(good)
 
-    plan = services.make_plan("is staging up", requested_by="alice")
+    plan = services.make_plan("is staging up", requested_by="alice", face="cli")
 
     assert plan.steps[0].success is None and len(openai_standin.requests) == 2
     assert "invalid regular expression '('" in repairs(openai_standin)[0]
@@ -201,7 +201,7 @@ def test_5_secret_defaults_never_reach_the_model(
     services = llm_services(sample_config, store, openai_standin)
     openai_standin.reply_json(wire([step("look", "status", {"environment": "staging"})]))
 
-    services.make_plan("what is on staging", requested_by="alice")
+    services.make_plan("what is on staging", requested_by="alice", face="cli")
 
     system = str(openai_standin.requests[0].messages[0]["content"])
     assert "report: send a report" in system and "default 'info'" in system
@@ -251,7 +251,7 @@ def test_7_malformed_answers_are_planner_errors(services: Services,
                                                 reply: Reply, message: str) -> None:
     openai_standin.reply(reply)
     with pytest.raises(PlannerError, match=message):
-        services.make_plan("do something new", requested_by="alice")
+        services.make_plan("do something new", requested_by="alice", face="cli")
     assert services.store.runs.recent() == []
 
 
@@ -266,7 +266,7 @@ def test_8_repair_requests_stay_bounded(services: Services,
         openai_standin.reply_content(huge)
 
     with pytest.raises(PlannerError, match="no valid plan after 2 repair"):
-        services.make_plan("do something new", requested_by="alice")
+        services.make_plan("do something new", requested_by="alice", face="cli")
 
     sizes = [len(json.dumps(r.body)) for r in openai_standin.requests]
     assert sizes[1] < sizes[0] + 8_000 and sizes[2] == sizes[1]
@@ -279,7 +279,7 @@ def test_8_a_huge_whitespace_answer_is_refused_in_linear_time(
         openai_standin.reply_content("{" + " " * 300_000 + "x```")
     started = time.perf_counter()
     with pytest.raises(PlannerError, match="not valid JSON"):
-        services.make_plan("do something new", requested_by="alice")
+        services.make_plan("do something new", requested_by="alice", face="cli")
     assert time.perf_counter() - started < 10  # the fence regex took minutes here
 
 
@@ -293,7 +293,7 @@ def test_9_an_output_of_the_wrong_kind_is_refused_at_planning(
     for _ in range(3):
         openai_standin.reply_json(bad)
     with pytest.raises(PlannerError, match="cannot take output 'artifact'"):
-        services.make_plan("build and test", requested_by="alice")
+        services.make_plan("build and test", requested_by="alice", face="cli")
 
 
 def test_9_over_long_requests_get_a_clear_error(sample_config: Config,

@@ -94,7 +94,7 @@ def write(tmp_path: Path, *, frozen: bool) -> Path:
 
 
 def stored(services: Services, text: str, *, by: str, glass: str | None = None) -> Run:
-    plan = services.make_plan(text, requested_by=by, break_glass=glass)
+    plan = services.make_plan(text, requested_by=by, face="cli", break_glass=glass)
     services.store.plans.save(plan)
     return services.store.runs.create(Run.for_plan(plan, services.targets(plan),
                                                    break_glass=glass))

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _plan(request: str = "deploy v2.3.1"):  # type: ignore[no-untyped-def]
     services = build_services(load_config(EXAMPLES / "deckhand.yml"))
-    return services, services.make_plan(request, requested_by="alice")
+    return services, services.make_plan(request, requested_by="alice", face="cli")
 
 
 def _render(renderable: object, width: int) -> list[str]:
