@@ -1,7 +1,7 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
 ``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``dedupe``, ``schedules``,
-``history``, ``proposals``, ``trimming`` and ``health``. One module per kind of record; all
-of them go through ``_redis``: one connection with one key namer (``Keys``), one
+``judgments``, ``history``, ``proposals``, ``trimming`` and ``health``. One module per kind
+of record; all of them go through ``_redis``: one connection with one key namer (``Keys``), one
 translation of redis-py's errors (``errors()``), one compare-and-set loop (``cas()``) and
 one WAIT (``replicate()``), so double clicks, Slack retries and several replicas can never
 start a run twice. With ``REDIS_URL`` unset the same code runs on an in-process fakeredis.
@@ -20,6 +20,7 @@ from agents.store.audit import AuditEntry, AuditLog, Dedupe
 from agents.store.connect import connect_client, safe_url
 from agents.store.health import Finding, Health
 from agents.store.history import History
+from agents.store.judgments import Judgments
 from agents.store.leases import Leases, LostOwnership
 from agents.store.locks import LockInfo, Locks
 from agents.store.plans import Plans
@@ -40,6 +41,7 @@ class Store(RedisBase):
         self.dedupe = Dedupe(self)
         self.queue = Queue(self)
         self.runs = Runs(self, audit=self.audit, queue=self.queue)
+        self.judgments = Judgments(self, runs=self.runs, audit=self.audit)
         self.plans = Plans(self)
         self.leases = Leases(self)
         self.locks = Locks(self)
