@@ -85,12 +85,14 @@ def wait_for(judge: Judge, judgment: Judgment, *, clock: Callable[[], float],
              token: CancelToken, poll: float = POLL) -> Decision | None:
     """The decision on ``judgment`` — someone's, or ``on_timeout`` once ``clock`` passes its
     deadline — or None if the run was cancelled while it waited."""
+    failing = False
     while True:
         try:
-            found = judge.decided(judgment.hold)
-        except DeckhandError as exc:  # the store away: keep holding (the lease fence decides)
-            log.warning("go/no-go %s: could not read the decision: %s", judgment.hold, exc)
-            found = None
+            found, failing = judge.decided(judgment.hold), False
+        except DeckhandError as exc:  # the store away: keep holding (the lease decides)
+            if not failing:
+                log.warning("go/no-go %s: cannot read the decision yet: %s", judgment.hold, exc)
+            found, failing = None, True
         if found is not None:
             return found
         if clock() >= judgment.deadline:

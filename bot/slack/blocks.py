@@ -22,6 +22,7 @@ from agents.plan.dryrun import verdict
 from agents.plan.model import Plan, Step, format_params
 from agents.policy.rules import Policy
 from agents.run.gates import where as gate_where
+from agents.run.judgment import waiting_line
 from agents.run.record import GateCheck, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import unreplicated_note
@@ -39,6 +40,8 @@ class ActionId(StrEnum):
     ROLLBACK_TO = "rollback_to"
     SHOW_OUTPUT = "show_output"
     STOP = "stop_run"
+    JUDGE_CONTINUE = "judge_continue"
+    JUDGE_ROLLBACK = "judge_rollback"
 
 
 class ViewId(StrEnum):
@@ -322,6 +325,8 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     if started or run.status is RunStatus.ROLLING_BACK:
         rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
         blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
+    if run.awaiting is not None:  # the decision's buttons are on its own message
+        blocks.append(context(f"⏸️ {escape(waiting_line(run.awaiting))}"))
     if run.status in STOPPABLE:
         blocks.append({"type": "actions", "elements": [stop_button(run)]})
     if run.finished_at is not None and outputs_of(run):
