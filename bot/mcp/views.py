@@ -90,6 +90,9 @@ class RunView(BaseModel):
     rollback: list[StepView]
     changed_hosts: list[str]
     reason: str | None = None
+    go_no_go: str | None = Field(
+        default=None, description="the go/no-go between rollout batches it waits at (decide "
+        "with judge_run), and since when")
 
 
 class DeployRequest(BaseModel):

@@ -6,13 +6,21 @@ are stored in a real Redis and executed by a real worker; the clock is injected.
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx2
 import pytest
 import yaml
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from agents.config import load_config
 from agents.engine.worker import Worker, WorkerOptions
@@ -22,8 +30,11 @@ from agents.services import Services, build_services
 from agents.store import Store
 from bot.cli import main
 from tests.fixtures.polling import wait_until
+from tests.fixtures.sample import free_port
 from tests.fixtures.sshd import SSHFleet
 
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "t0ken-for-carol-0123456789abcdef"
 HOSTS = ("prod-1", "prod-2", "prod-3")
 TOOLS = {
     "deploy": {"description": "put a version on every host of an environment",
@@ -204,3 +215,58 @@ def test_judgment_approvers_narrow_who_may_decide(deploy: Deploy) -> None:
     deploy.store.judgments.decide(run.id, Verdict.CONTINUE, user="carol", via="cli",
                                   policy=deploy.services.config.policy)
     assert deploy.finished().status is RunStatus.SUCCEEDED
+
+
+def test_mcp_judge_run_acts_only_for_a_verified_user(deploy: Deploy, redis_url: str) -> None:
+    run = deploy.held()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url,
+           "DECKHAND_CONFIG": str(deploy.tmp_path / "deckhand.yml"),
+           "DECKHAND_MCP_TOKENS": f"carol={TOKEN}"}
+    env.pop("SLACK_BOT_TOKEN", None)
+
+    async def on_stdio() -> str:  # a stdio client's name is only what it calls itself
+        params = StdioServerParameters(command=sys.executable, args=["-m", "bot.cli", "mcp"],
+                                       env=env, cwd=str(ROOT))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            status = await s.call_tool("run_status", {"run_id": run.id})
+            assert "awaiting go/no-go" in str(status.structured_content)
+            refused = await s.call_tool("judge_run", {"run_id": run.id, "decision": "continue"})
+            assert refused.is_error
+            return " ".join(getattr(c, "text", "") for c in refused.content)
+
+    assert "needs a verified user" in anyio.run(on_stdio)
+    assert deploy.store.runs.get(run.id).awaiting is not None
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "mcp", "--http", "--port",
+                             str(port)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: proc.poll() is not None or _listening(port), timeout=60,
+                   what="deckhand mcp --http to listen")
+
+        async def over_http() -> None:
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"})
+            async with client, streamable_http_client(
+                    f"http://127.0.0.1:{port}/mcp", http_client=client) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                done = await session.call_tool("judge_run",
+                                               {"run_id": run.id, "decision": "continue"})
+                assert not done.is_error, done.content
+
+        anyio.run(over_http)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert deploy.finished().status is RunStatus.SUCCEEDED
+    assert [deploy.marker(h) for h in HOSTS] == ["v1.2.3"] * 3
+    assert [(e.actor, e.details["via"]) for e in deploy.audited("judgment_refused")] == \
+        [("mcp:mcp", "mcp")]
+    assert [(e.actor, e.details["via"]) for e in deploy.audited("judged")] == [("carol", "mcp")]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -36,7 +36,7 @@ from tests.fixtures.slack_world import actions_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t0ken-for-alice-0123456789abcdef"
-TOOLS = {"catalog", "plan", "run_status", "where", "request_deploy"}
+TOOLS = {"catalog", "plan", "run_status", "where", "request_deploy", "judge_run"}
 
 
 @pytest.fixture
