@@ -27,6 +27,7 @@ from agents.plan.targets import environment_of, resolve
 from agents.run.gates import gate_check, stop_reason
 from agents.run.judgment import Judge, MemoryJudge, applies, awaiting, wait_for
 from agents.run.record import (
+    Decision,
     Event,
     EventKind,
     GateCheck,
@@ -502,15 +503,16 @@ class _Execution:
             held = awaiting(self.run, step.id, rollout.judgment, *batch, now=self.deps.clock())
         self.emit(EventKind.JUDGMENT_AWAITED, step_id=step.id,
                   judgment=held.model_dump(mode="json"))
-        decision = wait_for(self.judge, held, clock=self.deps.clock, token=token)
-        if decision is None:
-            return f"cancelled while awaiting go/no-go {held.where()}: {token.reason}"
+        decision = wait_for(self.judge, held, clock=self.deps.clock, token=token) or Decision(
+            verdict=Verdict.ROLLBACK, actor="deckhand", via="cancel",
+            reason=f"cancelled while awaiting go/no-go {held.where()}: {token.reason}")
         held.decision = decision
         self.emit(EventKind.JUDGMENT_DECIDED, step_id=step.id, status=decision.verdict.value,
                   error=decision.reason, judgment=held.model_dump(mode="json"))
         if decision.verdict is Verdict.CONTINUE:
             return None
-        return f"no-go {held.where()}: {decision.describe()}"
+        return decision.reason if decision.via == "cancel" else \
+            f"no-go {held.where()}: {decision.describe()}"
 
     def _gate_judged(self, check: GateCheck) -> None:
         redact = self.deps.redact

@@ -362,8 +362,8 @@ class Run(BaseModel):
     def awaiting(self) -> Judgment | None:
         """The go/no-go hold the run waits at now, if any."""
         last = self.judgments[-1] if self.judgments else None
-        return last if last is not None and last.decision is None and not self.status.terminal \
-            else None
+        running = self.status is RunStatus.RUNNING  # a rollback or an end answers it
+        return last if last is not None and last.decision is None and running else None
 
     def move(self, new: RunStatus) -> None:
         """Change status, raising IllegalTransition if the state machine forbids it."""

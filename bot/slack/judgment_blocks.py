@@ -48,7 +48,7 @@ def judged_blocks(run_id: str, held: Judgment) -> list[Block]:
     if decision is None:
         return judgment_blocks(run_id, held)
     icon = "▶️" if decision.verdict is Verdict.CONTINUE else "↩️"
-    who = (shown(decision.reason or "", 500) if decision.via == "timeout" else
+    who = (shown(decision.reason, 500) if decision.reason else  # the timeout's, a cancel's
            f"*{LABEL[decision.verdict]}*, decided by {mention(decision.actor)} "
            f"(via {escape(decision.via)})")
     return [section(f"{icon} *Go/no-go {escape(held.where())}* — run `{short_id(run_id)}`: "

@@ -176,6 +176,17 @@ def test_roll_back_undoes_only_the_hosts_changed_so_far(deploy: Deploy) -> None:
                                       hold=run.awaiting.hold if run.awaiting else None)
 
 
+def test_a_cancel_while_holding_rolls_back_and_answers_the_hold(deploy: Deploy) -> None:
+    run = deploy.held()
+    deploy.store.runs.request_cancel(run.id, user="bob")  # Stop, `deckhand cancel`
+    final = deploy.finished()
+    assert final.status is RunStatus.CANCELLED and final.awaiting is None
+    decision = final.judgments[0].decision
+    assert decision is not None and decision.via == "cancel"
+    assert "cancelled by bob" in (decision.reason or "")
+    assert [deploy.marker(h, "undo") for h in HOSTS] == ["undone", None, None]
+
+
 @pytest.mark.parametrize("deploy", [
     {"after_batches": [1], "timeout": "30m", "on_timeout": "rollback"},
     {"after_batches": [1], "timeout": "30m", "on_timeout": "continue"},
