@@ -213,7 +213,8 @@ class _Loader:
                                                   context={"defer_references": True})
         if inventory is not None:
             for path, message in [*inventory.reference_problems(),
-                                  *inventory.alias_problems()]:
+                                  *inventory.alias_problems(),
+                                  *inventory.judgment_problems()]:
                 self._add(self.doc, ("inventory", *path), message)
         return inventory
 

@@ -36,6 +36,50 @@ class Host(BaseModel):
         return f"{self.name} ({self.user + '@' if self.user else ''}{self.address}:{self.port})"
 
 
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h)?")
+_UNIT = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``90``, ``90s``, ``30m`` or ``2h`` (ValueError names the forms)."""
+    found = DURATION.fullmatch(str(value).strip()) if isinstance(value, (int, float, str)) \
+        and not isinstance(value, bool) else None
+    seconds = float(found.group(1)) * _UNIT[found.group(2) or "s"] if found else 0.0
+    if seconds <= 0 or seconds > 7 * 86400:
+        raise ValueError(f"{value!r} is not a duration: write seconds, or 90s, 30m, 2h "
+                         f"(more than 0, at most a week)")
+    return seconds
+
+
+class Judgment(BaseModel):
+    """A go/no-go hold after some rollout batches (Spinnaker's manual judgment): nothing
+    new starts until someone allowed decides Continue or Roll back, or ``timeout`` passes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after_batches: list[int] = Field(min_length=1, description=(
+        "batch numbers (1 = the first) after which the rollout waits for a decision"))
+    approvers: list[str] = Field(default_factory=list, description=(
+        "only these users or groups may decide (on top of who may approve: narrows only)"))
+    timeout: float = Field(default=1800.0, description="how long to wait: 90s, 30m, 2h")
+    on_timeout: Literal["rollback", "continue"] = Field(
+        default="rollback", description="what happens when nobody decided in time")
+
+    @field_validator("after_batches")
+    @classmethod
+    def _batch_numbers(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value):
+            raise ValueError("batch numbers start at 1 (the first batch)")
+        if len(set(value)) != len(value):
+            raise ValueError("a batch number is listed twice")
+        return sorted(value)
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> float:
+        return parse_duration(value)
+
+
 class Rollout(BaseModel):
     """How a step fans out over an environment's hosts."""
 
@@ -49,6 +93,8 @@ class Rollout(BaseModel):
         default_factory=list, description=(
             "gates that must pass after every batch, the last (and a single) one included: "
             "a step is not done until its last batch's gates passed"))
+    judgment: Judgment | None = Field(default=None, description=(
+        "hold for a go/no-go decision after these batches (after their gates passed)"))
 
     @field_validator("batch_size")
     @classmethod
@@ -156,6 +202,24 @@ class Inventory(BaseModel):
                     taken[alias.lower()] = f"an alias of {name}"
         return problems
 
+    def judgment_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Go/no-go holds after a batch the rollout never reaches, or after its last batch
+        (nothing would be left to hold back): each one is a typo or a stale config."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for name, env in self.environments.items():
+            judgment = env.rollout.judgment
+            if judgment is None:
+                continue
+            count = len(env.rollout.batches([Host(name=h) for h in env.hosts]))
+            problems += [(("environments", name, "rollout", "judgment", "after_batches", i),
+                          f"batch {n}: {name} rolls out in {count} batch(es) of "
+                          f"{env.rollout.batch_size} over {len(env.hosts)} host(s), so a "
+                          f"go/no-go can follow {_batches_upto(count - 1)} only"
+                          if count > 1 else f"batch {n}: {name} rolls out in one batch, so "
+                          f"there is nothing to hold back; lower batch_size or drop judgment")
+                         for i, n in enumerate(judgment.after_batches) if n >= count]
+        return problems
+
     def hosts_of(self, target: str, environment: str | None) -> list[Host]:
         """The hosts a tool with ``target`` runs on (empty list means: run locally)."""
         if target == "environment" and environment is not None:
@@ -167,6 +231,10 @@ class Inventory(BaseModel):
     def rollout_of(self, environment: str | None) -> Rollout:
         env = self.environments.get(environment or "")
         return env.rollout if env else Rollout()
+
+
+def _batches_upto(last: int) -> str:
+    return "batch 1" if last == 1 else f"batches 1 to {last}"
 
 
 LOCAL_HOST = Host(name=LOCAL_HOST_NAME, connection="local")

@@ -35,7 +35,7 @@ from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
            EventKind.ROLLBACK_FINISHED, EventKind.GATE_JUDGED, EventKind.RUN_PAUSED,
-           EventKind.RUN_RESUMED, EventKind.RUN_FINISHED}
+           EventKind.RUN_RESUMED, EventKind.JUDGMENT_AWAITED, EventKind.RUN_FINISHED}
 UNRECORDED = {EventKind.STEP_OUTPUT, EventKind.STEP_RETRY}
 """Events that change nothing in the record (output lives in host tails)."""
 

@@ -285,7 +285,7 @@ class Worker:
             final = self.services.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
                 durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
-                hold=pause)
+                hold=pause, judge=self.store.judgments.for_run(run))
             log.info("run %s ended %s", run.id, final.status.value)
             recorder.drain(give_up=lambda: fence.lost is not None)  # writes an outage held
             if final.status.terminal:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from agents.policy.eligibility import Grant, eligibility
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus
+from agents.run.record import Run, RunStatus, Verdict
 
 
 def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,
@@ -58,3 +58,30 @@ def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Po
         return None
     return (f"only the requester ({run.requested_by}) or an approver can change this run. "
             f"Who can approve: {answer.who()}")
+
+
+def judgment_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Policy,
+                     verdict: Verdict) -> str | None:
+    """Why ``user`` may not decide the go/no-go ``run`` waits at (None if they may).
+
+    The rules that say who may approve the run decide (no self-approval where policy
+    forbids it), narrowed by the hold's ``rollout.judgment.approvers``; a freeze that began
+    meanwhile holds Continue back, never a rollback.
+    """
+    held = run.awaiting
+    if held is None:
+        return (f"run {run.id} is not waiting for a go/no-go (it is "
+                f"{run.status.value.replace('_', ' ')})")
+    groups = list(user_groups)
+    answer = eligibility(run, policy)
+    if not answer.allows(user, groups):
+        return f"you may not decide this go/no-go. Who can: {answer.who()}"
+    if answer.excludes(user):
+        return ("you asked for this deploy, and policy forbids approving your own request "
+                "here, so its go/no-go is someone else's to decide")
+    if held.approvers and user not in held.approvers and not set(groups) & set(held.approvers):
+        return (f"only {', '.join(held.approvers)} may decide this go/no-go "
+                f"(rollout.judgment.approvers)")
+    if verdict is Verdict.CONTINUE and answer.blocked:
+        return f"{answer.blocked.split('. If')[0]}: Continue must wait; Roll back is possible"
+    return None

@@ -25,7 +25,9 @@ from agents.plan.limit import allowed_hosts
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
 from agents.run.gates import gate_check, stop_reason
+from agents.run.judgment import Judge, MemoryJudge, applies, awaiting, wait_for
 from agents.run.record import (
+    Decision,
     Event,
     EventKind,
     GateCheck,
@@ -35,6 +37,7 @@ from agents.run.record import (
     RunStatus,
     StepState,
     StepStatus,
+    Verdict,
 )
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
@@ -103,6 +106,8 @@ class ExecutorDeps:
     """Whether a revised plan must be approved again (it changes a mutating step)."""
     gate_runner: Runner = field(default_factory=GateRunner)
     """Evaluates tools that are gates (on this machine, whatever the target)."""
+    clock: Callable[[], float] = time.time
+    """When a go/no-go hold times out (tests advance their own)."""
 
 
 class Executor:
@@ -119,20 +124,23 @@ class Executor:
     def execute(self, plan: Plan, run: Run | None = None, *,
                 cancel: CancelToken | None = None,
                 listeners: Iterable[Listener] = (), durable: Durable | None = None,
-                may_start: MayStart | None = None, hold: Hold | None = None) -> Run:
+                may_start: MayStart | None = None, hold: Hold | None = None,
+                judge: Judge | None = None) -> Run:
         """Run ``plan`` to its end and return the final record.
 
         ``run`` may be a record from an earlier, interrupted execution: finished steps are
         not repeated. ``cancel`` stops the run the same way a failure does. ``durable`` is
         asked before any mutating command starts (see ``Durable``); ``may_start`` before
         every batch and attempt (see ``MayStart``); ``hold`` before every step and rollout
-        batch of the plan (see ``Hold``).
+        batch of the plan (see ``Hold``); ``judge`` holds the go/no-go decisions between
+        batches (``agents.run.judgment``; none given: only a timeout decides).
         """
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
                                [*self.listeners, *listeners], durable or _nothing_to_wait_for,
                                may_start or _nothing_to_wait_for, hold or _NoHold())
+        execution.judge = judge or execution.judge
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
         lost = tracing.attempt_lost(run.meta, parent=parent, run_id=run.id)  # a dead worker's
         with tracing.span("deckhand.run", {
@@ -184,6 +192,7 @@ class _Execution:
         self.stop_reason: str | None = None
         self.ran = False
         """Whether any command of this run may have run (a refused start did not)."""
+        self.judge: Judge = MemoryJudge()
 
     # -- top level ---------------------------------------------------------------------
 
@@ -473,7 +482,9 @@ class _Execution:
             if rollout.stop_on_failure and not all(o.ok for o in outcomes):
                 break
             if phase is Phase.PLAN and tool.mutates:  # after every batch, the last included
-                failure = self._batch_gates(step, params, rollout, (number, len(batches)), token)
+                where = (number, len(batches))
+                failure = (self._batch_gates(step, params, rollout, where, token)
+                           or self._go_no_go(step, rollout, where, token))
                 if failure is not None:
                     outcomes.append(_HostOutcome(ok=False, error=failure))
                     break
@@ -552,6 +563,28 @@ class _Execution:
             if not check.ok:
                 return stop_reason(check)
         return None
+
+    def _go_no_go(self, step: Step | RollbackStep, rollout: Rollout, batch: tuple[int, int],
+                  token: CancelToken) -> str | None:
+        """After a batch listed in ``rollout.judgment`` (its gates passed): hold — nothing
+        new starts here, the worker keeps its locks and lease — until Continue, Roll back or
+        the timeout decides (``agents.run.judgment``). Why the rollout stops, or None."""
+        if rollout.judgment is None or not applies(rollout.judgment, *batch):
+            return None
+        with self.lock:
+            held = awaiting(self.run, step.id, rollout.judgment, *batch, now=self.deps.clock())
+        self.emit(EventKind.JUDGMENT_AWAITED, step_id=step.id,
+                  judgment=held.model_dump(mode="json"))
+        decision = wait_for(self.judge, held, clock=self.deps.clock, token=token) or Decision(
+            verdict=Verdict.ROLLBACK, actor="deckhand", via="cancel",
+            reason=f"cancelled while awaiting go/no-go {held.where()}: {token.reason}")
+        held.decision = decision
+        self.emit(EventKind.JUDGMENT_DECIDED, step_id=step.id, status=decision.verdict.value,
+                  error=decision.reason, judgment=held.model_dump(mode="json"))
+        if decision.verdict is Verdict.CONTINUE:
+            return None
+        return decision.reason if decision.via == "cancel" else \
+            f"no-go {held.where()}: {decision.describe()}"
 
     def _gate_judged(self, check: GateCheck) -> None:
         redact = self.deps.redact

@@ -105,6 +105,10 @@ class EventKind(StrEnum):
     RUN_PAUSED = "run_paused"
     """A pause holds the run before its next step or batch (``Event.pause``)."""
     RUN_RESUMED = "run_resumed"
+    JUDGMENT_AWAITED = "judgment_awaited"
+    """The rollout holds for a go/no-go decision after a batch (``Event.judgment``)."""
+    JUDGMENT_DECIDED = "judgment_decided"
+    """Continue or Roll back was decided (by someone, or by the timeout)."""
     RUN_FINISHED = "run_finished"
 
 
@@ -140,6 +144,8 @@ class Event(BaseModel):
     """GATE_JUDGED: the GateCheck (as JSON)."""
     pause: dict[str, Any] | None = None
     """RUN_PAUSED: the Pause (as JSON)."""
+    judgment: dict[str, Any] | None = None
+    """JUDGMENT_AWAITED / _DECIDED: the Judgment (as JSON)."""
 
     def describe(self) -> str:
         """One human line for logs and audit."""
@@ -201,6 +207,55 @@ class GateCheck(BaseModel):
     lines: list[str] = Field(default_factory=list)
     """Its result lines (http and ci_status gates have no samples)."""
     at: float = Field(default_factory=time.time)
+
+
+class Verdict(StrEnum):
+    """A go/no-go decision."""
+
+    CONTINUE = "continue"
+    ROLLBACK = "rollback"
+
+
+class Decision(BaseModel):
+    """Who decided a go/no-go hold, what, how (``via``: slack, cli, mcp, terminal, timeout)."""
+
+    verdict: Verdict
+    actor: str
+    via: str
+    at: float = Field(default_factory=time.time)
+    reason: str | None = None
+
+    def describe(self) -> str:
+        what = "Continue" if self.verdict is Verdict.CONTINUE else "Roll back"
+        return self.reason or f"{what}, decided by {self.actor} ({self.via})"
+
+
+class Judgment(BaseModel):
+    """A go/no-go hold after a rollout batch: what the batch did, and its decision."""
+
+    hold: str
+    """``STEP/BATCH``: names the decision in the store (one per run, step and batch)."""
+    step: str
+    after_batch: int
+    batches: int
+    since: float
+    timeout: float
+    on_timeout: Verdict
+    approvers: list[str] = Field(default_factory=list)
+    """rollout.judgment.approvers: who may decide, on top of who may approve (if set)."""
+    hosts_done: list[str] = Field(default_factory=list)
+    errors: int = 0
+    """Hosts of the step that failed so far (stop_on_failure off lets a rollout go on)."""
+    gates: list[str] = Field(default_factory=list)
+    """The gates' figures after this batch, one line each."""
+    decision: Decision | None = None
+
+    @property
+    def deadline(self) -> float:
+        return self.since + self.timeout
+
+    def where(self) -> str:
+        return f"after batch {self.after_batch} of {self.batches} of {self.step}"
 
 
 class StepState(BaseModel):
@@ -286,6 +341,8 @@ class Run(BaseModel):
     """Every gate evaluated in this run, in order."""
     paused: Pause | None = None
     """The pause holding the run now (nothing new starts until it is resumed)."""
+    judgments: list[Judgment] = Field(default_factory=list)
+    """Every go/no-go hold of this run, in order (the last may still wait)."""
     seq: int = 0
     """How many events this record has folded in: host changes with a higher ``seq`` are
     newer than the record and still apply to it."""
@@ -319,6 +376,13 @@ class Run(BaseModel):
         """The policy scopes approvals are checked against (environments, UNSCOPED)."""
         unscoped = self.unscoped or not self.environments  # records from before: fail closed
         return [*self.environments, *([UNSCOPED] if unscoped else [])]
+
+    @property
+    def awaiting(self) -> Judgment | None:
+        """The go/no-go hold the run waits at now, if any."""
+        last = self.judgments[-1] if self.judgments else None
+        running = self.status is RunStatus.RUNNING  # a rollback or an end answers it
+        return last if last is not None and last.decision is None and running else None
 
     def move(self, new: RunStatus) -> None:
         """Change status, raising IllegalTransition if the state machine forbids it."""
@@ -471,6 +535,13 @@ def _gate_judged(run: Run, ev: Event) -> None:
         run.gates.append(GateCheck.model_validate(ev.gate))
 
 
+def _judgment(run: Run, ev: Event) -> None:
+    if ev.judgment is None:
+        return
+    judgment = Judgment.model_validate(ev.judgment)
+    run.judgments = [j for j in run.judgments if j.hold != judgment.hold] + [judgment]
+
+
 def _run_finished(run: Run, ev: Event) -> None:
     final = RunStatus(ev.status or "failed")
     if run.status is not final:
@@ -501,5 +572,7 @@ _APPLY = {
     EventKind.GATE_JUDGED: _gate_judged,
     EventKind.RUN_PAUSED: _run_paused,
     EventKind.RUN_RESUMED: _run_resumed,
+    EventKind.JUDGMENT_AWAITED: _judgment,
+    EventKind.JUDGMENT_DECIDED: _judgment,
     EventKind.RUN_FINISHED: _run_finished,
 }

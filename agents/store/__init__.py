@@ -1,9 +1,9 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
 ``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``feed`` (the audit sink's cursor),
-``dedupe``, ``schedules``, ``limits``, ``history``, ``proposals``, ``trimming`` and
-``health``. One module per kind of record; all of them go through ``_redis``: one connection
-with one key namer (``Keys``), one translation of redis-py's errors (``errors()``), one
-compare-and-set loop (``cas()``) and one WAIT (``replicate()``), so double clicks, Slack
+``dedupe``, ``schedules``, ``limits``, ``judgments``, ``history``, ``proposals``, ``trimming``
+and ``health``. One module per kind of record; all of them go through ``_redis``: one
+connection with one key namer (``Keys``), one translation of redis-py's errors (``errors()``),
+one compare-and-set loop (``cas()``) and one WAIT (``replicate()``), so double clicks, Slack
 retries and several replicas can never start a run twice. With ``REDIS_URL`` unset the same
 code runs on an in-process fakeredis.
 
@@ -22,6 +22,7 @@ from agents.store.connect import connect_client, safe_url
 from agents.store.feed import AuditFeed
 from agents.store.health import Finding, Health
 from agents.store.history import History
+from agents.store.judgments import Judgments
 from agents.store.leases import Leases, LostOwnership
 from agents.store.limits import ApprovalCounts
 from agents.store.locks import LockInfo, Locks
@@ -45,6 +46,7 @@ class Store(RedisBase):
         self.queue = Queue(self)
         self.limits = ApprovalCounts(self)
         self.runs = Runs(self, audit=self.audit, queue=self.queue, limits=self.limits)
+        self.judgments = Judgments(self, runs=self.runs, audit=self.audit)
         self.plans = Plans(self)
         self.leases = Leases(self)
         self.locks = Locks(self)

@@ -4,10 +4,11 @@ translation of redis-py's exceptions, and the one compare-and-set loop.
 Keys (prefix ``dh``, see :class:`Keys`): ``plan:ID:vN``, ``plan:ID:latest``, ``run:ID``,
 ``runs`` (zset by creation), ``runs:ids`` (zset, all scores 0: ids in lexical order, for
 prefix lookups), ``run:ID:owner`` (worker lease), ``run:ID:cancel``, ``run:ID:pause``
-(who paused it, as JSON), ``run:ID:audit`` (list: that run's audit entries, as JSON),
-``run:ID:hosts`` (hash: the run's host journal, ``PHASE/STEP/HOST`` → the newest
-``HostChange`` since the record was last written; folded into ``run:ID`` and deleted when
-the run ends or is taken over), ``replication:probe`` (a
+(who paused it, as JSON), ``run:ID:judgments`` (hash: go/no-go decisions, ``STEP/BATCH`` →
+Decision), ``run:ID:audit`` (list: that run's audit entries, as JSON), ``run:ID:hosts``
+(hash: the run's host journal, ``PHASE/STEP/HOST`` → the newest ``HostChange`` since the
+record was last written; folded into ``run:ID`` and deleted when the run ends or is taken
+over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
 whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream; group ``sink``: the
@@ -175,6 +176,9 @@ class Keys:
 
     def pause(self, run_id: str) -> str:
         return self("run", run_id, "pause")
+    def judgments(self, run_id: str) -> str:
+        """A run's go/no-go decisions (hash: ``STEP/BATCH`` → the Decision as JSON)."""
+        return self("run", run_id, "judgments")
 
     def lock(self, environment: str) -> str:
         return self("lock", environment)
@@ -254,7 +258,8 @@ class Keys:
         """Every key named after one run besides its record (``run:ID``). Retention deletes
         them with the run: a new per-run key is added here, and only here."""
         return [self.owner(run_id), self.cancel(run_id), self.pause(run_id),
-                self.run_audit(run_id), self.history_recorded(run_id), self.run_hosts(run_id)]
+                self.run_audit(run_id), self.history_recorded(run_id), self.run_hosts(run_id),
+                self.judgments(run_id)]
 
 
 class RedisBase:

@@ -128,6 +128,7 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
         history,
         hosts,
         init,
+        judge,
         mcp,
         policy,
         retention,
@@ -139,7 +140,7 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
-            policy.register, completion.register, control.register]
+            policy.register, completion.register, control.register, judge.register]
 
 
 def _add_demo(commands: Commands) -> None:

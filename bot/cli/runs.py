@@ -29,6 +29,7 @@ from agents.plan.model import Plan
 from agents.policy.approvals import approval_problem, approvals_needed
 from agents.readiness import StoreProbe, watch_drain
 from agents.run.gates import gate_lines
+from agents.run.judgment import judgment_lines
 from agents.run.record import Run
 from agents.run.unreplicated import unreplicated_note
 from agents.services import Services
@@ -256,6 +257,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     if run.paused is not None:
         console.print(Text(pause_line(run)), soft_wrap=True)
     for line in gate_lines(run):  # every measured value against its threshold
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in judgment_lines(run):  # go/no-go between batches: decided, or waiting
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     note = unreplicated_note(run)
     if note:

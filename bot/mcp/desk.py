@@ -17,7 +17,8 @@ from agents.engine.control import Control, steer
 from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
 from agents.plan.model import Plan
 from agents.policy.eligibility import eligibility
-from agents.run.record import Run, RunStatus, StepState
+from agents.run.judgment import waiting_line
+from agents.run.record import Run, RunStatus, StepState, Verdict
 from agents.services import Services
 from agents.store import LockInfo
 from bot.mcp.views import (
@@ -103,7 +104,8 @@ class Desk:
             else 0, approvers=answer.who(), approval_rules=answer.explain(),
             steps=[step_view(s) for s in run.steps.values()],
             rollback=[step_view(s) for s in run.rollback.values()],
-            changed_hosts=run.changed_hosts, reason=run.reason, paused=run.paused)
+            changed_hosts=run.changed_hosts, reason=run.reason, paused=run.paused,
+            go_no_go=waiting_line(run.awaiting) if run.awaiting else None)
 
     def steer(self, control: Control, run_id: str, *, requester: str) -> RunView:
         """Pause, resume or stop a run for ``requester``: allowed to the run's requester and
@@ -111,6 +113,23 @@ class Desk:
         run = self.services.store.runs.find(run_id)
         steer(self.services.store, self.services.config.policy, control, run.id,
               user=requester, via="mcp")
+        return self.run_status(run.id)
+
+    def judge_run(self, run_id: str, decision: str, *, user: str, verified: bool) -> RunView:
+        """Continue or Roll back the go/no-go ``run_id`` waits at, as ``user`` — a person
+        the bearer token verified (``verified``); a stdio client's name is only what it
+        calls itself, so it is refused. Refusals say why in one line, audited."""
+        store = self.services.store
+        run, verdict = store.runs.find(run_id), Verdict(decision)
+        if not verified:
+            reason = ("judge_run needs a verified user (MCP over HTTP with a bearer token); "
+                      "decide in Slack or with `deckhand judge RUN continue|rollback`")
+            store.audit.refused("judge", action="judgment_refused", actor=user, face="mcp",
+                                rule=reason, run_id=run.id, plan_id=run.plan_id,
+                                decision=verdict.value, via="mcp")
+            raise Refused(reason)
+        store.judgments.decide(run.id, verdict, user=user, via="mcp",
+                               policy=self.services.config.policy)
         return self.run_status(run.id)
 
     def where(self, *, recent: int = 100) -> WhereReport:

@@ -3,7 +3,9 @@
 Each tool hands its work to the synchronous ``Desk`` on a worker thread and turns
 deckhand's errors into tool errors the client can read. There is deliberately no tool
 that approves, modifies, rejects or starts anything: those stay with humans. A running run
-may be paused, resumed or stopped by its requester or approvers, as in Slack.
+may be paused, resumed or stopped by its requester or approvers, as in Slack. ``judge_run``
+(a rollout's go/no-go between batches) is a human's decision too: it acts only for a user
+the HTTP bearer token verified, under the same rules as approving.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -87,6 +89,14 @@ class DeskTools:
     async def run_status(self, run_id: RunId) -> RunView:
         """Where a run stands: status, approvals still needed and who may give them, steps."""
         return await self._answer(self.desk.run_status, run_id)
+
+    async def judge_run(self, ctx: Context, run_id: RunId,
+                        decision: Literal["continue", "rollback"]) -> RunView:
+        """Decide the go/no-go a run's rollout waits at between batches (see `run_status`'s
+        go_no_go): continue starts the next batch, rollback undoes the hosts changed so far.
+        Only for a user the bearer token verified, who may approve the run."""
+        return await self._answer(self.desk.judge_run, run_id, decision,
+                                  user=requester_of(ctx), verified=http_user(ctx) is not None)
 
     async def where(self) -> WhereReport:
         """Per environment: its hosts, who holds its lock, runs in flight, the last success."""
@@ -203,6 +213,9 @@ def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
     server.add_tool(tools.request_deploy, annotations=request_annotations(desk))
     for steer in (tools.pause_run, tools.resume_run, tools.stop_run):
         server.add_tool(steer, annotations=STEER)
+    server.add_tool(tools.judge_run, annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+        open_world_hint=False))
     return server
 
 

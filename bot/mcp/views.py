@@ -94,6 +94,9 @@ class RunView(BaseModel):
     paused: Pause | None = Field(
         default=None, description="the pause holding it: who, since when, when it rolls "
         "back unless resumed")
+    go_no_go: str | None = Field(
+        default=None, description="the go/no-go between rollout batches it waits at (decide "
+        "with judge_run), and since when")
 
 
 class DeployRequest(BaseModel):

@@ -22,6 +22,7 @@ from agents.plan.dryrun import verdict
 from agents.plan.model import Plan, Step, format_params
 from agents.policy.rules import Policy
 from agents.run.gates import where as gate_where
+from agents.run.judgment import waiting_line
 from agents.run.record import GateCheck, Pause, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import unreplicated_note
@@ -41,6 +42,8 @@ class ActionId(StrEnum):
     STOP = "stop_run"
     PAUSE = "pause_run"
     RESUME = "resume_run"
+    JUDGE_CONTINUE = "judge_continue"
+    JUDGE_ROLLBACK = "judge_rollback"
 
 
 class ViewId(StrEnum):
@@ -326,6 +329,8 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
         blocks.append(section("*Rollback*\n" + "\n".join(rollback)))
     if run.paused is not None:
         blocks.insert(1, context(pause_text(run.paused)))
+    if run.awaiting is not None:  # the decision's buttons are on its own message
+        blocks.append(context(f"⏸️ {escape(waiting_line(run.awaiting))}"))
     if run.status in STOPPABLE:
         blocks.append({"type": "actions", "elements": [*pause_buttons(run), stop_button(run)]})
     if run.finished_at is not None and outputs_of(run):

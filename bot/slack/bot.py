@@ -25,7 +25,7 @@ from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.dryrun import verdict
 from agents.plan.model import Plan
 from agents.policy.approvals import approvals_needed, steer_problem
-from agents.run.record import Run, RunStatus
+from agents.run.record import Run, RunStatus, Verdict
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk
@@ -321,6 +321,16 @@ class Bot:
     def _steer(self, control: Control, run_id: str, user: str, *, via: str = "button") -> Run:
         run = steer(self.store, self.services.config.policy, control, run_id, user=user,
                     via=via, user_groups=self.directory.groups_of(user))
+        self.changed(run)
+        return run
+
+    def judge(self, run_id: str, hold: str, verdict: Verdict, *, user: str) -> Run:
+        """A Continue or Roll back click on a go/no-go message: the rules that say who may
+        approve the run decide (``agents.store.judgments``); ApprovalRefused (audited)
+        tells anyone else. The worker picks the decision up; its thread message says so."""
+        run, _ = self.store.judgments.decide(run_id, verdict, user=user, via="slack",
+                                             user_groups=self.directory.groups_of(user),
+                                             policy=self.services.config.policy, hold=hold)
         self.changed(run)
         return run
 

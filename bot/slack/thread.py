@@ -29,10 +29,11 @@ from agents.plan.model import Plan
 from agents.policy.rules import Policy
 from agents.run.executor import Listener
 from agents.run.mirror import RunMirror
-from agents.run.record import Event, EventKind, GateCheck, Phase, Run, StepStatus
+from agents.run.record import Event, EventKind, GateCheck, Judgment, Phase, Run, StepStatus
 from agents.run.results import step_output
 from agents.store import Store
 from bot.slack import blocks as bk
+from bot.slack.judgment_blocks import judged_blocks, judgment_blocks
 from bot.slack.retries import patiently
 
 log = logging.getLogger("deckhand.slack.thread")
@@ -58,6 +59,8 @@ class ThreadUpdater:
         self.interval = interval
         self.status_ts = status_ts
         self._mirror = RunMirror()
+        self._judgment_ts: dict[str, str] = {}
+        """Each go/no-go message posted (by hold), edited once decided."""
         self._dirty = False
         self._finished = False
         self._outbox: deque[tuple[Post, bool]] = deque()
@@ -97,6 +100,8 @@ class ThreadUpdater:
             self._announce(lambda: self._reply([bk.section(text)], text, broadcast=True))
         elif event.kind is EventKind.REPLANNED and event.plan is not None:
             self._replanned(Plan.model_validate(event.plan), event, run)
+        elif event.kind in JUDGMENT_EVENTS and event.judgment is not None:
+            self._judgment(run.id, Judgment.model_validate(event.judgment))
         elif event.kind is EventKind.GATE_JUDGED and event.gate is not None:
             check = GateCheck.model_validate(event.gate)
             self._announce(lambda: self._reply(bk.gate_blocks(check), bk.gate_text(check)))
@@ -130,6 +135,24 @@ class ThreadUpdater:
         blocks = bk.plan_blocks(plan, run, self.policy, actions=approval, note=note, diff=diff)
         self._announce(lambda: self._reply(blocks, f"Replanned: version {plan.version}",
                                            broadcast=approval))
+
+    def _judgment(self, run_id: str, held: Judgment) -> None:
+        """Post a go/no-go with its buttons; once decided, edit it to say who chose what."""
+        if held.decision is None:
+            def ask() -> None:
+                reply = self._reply(judgment_blocks(run_id, held),
+                                    f"Go/no-go {held.where()}: Continue or Roll back?")
+                self._judgment_ts[held.hold] = reply["ts"]
+            self._announce(ask)
+            return
+        blocks, text = judged_blocks(run_id, held), f"Go/no-go {held.where()}: decided"
+
+        def answer() -> Any:  # sent after ``ask`` (one sender, in order): its ts is known
+            ts = self._judgment_ts.get(held.hold)
+            if ts is None:
+                return self._reply(blocks, text)
+            return self.client.chat_update(channel=self.channel, ts=ts, blocks=blocks, text=text)
+        self._announce(answer)
 
     def _announce(self, post: Post, *, after_final: bool = False) -> None:
         self._outbox.append((post, after_final))
@@ -234,7 +257,10 @@ def _announced(event: Event) -> bool:
     if event.kind is EventKind.STEP_FINISHED:
         return event.status == StepStatus.FAILED
     return event.kind in (EventKind.ROLLBACK_STARTED, EventKind.REPLANNED,
-                          EventKind.GATE_JUDGED, EventKind.RUN_FINISHED)
+                          EventKind.GATE_JUDGED, EventKind.RUN_FINISHED, *JUDGMENT_EVENTS)
+
+
+JUDGMENT_EVENTS = (EventKind.JUDGMENT_AWAITED, EventKind.JUDGMENT_DECIDED)
 
 
 def thread_listener_factory(client: WebClient, store: Store, *, interval: float = 1.0,

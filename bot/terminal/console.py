@@ -36,6 +36,7 @@ from agents.run.mirror import RunMirror
 from agents.run.record import Event, Run, RunStatus
 from agents.run.results import step_output
 from agents.services import Services
+from bot.terminal.judgment import GoNoGoPrompt
 from bot.terminal.render import diff_text, plan_table, status_table, summary
 
 Editor = Callable[[str], str]
@@ -304,8 +305,9 @@ class ConsoleFlow:
         initial = self.services.store.runs.get(run_id)
         hosts = self.services.host_counts(plan)
         live, mirror = self._live_status(plan, initial, hosts)
+        asks = GoNoGoPrompt(self.services, self.console, live, user=self.user, mirror=mirror)
         with live:
-            result = self._run_interruptibly(worker, run_id, mirror)
+            result = self._run_interruptibly(worker, run_id, asks)
         if not self.console.is_terminal:  # piped, Live leaves its last line open
             self.console.line()
         final = result or self.services.store.runs.get(run_id)

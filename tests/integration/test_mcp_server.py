@@ -37,7 +37,7 @@ from tests.fixtures.slack_world import actions_of
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t0ken-for-alice-0123456789abcdef"
 TOOLS = {"catalog", "plan", "run_status", "where", "request_deploy", "pause_run", "resume_run",
-         "stop_run"}
+         "stop_run", "judge_run"}
 
 
 @pytest.fixture

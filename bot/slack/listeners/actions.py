@@ -1,17 +1,21 @@
-"""The plan message's buttons: Approve, Modify, Reject."""
+"""The plan message's buttons (Approve, Modify, Reject), and the run's (Stop, Show output,
+a go/no-go's Continue and Roll back)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
 from agents.errors import ApprovalRefused
 from agents.plan.yaml import plan_to_yaml
-from agents.run.record import Run, RunStatus
+from agents.run.record import Run, RunStatus, Verdict
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
+from bot.slack.judgment_blocks import ACTION as ACTIONS
+from bot.slack.judgment_blocks import LABEL, parse_judgment_value
 from bot.slack.work import Tell
 
 
@@ -51,6 +55,9 @@ def register(app: App, bot: Bot) -> None:
                         tell=bot.teller(body, respond))
         ack()
 
+    for verdict, action_id in ACTIONS.items():
+        app.action(action_id)(_judge_listener(bot, verdict))
+
     @app.action(bk.ActionId.SHOW_OUTPUT)
     def show_output(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         run_id = str(action["value"])
@@ -74,6 +81,17 @@ def register(app: App, bot: Bot) -> None:
         tell = bot.teller(body, respond)
         bot.work.submit("Reject", lambda: _open_reject(bot, body, run_id, tell), tell=tell)
         ack()
+
+
+def _judge_listener(bot: Bot, verdict: Verdict) -> Callable[..., None]:
+    """Continue or Roll back on a go/no-go message (confirmed in Slack's dialog)."""
+    def judge(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
+        run_id, hold = parse_judgment_value(str(action["value"]))
+        user = body["user"]["id"]
+        bot.work.submit(LABEL[verdict], lambda: bot.judge(run_id, hold, verdict, user=user),
+                        tell=bot.teller(body, respond))  # a refusal: privately, one line
+        ack()
+    return judge
 
 
 def _approve(bot: Bot, body: dict[str, Any], run_id: str, version: int, plan_hash: str

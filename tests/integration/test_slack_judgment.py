@@ -1,0 +1,138 @@
+"""Go/no-go in the run's thread (issue 32): after production's first batch the rollout holds
+and posts the batch's results with Continue / Roll back, built by the bot and clicked here as
+signed Bolt requests. The requester is refused privately (self-approval is off there), an
+approver decides; asserted on the hosts, the record and the audit log."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.config import load_config
+from agents.run.record import RunStatus
+from agents.store import Store
+from bot.slack import blocks as bk
+from bot.slack.judgment_blocks import parse_judgment_value
+from tests.fixtures.builders import BASE, SHELL_TOOLS
+from tests.fixtures.polling import wait_until
+from tests.fixtures.slack_standin import SlackStandin
+from tests.fixtures.slack_world import SlackWorld, button, start_world
+
+PLAYBOOK = """
+playbooks:
+  - name: ship
+    match: ['^deploy ship it$']
+    goal: ship to staging, then production one host at a time
+    steps:
+      - {id: stage, tool: change, params: {environment: staging, label: shipped}}
+      - {id: prod, tool: change, params: {environment: production, label: shipped},
+         depends_on: [stage]}
+    rollback:
+      - {id: undo_prod, tool: undo, params: {environment: production}}
+      - {id: undo_stage, tool: undo, params: {environment: staging}}
+"""
+JUDGMENT = "rollout: {batch_size: 1, judgment: {after_batches: [1], timeout: 30m}}}"
+
+
+@pytest.fixture
+def held(tmp_path: Path, store: Store, slack_standin: SlackStandin) -> Iterator[SlackWorld]:
+    base = textwrap.dedent(BASE).replace("rollout: {batch_size: 1}}", JUDGMENT)
+    path = tmp_path / "deckhand.yml"
+    path.write_text(base + textwrap.dedent(SHELL_TOOLS) + textwrap.dedent(PLAYBOOK))
+    world = start_world(load_config(path), store, slack_standin)
+    yield world
+    for run in store.runs.recent(statuses=[RunStatus.RUNNING]):  # a failed test's hold
+        store.runs.request_cancel(run.id, user="test")
+    world.runtime.stop()
+
+
+def _hold(world: SlackWorld) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Deploy, approve fully, and wait for the go/no-go message: (run id, its Continue and
+    Roll back buttons as the bot built them)."""
+    world.deploy("ship it", user="UALICE")
+    approve = button(world.plan_message(0), "approve")
+    world.click("approve", approve, user="UBOB")
+    world.standin.wait_for(lambda: any("1 more approval" in str(c.payload.get("text"))
+                                       for c in world.standin.of("chat.postMessage")))
+    world.click("approve", approve, user="UCAROL")
+
+    def buttons() -> dict[str, dict[str, Any]] | None:
+        for call in world.standin.of("chat.postMessage"):
+            found = {e["action_id"]: e for b in call.blocks if b.get("type") == "actions"
+                     for e in b["elements"]}
+            if bk.ActionId.JUDGE_CONTINUE in found:
+                return found
+        return None
+
+    found = world.standin.wait_for(buttons, what="the go/no-go message")
+    go, back = found[bk.ActionId.JUDGE_CONTINUE], found[bk.ActionId.JUDGE_ROLLBACK]
+    assert go["confirm"]["confirm"]["text"] == "Continue"  # Slack asks first
+    run_id, hold = parse_judgment_value(go["value"])
+    assert hold == "prod/1"
+    return run_id, go, back
+
+
+def _changes(tmp_path: Path, host: str) -> list[str]:
+    path = tmp_path / host / "changes"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_continue_from_the_thread_after_the_requester_is_refused(
+        held: SlackWorld, tmp_path: Path) -> None:
+    run_id, go, _ = _hold(held)
+    said = held.standin.wait_for(
+        lambda: [c for c in held.standin.of("chat.postMessage")
+                 if "Go/no-go after batch 1 of 2 of prod" in c.text_of_blocks()],
+        what="the batch's results")[0].text_of_blocks()
+    assert "1 host(s) done (web-2), 0 error(s)" in said
+    held.standin.wait_for(  # the live status says it waits, and since when
+        lambda: [c for c in held.standin.of("chat.update")
+                 if "awaiting go/no-go after batch 1 of 2 of prod since" in c.text_of_blocks()],
+        what="the status message to say it waits")
+    assert _changes(tmp_path, "web-2") == ["shipped"] and _changes(tmp_path, "web-3") == []
+
+    held.click(bk.ActionId.JUDGE_CONTINUE, go["value"], user="UALICE")  # the requester
+    refusal = held.standin.wait_for(
+        lambda: [r for r in held.standin.responses if "someone else's" in r.get("text", "")],
+        what="the private refusal")
+    assert refusal[0]["response_type"] == "ephemeral"
+    assert held.store.runs.get(run_id).awaiting is not None
+    assert _changes(tmp_path, "web-3") == []
+
+    held.click(bk.ActionId.JUDGE_CONTINUE, go["value"], user="UCAROL")  # allowed by both rules
+    run = held.wait_run(run_id)
+    assert run.status is RunStatus.SUCCEEDED
+    assert _changes(tmp_path, "web-3") == ["shipped"]
+    entries = held.store.audit.entries(run_id=run_id)
+    assert [(e.actor, e.details["decision"], e.details["batch"], e.details["via"])
+            for e in entries if e.action == "judged"] == [("UCAROL", "continue", 1, "slack")]
+    assert [(e.actor, e.details["via"]) for e in entries
+            if e.action == "judgment_refused"] == [("UALICE", "slack")]
+    edited = held.standin.wait_for(
+        lambda: [c for c in held.standin.of("chat.update") if "decided by" in c.text_of_blocks()],
+        what="the go/no-go message to say who decided")
+    assert "<@UCAROL>" in edited[0].text_of_blocks()
+    assert not [b for b in edited[0].blocks if b.get("type") == "actions"]  # buttons gone
+    assert held.standin.violations == []
+
+
+def test_roll_back_from_the_thread_undoes_only_what_changed(
+        held: SlackWorld, tmp_path: Path) -> None:
+    run_id, go, back = _hold(held)
+    held.click(bk.ActionId.JUDGE_ROLLBACK, back["value"], user="UBOB")
+    run = held.wait_run(run_id)
+    assert run.status is RunStatus.ROLLED_BACK
+    assert "no-go after batch 1 of 2 of prod" in (run.reason or "")
+    assert _changes(tmp_path, "web-2") == ["shipped", "undo"]
+    assert _changes(tmp_path, "web-3") == []  # never started, never undone
+    assert _changes(tmp_path, "web-1") == ["shipped", "undo"]  # staging changed too
+    held.click(bk.ActionId.JUDGE_CONTINUE, go["value"], user="UALICE")  # a late click
+    wait_until(lambda: [r for r in held.standin.responses
+                        if "already decided" in r.get("text", "")], what="the late answer")
+    said = json.dumps([c.payload for c in held.standin.of("chat.update")])
+    assert "Roll back" in said and "UBOB" in said
