@@ -80,7 +80,7 @@ class Deploy:
     def __init__(self, tmp_path: Path, services: Services, clock: Clock):
         self.tmp_path, self.services, self.store, self.clock = \
             tmp_path, services, services.store, clock
-        plan = services.make_plan("ship v1.2.3", requested_by="alice")
+        plan = services.make_plan("ship v1.2.3", requested_by="alice", face="cli")
         self.store.plans.save(plan)
         run = self.store.runs.create(Run.for_plan(plan, services.targets(plan)))
         self.run_id = self.store.runs.approve(
