@@ -34,26 +34,8 @@ def register(app: App, bot: Bot) -> None:
                         tell=bot.teller(body))
         ack()
 
-    @app.action(bk.ActionId.STOP)
-    def stop(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
-        run_id, user = str(action["value"]), body["user"]["id"]
-        bot.work.submit("Stop", lambda: bot.stop(run_id, user=user),
-                        tell=bot.teller(body, respond))
-        ack()
-
-    @app.action(bk.ActionId.PAUSE)
-    def pause(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
-        run_id, user = str(action["value"]), body["user"]["id"]
-        bot.work.submit("Pause", lambda: bot.pause(run_id, user=user),
-                        tell=bot.teller(body, respond))
-        ack()
-
-    @app.action(bk.ActionId.RESUME)
-    def resume(ack: Ack, body: dict[str, Any], action: dict[str, Any], respond: Respond) -> None:
-        run_id, user = str(action["value"]), body["user"]["id"]
-        bot.work.submit("Resume", lambda: bot.resume(run_id, user=user),
-                        tell=bot.teller(body, respond))
-        ack()
+    for action_id, (name, steer) in _STEERS.items():  # Stop, Pause, Resume: one shape
+        app.action(action_id)(_steer_listener(bot, name, steer))
 
     for verdict, action_id in ACTIONS.items():
         app.action(action_id)(_judge_listener(bot, verdict))
@@ -81,6 +63,24 @@ def register(app: App, bot: Bot) -> None:
         tell = bot.teller(body, respond)
         bot.work.submit("Reject", lambda: _open_reject(bot, body, run_id, tell), tell=tell)
         ack()
+
+
+_STEERS: dict[str, tuple[str, Callable[[Bot], Callable[..., Run]]]] = {
+    bk.ActionId.STOP: ("Stop", lambda bot: bot.stop),
+    bk.ActionId.PAUSE: ("Pause", lambda bot: bot.pause),
+    bk.ActionId.RESUME: ("Resume", lambda bot: bot.resume)}
+"""The buttons that steer a running run: the job's name and the Bot method it calls."""
+
+
+def _steer_listener(bot: Bot, name: str,
+                    steer: Callable[[Bot], Callable[..., Run]]) -> Callable[..., None]:
+    def listener(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+                 respond: Respond) -> None:
+        run_id, user = str(action["value"]), body["user"]["id"]
+        bot.work.submit(name, lambda: steer(bot)(run_id, user=user),
+                        tell=bot.teller(body, respond))
+        ack()
+    return listener
 
 
 def _judge_listener(bot: Bot, verdict: Verdict) -> Callable[..., None]:
