@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents.run.record import RunStatus, StepStatus
+from agents.run.record import RunStatus, StepStatus, Verdict
 from agents.store import Store
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet
@@ -208,3 +208,48 @@ def test_keys_on_a_pipe_do_nothing(tmp_path: Path, sshd_hosts: SSHFleet, store: 
     assert run.status is RunStatus.SUCCEEDED
     assert not {a for a, _ in _actions(store, run.id)} & {"pause_requested", "cancel_requested"}
     assert HINT not in terminal.screen
+
+
+def _judged_config(tmp_path: Path, fleet: SSHFleet) -> Path:
+    """`ship` deploys to prod-1 then prod-2, with a go/no-go after the first batch."""
+    hosts = ("prod-1", "prod-2")
+    step = {"environment": "production"}
+    data = {
+        "inventory": {"known_hosts": str(fleet.known_hosts),
+                      "hosts": {n: fleet.inventory_host(n) for n in hosts},
+                      "environments": {"production": {"hosts": list(hosts), "rollout": {
+                          "batch_size": 1, "judgment": {"after_batches": [1]}}}}},
+        "tools": {"deploy": {"description": "mark the host", "target": "environment",
+                             "command": f"echo {{host.name}} >> {tmp_path}/deployed",
+                             "mutates": True, "rollback": "undo"},
+                  "undo": {"description": "put the host back", "command": "true",
+                           "target": "environment", "mutates": True}},
+        "playbooks": [{"name": "ship", "match": ["^ship$"], "goal": "ship it",
+                       "steps": [{"id": "deploy", "tool": "deploy", "params": step}],
+                       "rollback": [{"id": "undo", "tool": "undo", "params": step}]}],
+    }
+    path = tmp_path / "deckhand.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_the_keys_stand_aside_for_the_go_no_go_question(
+        tmp_path: Path, sshd_hosts: SSHFleet, store: Store, redis_url: str,
+        terminal: Terminal) -> None:
+    proc = _deckhand_run(_judged_config(tmp_path, sshd_hosts), redis_url,
+                         stdin=terminal.slave, stdout=terminal.slave)
+    try:
+        wait_until(lambda: "Continue or Roll back?" in terminal.screen, what="the question")
+        # no reader in cbreak mode while the line prompt asks: the terminal is as it was
+        assert termios.tcgetattr(terminal.slave) == terminal.mode
+        terminal.type(b"c\n")
+        assert proc.wait(20) == 0, terminal.screen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = store.runs.recent(limit=1)[0]
+    assert (tmp_path / "deployed").read_text().split() == ["prod-1", "prod-2"]
+    decision = run.judgments[0].decision
+    assert decision is not None and (decision.actor, decision.via, decision.verdict) == (
+        "alice", "terminal", Verdict.CONTINUE)
+    assert termios.tcgetattr(terminal.slave) == terminal.mode
