@@ -3,7 +3,7 @@ MCP).
 
 Who may: the requester and whoever may approve the run's environments — ``steer_problem``,
 the same answer Stop, Modify and Reject use. Every request and every refusal is audited with
-who asked and through which face (``via``: button, cli, mcp).
+who asked and through which face (``via``: button, cli, mcp, terminal).
 """
 
 from __future__ import annotations

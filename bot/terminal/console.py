@@ -37,7 +37,8 @@ from agents.run.record import Event, Run, RunStatus
 from agents.run.results import step_output
 from agents.services import Services
 from bot.terminal.judgment import GoNoGoPrompt
-from bot.terminal.render import diff_text, plan_table, status_table, summary
+from bot.terminal.keys import HINT, TerminalKeys, terminal_keys
+from bot.terminal.render import diff_text, live_view, plan_table, summary
 
 Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
@@ -88,6 +89,8 @@ class ConsoleFlow:
         self.exit_code = ExitCode.INTERNAL
         self.draft: str | None = None
         """A refused edit, errors on top as comments: Modify reopens it, not the old plan."""
+        self._keys: TerminalKeys | None = None
+        """The keys that steer the run while its live table shows (a terminal only)."""
 
     def handle(self, request: str, *, yes: bool = False,
                break_glass: str | None = None) -> Run:
@@ -300,13 +303,17 @@ class ConsoleFlow:
                 f"use `deckhand approve RUN --user NAME`.")
 
     def execute(self, plan: Plan, run_id: str) -> Run:
-        """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls back)."""
+        """Run an approved, queued run here, with a live table; Ctrl-C cancels (and rolls
+        back); on a terminal, keys pause, resume and stop it (``bot.terminal.keys``)."""
         worker = Worker(self.services, self.services.store, name=f"console-{os.getpid()}")
         initial = self.services.store.runs.get(run_id)
         hosts = self.services.host_counts(plan)
-        live, mirror = self._live_status(plan, initial, hosts)
-        asks = GoNoGoPrompt(self.services, self.console, live, user=self.user, mirror=mirror)
-        with live:
+        self._keys = terminal_keys(self.services, self.console, run_id, user=self.user)
+        live, mirror = self._live_status(plan, initial, hosts,
+                                         hint=HINT if self._keys else None)
+        asks = GoNoGoPrompt(self.services, self.console, live, user=self.user, mirror=mirror,
+                            keys=self._keys)
+        with live, self._keys or contextlib.nullcontext():
             result = self._run_interruptibly(worker, run_id, asks)
         if not self.console.is_terminal:  # piped, Live leaves its last line open
             self.console.line()
@@ -323,14 +330,14 @@ class ConsoleFlow:
         self.exit_code = ExitCode.SUCCEEDED if ok else ExitCode.FAILED
         return final
 
-    def _live_status(self, plan: Plan, run: Run,
-                     hosts: dict[str, int] | None = None) -> tuple[Live, RunMirror]:
+    def _live_status(self, plan: Plan, run: Run, hosts: dict[str, int] | None = None, *,
+                     hint: str | None = None) -> tuple[Live, RunMirror]:
         """A live status table, drawn (8 times a second) from a mirror of the run that the
         executor keeps current: no table is built per event, whatever the number of hosts."""
         mirror = RunMirror(run)
 
         def table() -> RenderableType:
-            return mirror.read(lambda current: status_table(plan, current, hosts)) or Text()
+            return mirror.read(lambda current: live_view(plan, current, hosts, hint)) or Text()
 
         return Live(console=self.console, refresh_per_second=8, get_renderable=table), mirror
 
@@ -366,6 +373,8 @@ class ConsoleFlow:
         return box.get("run")
 
     def _abandon(self, run_id: str) -> None:
+        if self._keys is not None:  # os._exit skips every finally: give the terminal back
+            self._keys.close()
         run = self.services.store.runs.get(run_id)
         hosts = ", ".join(run.changed_hosts) or "none yet"
         self.console.print(f"Stopping now: run {run_id} is {run.status.value} and its "

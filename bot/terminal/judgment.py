@@ -8,6 +8,7 @@ every face (``store.judgments.decide``: the approval rules decide, refusals are 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from rich.console import Console
@@ -19,6 +20,7 @@ from agents.run.judgment import clock_time, results_line
 from agents.run.mirror import RunMirror
 from agents.run.record import Event, EventKind, Judgment, Run, Verdict
 from agents.services import Services
+from bot.terminal.keys import TerminalKeys
 
 
 class GoNoGoPrompt:
@@ -26,9 +28,11 @@ class GoNoGoPrompt:
     go/no-go hold asks here (see the module)."""
 
     def __init__(self, services: Services, console: Console, live: Live, *, user: str,
-                 mirror: RunMirror):
+                 mirror: RunMirror, keys: TerminalKeys | None = None):
         self.services, self.console, self.live, self.user = services, console, live, user
         self.mirror = mirror
+        self.keys = keys
+        """The live table's key reader, if any: it stands aside while this prompt asks."""
 
     def __call__(self, event: Event, run: Run) -> None:
         self.mirror(event, run)
@@ -47,8 +51,9 @@ class GoNoGoPrompt:
                            f"{clock_time(held.deadline)} it {then}. Elsewhere: deckhand judge "
                            f"{run_id} continue|rollback", markup=False)
         try:
-            answer = Prompt.ask("[bold]Continue or Roll back?[/]", choices=["c", "r"],
-                                console=self.console)
+            with self.keys.aside() if self.keys else contextlib.nullcontext():
+                answer = Prompt.ask("[bold]Continue or Roll back?[/]", choices=["c", "r"],
+                                    console=self.console)
         except (EOFError, OSError):  # no terminal: leave it to others, or the timeout
             self.console.print(f"   No answer here: waiting for `deckhand judge {run_id} "
                                f"continue|rollback` (needs REDIS_URL) or the timeout.",

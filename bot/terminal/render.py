@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -126,6 +127,29 @@ def status_table(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None) -
         if state.status is not StepStatus.PENDING or run.status is RunStatus.ROLLING_BACK:
             table.add_row(*_status_row(f"↩ {undo.id}", state))
     return table
+
+
+def live_view(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None,
+              hint: str | None = None) -> RenderableType:
+    """The live status table, with the pause in force and ``hint`` (which keys do what)
+    on a line each below it."""
+    lines = [Text(paused_line(run), "bold yellow")] if run.paused is not None else []
+    lines += [Text(hint, "dim")] if hint else []
+    table = status_table(plan, run, hosts)
+    return Group(table, *lines) if lines else table
+
+
+def paused_line(run: Run) -> str:
+    """Who paused ``run`` and how, what waits, and when it rolls back unless resumed."""
+    pause = run.paused
+    if pause is None:
+        return ""
+    line = f"⏸ paused by {pause.by} ({pause.via})"
+    line += f" — {pause.before} waits" if pause.before else ""
+    if pause.until:
+        expiry = time.strftime("%H:%M:%S", time.localtime(pause.until))
+        line += f"; rolls back at {expiry} unless resumed"
+    return line
 
 
 def _status_row(label: str, state: StepState,
