@@ -1,5 +1,12 @@
 """Shared fixtures. Each fixture module under tests/fixtures/ is registered here."""
 
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from bot.logs import HANDLER_NAME
+
 pytest_plugins = [
     "tests.fixtures.sample",
     "tests.fixtures.sshd",
@@ -12,3 +19,16 @@ pytest_plugins = [
     "tests.fixtures.openai_standin",
     "tests.fixtures.siem_standin",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test whose code configures deckhand's logging (serve, worker, main) must not leave
+    its handler on the root logger: later tests would see log lines in captured output."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers and handler.get_name() == HANDLER_NAME:
+            root.removeHandler(handler)
+    root.setLevel(level)
