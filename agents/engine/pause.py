@@ -1,15 +1,17 @@
 """A running run's pause, as its worker sees it: the executor's ``Hold``.
 
 The request lives in the store (``run:ID:pause``, see ``Runs.request_pause``); the worker's
-heartbeat relays it here, as it relays a cancel. The executor asks ``paused()`` before each
-step and rollout batch of the plan and, while paused, ``wait``s: running commands finish,
-nothing new starts, and the worker keeps its lease and locks (the heartbeat goes on). The
-wait ends on resume, on a cancel (Stop, or a lost lease), or when the pause has lasted the
-policy's ``pause_timeout``: the run is then cancelled into its rollback, and says why.
+heartbeat relays it here, as it relays a cancel, and each look reads it fresh. The executor
+asks ``paused()`` before each step and rollout batch of the plan and, while paused,
+``wait``s: running commands finish, nothing new starts, and the worker keeps its lease and
+locks (the heartbeat goes on). The wait ends on resume, on a cancel (Stop, or a lost lease),
+or when the pause has lasted the policy's ``pause_timeout``: the run is then cancelled into
+its rollback, and says why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -47,6 +49,11 @@ class PauseSwitch:
             log.info("run %s: resumed", self.run_id)
 
     def paused(self) -> Pause | None:
+        """The pause in force, as the store says it now: a pause acknowledged to whoever
+        asked holds the very next step or batch, not only after the heartbeat's next beat
+        (if the store does not answer, the heartbeat's last word stands)."""
+        with contextlib.suppress(StoreError):
+            self.relay(self.store.runs.pause_requested(self.run_id))
         with self._lock:
             pause = self._pause
         if pause is None:
