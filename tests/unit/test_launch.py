@@ -26,9 +26,9 @@ def test_version_loads_nothing_of_deckhand_and_other_commands_reach_the_cli() ->
 HEAVY_OFF_THE_RUN_PATH = (
     "openai", "apscheduler", "http.client", "mcp", "slack_sdk", "slack_bolt", "waitress",
     "prometheus_client", "matplotlib", "bot.cli.eval", "bot.cli.schedules", "bot.mcp",
-    "bot.slack", "bot.scheduler")
-"""Modules a terminal `run`/`plan` needs none of (no model, no gate, no cron, no Slack);
-each costs start-up, and the first SSH connection waits for all of them (issue 31)."""
+    "bot.slack", "bot.scheduler", "opentelemetry.sdk.trace")
+"""Modules a terminal `run`/`plan` needs none of (no model, gate, cron, Slack, or OTLP
+endpoint): each costs start-up, and the first SSH connection waits for all (issue 31)."""
 
 
 def test_planning_a_playbook_loads_no_model_client_scheduler_or_other_face(
