@@ -185,7 +185,8 @@ def first_connect(event, args):
     if event == "socket.connect" and ports and isinstance(args[1], tuple) \\
             and str(args[1][1]) in ports:
         ports.clear()
-        sys.stderr.write(f"first-connect {time.time():.6f}\\n")
+        cpu = os.times()
+        sys.stderr.write(f"first-connect {time.time():.6f} {cpu.user + cpu.system:.6f}\\n")
 sys.addaudithook(first_connect)
 sys.argv = ["deckhand", *sys.argv[1:]]
 from bot.launch import main
@@ -195,22 +196,40 @@ sys.exit(main())
 first connects to one of the hosts: the time from launch to the first SSH connection."""
 
 
+PYCACHE = Path(tempfile.gettempdir()) / "deckhand-bench-pycache"
+
+
+def command_env() -> dict[str, str]:
+    """The command's environment: no REDIS_URL (the caller adds one), and bytecode caches
+    like an installed deckhand's (kept apart from the checkout, even where the shell sets
+    PYTHONDONTWRITEBYTECODE: compiling every module on each launch is no one's start-up)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "PYTHONDONTWRITEBYTECODE")}
+    return env | {"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
+
+
+def compile_once() -> None:
+    """Fill the bytecode cache the commands use (what ``pip install`` does)."""
+    subprocess.run([sys.executable, "-c", "import bot.cli, bot.terminal.console, fakeredis"],
+                   env=command_env(), cwd=ROOT, check=True)
+
+
 @dataclass
 class Command:
     """One ``deckhand run fan --yes``: wall time, and launch to the first host connection."""
 
     wall: float
     first_connect: float
+    first_cpu: float
+    """This process's CPU time until then: what the wait would be on an idle core."""
 
 
 def deckhand_command(config: Path, fleet: SSHFleet, redis_url: str | None) -> Command:
     """The whole command, cold, as an operator runs it: a new process (imports, config, the
     store -- embedded, or Redis at ``redis_url`` --, plan, approval with --yes, every
     connection, the step, the summary)."""
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env |= {"REDIS_URL": redis_url} if redis_url else {}
-    env |= {"PYTHONPATH": str(ROOT),
-            "DH_BENCH_PORTS": ",".join(str(h.port) for h in fleet.hosts.values())}
+    env = command_env() | ({"REDIS_URL": redis_url} if redis_url else {})
+    env |= {"DH_BENCH_PORTS": ",".join(str(h.port) for h in fleet.hosts.values())}
     launched = time.time()
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", LAUNCH, "run", "fan", "--yes", "--config",
@@ -220,9 +239,11 @@ def deckhand_command(config: Path, fleet: SSHFleet, redis_url: str | None) -> Co
     if done.returncode != 0:
         raise SystemExit(f"deckhand run failed ({done.returncode}):\n{done.stdout[-2000:]}"
                          f"\n{done.stderr[-2000:]}")
-    marks = [line.split()[1] for line in done.stderr.splitlines()
+    marks = [line.split()[1:] for line in done.stderr.splitlines()
              if line.startswith("first-connect ")]
-    return Command(wall, float(marks[0]) - launched if marks else float("nan"))
+    if not marks:
+        return Command(wall, float("nan"), float("nan"))
+    return Command(wall, float(marks[0][0]) - launched, float(marks[0][1]))
 
 
 # -- plain ssh ----------------------------------------------------------------------------
@@ -315,7 +336,8 @@ def deckhand_commands(reps: int, config: Path, fleet: SSHFleet,
     """The median of ``reps`` commands (by wall time; first connection: its own median)."""
     runs = [deckhand_command(config, fleet, redis_url) for _ in range(reps)]
     wall = statistics.median(c.wall for c in runs)
-    return Command(wall, statistics.median(c.first_connect for c in runs))
+    return Command(wall, statistics.median(c.first_connect for c in runs),
+                   statistics.median(c.first_cpu for c in runs))
 
 
 def measure(args: argparse.Namespace, n: int, playbook: str | None,
@@ -340,7 +362,8 @@ def measure(args: argparse.Namespace, n: int, playbook: str | None,
                 print(f"  deckhand run ({label}) {figures.wall:6.2f} s = "
                       f"{figures.wall / s_cold.wall:.2f}x plain ssh (same kex), "
                       f"{figures.wall / s_default.wall:.2f}x plain ssh (OpenSSH's default "
-                      f"kex); first SSH connection {figures.first_connect:.2f} s after launch")
+                      f"kex); first SSH connection {figures.first_connect:.2f} s after launch "
+                      f"({figures.first_cpu:.2f} s of CPU)")
         report(n, cold, warm, solo, per_host, s_cold, s_warm)
         print(f"  (plain ssh cold with OpenSSH's default key exchange {s_default.wall:.2f} s, "
               f"failed {s_default.failed}: deckhand cold {cold.wall / s_default.wall:.2f} of it)")
@@ -442,6 +465,7 @@ def main() -> int:
     if playbook is None:
         print("ansible not found, skipped (install ansible-core in a venv of its own and pass "
               "--ansible-playbook PATH or set $ANSIBLE_PLAYBOOK)")
+    compile_once()
     redis = start_redis()
     try:
         for n in sizes:
