@@ -18,7 +18,7 @@ def test_more_threads_than_redis_pys_default_pool_each_get_a_connection(
     url = client.connection_pool.connection_kwargs
     store = connect_client(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")
     failures: list[BaseException] = []
-    got: list[bytes] = []
+    got: list[bytes | str] = []
 
     def wait_for_item() -> None:  # BLPOP holds its connection until an item comes
         try:
