@@ -221,7 +221,7 @@ class Command:
     wall: float
     first_connect: float
     first_cpu: float
-    """This process's CPU time until then: what the wait would be on an idle core."""
+    """This process's CPU time until then, all its threads (less sensitive to load than wall)."""
 
 
 def deckhand_command(config: Path, fleet: SSHFleet, redis_url: str | None) -> Command:
