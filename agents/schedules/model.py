@@ -60,13 +60,16 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, Field
 
 from agents.errors import ScheduleError
 from agents.ids import new_id
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 DEFAULT_GRACE = timedelta(minutes=30)
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -155,7 +158,10 @@ def _check_syntax(name: str, text: str) -> None:
 
 
 def _triggers(expr: str, fields: list[str]) -> list[CronTrigger]:
-    """APScheduler triggers evaluated on naive wall time (as UTC); several mean OR."""
+    """APScheduler triggers evaluated on naive wall time (as UTC); several mean OR.
+    APScheduler is imported here: a config without cron never pays for it (start-up)."""
+    from apscheduler.triggers.cron import CronTrigger
+
     minute, hour, dom, month, dow_text = fields
     dow = _dow_names(dow_text)
     if dom.startswith("*") or dow_text.startswith("*"):

@@ -65,6 +65,12 @@ enough to ride through a failover, short enough that a CLI command with every se
 down ends within 15 s, start-up included."""
 
 
+MAX_CONNECTIONS = 10_000
+"""Connections one client may open. redis-py 7+ caps a pool at 100 and fails the 101st
+("Too many connections"): a fan-out holds one per host thread at once, so 500 hosts lost
+hosts to it. The server's own ``maxclients`` (10,000 by default) is the limit instead."""
+
+
 def connect_client(url: str, *, failover_seconds: float = FAILOVER_SECONDS) -> redis.Redis:
     """A client for ``url`` that rides out a restart or a failover (StoreError if malformed)."""
     scheme = urlsplit(url).scheme
@@ -73,7 +79,7 @@ def connect_client(url: str, *, failover_seconds: float = FAILOVER_SECONDS) -> r
     retry = TransientRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries,
                            budget=failover_seconds if sentinel else None)
     options = {"retry": retry, "socket_timeout": 5, "socket_connect_timeout": 5,
-               "retry_on_error": RETRY_ON}
+               "retry_on_error": RETRY_ON, "max_connections": MAX_CONNECTIONS}
     if sentinel:
         target = parse_sentinel_url(url)
         # redis-py's sentinel module is untyped; master_for returns a redis.Redis

@@ -23,6 +23,13 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_yaml_nested_too_deeply_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yml"
+    path.write_text("tools: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"deep.yml: invalid YAML: nested too deeply"):
+        load_config(path)
+
+
 def test_every_problem_is_listed_with_its_location(tmp_path: Path) -> None:
     extra = """
     playbooks:

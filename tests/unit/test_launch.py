@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,34 @@ def test_version_loads_nothing_of_deckhand_and_other_commands_reach_the_cli() ->
     shown = subprocess.run([sys.executable, "-m", "bot.launch", "help"], cwd=ROOT,
                            capture_output=True, text=True)
     assert "deckhand" in shown.stdout + shown.stderr and "Traceback" not in shown.stderr
+
+
+HEAVY_OFF_THE_RUN_PATH = (
+    "openai", "apscheduler", "http.client", "mcp", "slack_sdk", "slack_bolt", "waitress",
+    "prometheus_client", "matplotlib", "bot.cli.eval", "bot.cli.schedules", "bot.mcp",
+    "bot.slack", "bot.scheduler", "opentelemetry.sdk.trace")
+"""Modules a terminal `run`/`plan` needs none of (no model, gate, cron, Slack, or OTLP
+endpoint): each costs start-up, and the first SSH connection waits for all (issue 31)."""
+
+
+def test_planning_a_playbook_loads_no_model_client_scheduler_or_other_face(
+        tmp_path: Path) -> None:
+    config = tmp_path / "deckhand.yml"
+    config.write_text(
+        "tools:\n  fan: {description: one step, command: 'true', target: environment,"
+        " mutates: true, timeout: 60}\n"
+        "inventory:\n  hosts:\n    h1: {connection: ssh, address: 127.0.0.1, port: 1}\n"
+        "  environments: {fleet: {hosts: [h1]}}\n"
+        "policy: {require_rollback: false}\n"
+        "playbooks:\n- {name: fan, match: ['^fan$'], goal: fan out,\n"
+        "   steps: [{id: only, tool: fan, params: {environment: fleet}}]}\n")
+    probe = ("import sys; from bot.launch import main; "
+             f"code = main(['plan', 'fan', '--config', {str(config)!r}]); "
+             f"print('LOADED', code, [m for m in {HEAVY_OFF_THE_RUN_PATH!r} "
+             "if m in sys.modules])")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OPENAI_", "OTEL_", "DECKHAND_", "REDIS_"))}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
+    assert loaded == ["LOADED 0 []"], done.stdout[-2000:] + done.stderr[-2000:]
