@@ -13,7 +13,6 @@ import os
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -103,6 +102,8 @@ class Webhook:
                       f"{f':{parts.port}' if parts.port else ''}{parts.path}")
 
     def send(self, lines: list[str]) -> None:
+        import urllib.request  # here: http.client costs every CLI start-up that never ships
+
         body = ("\n".join(lines) + "\n").encode()
         request = urllib.request.Request(self.url, data=body, method="POST", headers={
             **self.headers, "Content-Type": "application/x-ndjson",
