@@ -89,7 +89,9 @@ def sweep(replicas: list[Scheduler], start: datetime, end: datetime,
 
 
 def stored_keys(store: Store) -> list[bytes]:
-    return sorted(store.r.scan_iter("*"))
+    """Every key but the audit log's (a refusal is audited: see the bad-input test)."""
+    audit = {store.keys.audit().encode(), store.keys.audit_chain().encode()}
+    return sorted(k for k in store.r.scan_iter("*") if k not in audit)
 
 
 # -- creating, listing, durability ---------------------------------------------------------
@@ -131,7 +133,7 @@ def test_bad_input_is_a_clear_error_and_stores_nothing(services: Services, args:
     assert not reply.ok
     assert re.search(message, reply.text), reply.text
     assert stored_keys(services.store) == []
-
+    assert {e.action for e in services.store.audit.entries()} <= {"plan_refused"}
 
 def test_auto_needs_approver_rights_and_stores_nothing_otherwise(services: Services) -> None:
     staging = services.config.policy.environments["staging"]
