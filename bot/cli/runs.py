@@ -55,7 +55,7 @@ from bot.cli.run_views import (
 )
 from bot.logs import add_log_format_arg, announce, configure_logging
 from bot.terminal.console import Confirm, confirmation_problem
-from bot.terminal.render import provenance_text, status_table, summary
+from bot.terminal.render import paused_line, provenance_text, status_table, summary
 
 if TYPE_CHECKING:
     from bot.metrics import Metrics
@@ -282,18 +282,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
 
 
 def pause_line(run: Run) -> str:
-    """Who paused ``run``, since when, what waits, and when it rolls back unless resumed."""
-    pause = run.paused
-    if pause is None:
-        return ""
-    line = f"⏸ paused by {pause.by} ({pause.via}) since {_hms(pause.at)}"
-    line += f" — {pause.before} waits" if pause.before else ""
-    line += f"; rolls back at {_hms(pause.until)} unless resumed" if pause.until else ""
-    return line + f" (`deckhand resume {short_id(run.id)}`)"
-
-
-def _hms(at: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(at))
+    """The live table's pause line, with the command that lifts it."""
+    line = paused_line(run)
+    return line + f" (`deckhand resume {short_id(run.id)}`)" if line else ""
 
 
 def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:

@@ -140,16 +140,19 @@ def live_view(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None,
 
 
 def paused_line(run: Run) -> str:
-    """Who paused ``run`` and how, what waits, and when it rolls back unless resumed."""
+    """Who paused ``run`` and how, since when, what waits, and when it rolls back unless
+    resumed ("" when it is not paused): the live table's line and ``runs show``'s."""
     pause = run.paused
     if pause is None:
         return ""
-    line = f"⏸ paused by {pause.by} ({pause.via})"
+    line = f"⏸ paused by {pause.by} ({pause.via}) since {_hms(pause.at)}"
     line += f" — {pause.before} waits" if pause.before else ""
-    if pause.until:
-        expiry = time.strftime("%H:%M:%S", time.localtime(pause.until))
-        line += f"; rolls back at {expiry} unless resumed"
+    line += f"; rolls back at {_hms(pause.until)} unless resumed" if pause.until else ""
     return line
+
+
+def _hms(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
 
 
 def _status_row(label: str, state: StepState,
