@@ -67,6 +67,8 @@ def load_yaml(text: str, source: str) -> Located:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
         problem = getattr(exc, "problem", None) or str(exc)
+        if "nesting depth" in problem:  # libyaml's own limit (PyYAML >= 6.0.4): say it as ours
+            problem = "nested too deeply"
         raise ConfigError([Problem(where, f"invalid YAML: {problem}")]) from exc
     finally:
         loader.dispose()

@@ -26,7 +26,7 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
 def test_yaml_nested_too_deeply_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "deep.yml"
     path.write_text("tools: " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(ConfigError, match=r"deep.yml: invalid YAML: nested too deeply"):
+    with pytest.raises(ConfigError, match=r"deep.yml(:\d+)?: invalid YAML: nested too deeply"):
         load_config(path)
 
 
