@@ -131,7 +131,8 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     if outcome is RunStatus.CANCELLED:
         store.runs.request_cancel(run.id, user=run.requested_by)
         return run.id
-    store.runs.approve(run.id, user="UAPPROVER", plan_version=1, plan_hash=plan.hash, policy=policy)
+    store.runs.approve(run.id, face="cli", user="UAPPROVER", plan_version=1, plan_hash=plan.hash,
+                       policy=policy)
     entry = store.queue.read("bench", block=0.001)
     store.locks.acquire([env], run_id=run.id, worker="bench", ttl=600)
     claimed = store.leases.claim(run.id, worker="bench", lease=600)

@@ -64,7 +64,7 @@ def enqueue_runs(store: Store, config_path: Path, runs: int) -> list[str]:
         plan = make_plan(plan_steps)
         store.plans.save(plan)
         run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
-        store.runs.approve(run.id, user="bench", plan_version=1, plan_hash=plan.hash,
+        store.runs.approve(run.id, face="cli", user="bench", plan_version=1, plan_hash=plan.hash,
                            policy=services.config.policy)
         ids.append(run.id)
     return ids

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from redis.client import Pipeline
 
 from agents import tracing
-from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, LimitReached, NotFound
+from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
 from agents.ids import normalize
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
@@ -226,12 +226,13 @@ class Runs(Part):
         run = self.update(run_id, change)
         return self.durable(run, f"end ({new.value})") if new.terminal else run
 
-    def approve(self, run_id: str, *, user: str, user_groups: Iterable[str] = (),
+    def approve(self, run_id: str, *, user: str, face: str, user_groups: Iterable[str] = (),
                 plan_version: int, plan_hash: str, policy: Policy,
                 actor: str | None = None) -> Run:
         """Record an approval and its audit entry; when it is the last one needed, queue
         the run — all in one EXEC. ``actor`` names the approver in the audit log when it is
-        not ``user`` (an unattended schedule)."""
+        not ``user`` (an unattended schedule). A refusal (the rules, a limit, a stale plan)
+        is audited here, for every face (``face``: slack, cli, terminal), then raised."""
         groups = list(user_groups)
 
         def change(run: Run) -> list[Write]:
@@ -255,9 +256,9 @@ class Runs(Part):
 
         try:
             run = self.durable(self.update(run_id, change), f"approval by {user}")
-        except LimitReached as exc:  # the rule is the team's: say who was held back, and why
-            self.audit.record("approval_refused", actor=actor or user, run_id=run_id,
-                              rule="policy.limits", reason=str(exc))
+        except ApprovalRefused as exc:  # who was held back, and by which rule (its words)
+            self.audit.refused("approve", actor=actor or user, face=face, rule=str(exc),
+                               run_id=run_id, version=plan_version)
             raise
         with tracing.span("deckhand.approval", {
                 "deckhand.run.id": run_id, "deckhand.approver": user,

@@ -356,11 +356,9 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
         _refuse(store, run.id, args.user, f"not confirmed: {typed}")
-    try:
-        run = store.runs.approve(run.id, user=args.user, plan_version=run.plan_version,
-                                 plan_hash=run.plan_hash, policy=services.config.policy)
-    except ApprovalRefused as exc:  # the rules changed, or another approval landed first
-        _refuse(store, run.id, args.user, str(exc))
+    # the rules changed, or another approval landed first: refused, audited by the store
+    run = store.runs.approve(run.id, user=args.user, face="cli", plan_version=run.plan_version,
+                             plan_hash=run.plan_hash, policy=services.config.policy)
     needed = approvals_needed(run, services.config.policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else

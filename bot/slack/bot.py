@@ -222,15 +222,10 @@ class Bot:
 
         ``origin`` is where the clicked message is: Slack can show a plan (and deliver a
         click on it) before the bot has stored where it posted it; replies then go there."""
-        try:
-            run = self.store.runs.approve(run_id, user=user,
-                                          user_groups=self.directory.groups_of(user),
-                                          plan_version=version, plan_hash=plan_hash,
-                                          policy=self.services.config.policy)
-        except ApprovalRefused as exc:
-            self.store.audit.refused("approve", actor=user, face="slack", rule=str(exc),
-                                     run_id=run_id, version=version)
-            raise
+        run = self.store.runs.approve(run_id, user=user, face="slack",  # a refusal: audited
+                                      user_groups=self.directory.groups_of(user),
+                                      plan_version=version, plan_hash=plan_hash,
+                                      policy=self.services.config.policy)
         if origin and not run.meta.get("slack"):
             run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         needed = approvals_needed(run, self.services.config.policy)

@@ -263,10 +263,11 @@ class ConsoleFlow:
             return self._close(run_id, f"not confirmed by {self.user}: {typed}",
                                f"Not confirmed ({typed}) — nothing was run.")
         try:
-            run = store.runs.approve(run_id, user=self.user, plan_version=plan.version,
-                                     plan_hash=plan.hash, policy=policy)
-        except ApprovalRefused as exc:
-            return self._refused(run_id, str(exc))
+            run = store.runs.approve(run_id, user=self.user, face="terminal",
+                                     plan_version=plan.version, plan_hash=plan.hash,
+                                     policy=policy)
+        except ApprovalRefused as exc:  # audited by the store
+            return self._refused(run_id, str(exc), audited=True)
         if run.status is RunStatus.AWAITING_APPROVAL:
             self.console.print(f"[yellow]Approved by you; {approvals_needed(run, policy)} more "
                                f"approval(s) needed: other approvers run `deckhand approve "
@@ -276,11 +277,12 @@ class ConsoleFlow:
             return run
         return self.execute(plan, run_id)
 
-    def _refused(self, run_id: str, why: str) -> Run:
-        """This user may not approve (audited): a shared store keeps the run for approvers
-        who may."""
-        self.services.store.audit.refused("approve", actor=self.user, face="terminal",
-                                          rule=why, run_id=run_id)
+    def _refused(self, run_id: str, why: str, *, audited: bool = False) -> Run:
+        """This user may not approve (audited, unless the store already did): a shared
+        store keeps the run for approvers who may."""
+        if not audited:
+            self.services.store.audit.refused("approve", actor=self.user, face="terminal",
+                                              rule=why, run_id=run_id)
         if self.services.store.where.startswith("in-process"):
             return self._close(run_id, f"approval refused: {why}",
                                f"Approval refused: {why} — nothing was run.")

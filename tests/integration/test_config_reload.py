@@ -112,7 +112,7 @@ def approved(services: Services, text: str) -> Run:
     plan = services.make_plan(text, requested_by="alice", face="cli")
     services.store.plans.save(plan)
     run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    return services.store.runs.approve(run.id, user="bob", plan_version=plan.version,
+    return services.store.runs.approve(run.id, face="cli", user="bob", plan_version=plan.version,
                                        plan_hash=plan.hash, policy=services.config.policy)
 
 

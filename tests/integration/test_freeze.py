@@ -54,7 +54,7 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
     store.plans.save(plan)
     waiting = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     queued = store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    store.runs.approve(queued.id, user="bob", plan_version=1, plan_hash=plan.hash,
+    store.runs.approve(queued.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash,
                        policy=frozen_config.policy)
 
     clock.now = FRIDAY_EVENING  # the weekend freeze has begun
@@ -62,7 +62,7 @@ def test_freeze_refuses_at_planning_approval_and_run_start(frozen_config: Config
                                             "08:00 UTC: weekend: nobody on call"):
         services.make_plan("deploy v2.3.1", requested_by="alice", face="cli")
     with pytest.raises(ApprovalRefused, match="production is frozen"):
-        store.runs.approve(waiting.id, user="bob", plan_version=1, plan_hash=plan.hash,
+        store.runs.approve(waiting.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash,
                            policy=frozen_config.policy)
     worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
     assert worker.process(queued.id) is None
@@ -82,10 +82,10 @@ def test_break_glass_needs_the_approvals_plus_one_grant(frozen_config: Config,
     run = store.runs.create(Run.for_plan(plan, services.targets(plan),
                                          break_glass="checkout is down"))
     approve = {"plan_version": 1, "plan_hash": plan.hash, "policy": frozen_config.policy}
-    assert store.runs.approve(run.id, user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
+    assert store.runs.approve(run.id, face="cli", user="bob", **approve).status is RunStatus.AWAITING_APPROVAL
     with pytest.raises(ApprovalRefused, match="one break-glass grant is still needed"):
-        store.runs.approve(run.id, user="carol", **approve)  # production's one approval is given
-    done = store.runs.approve(run.id, user="ic-ann", **approve)
+        store.runs.approve(run.id, face="cli", user="carol", **approve)  # production's one approval is given
+    done = store.runs.approve(run.id, face="cli", user="ic-ann", **approve)
     assert done.status is RunStatus.QUEUED
     assert [(a.user, a.break_glass) for a in done.approvals] == [("bob", False),
                                                                  ("ic-ann", True)]

@@ -84,7 +84,7 @@ class Deploy:
         self.store.plans.save(plan)
         run = self.store.runs.create(Run.for_plan(plan, services.targets(plan)))
         self.run_id = self.store.runs.approve(
-            run.id, user="bob", plan_version=run.plan_version, plan_hash=run.plan_hash,
+            run.id, face="cli", user="bob", plan_version=run.plan_version, plan_hash=run.plan_hash,
             policy=services.config.policy).id
         worker = Worker(services, self.store, name="w1", options=WorkerOptions(block=0.1))
         self.thread = threading.Thread(target=worker.process, args=(self.run_id,), daemon=True)

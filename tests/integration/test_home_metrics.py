@@ -322,7 +322,7 @@ def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, stor
     plan = services.make_plan("status staging", requested_by="ann", face="cli")
     store.plans.save(plan)
     run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    store.runs.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash, policy=Policy())
+    store.runs.approve(run.id, face="cli", user="ann", plan_version=1, plan_hash=plan.hash, policy=Policy())
     port = free_port()
     stderr = tmp_path / "worker.log"
     with stderr.open("w") as log:

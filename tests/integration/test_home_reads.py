@@ -37,7 +37,7 @@ def test_open_runs_of_an_older_store_are_indexed_once_then_read_from_the_index(
 def test_a_users_runs_are_found_without_parsing_the_others(store: Store) -> None:
     mine = [_run(store, "U001") for _ in range(3)]
     theirs = [_run(store, "U002") for _ in range(5)]
-    store.runs.approve(theirs[0].id, user="U001", plan_version=1, plan_hash=theirs[0].plan_hash,
+    store.runs.approve(theirs[0].id, face="cli", user="U001", plan_version=1, plan_hash=theirs[0].plan_hash,
                        policy=Policy())
     found = store.runs.mentioning("U001", scan=200)
     assert [r.id for r in found] == [theirs[0].id, *[r.id for r in reversed(mine)]]

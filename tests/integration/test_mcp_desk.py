@@ -112,7 +112,7 @@ def test_an_http_user_is_held_to_the_same_policy(services: Services) -> None:
     run = services.store.runs.get(desk.request_deploy(view.plan_hash, None, requester="UBOB",
                                                       client="x").run_id)
     with pytest.raises(ApprovalRefused, match="your own request"):
-        services.store.runs.approve(run.id, user="UBOB", plan_version=run.plan_version,
+        services.store.runs.approve(run.id, face="cli", user="UBOB", plan_version=run.plan_version,
                                     plan_hash=run.plan_hash, policy=services.config.policy)
 
 

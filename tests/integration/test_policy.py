@@ -133,7 +133,7 @@ def submit(services: Services, plan: Plan, *, by: str) -> Run:
 
 
 def approve(services: Services, run: Run, user: str) -> Run:
-    return services.store.runs.approve(run.id, user=user, plan_version=run.plan_version,
+    return services.store.runs.approve(run.id, face="cli", user=user, plan_version=run.plan_version,
                                        plan_hash=run.plan_hash, policy=services.config.policy)
 
 

@@ -93,7 +93,7 @@ def request(services: Services, text: str, *, by: str, glass: str | None = None)
 
 
 def approve(services: Services, run: Run, user: str) -> Run:
-    return services.store.runs.approve(run.id, user=user, plan_version=run.plan_version,
+    return services.store.runs.approve(run.id, face="cli", user=user, plan_version=run.plan_version,
                                        plan_hash=run.plan_hash, policy=services.config.policy)
 
 

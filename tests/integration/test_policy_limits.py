@@ -77,7 +77,7 @@ def waiting(services: Services, text: str, *, by: str = "carol") -> Run:
 
 
 def approve(services: Services, run: Run, user: str) -> Run:
-    return services.store.runs.approve(run.id, user=user, plan_version=run.plan_version,
+    return services.store.runs.approve(run.id, face="cli", user=user, plan_version=run.plan_version,
                                        plan_hash=run.plan_hash, policy=services.config.policy)
 
 
@@ -100,8 +100,8 @@ def test_runs_per_hour_counted_in_redis_across_replicas(
         "runs_per_hour); you approved 2 in the last hour, next at 14:00 UTC")
     assert one.store.runs.get(third.id).approvals == []  # nothing written
     entry = one.store.audit.entries(run_id=third.id)[-1]
-    assert (entry.action, entry.actor, entry.details["rule"]) == (
-        "approval_refused", "alice", "policy.limits")
+    assert (entry.action, entry.actor, entry.details["what"]) == ("refused", "alice", "approve")
+    assert "policy.limits.production.runs_per_hour" in entry.details["rule"]
     assert client.zcard("dh:limits:production:alice") == 2
     assert approve(two, third, "bob").status is RunStatus.QUEUED  # per person
     fourth = waiting(one, "production v1.0.3")

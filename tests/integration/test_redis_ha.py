@@ -40,7 +40,7 @@ def _waiting_run(store: Store) -> tuple[Run, Plan]:
 
 
 def _approve(store: Store, run: Run, plan: Plan) -> Run:
-    return store.runs.approve(run.id, user="alice", plan_version=plan.version, plan_hash=plan.hash,
+    return store.runs.approve(run.id, face="cli", user="alice", plan_version=plan.version, plan_hash=plan.hash,
                               policy=POLICY)
 
 

@@ -54,7 +54,7 @@ def services(config: Config, store: Store, openai_standin: OpenAIStandin) -> Ser
 def queue(services: Services, plan: Plan, *, approver: str = "bob") -> Run:
     services.store.plans.save(plan)
     run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    return services.store.runs.approve(run.id, user=approver, plan_version=plan.version,
+    return services.store.runs.approve(run.id, face="cli", user=approver, plan_version=plan.version,
                                        plan_hash=plan.hash, policy=services.config.policy)
 
 
@@ -96,7 +96,7 @@ def test_revision_of_a_mutating_step_waits_for_approval(
     assert waiting.rollback["undo_stage"].status is StepStatus.PENDING  # nothing rolled back
     assert not (tmp_path / "log.txt").exists()
     revised = services.store.plans.get(plan.id, 2)
-    services.store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash,
+    services.store.runs.approve(run.id, face="cli", user="bob", plan_version=2, plan_hash=revised.hash,
                                 policy=services.config.policy)
     assert worker(services).step(block=0.5)
     final = services.store.runs.get(run.id)

@@ -78,7 +78,7 @@ def make_run(store: Store, status: RunStatus, *, leftovers: bool = False) -> Run
 
 def _move(store: Store, run: Run, plan: Plan, step: RunStatus) -> None:
     if step is S.QUEUED:  # approved and queued in one go, as the store does it
-        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=POLICY)
+        store.runs.approve(run.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash, policy=POLICY)
     elif step is S.RUNNING:
         store.leases.claim(run.id, worker="w1", lease=3600)
     else:

@@ -81,7 +81,7 @@ def submit(services: Services, plan: Plan, *, by: str = "alice",
     services.store.plans.save(plan)
     run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
     for user in approvers:
-        run = services.store.runs.approve(run.id, user=user, plan_version=plan.version,
+        run = services.store.runs.approve(run.id, face="cli", user=user, plan_version=plan.version,
                                           plan_hash=plan.hash, policy=services.config.policy)
     return run
 
@@ -111,7 +111,7 @@ def test_fifty_concurrent_approvals_start_exactly_one_run(tmp_path: Path, store:
     def click(user: str) -> None:
         barrier.wait()
         try:
-            store.runs.approve(run.id, user=user, plan_version=1, plan_hash=plan.hash,
+            store.runs.approve(run.id, face="cli", user=user, plan_version=1, plan_hash=plan.hash,
                                policy=services.config.policy)
             outcomes.append("ok")
         except ApprovalRefused:
@@ -140,18 +140,18 @@ def test_stale_version_refused_and_production_rules(tmp_path: Path, store: Store
     store.runs.revise(run.id, revised, services.targets(revised))
     policy = services.config.policy
     with pytest.raises(ApprovalRefused, match="version 1, but the plan is now version 2"):
-        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash, policy=policy)
+        store.runs.approve(run.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash, policy=policy)
     with pytest.raises(ApprovalRefused, match="your own request"):
-        store.runs.approve(run.id, user="alice", plan_version=2, plan_hash=revised.hash, policy=policy)
-    store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
+        store.runs.approve(run.id, face="cli", user="alice", plan_version=2, plan_hash=revised.hash, policy=policy)
+    store.runs.approve(run.id, face="cli", user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
     with pytest.raises(ApprovalRefused, match="already approved; 1 more"):
-        store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
+        store.runs.approve(run.id, face="cli", user="bob", plan_version=2, plan_hash=revised.hash, policy=policy)
     now[0] += 120  # bob's approval expires
-    after = store.runs.approve(run.id, user="carol", plan_version=2, plan_hash=revised.hash,
+    after = store.runs.approve(run.id, face="cli", user="carol", plan_version=2, plan_hash=revised.hash,
                                policy=policy)
     assert after.status is RunStatus.AWAITING_APPROVAL and [a.user for a in after.approvals] == [
         "carol"]
-    final = store.runs.approve(run.id, user="bob", plan_version=2, plan_hash=revised.hash,
+    final = store.runs.approve(run.id, face="cli", user="bob", plan_version=2, plan_hash=revised.hash,
                                policy=policy)
     assert final.status is RunStatus.QUEUED
     assert store.plans.get(plan.id, 1).goal != store.plans.get(plan.id).goal  # both versions kept
@@ -280,7 +280,7 @@ def test_unreachable_redis_is_a_clear_error_and_writes_nothing(
     run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
     own_redis.stop()
     with pytest.raises(StoreUnavailable, match="cannot reach Redis at redis://127.0.0.1"):
-        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+        store.runs.approve(run.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash,
                            policy=services.config.policy)
     own_redis.start()
     after = store.runs.get(run.id)
@@ -359,7 +359,7 @@ def test_unapproved_plans_expire(tmp_path: Path, store: Store) -> None:
     expired = store.runs.get(waiting.id)
     assert expired.status is RunStatus.EXPIRED and "not approved within" in (expired.reason or "")
     with pytest.raises(ApprovalRefused, match="expired"):
-        store.runs.approve(waiting.id, user="bob", plan_version=1, plan_hash=waiting.plan_hash,
+        store.runs.approve(waiting.id, face="cli", user="bob", plan_version=1, plan_hash=waiting.plan_hash,
                            policy=services.config.policy)
 
 

@@ -28,7 +28,7 @@ def approved_run(store: Store, tmp_path: Path) -> Run:
     services = build_services(make_config(tmp_path), store=store)
     plan = store.plans.save(log_plan())
     run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
-    return store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+    return store.runs.approve(run.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash,
                               policy=services.config.policy)
 
 

@@ -168,7 +168,7 @@ def test_runs_executed_in_process_leave_no_waiting_entry(tmp_path: Path, store: 
     for _ in range(3):  # as `deckhand run` does: approve (which enqueues), then run here
         plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
         run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
-        store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+        store.runs.approve(run.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash,
                            policy=services.config.policy)
         assert worker.process(run.id) is not None
     assert store.queue.backlog() == (0, 0) and store.queue.depth() == 0
@@ -180,7 +180,7 @@ def _queued_run(tmp_path: Path, store: Store) -> tuple[Services, Run]:
     services = build_services(make_config(tmp_path), store=store)
     plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
     run = store.runs.create(Run.for_plan(plan, NO_TARGETS))
-    store.runs.approve(run.id, user="bob", plan_version=1, plan_hash=plan.hash,
+    store.runs.approve(run.id, face="cli", user="bob", plan_version=1, plan_hash=plan.hash,
                        policy=services.config.policy)
     return services, run
 

@@ -71,7 +71,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
         def approve(self, run_id: str, user: str) -> None:
             run = self.store.runs.get(run_id)
             with contextlib.suppress(ApprovalRefused):
-                self.store.runs.approve(run_id, user=user, plan_version=run.plan_version,
+                self.store.runs.approve(run_id, face="cli", user=user, plan_version=run.plan_version,
                                         plan_hash=run.plan_hash, policy=policy)
 
         @rule(run_id=runs)

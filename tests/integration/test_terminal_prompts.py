@@ -116,7 +116,7 @@ def test_ctrl_c_at_the_prompt_closes_the_run_with_who_and_why(
     (entry,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "cancelled"]
     assert entry.actor == run.requested_by and "left the approval prompt" in entry.details["reason"]
     with pytest.raises(ApprovalRefused, match="cancelled"):  # nobody can approve it behind the person's back
-        store.runs.approve(run.id, user="someone-else", plan_version=run.plan_version,
+        store.runs.approve(run.id, face="cli", user="someone-else", plan_version=run.plan_version,
                            plan_hash=run.plan_hash, policy=load_config(workspace / "deckhand.yml").policy)
 
 

@@ -111,7 +111,7 @@ def same_everywhere(services: Services, run: Run, path: Path,
     return it (who may approve)."""
     answer = eligibility(run, services.config.policy, now=time.time())
     with pytest.raises(ApprovalRefused) as refused:
-        services.store.runs.approve(run.id, user=outsider, plan_version=run.plan_version,
+        services.store.runs.approve(run.id, face="cli", user=outsider, plan_version=run.plan_version,
                                     plan_hash=run.plan_hash, policy=services.config.policy)
     assert str(refused.value) == answer.grant(outsider)
     status = Desk(services).run_status(run.id)

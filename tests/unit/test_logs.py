@@ -45,7 +45,7 @@ def test_every_line_during_a_run_names_the_run_and_plan(tmp_path: Path,
                       {"id": "c", "tool": "log", "params": {"line": "x"}, "depends_on": ["a"]}])
     services.store.plans.save(plan)
     run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    services.store.runs.approve(run.id, user="ann", plan_version=1, plan_hash=plan.hash,
+    services.store.runs.approve(run.id, face="cli", user="ann", plan_version=1, plan_hash=plan.hash,
                                 policy=Policy())
 
     def chatty(event: Event, current: Run) -> None:  # runs in the executor's step threads
