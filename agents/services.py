@@ -65,10 +65,15 @@ class Services:
         Every refusal is audited here, once for every front end (``face``: slack, cli,
         terminal, mcp, schedule), as ``plan_refused`` with the request and the reason.
         """
+        parent, root = tracing.request_root()  # the trace's root: emitted when it ends
         try:
-            return self._make_plan(request, requested_by, break_glass, params, limit)
+            plan = self._make_plan(request, requested_by, break_glass, params, limit, parent)
+            plan.planner.trace_root = root
+            return plan
         except PlanError as exc:
             problems = exc.problems if isinstance(exc, PlanInvalid) else [str(exc)]
+            tracing.request_ended(root, status="refused", ok=False,
+                                  why=type(exc).__name__)  # never the request text
             try:
                 self.store.audit.refused("plan", action="plan_refused", actor=requested_by,
                                          face=face, rule="; ".join(problems),
@@ -78,14 +83,16 @@ class Services:
             raise
 
     def _make_plan(self, request: str, requested_by: str, break_glass: str | None,
-                   params: Mapping[str, str] | None, limit: Sequence[str]) -> Plan:
+                   params: Mapping[str, str] | None, limit: Sequence[str],
+                   parent: Any) -> Plan:
         # A request longer than MAX_REQUEST is refused here, once for every front end,
         # rather than cut before the model or failing later as an invalid goal.
         if len(request) > MAX_REQUEST:
             raise PlanError(f"the request is {len(request)} characters long; at most "
                             f"{MAX_REQUEST} can be planned")
         with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
-                                            "deckhand.request.length": len(request)}) as span:
+                                            "deckhand.request.length": len(request)},
+                          parent=parent) as span:
             plan = (self._plan_with(request, requested_by, params) if params
                     else self.planner.plan(request, requested_by=requested_by))
             plan.planner.traceparent = tracing.current_traceparent()

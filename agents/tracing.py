@@ -7,6 +7,13 @@ a run is kept in the plan (``planner.traceparent``) and the run record
 (``meta["traceparent"]``); whoever approves or executes it later — another replica, a
 worker in another process, a takeover — continues that trace.
 
+The trace's root is the request, ``deckhand.request``, from planning to the run's end: its
+ids are reserved when planning starts (``request_root``; the plan span is its child) and
+it is emitted, with the outcome as its status, when the run ends — by the executor, or by
+the store for a run that ends without executing (rejected, expired, cancelled while
+queued), or at once for a request refused as a plan (``request_ended``). A trace view then
+shows the run's outcome as the trace's.
+
 A worker that dies mid-run never ends its run span: each worker records its attempt's span
 (id and start) in the run record, and the worker that takes the run over emits that span,
 closed, as "worker lost", and links its own run span to it (``attempt_lost``).
@@ -17,6 +24,7 @@ Nothing secret goes into a span: ids, names, counts, statuses and redacted error
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
@@ -26,7 +34,16 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 AttributeValue = str | int | float | bool | tuple[str, ...]
 Attributes = Mapping[str, AttributeValue | None]
@@ -35,14 +52,26 @@ _tracer = trace.get_tracer("deckhand")
 ATTEMPT = "trace_attempt"
 """The run record's meta key for the executing worker's run span: its ``traceparent``,
 ``start`` (ns since the epoch), ``worker`` and whether it ``ended``."""
+ROOT = "trace_root"
+"""The plan's and the run record's key for the request's root span, reserved at planning:
+its ``traceparent`` and ``start`` (ns since the epoch)."""
 LOST = "worker lost"
-_reuse: ContextVar[int | None] = ContextVar("deckhand_span_id", default=None)
+_reuse: ContextVar[tuple[int | None, int] | None] = ContextVar("deckhand_ids", default=None)
 
 
 def reused_span_id() -> int | None:
     """The span id the span being started must have (an id generator at the edge asks):
-    set only while a dead worker's span is re-emitted under the id it was recorded with."""
-    return _reuse.get()
+    set only while a span is emitted under ids recorded earlier (a dead worker's run span,
+    the request's root)."""
+    reused = _reuse.get()
+    return reused[1] if reused else None
+
+
+def reused_trace_id() -> int | None:
+    """The trace id a root span being started must have (the request's root, emitted at
+    the run's end into the trace its plan started)."""
+    reused = _reuse.get()
+    return reused[0] if reused else None
 
 
 def current_traceparent() -> str | None:
@@ -143,7 +172,7 @@ def attempt_lost(meta: Mapping[str, Any], *, parent: otel_context.Context | None
     context = trace.get_current_span(context_of(recorded.get("traceparent"))).get_span_context()
     if not context.is_valid or not isinstance(recorded.get("start"), int):
         return None
-    token = _reuse.set(context.span_id)
+    token = _reuse.set((None, context.span_id))
     try:
         lost = _tracer.start_span("deckhand.run", context=parent, start_time=recorded["start"],
                                   attributes={"deckhand.run.id": run_id,
@@ -159,3 +188,41 @@ def attempt_lost(meta: Mapping[str, Any], *, parent: otel_context.Context | None
 
 def _traceparent(found: SpanContext) -> str:
     return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"
+
+
+# -- the request: the trace's root, from planning to the run's end ----------------------------
+
+
+def request_root() -> tuple[otel_context.Context | None, dict[str, Any] | None]:
+    """Reserve the request's root span: the context to plan under (its child), and what to
+    record (``ROOT``) to emit it by later. (None, None) when tracing is off."""
+    if _off():
+        return None, None
+    reserved = SpanContext(trace_id=random.getrandbits(128) or 1,
+                           span_id=random.getrandbits(64) or 1, is_remote=True,
+                           trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return (trace.set_span_in_context(NonRecordingSpan(reserved)),
+            {"traceparent": _traceparent(reserved), "start": time.time_ns()})
+
+
+def request_ended(recorded: Any, *, status: str, ok: bool, why: str = "",
+                  run_id: str | None = None) -> None:
+    """Emit the request's root span (``recorded`` by ``request_root``), ending now, with the
+    request's outcome (``why``: redacted by the caller, it is exported). Nothing when it
+    was not recorded or tracing is off."""
+    if _off() or not isinstance(recorded, dict) or not isinstance(recorded.get("start"), int):
+        return
+    context = trace.get_current_span(context_of(recorded.get("traceparent"))).get_span_context()
+    if not context.is_valid:
+        return
+    token = _reuse.set((context.trace_id, context.span_id))
+    try:  # an empty context: a root, whatever span is current here
+        root = _tracer.start_span("deckhand.request", context=otel_context.Context(),
+                                  start_time=recorded["start"],
+                                  attributes={"deckhand.run.id": run_id or "",
+                                              "deckhand.run.status": status})
+    finally:
+        _reuse.reset(token)
+    root.set_status(Status(StatusCode.OK) if ok else
+                    Status(StatusCode.ERROR, f"{status}: {why}"[:200] if why else status))
+    root.end(max(time.time_ns(), recorded["start"]))

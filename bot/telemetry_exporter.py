@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, Status
 
-from agents.tracing import reused_span_id
+from agents.tracing import reused_span_id, reused_trace_id
 from tools.redact import active, redact_data
 
 log = logging.getLogger("deckhand.telemetry")
@@ -83,9 +83,13 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
 
 
 class ReusingIdGenerator(RandomIdGenerator):
-    """Random ids, except for the one span ``agents.tracing`` asks to have a given id: a
-    dead worker's run span, emitted by the worker taking the run over under the id its
-    children and the run record already name."""
+    """Random ids, except for a span ``agents.tracing`` asks to have given ids: a dead
+    worker's run span, emitted by the worker taking the run over under the id its children
+    and the run record already name; the request's root, emitted at the run's end under
+    the ids its plan span was started as a child of."""
 
     def generate_span_id(self) -> int:
         return reused_span_id() or super().generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        return reused_trace_id() or super().generate_trace_id()

@@ -121,6 +121,9 @@ class PlannerInfo(BaseModel):
     note: str = ""
     traceparent: str | None = None
     """The trace the plan was made in (agents.tracing): its run continues it."""
+    trace_root: dict[str, Any] | None = None
+    """The request's root span, reserved at planning and emitted when the run ends
+    (``agents.tracing.ROOT``)."""
     edited_by: str | None = None
     """Who edited this version by hand (Modify); the rest describes the original planner."""
 

@@ -156,6 +156,10 @@ class Executor:
                               "deckhand.run.hosts_changed": len(final.changed_hosts)})
             if final.status is not RunStatus.SUCCEEDED:
                 tracing.failed(span, self._why(final))
+        if final.status.terminal:  # the request's root: the trace's status is the run's
+            tracing.request_ended(final.meta.get(tracing.ROOT), status=final.status.value,
+                                  ok=final.status is RunStatus.SUCCEEDED,
+                                  why=self._why(final), run_id=final.id)
         return final
 
     def _why(self, run: Run) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from agents import tracing
 from agents.errors import IllegalTransition
 from agents.ids import new_id
 from agents.plan.model import Plan
@@ -352,7 +353,10 @@ class Run(BaseModel):
         """A new run record for ``plan`` with every step pending; ``targets`` (from
         ``agents.plan.targets.resolve``) say what it touches, for policy, locks and displays."""
         if plan.planner.traceparent:  # the run continues the trace it was planned in
-            fields["meta"] = {"traceparent": plan.planner.traceparent, **fields.get("meta", {})}
+            fields["meta"] = {"traceparent": plan.planner.traceparent,
+                              **({tracing.ROOT: plan.planner.trace_root}
+                                 if plan.planner.trace_root else {}),
+                              **fields.get("meta", {})}
         run = cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
                   goal=plan.goal, requested_by=plan.requested_by, plan_versions=[plan.version],
                   steps={s.id: StepState(id=s.id) for s in plan.steps},

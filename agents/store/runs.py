@@ -202,12 +202,18 @@ class Runs(Part):
 
     def update(self, run_id: str, change: Change) -> Run:
         """Apply ``change`` atomically: re-read and retry if anyone wrote the run meanwhile."""
+        before: list[RunStatus] = []
+
         def indexed(run: Run) -> list[Write]:
+            before[:] = [run.status]
             extras = list(change(run) or ())
             return [*extras, lambda pipe: index_open(pipe, self.keys, run)]
 
-        return self.update_record(self.keys.run(run_id), Run, indexed,
-                                  missing=f"no run {run_id}")
+        run = self.update_record(self.keys.run(run_id), Run, indexed,
+                                 missing=f"no run {run_id}")
+        if run.status.terminal and not before[0].terminal:
+            _ended_unexecuted(run)
+        return run
 
     def transition(self, run_id: str, new: RunStatus, *,
                    expect: Iterable[RunStatus] | None = None, reason: str | None = None) -> Run:
@@ -360,6 +366,14 @@ class Runs(Part):
         with self.errors():
             raw = self.r.get(self.keys.pause(run_id))
         return Pause.model_validate_json(raw) if raw else None
+
+
+def _ended_unexecuted(run: Run) -> None:
+    """A run that ends here without having executed (rejected, expired, cancelled while
+    waiting) ends its request's trace too; an executed one's executor ends it."""
+    if tracing.ATTEMPT not in run.meta:
+        tracing.request_ended(run.meta.get(tracing.ROOT), status=run.status.value, ok=False,
+                              why=run.status.value, run_id=run.id)
 
 
 def _not_pausable(run: Run) -> str:

@@ -17,9 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = ("deckhand.", "gen_ai.")
 
 
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _cli(args: list[str], env: dict[str, str], *, stdin: str = ""
+         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bot.cli", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+                          input=stdin, capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store: Store,
@@ -41,6 +43,11 @@ def test_a_run_is_one_trace_across_three_processes(sample_config: Config, store:
     (plan,) = otlp.named("deckhand.plan")
     (executed,) = otlp.named("deckhand.run")
     assert executed.trace_id == plan.trace_id and executed.parent_id == plan.span_id
+    (request,) = wait_until(lambda: otlp.named("deckhand.request"), what="the trace's root")
+    assert (request.trace_id, request.parent_id) == (plan.trace_id, "")  # the trace's root
+    assert plan.parent_id == request.span_id  # reserved at planning, emitted at the end
+    assert request.start <= plan.start and request.end >= executed.end
+    assert request.status == 1 and request.attributes["deckhand.run.id"] == run.id
     approvals = otlp.named("deckhand.approval")
     assert [a.attributes["deckhand.approver"] for a in approvals] == ["alice", "bob"]
     assert {a.trace_id for a in approvals} == {plan.trace_id}
@@ -88,3 +95,30 @@ def test_the_terminal_summary_names_the_trace_and_a_failed_run_says_why(
     assert run.reason and run.reason[:40] in executed.status_message
     names = {s.name for s in otlp.spans}
     assert {"step deploy_staging (deploy)", "rollback rollback_staging (rollback)"} <= names
+    (request,) = wait_until(lambda: otlp.named("deckhand.request"), what="the trace's root")
+    assert (request.trace_id, request.parent_id, request.status) == (executed.trace_id, "", 2)
+    assert request.status_message.startswith("rolled_back: ")  # the trace says how it ended
+
+
+def test_a_request_that_never_runs_ends_its_trace_too(
+        sample_config: Config, redis_url: str, store: Store, otlp: Receiver) -> None:
+    """Refused as a plan: the root ends at once; rejected: the root ends with the reject."""
+    env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "PYTHONPATH": str(ROOT)}
+    config = ["--config", str(sample_config.path)]
+    assert _cli(["plan", "deploy v2.3.1 to nowhere", *config], env).returncode != 0
+    (refused,) = wait_until(lambda: otlp.named("deckhand.request"), what="the refused root")
+    (plan,) = otlp.named("deckhand.plan")
+    assert (refused.status, refused.status_message) == (2, "refused: NoPlanFound")
+    assert plan.parent_id == refused.span_id and plan.trace_id == refused.trace_id
+    assert "nowhere" not in str(refused.attributes) + refused.status_message  # no request text
+
+    done = _cli(["run", "deploy v2.3.1", "--user", "alice", *config], env, stdin="n\n")
+    assert done.returncode != 0, done.stdout + done.stderr
+    (run,) = store.runs.recent()
+    assert run.status.value == "rejected"
+    roots = wait_until(lambda: [s for s in otlp.named("deckhand.request")
+                                if s.attributes.get("deckhand.run.id") == run.id] or None,
+                       what="the rejected request's root")
+    assert [(r.status, r.status_message) for r in roots] == [(2, "rejected: rejected")]
+    assert not otlp.named("deckhand.run")  # nothing executed
