@@ -19,6 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from agents import tracing
 from agents.config import Config, load_config
 from agents.errors import ApprovalRefused
 from agents.plan.limit import parse_limit
@@ -213,6 +214,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
     plan = services.make_plan(args.request, requested_by=getpass.getuser(), face="cli",
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))
+    # shown, never run: the request ends here, and so does its trace
+    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True)
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":

@@ -112,6 +112,11 @@ def test_a_request_that_never_runs_ends_its_trace_too(
     assert (refused.status, refused.status_message) == (2, "refused: NoPlanFound")
     assert plan.parent_id == refused.span_id and plan.trace_id == refused.trace_id
     assert "nowhere" not in str(refused.attributes) + refused.status_message  # no request text
+    assert _cli(["plan", "deploy v2.3.1", *config], env).returncode == 0  # shown, never run
+    shown = wait_until(lambda: [s for s in otlp.named("deckhand.request")
+                                if s.attributes["deckhand.run.status"] == "planned"] or None,
+                       what="the shown plan's root")
+    assert [s.status for s in shown] == [1]
 
     done = _cli(["run", "deploy v2.3.1", "--user", "alice", *config], env, stdin="n\n")
     assert done.returncode != 0, done.stdout + done.stderr
