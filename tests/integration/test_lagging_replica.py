@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
-import yaml
 
-from agents.config import Config, load_config
+from agents.config import Config
 from agents.engine.worker import Worker, WorkerOptions
 from agents.plan.model import Plan
 from agents.run.record import RunStatus, StepStatus
@@ -31,6 +30,7 @@ from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.relay import ReplicationRelay
 from tests.fixtures.sshd import SSHFleet
+from tests.integration.test_replicated_starts import host_config, marks
 from tests.integration.test_store import submit
 
 HOST = "staging-1"
@@ -56,22 +56,6 @@ PID_OF_TWO = rb'"step":"two","result":\{"host":"staging-1","pid":\d'
 """The replicated host-journal write that records step two's process group on the host."""
 
 
-def _config(tmp_path: Path, fleet: SSHFleet) -> Config:
-    host_dir = tmp_path / "host"
-    host_dir.mkdir()
-    data = {
-        "inventory": {"known_hosts": str(fleet.known_hosts),
-                      "hosts": {HOST: fleet.inventory_host(HOST, vars={"dir": str(host_dir)})},
-                      "environments": {"staging": {"hosts": [HOST]}}},
-        "tools": TOOLS,
-        "vars": {"held": str(tmp_path / "held"), "go": str(tmp_path / "go"),
-                 "done": str(tmp_path / "done")},
-    }
-    path = tmp_path / "deckhand.yml"
-    path.write_text(yaml.safe_dump(data))
-    return load_config(path)
-
-
 def _plan() -> Plan:
     """one changes the host; hold waits for the test; two is slow and not idempotent."""
     return make_plan(
@@ -80,11 +64,6 @@ def _plan() -> Plan:
          {"id": "two", "tool": "slow", "depends_on": ["hold"],
           "params": {"environment": "staging", "label": "two"}}],
         rollback=[{"id": "undo", "tool": "undo", "params": {"environment": "staging"}}])
-
-
-def _marks(tmp_path: Path) -> list[str]:
-    path = tmp_path / "host" / "marks"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def _raw(port: int, store: Store, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -115,7 +94,7 @@ def test_a_replica_held_back_stops_a_mutating_step_on_a_changed_host(
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
     store = Store.connect(group.url)
     store.replicate_timeout = 0.5
-    services = build_services(_config(tmp_path, sshd_hosts), store=store)
+    services = build_services(host_config(tmp_path, sshd_hosts, TOOLS), store=store)
     run = submit(services, _plan(), approvers=("bob",))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
     thread = threading.Thread(target=worker.step)
@@ -124,11 +103,11 @@ def test_a_replica_held_back_stops_a_mutating_step_on_a_changed_host(
         wait_until((tmp_path / "held").exists, what="the run to reach its hold step")
         relay.hold()  # after "one" changed the host, before "two"
         (tmp_path / "go").touch()
-        wait_until(lambda: store.runs.get(run.id).status.terminal or "two" in _marks(tmp_path),
+        wait_until(lambda: store.runs.get(run.id).status.terminal or "two" in marks(tmp_path),
                    timeout=20, what="the run to end (or, wrongly, step two to start)")
     finally:
         thread.join(30)
-    assert _marks(tmp_path) == ["one"]  # neither "two" nor the undo started on the host
+    assert marks(tmp_path) == ["one"]  # neither "two" nor the undo started on the host
     assert relay.kept_bytes > 0  # the replica was truly behind: bytes were held back
     final = store.runs.get(run.id)
     assert final.status is RunStatus.ROLLBACK_FAILED, final.reason
@@ -178,7 +157,7 @@ def test_a_lost_process_group_record_fails_the_takeover_closed(
     again, says why, and rolls back."""
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
     store = Store.connect(group.url)
-    config = _config(tmp_path, sshd_hosts)
+    config = host_config(tmp_path, sshd_hosts, TOOLS)
     services = build_services(config, store=store)
     run = submit(services, _plan(), approvers=("bob",))
     doomed = _spawn_worker(config, group.url)
@@ -186,9 +165,9 @@ def test_a_lost_process_group_record_fails_the_takeover_closed(
         wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
         relay.hold_at(PID_OF_TWO)
         (tmp_path / "go").touch()
-        wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in _marks(tmp_path),
+        wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in marks(tmp_path),
                    timeout=20, what="the start gate to refuse step two (or, wrongly, let it run)")
-        assert "two" not in _marks(tmp_path)
+        assert "two" not in marks(tmp_path)
         assert relay.held
     finally:
         _kill_together(doomed, group)
@@ -197,7 +176,7 @@ def test_a_lost_process_group_record_fails_the_takeover_closed(
     two = [c["result"] for c in journal if c["step"] == "two"]
     assert two and two[-1]["status"] == "running" and two[-1]["pid"] is None
     _take_over(services, store, run.id)
-    assert _marks(tmp_path) == ["one", "undo"]  # "two" never ran on the host
+    assert marks(tmp_path) == ["one", "undo"]  # "two" never ran on the host
     final = store.runs.get(run.id)
     assert final.status is RunStatus.ROLLED_BACK, final.reason
     raw, _ = _raw(group.replica_port, store, run.id)
@@ -214,14 +193,14 @@ def test_a_step_started_before_the_replica_fell_behind_is_stopped_not_repeated(
     rolls back: one "two" line, no "two-done" after the undo, no process left."""
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
     store = Store.connect(group.url)
-    config = _config(tmp_path, sshd_hosts)
+    config = host_config(tmp_path, sshd_hosts, TOOLS)
     services = build_services(config, store=store)
     run = submit(services, _plan(), approvers=("bob",))
     doomed = _spawn_worker(config, group.url)
     try:
         wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
         (tmp_path / "go").touch()
-        wait_until(lambda: "two" in _marks(tmp_path), timeout=20, what="step two to start")
+        wait_until(lambda: "two" in marks(tmp_path), timeout=20, what="step two to start")
         relay.hold()  # from here the replica is behind
     finally:
         _kill_together(doomed, group)
@@ -229,7 +208,7 @@ def test_a_step_started_before_the_replica_fell_behind_is_stopped_not_repeated(
     pid = next(c["result"]["pid"] for c in reversed(journal) if c["step"] == "two")
     assert pid is not None  # confirmed before the command was let go
     _take_over(services, store, run.id)
-    assert _marks(tmp_path) == ["one", "two", "undo"]
+    assert marks(tmp_path) == ["one", "two", "undo"]
     wait_until(lambda: _gone(pid), timeout=5, what="the dead worker's copy to be stopped")
     final = store.runs.get(run.id)
     assert final.status is RunStatus.ROLLED_BACK, final.reason
@@ -254,7 +233,7 @@ def test_a_replica_cut_off_from_the_primary_still_holds_a_mutating_start(
     never heard of it, runs it a second time while the dead worker's copy still runs."""
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
     store = Store.connect(group.url)
-    config = _config(tmp_path, sshd_hosts)
+    config = host_config(tmp_path, sshd_hosts, TOOLS)
     services = build_services(config, store=store)
     run = submit(services, _plan(), approvers=("bob",))
     doomed = _spawn_worker(config, group.url)
@@ -262,13 +241,13 @@ def test_a_replica_cut_off_from_the_primary_still_holds_a_mutating_start(
         wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
         relay.cut()
         (tmp_path / "go").touch()
-        wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in _marks(tmp_path),
+        wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in marks(tmp_path),
                    timeout=20, what="step two to be refused (or, wrongly, to start)")
-        assert "two" not in _marks(tmp_path)
+        assert "two" not in marks(tmp_path)
     finally:
         _kill_together(doomed, group)
     (tmp_path / "done").touch()  # step two, when it runs, need not work long
     _take_over(services, store, run.id)
-    assert _marks(tmp_path) == ["one", "two", "two-done"]  # once, by the takeover
+    assert marks(tmp_path) == ["one", "two", "two-done"]  # once, by the takeover
     final = store.runs.get(run.id)
     assert final.status is RunStatus.SUCCEEDED, final.reason

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import redis
 import yaml
@@ -43,15 +44,18 @@ TOOLS = {
 }
 
 
-def _config(tmp_path: Path, fleet: SSHFleet) -> Config:
+def host_config(tmp_path: Path, fleet: SSHFleet, tools: dict[str, Any] = TOOLS) -> Config:
+    """One staging host whose marker file (``marks``) records what ran on it; the tools'
+    ``held``/``go``/``done`` files let a test pause a step and release it."""
     host_dir = tmp_path / "host"
     host_dir.mkdir()
     data = {
         "inventory": {"known_hosts": str(fleet.known_hosts),
                       "hosts": {HOST: fleet.inventory_host(HOST, vars={"dir": str(host_dir)})},
                       "environments": {"staging": {"hosts": [HOST]}}},
-        "tools": TOOLS,
-        "vars": {"held": str(tmp_path / "held"), "go": str(tmp_path / "go")},
+        "tools": tools,
+        "vars": {"held": str(tmp_path / "held"), "go": str(tmp_path / "go"),
+                 "done": str(tmp_path / "done")},
     }
     path = tmp_path / "deckhand.yml"
     path.write_text(yaml.safe_dump(data))
@@ -67,7 +71,8 @@ def _plan() -> object:
         rollback=[{"id": "undo", "tool": "undo", "params": {"environment": "staging"}}])
 
 
-def _marks(tmp_path: Path) -> list[str]:
+def marks(tmp_path: Path) -> list[str]:
+    """What ran on the host, a line each, oldest first."""
     path = tmp_path / "host" / "marks"
     return path.read_text().splitlines() if path.exists() else []
 
@@ -87,7 +92,7 @@ def test_a_replica_stopped_mid_run_holds_the_next_batch_on_a_changed_host(
         tmp_path: Path, sentinel_group: SentinelGroup, sshd_hosts: SSHFleet) -> None:
     store = Store.connect(sentinel_group.url)
     store.replicate_timeout = 0.5
-    services = build_services(_config(tmp_path, sshd_hosts), store=store)
+    services = build_services(host_config(tmp_path, sshd_hosts), store=store)
     run = submit(services, _plan(), approvers=("bob",))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
     thread = threading.Thread(target=worker.step)
@@ -102,7 +107,7 @@ def test_a_replica_stopped_mid_run_holds_the_next_batch_on_a_changed_host(
         sentinel_group.resume_replica()  # the rollback may then be replicated
         thread.join(60)
     final = store.runs.get(run.id)
-    assert _marks(tmp_path) == ["one", "undo"]  # "two" never ran on the host
+    assert marks(tmp_path) == ["one", "undo"]  # "two" never ran on the host
     assert final.status is RunStatus.ROLLED_BACK, final.reason
     raw = _raw_run(sentinel_group.primary_port, run.id)
     assert raw["status"] == "rolled_back"
@@ -125,7 +130,7 @@ def test_a_crash_while_the_replica_lags_runs_nothing_twice_after_promotion(
     replica's socket buffer on loopback and still lands; test 1 is the one that needs a
     replica that never confirms.) The takeover resumes the rollback: each step ran once."""
     store = Store.connect(sentinel_group.url)
-    config = _config(tmp_path, sshd_hosts)
+    config = host_config(tmp_path, sshd_hosts)
     services = build_services(config, store=store)
     run = submit(services, _plan(), approvers=("bob",))
     doomed = _spawn_worker(config, sentinel_group.url)
@@ -135,7 +140,7 @@ def test_a_crash_while_the_replica_lags_runs_nothing_twice_after_promotion(
         (tmp_path / "go").touch()
         # the dead worker's last act: "two" refused (its start never replicated) — or, as
         # before the fix, started on the host without waiting
-        wait_until(lambda: _step_two_refused(store, run.id) or "two" in _marks(tmp_path),
+        wait_until(lambda: _step_two_refused(store, run.id) or "two" in marks(tmp_path),
                    timeout=20, what="step two to be refused or to start")
     finally:
         doomed.send_signal(signal.SIGKILL)
@@ -149,7 +154,7 @@ def test_a_crash_while_the_replica_lags_runs_nothing_twice_after_promotion(
     wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
                timeout=40, what="the rescuer to take the run over and finish it")
     final = store.runs.get(run.id)
-    assert _marks(tmp_path) == ["one", "undo"], final.reason  # each ran once on the host
+    assert marks(tmp_path) == ["one", "undo"], final.reason  # each ran once on the host
     assert final.status is RunStatus.ROLLED_BACK, final.reason
     raw = _raw_run(sentinel_group.replica_port, run.id)
     assert raw["status"] == "rolled_back"
