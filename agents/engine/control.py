@@ -43,7 +43,7 @@ def steer(store: Store, policy: Policy, control: Control, run_id: str, *, user: 
         problem = steer_problem(run, user=user, user_groups=list(user_groups), policy=policy)
         if problem:
             raise ApprovalRefused(problem)
-        _REQUEST[control](store, run_id, user, via)
+        _REQUEST[control](store, run, user, via)
     except ApprovalRefused as exc:
         store.audit.refused(control.value, action=f"{control.value}_refused", actor=user,
                             face=FACE.get(via, via), rule=str(exc), run_id=run_id, via=via)
@@ -52,20 +52,20 @@ def steer(store: Store, policy: Policy, control: Control, run_id: str, *, user: 
     return store.runs.get(run_id)
 
 
-def _pause(store: Store, run_id: str, user: str, via: str) -> None:
-    store.runs.request_pause(run_id, user=user, via=via)
+def _pause(store: Store, run: Run, user: str, via: str) -> None:
+    store.runs.request_pause(run.id, user=user, via=via)
 
 
-def _resume(store: Store, run_id: str, user: str, via: str) -> None:
-    store.runs.request_resume(run_id)
+def _resume(store: Store, run: Run, user: str, via: str) -> None:
+    store.runs.request_resume(run.id)
 
 
-def _stop(store: Store, run_id: str, user: str, via: str) -> None:
-    if store.runs.get(run_id).status is RunStatus.ROLLING_BACK:  # a rollback is never stopped
-        raise ApprovalRefused(f"run {short_id(run_id)} is already rolling back; there is "
+def _stop(store: Store, run: Run, user: str, via: str) -> None:
+    if run.status is RunStatus.ROLLING_BACK:  # a rollback is never stopped
+        raise ApprovalRefused(f"run {short_id(run.id)} is already rolling back; there is "
                               f"nothing left to stop")
-    store.runs.request_cancel(run_id, user=user)
+    store.runs.request_cancel(run.id, user=user)
 
 
-_REQUEST: dict[Control, Callable[[Store, str, str, str], None]] = {
+_REQUEST: dict[Control, Callable[[Store, Run, str, str], None]] = {
     Control.PAUSE: _pause, Control.RESUME: _resume, Control.STOP: _stop}

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 
 from agents.errors import StoreError
+from agents.run.judgment import span
 from agents.run.record import Pause
 from agents.store import Store
 from tools.runners.base import CancelToken
@@ -79,13 +80,3 @@ class PauseSwitch:
         except StoreError as exc:
             log.error("run %s: the pause's expiry is not in the audit log: %s",
                       self.run_id, exc)
-
-
-def span(seconds: float) -> str:
-    """A policy duration as people write it: 30m, 2h, 45s."""
-    whole = round(seconds)
-    if whole and whole % 3600 == 0:
-        return f"{whole // 3600}h"
-    if whole and whole % 60 == 0:
-        return f"{whole // 60}m"
-    return f"{seconds:g}s"

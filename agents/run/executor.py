@@ -499,11 +499,13 @@ class _Execution:
         is paused nothing new starts (what runs carries on) until it is resumed, stopped,
         or the pause expires into a rollback (see ``Hold``). Whether ``what`` may start
         now; False early, still paused, once one of ``running`` ends (its outcome counts)."""
-        if self.hold.paused() is not None:
-            self._show_pause(self.hold.paused(), what)
+        pause = self.hold.paused()  # each look reads the store: look once, before and after
+        if pause is not None:
+            self._show_pause(pause, what)
             self.hold.wait(lambda: any(f.done() for f in running or ()))
-            self._show_pause(self.hold.paused(), what)
-        return self.hold.paused() is None and not self.cancel.cancelled
+            pause = self.hold.paused()
+            self._show_pause(pause, what)
+        return pause is None and not self.cancel.cancelled
 
     def _show_pause(self, pause: Pause | None, what: str) -> None:
         """Put the pause (or its end) in the record, once, whichever thread sees it first."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import socket
 import sys
@@ -27,10 +26,8 @@ from agents.engine.shipper import shipper_for
 from agents.services import Services
 from agents.store import Store
 from agents.store.chain import CopyReport, verify_copy
+from bot.cli.common import age_seconds
 from tools.errors import DeckhandError
-
-AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def verify(store: Store, console: Console) -> int:
@@ -39,11 +36,17 @@ def verify(store: Store, console: Console) -> int:
     trimmed = f", after the trimmed head {report.trimmed}" if report.trimmed else ""
     counts = (f"{report.entries} linked entries{trimmed}, {report.copies} run copies, "
               f"{report.legacy} from before the chain")
-    if report.broken is not None:
-        console.print(f"audit chain BROKEN at {report.broken} ({counts} checked before it)",
+    return _verdict(console, "audit chain", report.broken, counts)
+
+
+def _verdict(console: Console, what: str, broken: object | None, counts: str,
+             intact: str = "") -> int:
+    """Say whether ``what`` holds (0) or where it first breaks (1), with what was checked."""
+    if broken is not None:
+        console.print(f"{what} BROKEN at {broken} ({counts} checked before it)",
                       style="red", markup=False, highlight=False, soft_wrap=True)
         return 1
-    console.print(f"audit chain intact: {counts}", markup=False, highlight=False,
+    console.print(f"{what} intact: {counts}{intact}", markup=False, highlight=False,
                   soft_wrap=True)
     return 0
 
@@ -60,9 +63,9 @@ def export(store: Store, since: str | None, fmt: str) -> int:
 
 def parse_since(text: str, *, now: float | None = None) -> float:
     """A time: ``2026-11-01``, ``2026-11-01T12:00:00+00:00`` or an age (``24h``, ``7d``)."""
-    found = AGO.match(text.strip())
-    if found:
-        return (now if now is not None else time.time()) - float(found[1]) * SECONDS[found[2]]
+    ago = age_seconds(text)
+    if ago is not None:
+        return (now if now is not None else time.time()) - ago
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -76,13 +79,7 @@ def verify_file(path: str, console: Console) -> int:
     report = verify_copy(_copy_lines(path))
     counts = (f"{report.entries} linked entries ({report.masked} masked by the sink), "
               f"{report.duplicates} sent twice, {report.legacy} from before the chain")
-    if report.broken is not None:
-        console.print(f"copy BROKEN at {report.broken} ({counts} checked before it)",
-                      style="red", markup=False, highlight=False, soft_wrap=True)
-        return 1
-    console.print(f"copy intact: {counts}; {_ends(report)}", markup=False, highlight=False,
-                  soft_wrap=True)
-    return 0
+    return _verdict(console, "copy", report.broken, counts, f"; {_ends(report)}")
 
 
 def _ends(report: CopyReport) -> str:

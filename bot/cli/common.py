@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
@@ -20,6 +21,17 @@ from tools.errors import ConfigNotFound
 Handler = Callable[[argparse.Namespace, Console], int]
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """The subcommand registry (generic only to type checkers, hence the string)."""
+
+AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def age_seconds(text: str) -> float | None:
+    """The seconds in an age such as ``30d``, ``12h``, ``2w`` (s, m, h, d, w); None if
+    ``text`` is not one."""
+    found = AGE.match(text.strip())
+    return float(found[1]) * AGE_UNITS[found[2]] if found else None
+
 
 DEFAULT_NAME = "deckhand.yml"
 

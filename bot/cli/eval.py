@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,12 +32,16 @@ from agents.evaluation.runner import run_cases
 from agents.evaluation.scoring import Outcome
 from agents.settings import Settings
 from agents.store import Store
-from bot.cli.common import Commands, add_config_arg, config_for, embedded_store_note
+from bot.cli.common import (
+    Commands,
+    add_config_arg,
+    age_seconds,
+    config_for,
+    embedded_store_note,
+)
 from bot.terminal import evaluation as tables
 from bot.terminal.border import TerminalConsole
 
-AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 HISTORY_ONLY = ("cases", "planner", "compare", "record", "replay", "chart", "limit")
 
 
@@ -92,11 +95,11 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _age(text: str) -> float:
-    found = AGE.match(text.strip())
-    if not found:
+    seconds = age_seconds(text)
+    if seconds is None:
         raise argparse.ArgumentTypeError(f"{text!r}: give a number and a unit, like 30d, 12h, "
                                          f"2w (s, m, h, d, w)")
-    return float(found.group(1)) * SECONDS[found.group(2)]
+    return seconds
 
 
 def _eval(args: argparse.Namespace, console: Console) -> int:
