@@ -28,6 +28,7 @@ from tests.fixtures.polling import wait_until
 from tests.fixtures.sample import free_port
 from tests.fixtures.slack_standin import Signer, SlackStandin
 from tests.fixtures.slack_world import SECRET
+from tests.integration.test_store import submit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,11 +110,7 @@ def worker(config_file: Path, redis_url: str, store: Store, tmp_path: Path
 
 def approved(services: Services, text: str) -> Run:
     """A run approved under the test's own (first) config: the worker decides what starts."""
-    plan = services.make_plan(text, requested_by="alice", face="cli")
-    services.store.plans.save(plan)
-    run = services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    return services.store.runs.approve(run.id, face="cli", user="bob", plan_version=plan.version,
-                                       plan_hash=plan.hash, policy=services.config.policy)
+    return submit(services, services.make_plan(text, requested_by="alice", face="cli"))
 
 
 def audited(store: Store, action: str, count: int = 1) -> AuditEntry:
@@ -241,6 +238,5 @@ def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
 
 
 def _waiting(services: Services, text: str) -> Run:
-    plan = services.make_plan(text, requested_by="UALICE", face="cli")
-    services.store.plans.save(plan)
-    return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    return submit(services, services.make_plan(text, requested_by="UALICE", face="cli"),
+                  by="UALICE", approvers=())

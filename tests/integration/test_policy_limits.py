@@ -17,6 +17,7 @@ from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
 from bot.cli import main
+from tests.integration.test_store import submit
 
 CONFIG = """
 inventory:
@@ -71,9 +72,8 @@ def write(tmp_path: Path, text: str = CONFIG) -> Path:
 
 
 def waiting(services: Services, text: str, *, by: str = "carol") -> Run:
-    plan = services.make_plan(text, requested_by=by, face="cli")
-    services.store.plans.save(plan)
-    return services.store.runs.create(Run.for_plan(plan, services.targets(plan)))
+    return submit(services, services.make_plan(text, requested_by=by, face="cli"), by=by,
+                  approvers=())
 
 
 def approve(services: Services, run: Run, user: str) -> Run:
