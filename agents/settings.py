@@ -2,15 +2,19 @@
 
 Only what differs between deployments lives here (endpoints, credentials, the config path).
 What the team decides (tools, hosts, policy, playbooks) lives in the config file.
+
+A plain pydantic model read from ``os.environ`` by each field's alias: pydantic-settings did
+the same but imports asyncio, python-dotenv and its cloud secret providers on the way,
+~60 ms of every command's start (issue 31), for features deckhand does not use.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from agents.errors import SettingsInvalid
 from agents.secret_files import secrets_from_files
@@ -20,10 +24,10 @@ SECRETS = ["REDIS_URL", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN",
 """Settings that may also come from a file named by NAME_FILE (agents.secret_files)."""
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Environment settings. Secrets are SecretStr so they never print by accident."""
 
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     config_path: str | None = Field(default=None, alias="DECKHAND_CONFIG")
     redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
@@ -65,8 +69,10 @@ class Settings(BaseSettings):
                                          description="USER=TOKEN,… for `deckhand mcp --http`")
 
     def __init__(self, **values: Any):
-        """Raises SettingsInvalid naming each bad variable (never a pydantic traceback)."""
-        values = {**secrets_from_files(SECRETS), **values}  # NAME_FILE, as NAME
+        """From the environment (NAME, or NAME_FILE for secrets), ``values`` (by alias or
+        field name) winning. Raises SettingsInvalid naming each bad variable (never a
+        pydantic traceback)."""
+        values = {**_from_environment(), **secrets_from_files(SECRETS), **_by_alias(values)}
         try:
             super().__init__(**values)
         except ValidationError as exc:
@@ -91,7 +97,20 @@ class Settings(BaseSettings):
         return [f.get_secret_value() for f in fields if f is not None]
 
 
-def _variable(settings: BaseSettings, loc: tuple[int | str, ...]) -> str:
+def _from_environment() -> dict[str, str]:
+    """Each setting's variable that is set, by its alias (the variable's name)."""
+    names = (field.alias for field in Settings.model_fields.values() if field.alias)
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def _by_alias(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` keyed by alias, so a field name given in code overrides its variable."""
+    fields = Settings.model_fields
+    return {(fields[key].alias or key) if key in fields else key: value
+            for key, value in values.items()}
+
+
+def _variable(settings: BaseModel, loc: tuple[int | str, ...]) -> str:
     """The environment variable a validation error is about (its alias)."""
     name = str(loc[0]) if loc else "?"
     field = type(settings).model_fields.get(name)

@@ -7,7 +7,8 @@ modules and models create live as long as the process, so collecting while they 
 finds nothing (~0.1 s), and they are frozen out of every later collection; the collection
 at interpreter exit is skipped the same way (~0.25 s of CPU at 100 connected hosts). Every
 collection during the command itself runs as usual; the ~1,300 cyclic leftovers of
-start-up are simply kept."""
+start-up are simply kept. Optional packages our dependencies would load for features
+deckhand never uses are left out of the import (``tools.lean_imports``)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args in QUICK:
         print(f"deckhand {_version()}")
         return 0
+    from tools.lean_imports import without_unused_extras
+
     gc.disable()
     try:
-        from bot.cli import main as cli_main
+        with without_unused_extras():
+            from bot.cli import main as cli_main
     finally:
         gc.freeze()  # what start-up built lives until exit: never scan it again
         gc.enable()

@@ -60,7 +60,10 @@ class Store(RedisBase):
     def connect(cls, url: str | None, **options: Any) -> Store:
         """A store on ``url``, or on an in-process fakeredis when ``url`` is None."""
         if url is None:
-            import fakeredis
+            from tools.lean_imports import without_unused_extras
+
+            with without_unused_extras():  # numpy alone is ~0.1 s of a command's start
+                import fakeredis
 
             return cls(fakeredis.FakeRedis(), where=EMBEDDED, **options)
         return cls(connect_client(url), where=safe_url(url), **options)
