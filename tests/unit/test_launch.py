@@ -26,7 +26,10 @@ def test_version_loads_nothing_of_deckhand_and_other_commands_reach_the_cli() ->
 HEAVY_OFF_THE_RUN_PATH = (
     "openai", "apscheduler", "http.client", "mcp", "slack_sdk", "slack_bolt", "waitress",
     "prometheus_client", "matplotlib", "bot.cli.eval", "bot.cli.schedules", "bot.mcp",
-    "bot.slack", "bot.scheduler", "opentelemetry.sdk.trace")
+    "bot.slack", "bot.scheduler", "opentelemetry.sdk.trace",
+    # optional extras our dependencies would load for features deckhand never uses
+    # (tools.lean_imports), and pydantic-settings' asyncio/dotenv/cloud providers
+    "numpy", "jsonpath_ng", "invoke", "opentelemetry.sdk.metrics", "pydantic_settings")
 """Modules a terminal `run`/`plan` needs none of (no model, gate, cron, Slack, or OTLP
 endpoint): each costs start-up, and the first SSH connection waits for all (issue 31)."""
 
@@ -52,3 +55,26 @@ def test_planning_a_playbook_loads_no_model_client_scheduler_or_other_face(
                           capture_output=True, text=True, timeout=60)
     loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
     assert loaded == ["LOADED 0 []"], done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_extras_left_out_of_start_up_still_import_afterwards() -> None:
+    """Hiding an extra lasts only while our dependencies import: the charts still get
+    numpy, and a store opened later is the same fakeredis either way."""
+    probe = ("import sys\n"
+             "from tools.lean_imports import UNUSED_EXTRAS, without_unused_extras\n"
+             "with without_unused_extras():\n"
+             "    import fakeredis, paramiko, redis\n"
+             "    try:\n"
+             "        import numpy\n"
+             "        print('numpy during: imported')\n"
+             "    except ImportError:\n"
+             "        print('numpy during: hidden')\n"
+             "print('left hidden:', [n for n in UNUSED_EXTRAS if n in sys.modules"
+             " and sys.modules[n] is None])\n"
+             "import numpy\n"
+             "print('numpy after:', numpy.__name__)\n"
+             "client = fakeredis.FakeRedis(); client.set('k', 'v'); print(client.get('k'))\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.splitlines() == ["numpy during: hidden", "left hidden: []",
+                                       "numpy after: numpy", "b'v'"], out.stderr[-2000:]
