@@ -23,6 +23,12 @@ WIDTH_IN, HEIGHT_IN, DPI = 7.0, 3.6, 150
 
 def save_chart(summaries: Sequence[Summary], path: Path) -> Path:
     """Write the chart as PNG to ``path`` (one bar group per figure, one bar per config)."""
+    chart_figure(summaries).savefig(path, format="png", dpi=DPI)
+    return path
+
+
+def chart_figure(summaries: Sequence[Summary]) -> Figure:
+    """The chart, drawn but not saved: axis labels, and each figure's denominator under it."""
     figure = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -41,8 +47,7 @@ def save_chart(summaries: Sequence[Summary], path: Path) -> Path:
     axes.set_xlabel("figure (n = the cases it is over)")
     axes.set_title(f"Plan quality over {summaries[0].cases if summaries else 0} cases")
     axes.legend(loc="upper center", fontsize=8, ncol=max(1, len(summaries)), frameon=False)
-    figure.savefig(path, format="png", dpi=DPI)
-    return path
+    return figure
 
 
 def _tick(label: str, over: str, summaries: Sequence[Summary]) -> str:

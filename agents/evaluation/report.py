@@ -186,4 +186,6 @@ def as_json(summaries: Sequence[Summary], outcomes: Sequence[Sequence[Outcome]],
 
 
 def _outcome_json(outcome: Outcome) -> dict[str, Any]:
-    return {**asdict(outcome), "passed": outcome.passed}
+    """A case as ``--json`` gives it: the table's plain label too (docs/json.md)."""
+    return {**asdict(outcome), "passed": outcome.passed, "right": outcome.right,
+            "label": outcome.label}

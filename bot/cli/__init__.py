@@ -37,7 +37,7 @@ from bot.cli.common import (
     add_param_arg,
     add_user_args,
     confirmer,
-    find_config,
+    given_config,
     services_for,
 )
 from bot.cli.health import report_audit_sink, report_redis
@@ -245,12 +245,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         from bot.cli.store_check import check_store
 
         return check_store(args, console)
-    if args.config and args.config_flag and args.config != args.config_flag:
-        console.print(f"error: two configs given ({args.config} and --config "
-                      f"{args.config_flag}); give one", markup=False, highlight=False)
-        return 2
-    given = args.config or args.config_flag
-    args.config = find_config(str(given) if given else None)
+    args.config = given_config(args.config, args.config_flag)
     config = load_config(args.config)
     console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
                   f"{len(config.inventory.hosts)} hosts, "

@@ -16,7 +16,7 @@ from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.terminal.border import TerminalConsole
 from bot.terminal.console import Confirm
-from tools.errors import ConfigNotFound
+from tools.errors import ConfigNotFound, DeckhandError
 
 Handler = Callable[[argparse.Namespace, Console], int]
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -77,6 +77,15 @@ def find_config(explicit: str | None) -> Path:
                          "  $DECKHAND_CONFIG    not set\n"
                          f"  {local}    no such file\n"
                          "Create one here with `deckhand init`, or pass --config PATH.")
+
+
+def given_config(positional: Path | None, flag: str | Path | None) -> Path:
+    """The config a command takes positionally or with ``--config`` (either, or both when
+    they agree), else the discovered one; a DeckhandError when they name two files."""
+    if positional is not None and flag is not None and Path(positional) != Path(flag):
+        raise DeckhandError(f"two configs given ({positional} and --config {flag}); give one")
+    given = positional if positional is not None else flag
+    return find_config(str(given) if given is not None else None)
 
 
 def config_for(args: argparse.Namespace) -> Config:

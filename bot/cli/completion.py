@@ -26,6 +26,8 @@ def register(commands: Commands) -> None:
 FILE_OPTIONS = {"--config", "--cases", "--chart", "--timeline", "--export", "--record",
                 "--replay"}
 """Options whose value is a path: Tab completes file names there."""
+PATH_METAVARS = {"FILE", "DIR", "PATH", "PNG", "CONFIG"}
+"""…and so does any argument whose help names its value a path (``--copy FILE``)."""
 
 
 def _completion(args: argparse.Namespace, console: Console) -> int:
@@ -39,7 +41,8 @@ def _completion(args: argparse.Namespace, console: Console) -> int:
 def _mark_paths(parser: argparse.ArgumentParser, files: object) -> None:
     """Every path option and path-typed positional of every (sub)command completes files."""
     for action in parser._actions:
-        is_path = action.type is Path or bool(FILE_OPTIONS & set(action.option_strings))
+        is_path = (action.type is Path or bool(FILE_OPTIONS & set(action.option_strings))
+                   or action.metavar in PATH_METAVARS)
         if is_path:
             action.complete = files  # type: ignore[attr-defined]  # shtab's hook
         if isinstance(action, argparse._SubParsersAction):

@@ -18,7 +18,14 @@ from agents.plan.model import Plan
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
 from agents.services import Services
-from bot.cli.common import DEFAULT_NAME, Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import (
+    DEFAULT_NAME,
+    Commands,
+    add_config_arg,
+    embedded_store_note,
+    given_config,
+    services_for,
+)
 from bot.cli.history import add_json_arg
 from bot.cli.json_views import policy_diff_json
 from bot.cli.run_views import print_json
@@ -43,13 +50,18 @@ def register(commands: Commands) -> None:
     diff = sub.add_parser("diff", help="what changing config OLD into NEW would change for "
                           "each environment (exit 0: nothing, 1: changes, 2: invalid config)")
     diff.add_argument("old", type=Path, metavar="OLD", help="config file (or its directory)")
-    diff.add_argument("new", type=Path, metavar="NEW", help="config file (or its directory)")
+    diff.add_argument("new", type=Path, metavar="NEW", nargs="?",
+                      help="config file (or its directory); default: the config in use "
+                           "(--config, $DECKHAND_CONFIG, ./deckhand.yml)")
     add_json_arg(diff)
+    add_config_arg(diff)
     diff.set_defaults(handler=_diff)
+    add_config_arg(parser)  # `deckhand policy --config X explain …` as with every group
 
 
 def _diff(args: argparse.Namespace, console: Console) -> int:
-    old, new = _load(args.old, "OLD"), _load(args.new, "NEW")
+    new_path = given_config(args.new, getattr(args, "config", None))
+    old, new = _load(args.old, "OLD"), _load(new_path, "NEW")
     found = policy_diff((old.policy, old.inventory), (new.policy, new.inventory))
     if args.json:
         print_json(policy_diff_json(found))

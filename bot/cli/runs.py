@@ -121,7 +121,8 @@ def register(commands: Commands) -> None:
                                       "name takes the lease back at once)")
     audit.add_argument("--format", default="jsonl", help="with export: jsonl")
     audit.add_argument("--run", dest="run_id")
-    audit.add_argument("--json", action="store_true", help="JSON lines, for export")
+    audit.add_argument("--json", action="store_true",
+                       help="JSON lines for scripts (fields in docs/json.md)")
     audit.add_argument("--limit", type=int, default=200)
     add_config_arg(audit)
     audit.set_defaults(handler=_audit)

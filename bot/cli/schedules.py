@@ -49,6 +49,7 @@ def register(commands: Commands) -> None:
     serve.add_argument("--grace", type=float, default=None,
                        help="seconds a missed occurrence may still fire "
                             "(default $DECKHAND_SCHEDULE_GRACE or 1800)")
+    add_config_arg(parser)  # `deckhand schedules --config X list`, as with every group
     parser.set_defaults(handler=lambda args, console: _usage(parser))
 
 

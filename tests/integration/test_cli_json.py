@@ -79,6 +79,25 @@ def test_the_output_of_a_step_that_succeeded(cli: Cli) -> None:
     assert served.read_text().strip() == "v1.0.3"
 
 
+def test_output_at_a_terminal_is_paged(cli: Cli, tmp_path: Path) -> None:
+    """At a terminal the output goes through $PAGER (here one that keeps what it was given);
+    piped, it is printed as is (the tests above)."""
+    pexpect = pytest.importorskip("pexpect")
+    [run] = cli.json("runs")
+    paged = tmp_path / "paged.txt"
+    env = {**cli.env, "PAGER": f"cat > {paged}", "MANPAGER": "", "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "bot.cli", "runs", "show", run["id"],
+                                           "--output", "deploy_staging"],
+                          cwd=str(cli.directory), env=env, encoding="utf-8", timeout=60)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    text = paged.read_text()
+    assert "deploy_staging on staging-1 (succeeded, exit 0)" in text
+    assert "staging-1 now runs v1.0.3" in text
+    assert "staging-1 now runs v1.0.3" not in (child.before or "")  # the pager had it
+
+
 def test_an_unknown_step_or_host_is_one_line_naming_what_exists(cli: Cli) -> None:
     [run] = cli.json("runs")
     wrong = cli("runs", "show", run["id"], "--output", "deploy", code=2)

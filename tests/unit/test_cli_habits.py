@@ -14,6 +14,8 @@ import pytest
 from bot.cli import build_parser, main
 from bot.cli.init import template_text
 
+ROOT = Path(__file__).parents[2]
+
 
 def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
              ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
@@ -30,8 +32,60 @@ def test_every_command_and_subcommand_help_has_examples() -> None:
                and "examples:\n  " not in (sub.epilog or "")]
     assert missing == []
     found = dict(commands(build_parser()))
-    for path in (("mcp",), ("hosts", "check"), ("hosts", "trust")):
+    for path in (("mcp",), ("hosts", "check"), ("hosts", "trust"), ("stop",), ("pause",),
+                 ("resume",), ("judge",), ("policy", "diff")):
         assert "deckhand " + " ".join(path) in (found[path].epilog or ""), path
+    for action in ("verify", "export", "ship"):  # audit's actions are a positional word
+        assert f"deckhand audit {action}" in (found[("audit",)].epilog or ""), action
+
+
+TAKES_NO_CONFIG = {("demo",): "copies the sample's own config", ("completion",): "reads none",
+                   ("init",): "writes one; its argument says where"}
+
+
+def options(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for action in parser._actions for o in action.option_strings}
+
+
+def test_every_command_and_group_takes_config() -> None:
+    """Groups too, so `deckhand GROUP --config X ACTION` works as well as after ACTION."""
+    missing = [" ".join(path) for path, sub in commands(build_parser())
+               if path not in TAKES_NO_CONFIG and "--config" not in options(sub)]
+    assert missing == []
+
+
+def test_config_before_the_action_of_every_group(
+        config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("DECKHAND_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path.parent)  # no ./deckhand.yml to fall back on
+    assert main(["schedules", "--config", str(config), "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["policy", "--config", str(config), "diff", str(config)]) == 0
+    assert "no policy change" in capsys.readouterr().out
+
+
+def test_policy_diff_compares_old_with_the_config_in_use(
+        config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    old = tmp_path / "old.yml"
+    old.write_text(config.read_text())
+    stricter = tmp_path / "new.yml"
+    text = config.read_text()
+    assert "min_approvals: 1" in text
+    stricter.write_text(text.replace("min_approvals: 1", "min_approvals: 2", 1))
+    assert main(["policy", "diff", str(config), "--config", str(stricter), "--json"]) == 1
+    changed = json.loads(capsys.readouterr().out)
+    assert changed["changed"] is True
+    monkeypatch.chdir(tmp_path)  # ./deckhand.yml is the config in use
+    assert main(["policy", "diff", str(stricter), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {
+        **changed, "environments": [{**e, "changes": [{**c, "old": c["new"], "new": c["old"]}
+                                                      for c in e["changes"]]}
+                                    for e in changed["environments"]]}
+    assert main(["policy", "diff", str(old), str(stricter), "--config", str(config)]) == 2
+    assert "two configs given" in capsys.readouterr().out
 
 
 @pytest.fixture
@@ -71,6 +125,9 @@ def test_completion_completes_paths_for_config_and_cases(
     script = capsys.readouterr().out
     if shell == "bash":
         for name in ("_shtab_deckhand_run___config_COMPGEN",
+                     "_shtab_deckhand_audit___copy_COMPGEN",
+                     "_shtab_deckhand_policy_diff___config_COMPGEN",
+                     "_shtab_deckhand_schedules___config_COMPGEN",
                      "_shtab_deckhand_eval___cases_COMPGEN",
                      "_shtab_deckhand_check___config_COMPGEN",
                      "_shtab_deckhand_check_pos_0_COMPGEN",
@@ -110,3 +167,15 @@ def test_a_wrong_e_is_one_clear_error(config: Path, capsys: pytest.CaptureFixtur
     assert main(["plan", *argv, "--config", str(config)]) == 2
     out = capsys.readouterr()
     assert said in out.out + out.err and "Traceback" not in out.out + out.err
+
+
+def test_every_json_option_is_documented_in_docs_json() -> None:
+    """`--json` help points at docs/json.md: every command offering it has its section."""
+    headings = [line for line in (ROOT / "docs" / "json.md").read_text().splitlines()
+                if line.startswith("## ")]
+    offering = [" ".join(path) for path, sub in commands(build_parser())
+                if "--json" in options(sub)]
+    assert len(offering) >= 10
+    missing = [path for path in offering
+               if not any(f"`deckhand {path}" in h and "--json" in h for h in headings)]
+    assert missing == []

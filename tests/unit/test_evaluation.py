@@ -14,6 +14,7 @@ from agents.evaluation.cases import load_cases, spread
 from agents.evaluation.planners import PlannerSpec, parse_spec
 from agents.evaluation.report import (
     THRESHOLDS,
+    as_json,
     differences,
     missed_thresholds,
     percentile,
@@ -288,3 +289,26 @@ def test_pass_means_right_and_outcomes_read_plainly() -> None:
     assert verdict(invalid).startswith("FAIL: invalid plan")
     summary = summarise(PlannerSpec("playbook"), [wrong, lenient, should_refuse, refused])
     assert (summary.passed, summary.right_rate, summary.valid_rate) == (2, 0.5, 1.0)
+    [config] = as_json([summary], [[wrong, lenient, should_refuse, refused]], [], [])[
+        "configurations"]  # --json carries the table's words too
+    assert [(c["label"], c["right"], c["passed"]) for c in config["cases"]] == [
+        ("wrong plan", False, False), ("right plan", True, True),
+        ("planned, should have refused", False, False), ("refused (declined)", False, True)]
+
+
+def test_the_chart_names_its_axes_and_each_figures_denominator() -> None:
+    pytest.importorskip("matplotlib")
+    from bot.eval_chart import chart_figure
+
+    found = [outcome("a", planned=True, valid=True, node_f1=1.0, edge_f1=1.0),
+             outcome("b", planned=True, valid=True), outcome("c", "refuse", refusal="declined")]
+    summaries = [summarise(PlannerSpec("playbook"), found),
+                 summarise(PlannerSpec("llm", model="m"), found[:2])]
+    [axes] = chart_figure(summaries).axes
+    assert axes.get_ylabel() == "share of cases (rates) or mean F1, 0 to 1"
+    assert axes.get_xlabel() == "figure (n = the cases it is over)"
+    ticks = [t.get_text() for t in axes.get_xticklabels()]
+    # the refusal rate is over the refuse cases: 1 for one config, 0 for the other
+    assert ticks == ["right\nn = 2", "valid\nn = 2", "refused\nn = 0/1", "node F1\nn = 2",
+                     "edge F1\nn = 2"]
+    assert axes.get_title() == "Plan quality over 3 cases"
