@@ -48,7 +48,7 @@ def dry_plan(plan: Plan, catalog: Catalog) -> DryPlan:
         tool = catalog.get(step.tool)
         if tool.gate is None and (tool.check is None or _needs_dropped(step, dropped)):
             dropped[step.id] = depends_on
-            why[step.id] = (f"tool {tool.name} has no check: in tools.yml" if tool.check is None
+            why[step.id] = (f"tool {tool.name} has no check: in the config" if tool.check is None
                             else "it needs the output of a step that was not checked")
             continue
         if tool.gate is None:
@@ -91,7 +91,7 @@ def verdict(status: str, *, checked: int, unchecked: list[str]) -> str:
     nothing checked, checks passed, or checks failed — and always that nothing changed."""
     if checked == 0:
         return (f"DRY RUN: NOTHING CHECKED — none of the {len(unchecked)} step(s) has a "
-                f"check: in tools.yml; nothing was run or changed")
+                f"check: in the config; nothing was run or changed")
     skipped = f", {len(unchecked)} with nothing to check" if unchecked else ""
     if status == "succeeded":
         return f"DRY RUN: CHECKS PASSED ({checked} checked{skipped}) — nothing was changed"

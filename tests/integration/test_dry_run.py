@@ -38,7 +38,7 @@ def test_terminal_dry_run_checks_everything_and_changes_nothing(sample_config: C
     assert "switch from v2.3.1 to v2.4.0" in text
     for step, tool in (("smoke_staging", "smoke_test"), ("smoke_production", "smoke_test"),
                        ("notify_team", "notify_team")):
-        assert f"{step}: nothing to check (tool {tool} has no check: in tools.yml)" in text
+        assert f"{step}: nothing to check (tool {tool} has no check: in the config)" in text
     assert text.rstrip().endswith("DRY RUN: CHECKS PASSED (5 checked, 3 with nothing to "
                                   "check) — nothing was changed")
     dry_part = text.split("each step runs its tool's check")[-1].splitlines()
@@ -72,8 +72,8 @@ playbooks:
     console = Console(record=True, width=200)
     run = ConsoleFlow(services, console, user="alice").dry_run("tell twice")
     text = console.export_text()
-    assert "a: nothing to check (tool tell has no check: in tools.yml)" in text
-    assert "b: nothing to check (tool tell has no check: in tools.yml)" in text
+    assert "a: nothing to check (tool tell has no check: in the config)" in text
+    assert "b: nothing to check (tool tell has no check: in the config)" in text
     last = text.rstrip().splitlines()[-1]
     assert last.startswith("DRY RUN: NOTHING CHECKED — none of the 2 step(s) has a check:")
     assert "SUCCEEDED" not in text and run.steps == {}
@@ -116,7 +116,7 @@ def test_dry_run_from_slack_posts_what_it_would_do(world: SlackWorld) -> None:
                                             if c.payload.get("thread_ts")], what="the result")
     text = json.dumps(reply[0].payload)
     assert "DRY RUN: CHECKS PASSED" in text and "would install v2.3.1" in text
-    assert "notify_team: nothing to check (tool notify_team has no check: in tools.yml)" in text
+    assert "notify_team: nothing to check (tool notify_team has no check: in the config)" in text
     plan = world.standin.of("chat.postMessage")[0]
     assert "Dry run" in plan.text_of_blocks() and not any(
         b.get("type") == "actions" for b in plan.blocks)  # nothing to approve
