@@ -596,6 +596,8 @@ class _Execution:
         redact = self.deps.redact
         check.lines = [redact(line) for line in check.lines]
         check.reason = redact(check.reason) if check.reason else None
+        check.samples = [s.model_copy(update={"query": redact(s.query), "series": redact(s.series)})
+                         for s in check.samples]  # labels are the measured system's words
         self.emit(EventKind.GATE_JUDGED, step_id=check.step,
                   status="passed" if check.ok else "failed", error=check.reason,
                   gate=check.model_dump(mode="json"))

@@ -14,8 +14,10 @@ from tools.runners.base import CommandResult
 from tools.runners.gate import GateCommandResult
 
 MAX_SAMPLES = 200
-"""Samples kept per evaluation (failed ones first): a query over 500 instances sampled 5
-times must not make every later write of the run record megabytes long."""
+"""Samples kept per evaluation (failed ones first, then the newest rounds): a query over 500
+instances sampled 5 times must not make every later write of the run record megabytes long."""
+FIGURE_SERIES = 10
+"""Series named in a gate's one-line figure (a go/no-go message); the rest are counted."""
 
 
 def gate_check(name: str, step: str, result: CommandResult, *, after_batch: int | None = None,
@@ -23,7 +25,8 @@ def gate_check(name: str, step: str, result: CommandResult, *, after_batch: int 
     """The record of one evaluation (a runner that is not the gate runner: lines only)."""
     if isinstance(result, GateCommandResult):
         gate = result.gate
-        kept = sorted(gate.samples, key=lambda s: s.ok)[:MAX_SAMPLES]  # stable: failed first
+        # failed first, then the newest rounds (stable: each round's series in order)
+        kept = sorted(gate.samples, key=lambda s: (s.ok, -s.round))[:MAX_SAMPLES]
         lines = gate.lines if len(gate.lines) <= MAX_SAMPLES else [
             *gate.lines[:MAX_SAMPLES - 1], f"… {len(gate.lines) - MAX_SAMPLES} more line(s)",
             gate.lines[-1]]
@@ -58,3 +61,27 @@ def gate_lines(run: Run) -> list[str]:
         out.append(f"gate {check.name} {where(check)} at {when}Z {verdict}")
         out += [f"  {line}" for line in check.lines]
     return out
+
+
+def figure(check: GateCheck) -> str:
+    """A gate's verdict and what it measured, on one line, for whoever decides a go/no-go:
+    every series' value in the last round against the bound, and — when a passing gate
+    tolerated failed rounds (``failure_limit``) — how many samples failed, the first named.
+    A gate with no samples (http, ci_status) gives its result lines."""
+    verdict = "passed" if check.ok else f"failed: {check.reason}"
+    head = f"{check.name} {where(check)}: {verdict}"
+    if not check.samples:
+        measured = [line for line in check.lines if line[:1] in "✓✗"]
+        return f"{head} — {'; '.join(measured)}" if measured and check.ok else head
+    last = max(s.round for s in check.samples)
+    shown = [s for s in check.samples if s.round == last]
+    values = ", ".join((f"{s.series} = {s.value}" if s.series else s.value)
+                       + ("" if s.ok else " ✗") for s in shown[:FIGURE_SERIES])
+    more = f" and {len(shown) - FIGURE_SERIES} more series" if len(shown) > FIGURE_SERIES else ""
+    text = (f"{head} — {check.samples_total or len(check.samples)} sample(s); round {last}: "
+            f"{values}{more} ({shown[0].bound})")
+    failed = [s for s in check.samples if not s.ok]  # kept first, in the order measured
+    if check.ok and failed:  # tolerated by failure_limit: whoever decides should see it
+        text += (f"; {len(failed)} failed sample(s) tolerated (failure_limit), first: "
+                 f"{failed[0].line(last)}")
+    return text

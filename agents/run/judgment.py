@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from agents.run.gates import where as gate_where
+from agents.run.gates import figure
 from agents.run.record import Decision, Judgment, Run, StepStatus, Verdict
 from tools.errors import DeckhandError
 from tools.inventory import Judgment as JudgmentConfig
@@ -68,12 +68,12 @@ def applies(config: JudgmentConfig | None, batch: int, batches: int) -> bool:
 def awaiting(run: Run, step: str, config: JudgmentConfig, batch: int, batches: int, *,
              now: float) -> Judgment:
     """The hold after ``batch``, with what the step has done so far: hosts done, errors,
-    and the figures of the gates judged after this batch."""
+    and the figures of the gates judged after this batch (every series of their last round,
+    ``agents.run.gates.figure``)."""
     state = run.steps.get(step)
     hosts = state.hosts.values() if state is not None else []
-    gates = [f"{c.name} {gate_where(c)}: {'passed' if c.ok else f'failed: {c.reason}'}"
-             + (f" — {c.lines[-1]}" if c.lines else "")
-             for c in run.gates if c.step == step and c.after_batch == batch]
+    latest = {c.name: c for c in run.gates if c.step == step and c.after_batch == batch}
+    gates = [figure(c) for c in latest.values()]  # a step re-run judges again: the newest
     return Judgment(hold=hold_of(step, batch), step=step, after_batch=batch, batches=batches,
                     since=now, timeout=config.timeout,
                     on_timeout=Verdict(config.on_timeout), approvers=list(config.approvers),

@@ -207,3 +207,32 @@ def test_retention_keeps_what_the_sink_has_not_shipped(
     report = trim()
     assert (report.audit, report.held_for_sink) == (7, False)
     assert stream_keys(store) == []
+
+
+def test_a_gate_judged_entry_reaches_the_sink_with_its_samples_masked(
+        store: Store, siem: SiemStandin, redis_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate's samples are the measured system's words (series labels): the sink's door
+    masks a secret in them as in any other entry, keeping the entry's JSON and every other
+    figure of the sample (value, bound, round) as they were."""
+    from agents.run.record import GateCheck
+    from tools.gates import GateSample
+
+    leaky = GateSample(query="ratio", series=f'{{dsn="{CANARY}", series="b"}}', value="0.5",
+                       bound="must be ≥ 0.99", at=1.0, round=1, ok=False, problem="below 0.99")
+    check = GateCheck(name="ratio", step="ship", after_batch=1, batches=3, ok=False,
+                      reason="1 failed round(s), limit 0; worst: " + leaky.line(1),
+                      samples=[leaky], samples_total=1, lines=[leaky.line(1)])
+    store.audit.record("gate_judged", actor="w1", run_id="run-g", step="ship",
+                       status="failed", error=check.reason, gate=check.model_dump(mode="json"))
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert main(["audit", "ship", "--once", "--config",
+                 sink_config(tmp_path, webhook(siem.url))]) == 0
+    [line] = siem.received()
+    assert CANARY not in json.dumps(line) and line.get("masked") is True
+    shipped = json.loads(line["details"])["gate"]
+    [sample] = shipped["samples"]
+    assert sample["series"] == '{dsn="[REDACTED]", series="b"}'
+    assert (sample["value"], sample["bound"], sample["round"], sample["ok"]) == \
+        ("0.5", "must be ≥ 0.99", 1, False)
+    assert verify_copy([line]).ok

@@ -9,64 +9,27 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures.polling import wait_until
-from tests.fixtures.prometheus import Prometheus
-from tests.fixtures.sample import free_port
+from tests.fixtures.prometheus import Metrics, Prometheus, expose
 from tools.runners.gate import GateCommandResult, GateRunner
-
-
-class Metrics(ThreadingHTTPServer):
-    """Serves ``text`` at /metrics (Prometheus' text format)."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", free_port()), _MetricsHandler)
-        self.text = ""
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class _MetricsHandler(BaseHTTPRequestHandler):
-    server: Metrics
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        body = self.server.text.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Metrics, Prometheus]]:
     metrics = Metrics()
-    server = Prometheus(tmp_path_factory.mktemp("prom"), {"app": (metrics.server_address[1],
-                                                                  "test")})
+    server = Prometheus(tmp_path_factory.mktemp("prom"), {"app": (metrics.port, "test")})
     yield metrics, server
     server.stop()
-    metrics.shutdown()
-    metrics.server_close()
+    metrics.close()
 
 
 def _expose(scraped: tuple[Metrics, Prometheus], **series: str) -> None:
-    """Serve ``ratio{series=NAME} VALUE`` for each, and wait until Prometheus has it."""
     metrics, prom = scraped
-    metrics.text = "".join(f'ratio{{series="{k}"}} {v}\n' for k, v in series.items())
-    want = dict(series)
-
-    def seen() -> bool:
-        got = {r["metric"]["series"]: r["value"][1] for r in prom.query("ratio")}
-        return got == want
-
-    wait_until(seen, timeout=20, what=f"Prometheus to scrape {want}")
+    expose(metrics, prom, **series)
 
 
 def _gate(url: str, timeout: float = 10, **fields: Any) -> GateCommandResult:

@@ -191,3 +191,68 @@ tools:
     assert (check.name, check.step, check.ok) == ("healthy_ratio", "judge", False)
     assert sorted(s.value for s in check.samples) == ["0", "1"]
     assert 'instance="b"} = 0' in (check.reason or "")
+
+
+def test_a_gate_step_records_its_samples_redacted(tmp_path: Path, answers: Answers) -> None:
+    """Series labels are the measured system's words: a credential in one is masked in the
+    run's record of the gate (samples, lines and reason alike), not only at the sinks."""
+    config = make_config(tmp_path, tools=f"""
+tools:
+  healthy_ratio:
+    description: every instance answers
+    gate: {{kind: prometheus, url: "{answers.url}", query: "up", min: 1, interval: 0}}
+""")
+    answers.routes["/api/v1/query"] = 200, {"status": "success", "data": {
+        "resultType": "vector", "result": [{"metric": {"dsn": "postgres://app:hunter2@db"},
+                                            "value": [time.time(), "0"]}]}}
+    run = make_executor(config).execute(make_plan([{"id": "judge", "tool": "healthy_ratio",
+                                                    "params": {}}]))
+    [check] = run.gates
+    assert "hunter2" not in check.model_dump_json()
+    assert check.samples[0].series == '{dsn="postgres://app:[REDACTED]@db"}'
+
+
+def _sample(series: str, value: str, round_no: int, *, ok: bool = True) -> Any:
+    from tools.gates import GateSample
+
+    return GateSample(query="ratio", series=series, value=value, bound="must be ≥ 0.99",
+                      at=1.0, round=round_no, ok=ok, problem=None if ok else "below 0.99")
+
+
+def test_a_gates_figure_names_every_series_of_its_last_round() -> None:
+    """What a go/no-go shows of a gate: each series' last value against the bound, failed
+    samples a failure_limit tolerated, and the lines of a gate with no samples."""
+    from agents.run.gates import FIGURE_SERIES, figure
+    from agents.run.record import GateCheck
+
+    samples = [_sample('{s="a"}', "0.5", 1, ok=False), _sample('{s="b"}', "1", 1),
+               _sample('{s="a"}', "0.995", 2), _sample('{s="b"}', "1", 2)]
+    check = GateCheck(name="ratio", step="ship", after_batch=1, batches=3, ok=True,
+                      samples=samples, samples_total=4)
+    assert figure(check) == (
+        'ratio after batch 1 of 3: passed — 4 sample(s); round 2: {s="a"} = 0.995, '
+        '{s="b"} = 1 (must be ≥ 0.99); 1 failed sample(s) tolerated (failure_limit), '
+        'first: ✗ sample 1/2 {s="a"} = 0.5 (must be ≥ 0.99) at 00:00:01Z: below 0.99')
+    many = [_sample(f'{{s="{n}"}}', "1", 1) for n in range(FIGURE_SERIES + 3)]
+    assert figure(check.model_copy(update={"samples": many, "samples_total": len(many)})) \
+        .endswith(f'{{s="{FIGURE_SERIES - 1}"}} = 1 and 3 more series (must be ≥ 0.99)')
+    http = GateCheck(name="healthy", step="ship", after_batch=2, batches=3, ok=True,
+                     lines=["✓ GET http://x/health → 200 (expected 200)", "✓ body matches 'ok'"])
+    assert figure(http) == ("healthy after batch 2 of 3: passed — ✓ GET http://x/health → "
+                            "200 (expected 200); ✓ body matches 'ok'")
+
+
+def test_a_large_gate_keeps_its_failed_samples_then_its_newest_rounds() -> None:
+    from agents.run.gates import MAX_SAMPLES, gate_check
+    from tools.gates import GateResult
+    from tools.runners.gate import GateCommandResult
+
+    rounds = 3
+    samples = [_sample(f'{{s="{n}"}}', "1", r) for r in range(1, rounds + 1)
+               for n in range(MAX_SAMPLES // 2)]
+    samples[5] = _sample('{s="5"}', "0.5", 1, ok=False)
+    result = GateCommandResult(exit_code=0, tail="", duration=0.1,
+                               gate=GateResult(True, samples=samples))
+    kept = gate_check("ratio", "ship", result, after_batch=1, batches=1).samples
+    assert len(kept) == MAX_SAMPLES and not kept[0].ok
+    assert {s.round for s in kept[1:]} == {rounds, rounds - 1}  # the newest, whole rounds
