@@ -1,13 +1,18 @@
 """Layout figures of agents/ (not a speed bench): top-level modules, modules per sub-package,
-floors of the unit-level import graph, arrows between units and two-way pairs. A unit is a
-sub-package or a top-level module; issue 28's before/after figures come from this.
+floors of the unit-level import graph, arrows between units and two-way pairs, and the
+store: public methods of the connection and of each noun it hands out, and which nouns the
+modules handed the whole store reach for. A unit is a sub-package or a top-level module;
+issue 28's before/after figures come from this.
 
-Run: python -m bench.layout [ROOT]
+Run: python -m bench.layout [ROOT]    (ROOT: a checkout, e.g. ``git archive 41178ad^``)
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -61,6 +66,55 @@ def main(root: Path) -> None:
           sum(len(v) for v in arrows.values()), " two-way pairs:", sorted(pairs))
     for number in range(max(floors.values()) + 1):
         print(f"  floor {number}:", sorted(u for u in units if floors[u] == number))
+    between = sorted(f"{a}→{b}" for a in arrows for b in arrows[a]
+                     if a in packages and b in packages)
+    print(f"arrows between sub-packages: {len(between)}", " ".join(between))
+    store_parts(root)
+
+
+def _public(cls: type, skip: tuple[type, ...] = ()) -> list[str]:
+    """Public methods (not properties, not classmethod constructors) ``cls`` has from
+    agents.store, leaving out those of ``skip``."""
+    owners = [c for c in cls.__mro__ if c.__module__.startswith("agents.store") and c not in skip]
+    return sorted({n for c in owners for n, v in vars(c).items() if not n.startswith("_")
+                   and (inspect.isfunction(v) or isinstance(v, staticmethod))})
+
+
+def store_parts(root: Path) -> None:
+    """The store as its callers see it: an object of methods, or a connection and nouns."""
+    sys.path.insert(0, str(root))
+    store_module = importlib.import_module("agents.store")
+    store = store_module.Store.connect(None)
+    base = importlib.import_module("agents.store._redis")
+    part: type | None = getattr(base, "Part", None)  # None before the nouns
+    nouns = {n: type(v) for n, v in vars(store).items()
+             if part is not None and isinstance(v, part)}
+    mixins = [c.__name__ for c in type(store).__mro__[1:]
+              if c.__module__.startswith("agents.store")]
+    print(f"Store: {len(_public(type(store)))} public methods; bases: {', '.join(mixins)}")
+    if part is not None:
+        print(f"  every noun also forwards {len(_public(part))} of the connection's "
+              f"(Part: {', '.join(_public(part))})")
+    skip: tuple[type, ...] = (part,) if part is not None else ()
+    for name, cls in nouns.items():
+        print(f"  store.{name} ({cls.__name__}): {len(_public(cls, skip))}")
+    holders = _whole_store_holders(root, set(nouns))
+    print(f"modules handed the whole Store: {len(holders)}")
+    for module, used in sorted(holders.items()):
+        print(f"  {module}: {' '.join(sorted(used)) or '-'}")
+
+
+def _whole_store_holders(root: Path, nouns: set[str]) -> dict[str, set[str]]:
+    """Modules outside agents/store that import ``Store``, and the nouns they reach for."""
+    found: dict[str, set[str]] = {}
+    for top in ("agents", "bot", "tools"):
+        for path in (root / top).rglob("*.py"):
+            text = path.read_text()
+            if not path.is_relative_to(root / "agents" / "store") and any(
+                    isinstance(n, ast.ImportFrom) and n.module == "agents.store"
+                    and "Store" in {a.name for a in n.names} for n in ast.walk(ast.parse(text))):
+                found[_module(root, path)] = set(re.findall(r"store\.(\w+)", text)) & nouns
+    return found
 
 
 if __name__ == "__main__":
