@@ -38,6 +38,33 @@ def _unit(root: Path, module: str) -> str:
         (parts[1] if len(parts) > 1 else "agents")
 
 
+def _reachable(arrows: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(arrows[start])
+    while todo:
+        unit = todo.pop()
+        if unit not in seen:
+            seen.add(unit)
+            todo += arrows[unit]
+    return seen
+
+
+def _floors(units: set[str], arrows: dict[str, set[str]]) -> dict[str, int]:
+    """Each unit's floor: 0 imports no other unit, n imports one on floor n-1. Units in a
+    cycle share one floor (the cycle is one unit), so the figure does not depend on order."""
+    reach = {u: _reachable(arrows, u) for u in units}
+    cycle = {u: frozenset({u} | {v for v in reach[u] if u in reach[v]}) for u in units}
+    memo: dict[frozenset[str], int] = {}
+
+    def floor(group: frozenset[str]) -> int:
+        if group not in memo:
+            below = {cycle[d] for u in group for d in arrows[u]} - {group}
+            memo[group] = 1 + max((floor(g) for g in below), default=-1)
+        return memo[group]
+
+    return {u: floor(cycle[u]) for u in units}
+
+
 def main(root: Path) -> None:
     files = {_module(root, f): f for f in (root / "agents").rglob("*.py")}
     arrows: dict[str, set[str]] = defaultdict(set)
@@ -46,17 +73,7 @@ def main(root: Path) -> None:
             if _unit(root, dep) != _unit(root, module):
                 arrows[_unit(root, module)].add(_unit(root, dep))
     units = {_unit(root, m) for m in files}
-    floors: dict[str, int] = {}
-
-    def floor(unit: str, seen: tuple[str, ...] = ()) -> int:
-        if unit not in floors:
-            floors[unit] = 0  # a cycle counts once
-            below = [floor(d, (*seen, unit)) for d in arrows[unit] if d not in seen]
-            floors[unit] = 1 + max(below, default=-1)
-        return floors[unit]
-
-    for unit in units:
-        floor(unit)
+    floors = _floors(units, arrows)
     packages = Counter(_unit(root, m) for m in files
                        if m.count(".") >= 1 and (root / "agents" / m.split(".")[1]).is_dir())
     pairs = {tuple(sorted((a, b))) for a in arrows for b in arrows[a] if a in arrows[b]}
