@@ -136,6 +136,12 @@ def finish(current: Span, *, ok: bool, **attributes: AttributeValue | None) -> N
     current.set_status(Status(StatusCode.OK if ok else StatusCode.ERROR))
 
 
+def event(name: str, attributes: Attributes) -> None:
+    """Note something that happened inside the current span (a retry): names and counts."""
+    trace.get_current_span().add_event(
+        name, {k: v for k, v in attributes.items() if v is not None})
+
+
 def failed(current: Span, why: str) -> None:
     """Mark a span's work as failed, saying why (redacted: descriptions are exported)."""
     current.set_status(Status(StatusCode.ERROR, why))

@@ -1,13 +1,18 @@
 """Layout figures of agents/ (not a speed bench): top-level modules, modules per sub-package,
-floors of the unit-level import graph, arrows between units and two-way pairs. A unit is a
-sub-package or a top-level module; issue 28's before/after figures come from this.
+floors of the unit-level import graph, arrows between units and two-way pairs, and the
+store: public methods of the connection and of each noun it hands out, and which nouns the
+modules handed the whole store reach for. A unit is a sub-package or a top-level module;
+issue 28's before/after figures come from this.
 
-Run: python -m bench.layout [ROOT]
+Run: python -m bench.layout [ROOT]    (ROOT: a checkout, e.g. ``git archive 41178ad^``)
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -33,6 +38,33 @@ def _unit(root: Path, module: str) -> str:
         (parts[1] if len(parts) > 1 else "agents")
 
 
+def _reachable(arrows: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(arrows[start])
+    while todo:
+        unit = todo.pop()
+        if unit not in seen:
+            seen.add(unit)
+            todo += arrows[unit]
+    return seen
+
+
+def _floors(units: set[str], arrows: dict[str, set[str]]) -> dict[str, int]:
+    """Each unit's floor: 0 imports no other unit, n imports one on floor n-1. Units in a
+    cycle share one floor (the cycle is one unit), so the figure does not depend on order."""
+    reach = {u: _reachable(arrows, u) for u in units}
+    cycle = {u: frozenset({u} | {v for v in reach[u] if u in reach[v]}) for u in units}
+    memo: dict[frozenset[str], int] = {}
+
+    def floor(group: frozenset[str]) -> int:
+        if group not in memo:
+            below = {cycle[d] for u in group for d in arrows[u]} - {group}
+            memo[group] = 1 + max((floor(g) for g in below), default=-1)
+        return memo[group]
+
+    return {u: floor(cycle[u]) for u in units}
+
+
 def main(root: Path) -> None:
     files = {_module(root, f): f for f in (root / "agents").rglob("*.py")}
     arrows: dict[str, set[str]] = defaultdict(set)
@@ -41,17 +73,7 @@ def main(root: Path) -> None:
             if _unit(root, dep) != _unit(root, module):
                 arrows[_unit(root, module)].add(_unit(root, dep))
     units = {_unit(root, m) for m in files}
-    floors: dict[str, int] = {}
-
-    def floor(unit: str, seen: tuple[str, ...] = ()) -> int:
-        if unit not in floors:
-            floors[unit] = 0  # a cycle counts once
-            below = [floor(d, (*seen, unit)) for d in arrows[unit] if d not in seen]
-            floors[unit] = 1 + max(below, default=-1)
-        return floors[unit]
-
-    for unit in units:
-        floor(unit)
+    floors = _floors(units, arrows)
     packages = Counter(_unit(root, m) for m in files
                        if m.count(".") >= 1 and (root / "agents" / m.split(".")[1]).is_dir())
     pairs = {tuple(sorted((a, b))) for a in arrows for b in arrows[a] if a in arrows[b]}
@@ -61,6 +83,55 @@ def main(root: Path) -> None:
           sum(len(v) for v in arrows.values()), " two-way pairs:", sorted(pairs))
     for number in range(max(floors.values()) + 1):
         print(f"  floor {number}:", sorted(u for u in units if floors[u] == number))
+    between = sorted(f"{a}→{b}" for a in arrows for b in arrows[a]
+                     if a in packages and b in packages)
+    print(f"arrows between sub-packages: {len(between)}", " ".join(between))
+    store_parts(root)
+
+
+def _public(cls: type, skip: tuple[type, ...] = ()) -> list[str]:
+    """Public methods (not properties, not classmethod constructors) ``cls`` has from
+    agents.store, leaving out those of ``skip``."""
+    owners = [c for c in cls.__mro__ if c.__module__.startswith("agents.store") and c not in skip]
+    return sorted({n for c in owners for n, v in vars(c).items() if not n.startswith("_")
+                   and (inspect.isfunction(v) or isinstance(v, staticmethod))})
+
+
+def store_parts(root: Path) -> None:
+    """The store as its callers see it: an object of methods, or a connection and nouns."""
+    sys.path.insert(0, str(root))
+    store_module = importlib.import_module("agents.store")
+    store = store_module.Store.connect(None)
+    base = importlib.import_module("agents.store._redis")
+    part: type | None = getattr(base, "Part", None)  # None before the nouns
+    nouns = {n: type(v) for n, v in vars(store).items()
+             if part is not None and isinstance(v, part)}
+    mixins = [c.__name__ for c in type(store).__mro__[1:]
+              if c.__module__.startswith("agents.store")]
+    print(f"Store: {len(_public(type(store)))} public methods; bases: {', '.join(mixins)}")
+    if part is not None:
+        print(f"  every noun also forwards {len(_public(part))} of the connection's "
+              f"(Part: {', '.join(_public(part))})")
+    skip: tuple[type, ...] = (part,) if part is not None else ()
+    for name, cls in nouns.items():
+        print(f"  store.{name} ({cls.__name__}): {len(_public(cls, skip))}")
+    holders = _whole_store_holders(root, set(nouns))
+    print(f"modules handed the whole Store: {len(holders)}")
+    for module, used in sorted(holders.items()):
+        print(f"  {module}: {' '.join(sorted(used)) or '-'}")
+
+
+def _whole_store_holders(root: Path, nouns: set[str]) -> dict[str, set[str]]:
+    """Modules outside agents/store that import ``Store``, and the nouns they reach for."""
+    found: dict[str, set[str]] = {}
+    for top in ("agents", "bot", "tools"):
+        for path in (root / top).rglob("*.py"):
+            text = path.read_text()
+            if not path.is_relative_to(root / "agents" / "store") and any(
+                    isinstance(n, ast.ImportFrom) and n.module == "agents.store"
+                    and "Store" in {a.name for a in n.names} for n in ast.walk(ast.parse(text))):
+                found[_module(root, path)] = set(re.findall(r"store\.(\w+)", text)) & nouns
+    return found
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_plans_total{planner}``      plans made
 ``deckhand_plan_latency_seconds``      planner latency by ``planner``
 ``deckhand_llm_tokens_total``          LLM tokens by ``model`` and ``kind`` (prompt/completion)
+``deckhand_llm_retries_total``         model calls retried by ``model`` and ``reason``
+                                       (rate_limited, server_error, timeout, connection)
 ``deckhand_timeline_uploads_total``    run timeline uploads by ``result`` (ok/failed)
 ``deckhand_deploys_per_day``           deploys per ``environment``, last 30 days (history)
 ``deckhand_change_failure_rate``       failed or undone deploys / deploys, per ``environment``
@@ -96,6 +98,9 @@ class Metrics:
                                       ["planner"], buckets=PLAN_BUCKETS, registry=r)
         self.llm_tokens = Counter("deckhand_llm_tokens", "LLM tokens used for plans",
                                   ["model", "kind"], registry=r)
+        self.llm_retries = Counter("deckhand_llm_retries",
+                                   "Model calls retried after a transient failure",
+                                   ["model", "reason"], registry=r)
         self.timeline_uploads = Counter("deckhand_timeline_uploads",
                                         "Run timeline uploads to Slack", ["result"], registry=r)
 
@@ -142,8 +147,16 @@ class Metrics:
         self.registry.register(_AuditSinkCollector(store))
 
     def observe_planner(self, planner: Any) -> Any:
-        """Wrap a planner so every plan it makes is counted (tokens, latency)."""
+        """Wrap a planner so every plan it makes is counted (tokens, latency), and so are
+        its model calls' retries."""
+        self.observe_retries(planner)
         return _ObservedPlanner(planner, self)
+
+    def observe_retries(self, planner: Any) -> None:
+        """Count the retried model calls of ``planner`` (one without a model has none)."""
+        observe = getattr(planner, "observe_retries", None)
+        if observe is not None:
+            observe(lambda model, reason: self.llm_retries.labels(model, reason).inc())
 
     def record_plan(self, plan: Plan) -> None:
         """Count a plan, its planner's latency and, for an LLM plan, its tokens."""

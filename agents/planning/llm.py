@@ -12,12 +12,15 @@ HTTP failures (429 honoring Retry-After, 5xx, timeouts, refused connections) are
 bounded number of times here, with the client built ``max_retries=0`` so this is the one
 layer. Why not the openai client's own retries: it ignores a Retry-After over 60 s and
 backs off instead (deckhand gives up at once and says "try later"), its sleep cannot be
-injected (tests must not sleep), and it reports no retry to our metrics or spans.
+injected (tests must not sleep), and it reports no retry to metrics or spans. Here each
+retry is a ``retry`` event on the call's ``chat`` span and goes to the observer a face
+installs (``observe_retries``: ``deckhand_llm_retries_total{model, reason}``).
 
 The ``chat`` spans are written here too, not by ``opentelemetry-instrumentation-openai-v2``:
-that package patches the client process-wide, captures message content before deckhand's
-redactor can see it (secrets in a prompt would reach the tracing backend), is a beta pinned
-to the openai 1.x API, and cannot put the prompt name and version on the span it makes.
+that package patches the client process-wide, sends message content as log events (a
+pipeline the redacting span exporter never sees: a secret a model echoed would reach the
+backend), is a beta pinned to the openai 1.x API, and cannot put the prompt name and
+version on the span it makes.
 
 ``agents.planning.planner.build_planner`` wires what deckhand runs: playbooks first, then this.
 """
@@ -56,6 +59,8 @@ log = logging.getLogger("deckhand.planner")
 T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 Message = dict[str, str]
+RetryObserver = Callable[[str, str], None]
+"""Told (model, reason) of each retried call: rate_limited, server_error, timeout, connection."""
 TEMPERATURE = 0.0
 
 
@@ -138,6 +143,12 @@ class LLMPlanner:
         self.redact = redact or Redactor.from_env(config.secrets)
         self.json_schema = True  # until the endpoint refuses it
         self.capture_content = capture_content
+        self._retried: RetryObserver = _unobserved
+
+    def observe_retries(self, observer: RetryObserver) -> None:
+        """Tell ``observer`` (model, reason) of every retried call: a face's metrics hook,
+        so agents never imports the metrics module."""
+        self._retried = observer
 
     @classmethod
     def from_settings(cls, config: Config, settings: Settings, **options: Any) -> LLMPlanner:
@@ -351,6 +362,10 @@ class LLMPlanner:
                     raise PlannerError(self._gave_up(exc, attempt)) from exc
                 log.warning("LLM endpoint %s: %s; retry %d of %d in %.1f s", self.endpoint,
                             _kind(exc), attempt, self.retry.attempts - 1, wait)
+                self._retried(self.model, _reason(exc))
+                tracing.event("retry", {"deckhand.retry.reason": _reason(exc),
+                                        "deckhand.retry.number": attempt,
+                                        "deckhand.retry.wait_s": wait})
                 self.retry.sleep(wait)
 
     def _checked_completion(self, completion: object) -> ChatCompletion:
@@ -524,6 +539,19 @@ def _retry_after(exc: openai.APIError) -> float | None:
     except ValueError:
         parsed = email.utils.parsedate_to_datetime(value) if value else None
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _reason(exc: openai.APIError) -> str:
+    """Why a call is retried, as a metric label (few values)."""
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limited"
+    if isinstance(exc, openai.APIStatusError):
+        return "server_error"
+    return "timeout" if isinstance(exc, openai.APITimeoutError) else "connection"
+
+
+def _unobserved(model: str, reason: str) -> None:
+    """No face is counting retries."""
 
 
 def _kind(exc: openai.APIError) -> str:

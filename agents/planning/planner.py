@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agents.config import Config
@@ -81,6 +81,11 @@ class CompositePlanner:
 
     def __init__(self, playbooks: PlaybookPlanner, llm: LLMPlanner | None = None):
         self.playbooks, self.llm = playbooks, llm
+
+    def observe_retries(self, observer: Callable[[str, str], None]) -> None:
+        """Tell ``observer`` (model, reason) of every retried model call (no LLM: none)."""
+        if self.llm is not None:
+            self.llm.observe_retries(observer)
 
     def plan_with(self, request: str, *, requested_by: str, params: Mapping[str, str]) -> Plan:
         """``request`` with parameters set explicitly (``-e``): the playbook that takes them,

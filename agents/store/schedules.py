@@ -14,7 +14,7 @@ from agents.errors import AmbiguousId, NotFound
 from agents.ids import normalize
 from agents.schedules.keys import ATTEMPTS, OccurrenceState, OccurrenceStatus
 from agents.schedules.model import Schedule
-from agents.store._redis import RedisBase, Write
+from agents.store._redis import Part, Write
 
 ScheduleChange = Callable[[Schedule], None]
 """Edits a schedule in place; raise ``Unchanged`` to write nothing."""
@@ -24,17 +24,13 @@ class Unchanged(Exception):  # noqa: N818 - a control signal, not an error
     """Raised by a change to leave the schedule as it is."""
 
 
-class ScheduleBook:
-    """Schedules through a store's client, keys and helpers. Every write is atomic."""
-
-    def __init__(self, store: RedisBase):
-        self.store = store
-        self.r = store.r
-        self.keys = store.keys
+class ScheduleBook(Part):
+    """The store's ``schedules``: records, their index and occurrence claims. Every write
+    is atomic."""
 
     def create(self, schedule: Schedule) -> Schedule:
         """Store and index a new schedule, all or nothing; a taken id is replaced in place."""
-        schedule.id = self.store.create_unique(
+        schedule.id = self.create_unique(
             "sch", schedule.id, lambda schedule_id: [self.keys.schedule(schedule_id)],
             lambda pipe, schedule_id: self._write_new(pipe, schedule, schedule_id))
         return schedule
@@ -51,7 +47,7 @@ class ScheduleBook:
         return True
 
     def get(self, schedule_id: str) -> Schedule:
-        with self.store.errors():
+        with self.errors():
             raw = self.r.get(self.keys.schedule(schedule_id))
         if raw is None:
             raise NotFound(f"no schedule {schedule_id} — `schedules list` shows them")
@@ -73,14 +69,14 @@ class ScheduleBook:
 
     def all(self) -> list[Schedule]:
         """Every schedule, oldest first."""
-        with self.store.errors():
+        with self.errors():
             ids = cast(list[bytes], self.r.zrange(self.keys.schedules(), 0, -1))
             raws = self.r.mget([self.keys.schedule(i.decode()) for i in ids]) if ids else []
         return [Schedule.model_validate_json(raw) for raw in raws if raw]
 
     def version(self) -> int:
         """Bumped by every change; replicas compare it to know when to rebuild."""
-        with self.store.errors():
+        with self.errors():
             return int(self.r.get(self.keys.schedules_version()) or 0)
 
     def update(self, schedule_id: str, change: ScheduleChange) -> Schedule | None:
@@ -90,7 +86,7 @@ class ScheduleBook:
             return [lambda pipe: pipe.incr(self.keys.schedules_version())]
 
         try:
-            return self.store.update_record(
+            return self.update_record(
                 self.keys.schedule(schedule_id), Schedule, changed,
                 missing=f"no schedule {schedule_id} — `schedules list` shows them")
         except Unchanged:
@@ -111,13 +107,13 @@ class ScheduleBook:
             pipe.execute()
             return Schedule.model_validate_json(raw)
 
-        return self.store.cas([key], attempt, busy=f"schedule {schedule_id}")
+        return self.cas([key], attempt, busy=f"schedule {schedule_id}")
 
     def claim(self, schedule_id: str, fire_time: datetime, *, owner: str,
               ttl: timedelta, kind: str = "fired") -> bool:
         """True for exactly one caller per (schedule, fire time, kind), across replicas."""
         key = self.keys.schedule_claim(schedule_id, kind, fire_time.astimezone(UTC).isoformat())
-        with self.store.errors():
+        with self.errors():
             return bool(self.r.set(key, owner, nx=True, px=int(ttl.total_seconds() * 1000)))
 
     def mark_fired(self, schedule_id: str, fire_time: datetime, coalesced: int) -> Schedule | None:
@@ -165,7 +161,7 @@ class ScheduleBook:
             pipe.execute()
             return True
 
-        return self.store.cas([claim], attempt, busy=f"occurrence {schedule_id} {iso}")
+        return self.cas([claim], attempt, busy=f"occurrence {schedule_id} {iso}")
 
     def renew_lease(self, schedule_id: str, fire_time: datetime, *, owner: str,
                     lease: timedelta) -> bool:
@@ -180,10 +176,10 @@ class ScheduleBook:
             pipe.execute()
             return True
 
-        return self.store.cas([key], attempt, busy=f"lease {key}")
+        return self.cas([key], attempt, busy=f"lease {key}")
 
     def occurrence(self, schedule_id: str, fire_time: datetime) -> OccurrenceState | None:
-        with self.store.errors():
+        with self.errors():
             raw = self.r.get(self.keys.schedule_claim(schedule_id, "occurrence", _iso(fire_time)))
         return OccurrenceState.model_validate_json(raw) if raw else None
 
@@ -203,11 +199,11 @@ class ScheduleBook:
             self._close(pipe, key, state, iso)
             return True
 
-        return self.store.cas([key], attempt, busy=f"occurrence {schedule_id} {iso}")
+        return self.cas([key], attempt, busy=f"occurrence {schedule_id} {iso}")
 
     def abandoned_occurrences(self) -> list[tuple[str, datetime]]:
         """Open occurrences whose lease has lapsed (their claimer stopped)."""
-        with self.store.errors():
+        with self.errors():
             raw = cast(list[bytes], self.r.zrange(self.keys.schedules_open(), 0, -1))
             open_ = [tuple(m.decode().split(" ", 1)) for m in raw]
             held = [self.r.exists(self.keys.schedule_claim(sid, "lease", iso))
@@ -250,7 +246,7 @@ class ScheduleBook:
             pipe.execute()
             return state
 
-        return self.store.cas([key, lease_key], attempt, busy=f"occurrence {schedule_id} {iso}")
+        return self.cas([key, lease_key], attempt, busy=f"occurrence {schedule_id} {iso}")
 
     def _close(self, pipe: Pipeline, key: str, state: OccurrenceState, iso: str) -> None:
         pipe.multi()

@@ -154,7 +154,9 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     stop = threading.Event()
     _ship_audit(services, worker.name, stop)
     _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
-    reload_on_sighup(services, actor=worker.name, stop=stop)
+    reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
+                     adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
+                     if metrics else [])
     announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
                       f"drains: the current run finishes, no new one starts; SIGHUP reloads "
                       f"the config")
@@ -198,6 +200,7 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
     from bot.metrics import Metrics
 
     metrics = Metrics()
+    metrics.observe_retries(services.planner)  # replans call the model from workers
     metrics.watch_queue(services.store)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
     if services.config.audit.sink is not None:

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.config import Config
 from agents.ids import short_id
 from agents.plan.model import Plan
-from agents.planning.planner import LLMPlanner
+from agents.planning.planner import CompositePlanner, LLMPlanner, RetryPolicy
 from agents.planning.prompt import plan_to_wire
 from agents.policy.rules import Policy
 from agents.requests.playbooks import PlaybookPlanner
@@ -290,6 +290,34 @@ def test_llm_tokens_and_latency_are_counted(sample_config: Config,
     assert _metric(text, "deckhand_llm_tokens_total", model="standin-model",
                    kind="completion") == 300.0
     assert _metric(text, "deckhand_plan_latency_seconds_count", planner="llm") == 1.0
+
+
+def test_llm_retries_are_counted_by_model_and_reason(sample_config: Config,
+                                                     openai_standin: OpenAIStandin) -> None:
+    playbooks = PlaybookPlanner(sample_config.playbooks)
+    request = "get v2.3.1 onto the staging boxes after lunch"
+    assert playbooks.match(request) is None  # the model plans it
+    openai_standin.reply_error(429, "slow down", headers={"retry-after": "0"})
+    openai_standin.reply_error(503, "overloaded")
+    openai_standin.reply_json(plan_to_wire(playbooks.plan("deploy v2.3.1 to staging",
+                                                          requested_by="gold")))
+    client = openai.OpenAI(api_key=API_KEY, base_url=openai_standin.base_url, max_retries=0)
+    sleeps: list[float] = []
+    llm = LLMPlanner(sample_config, client=client, model="standin-model",
+                     retry=RetryPolicy(attempts=3, base_delay=0.25, sleep=sleeps.append))
+    metrics = Metrics()
+    planner = metrics.observe_planner(CompositePlanner(playbooks, llm))
+
+    planner.plan(request, requested_by="U1")
+
+    assert sleeps == [0.0, 0.5] and len(openai_standin.requests) == 3
+    text = _exposition(metrics)
+    assert _metric(text, "deckhand_llm_retries_total", model="standin-model",
+                   reason="rate_limited") == 1.0
+    assert _metric(text, "deckhand_llm_retries_total", model="standin-model",
+                   reason="server_error") == 1.0
+    assert _metric(text, "deckhand_llm_retries_total", model="standin-model",
+                   reason="timeout") is None
 
 
 def _exposition(metrics: Metrics) -> str:

@@ -337,3 +337,25 @@ def test_each_model_call_is_a_genai_span_naming_the_prompt_version(
     assert "put v2.3.1 on staging" in sent[1]["parts"][0]["content"]  # the request, redacted
     (answer,) = json.loads(attributes["gen_ai.output.messages"])
     assert answer["finish_reason"] == "stop" and '"steps"' in answer["parts"][0]["content"]
+
+
+def test_a_retried_model_call_says_so_on_its_span(tmp_path: Path, openai_standin: OpenAIStandin,
+                                                  otlp: Receiver) -> None:
+    config = _config(tmp_path)
+    openai_standin.reply_error(429, "slow down", headers={"retry-after": "0"})
+    openai_standin.reply_json(_wire(config))
+    env = {**os.environ, "OPENAI_API_KEY": API_KEY, "OPENAI_BASE_URL": openai_standin.base_url,
+           "OPENAI_MODEL": "standin-model", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "PYTHONPATH": str(ROOT)}
+    env.pop("REDIS_URL", None)
+    request = "get v2.3.1 onto the staging boxes after lunch"  # no playbook takes it
+    done = subprocess.run([sys.executable, "-m", "bot.cli", "plan", request, "--config",
+                           str(config.path), "--format", "json"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    (call,) = wait_until(lambda: otlp.named("chat standin-model"), what="the model call's span")
+    assert call.status == 1 and len(openai_standin.requests) == 2  # one span, two requests
+    assert call.events == [("retry", {"deckhand.retry.reason": "rate_limited",
+                                      "deckhand.retry.number": 1,
+                                      "deckhand.retry.wait_s": 0.0})]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,3 +120,49 @@ def test_same_floor_units_stay_apart() -> None:
                       and floor[_unit(d) or ""] == floor[_unit(m) or ""]
                       and _unit(d) not in ("errors", "ids", "logcontext", "tracing"))
     assert not sideways, "imports within a floor:\n" + "\n".join(sideways)
+
+
+# README's "Where to find things" names every module under its package, agents/ by floor.
+MAPPED_AS_A_WHOLE = ("bot/cli", "bot/slack/listeners")  # one module per command group / surface
+_FILE = re.compile(r"(?<![\w/.])(\w+\.py)\b")
+
+
+def _readme_map() -> list[tuple[str, str]]:
+    """(package, line) for each line of README's module map: a package heading (``agents/``
+    at column 0, ``  plan/`` at column 2) opens a package; a module line at column 2 goes
+    back to the top package; continuation lines belong to what they continue."""
+    block = (ROOT / "README.md").read_text().split("Where to find things:", 1)[1]
+    lines, top, package = block.split("```")[1].splitlines()[1:], "", ""
+    out = []
+    for line in lines:
+        indent, head = len(line) - len(line.lstrip()), (line.split() or [""])[0]
+        if indent == 0:
+            top = package = head.rstrip("/")
+        elif indent == 2:
+            package = f"{top}/{head.rstrip('/')}" if head.endswith("/") else top
+        out.append((package, line))
+    return out
+
+
+def test_readme_maps_every_module_and_no_other() -> None:
+    named: dict[str, set[str]] = {}
+    for package, line in _readme_map():
+        named.setdefault(package, set()).update(_FILE.findall(line))
+    files = {(str(f.parent.relative_to(ROOT)), f.name) for top in PACKAGES
+             for f in (ROOT / top).rglob("*.py") if f.name not in ("__init__.py", "__main__.py")
+             and not str(f.parent.relative_to(ROOT)).startswith(MAPPED_AS_A_WHOLE)}
+    mapped = {(package, name) for package, names in named.items() for name in names}
+    assert not files - mapped, f"modules README's map leaves out: {sorted(files - mapped)}"
+    assert not mapped - files, f"README maps modules that are not there: {sorted(mapped - files)}"
+
+
+def test_readme_lists_agents_by_floor_bottom_first() -> None:
+    floor = {u: i for i, units in enumerate(AGENT_FLOORS) for u in units}
+    order: list[str] = []
+    for package, line in _readme_map():
+        found = [package.split("/")[1]] if package.startswith("agents/") else [
+            name.removesuffix(".py") for name in _FILE.findall(line)] if package == "agents" else []
+        order += [u for u in found if u in floor and u not in order]
+    assert set(order) == set(floor), f"not in README's map: {set(floor) - set(order)}"
+    floors = [floor[u] for u in order]
+    assert floors == sorted(floors), f"README's agents/ order is not by floor: {order}"
