@@ -9,6 +9,7 @@ below, installed when this module is imported).
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -51,9 +52,10 @@ _RULES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
      r"\1" + MASK),
     (("@",), re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
     # Signed URLs: the signature or key in the query string is the credential.
+    # ``&amp;`` too: a Slack message is escaped before its door redacts it.
     (("sig", "key=", "access_token=", "code=", "auth="), re.compile(
-        r"(?i)([?&](?:sig|signature|x-amz-signature|x-goog-signature|access_token|code|key|"
-        r"auth)=)[^&#\s\"'<>]{1,2048}"), r"\1" + MASK),
+        r"(?i)((?:[?&]|&amp;)(?:sig|signature|x-amz-signature|x-goog-signature|access_token|"
+        r"code|key|auth)=)[^&#\s\"'<>]{1,2048}"), r"\1" + MASK),
 ]
 
 # What a (?i) pattern treats as the same letter, where str.lower() does not: the cues are
@@ -80,7 +82,10 @@ class Redactor:
     """Masks known secret values and anything shaped like a credential."""
 
     def __init__(self, secrets: Iterable[str] = ()):
-        self._values = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+        values = {s for s in secrets if s and len(s) >= 6}
+        # Also as Slack's mrkdwn escaping writes them (& < >): its door sees escaped text.
+        values |= {html.escape(s, quote=False) for s in values}
+        self._values = sorted(values, key=len, reverse=True)
 
     @classmethod
     def from_env(cls, extra: Iterable[str] = ()) -> Redactor:
