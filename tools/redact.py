@@ -18,6 +18,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from tools.visible import visible
+
 MASK = "[REDACTED]"
 
 # (cue, pattern, replacement): labels such as "password=" are kept, only the value is masked.
@@ -191,16 +193,19 @@ def active(text: str) -> str:
 
 
 def _redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
-    """The log door: every record is made with its message (and traceback) redacted, so no
-    handler, formatter or test capture ever sees the raw text."""
+    """The log door: every record is made with its message (and traceback) redacted, and
+    control characters and bidi overrides written out (``tools.visible``: a log line on a
+    terminal is the terminal's border too), so no handler, formatter or test capture ever
+    sees the raw text."""
     record = _BASE_FACTORY(*args, **kwargs)
     try:
         message = record.getMessage()
     except (TypeError, ValueError):  # a malformed call: logging reports it when formatting
         return record
-    record.msg, record.args = active(message), None
+    record.msg, record.args = visible(active(message)), None
     if record.exc_info and record.exc_text is None:
-        record.exc_text = active("".join(traceback.format_exception(*record.exc_info)).rstrip())
+        text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        record.exc_text = visible(active(text))
     return record
 
 
