@@ -188,7 +188,8 @@ def test_a_failing_release_leaks_into_no_store_terminal_span_log_or_audit_sink(
 
 
 def wait_for_spans(otlp: Receiver) -> None:
-    wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")
+    wait_until(lambda: otlp.named("deckhand.run") and otlp.named("deckhand.request")
+               and otlp.named("deckhand.host"), what="the request's, run's and hosts' spans")
 
 
 def test_log_records_are_redacted_for_every_handler(caplog: pytest.LogCaptureFixture,
