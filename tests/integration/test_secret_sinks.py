@@ -197,7 +197,8 @@ def test_log_records_are_redacted_for_every_handler(caplog: pytest.LogCaptureFix
     build_services(config, store=store)  # activates the config's secrets for the log door
     caplog.set_level(logging.DEBUG)
     log = logging.getLogger("deckhand.test")
-    log.warning("step failed: %s", LINE.replace("$1", WEBHOOK))
+    log.warning("step failed: %s\n%s", LINE.replace("$1", WEBHOOK),
+                f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n-----END OPENSSH PRIVATE KEY-----")
     try:
         raise RuntimeError(f"boom {CONFIGURED} {SECRETS['github token']}")
     except RuntimeError:
