@@ -9,6 +9,7 @@ below, installed when this module is imported).
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -16,6 +17,8 @@ import re
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from tools.visible import visible
 
 MASK = "[REDACTED]"
 
@@ -51,9 +54,10 @@ _RULES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
      r"\1" + MASK),
     (("@",), re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
     # Signed URLs: the signature or key in the query string is the credential.
+    # ``&amp;`` too: a Slack message is escaped before its door redacts it.
     (("sig", "key=", "access_token=", "code=", "auth="), re.compile(
-        r"(?i)([?&](?:sig|signature|x-amz-signature|x-goog-signature|access_token|code|key|"
-        r"auth)=)[^&#\s\"'<>]{1,2048}"), r"\1" + MASK),
+        r"(?i)((?:[?&]|&amp;)(?:sig|signature|x-amz-signature|x-goog-signature|access_token|"
+        r"code|key|auth)=)[^&#\s\"'<>]{1,2048}"), r"\1" + MASK),
 ]
 
 # What a (?i) pattern treats as the same letter, where str.lower() does not: the cues are
@@ -80,7 +84,10 @@ class Redactor:
     """Masks known secret values and anything shaped like a credential."""
 
     def __init__(self, secrets: Iterable[str] = ()):
-        self._values = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+        values = {s for s in secrets if s and len(s) >= 6}
+        # Also as Slack's mrkdwn escaping writes them (& < >): its door sees escaped text.
+        values |= {html.escape(s, quote=False) for s in values}
+        self._values = sorted(values, key=len, reverse=True)
 
     @classmethod
     def from_env(cls, extra: Iterable[str] = ()) -> Redactor:
@@ -186,16 +193,19 @@ def active(text: str) -> str:
 
 
 def _redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
-    """The log door: every record is made with its message (and traceback) redacted, so no
-    handler, formatter or test capture ever sees the raw text."""
+    """The log door: every record is made with its message (and traceback) redacted, and
+    control characters and bidi overrides written out (``tools.visible``: a log line on a
+    terminal is the terminal's border too), so no handler, formatter or test capture ever
+    sees the raw text."""
     record = _BASE_FACTORY(*args, **kwargs)
     try:
         message = record.getMessage()
     except (TypeError, ValueError):  # a malformed call: logging reports it when formatting
         return record
-    record.msg, record.args = active(message), None
+    record.msg, record.args = visible(active(message)), None
     if record.exc_info and record.exc_text is None:
-        record.exc_text = active("".join(traceback.format_exception(*record.exc_info)).rstrip())
+        text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        record.exc_text = visible(active(text))
     return record
 
 

@@ -100,6 +100,7 @@ def view(environment: str, policy: Policy, inventory: Inventory) -> dict[str, An
     if environment == NO_ENVIRONMENT:
         answer = eligibility(of_scopes([UNSCOPED]), policy)
         hosts: list[str] = []
+        envs: list[str] = []
     elif environment in inventory.environments:
         hosts = list(inventory.environments[environment].hosts)
         envs = list(dict.fromkeys([environment, *covering(hosts, inventory)]))
@@ -107,8 +108,10 @@ def view(environment: str, policy: Policy, inventory: Inventory) -> dict[str, An
         answer = eligibility(PlanSubject(envs, reach, "", envs), policy)
     else:
         return None
-    rule, windows = answer.rule, _windows(policy.freeze, environment)
-    limits = policy.limits.get(environment)
+    # Freezes and limits of every environment sharing a host apply too (eligibility's
+    # freeze and limit checks read the same covering set), so they show here as well.
+    rule, windows = answer.rule, _windows(policy.freeze, environment, envs)
+    limits = "; ".join(policy.limits[e].describe(e) for e in envs if e in policy.limits)
     return {"who": answer.who(), "named": answer.candidates(),
             "needed": rule.min_approvals,
             "self_approval": rule.self_approval,
@@ -117,7 +120,7 @@ def view(environment: str, policy: Policy, inventory: Inventory) -> dict[str, An
             "approval_ttl": rule.approval_ttl, "lock": rule.lock,
             "after": policy.previous_stage(environment), "freezes": windows,
             "break_glass": _glass(policy) if windows else None,
-            "limits": limits.describe(environment) if limits else None, "hosts": hosts}
+            "limits": limits or None, "hosts": hosts}
 
 
 def _env_diff(name: str, old: tuple[Policy, Inventory], new: tuple[Policy, Inventory]
@@ -141,8 +144,17 @@ def _empty(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: [] if isinstance(v, list) else None for k, v in fields.items()}
 
 
-def _windows(windows: list[FreezeWindow], environment: str) -> list[str]:
-    return [_window(w) for w in windows if environment in w.environments]
+def _windows(windows: list[FreezeWindow], environment: str, covering: list[str]) -> list[str]:
+    """The windows that freeze a deploy to ``environment``: its own, and those of the
+    ``covering`` environments that share one of its hosts (said so)."""
+    out = []
+    for window in windows:
+        via = [e for e in window.environments if e in covering]
+        if environment in window.environments:
+            out.append(_window(window))
+        elif via:
+            out.append(f"{_window(window)} (via {', '.join(via)}: shares a host)")
+    return out
 
 
 def _window(window: FreezeWindow) -> str:

@@ -25,7 +25,7 @@ from bot.slack.bot import Bot, Directory
 from bot.slack.listeners import actions, commands, events, home, views, workflow
 from bot.slack.listeners import schedules as slack_schedules
 from bot.slack.listeners.common import register_once
-from bot.slack.redacting import RedactingWebClient
+from bot.slack.redacting import RedactingApp, RedactingWebClient
 from bot.slack.retries import web_api_retries
 from tools.errors import ConfigError, DeckhandError, Problem
 from tools.redact import Redactor
@@ -49,8 +49,9 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     client = client or make_client(settings, services.redact)
     secret = _required(settings.slack_signing_secret, "SLACK_SIGNING_SECRET",
                        "the app's signing secret (Basic Information page)")
-    app = _connect(lambda: App(client=client, signing_secret=secret,
-                               process_before_response=False, logger=_bolt_logger()),
+    app = _connect(lambda: RedactingApp(client=client, signing_secret=secret,
+                                        process_before_response=False,
+                                        logger=_bolt_logger(), redact=services.redact),
                    client, token_name="SLACK_BOT_TOKEN")
     bot = Bot(services, client, Directory(client))
     register_once(app, bot)

@@ -12,29 +12,15 @@ point (styles) or travel as control segments, so deckhand's colours still work.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import yaml
 from rich.segment import Segment
 
 from bot.terminal.door import RedactingConsole
+from tools.visible import INVISIBLE, visible
 
-INVISIBLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline) and C1 controls, ESC included
-    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides
-    "\u2028\u2029\ufeff\ufff9-\ufffb]")  # line/paragraph separators, BOM, annotations
-"""Characters a terminal acts on or reorders instead of showing."""
-
-
-def visible(text: str) -> str:
-    """``text`` with every :data:`INVISIBLE` character written out (``\\x1b``, ``\\u202e``)."""
-    return INVISIBLE.sub(_spelled, text)
-
-
-def _spelled(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+__all__ = ["INVISIBLE", "TerminalConsole", "visible", "yaml_for_terminal"]
 
 
 def yaml_for_terminal(text: str) -> str:

@@ -57,6 +57,11 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("request_deploy", {"plan_hash": "A" * 64}, "plan_hash"),
     ("run_status", {"run_id": "run 1; rm -rf /"}, "run_id"),
     ("approve", {"run_id": "run-1"}, ""),
+    ("request_deploy", {"plan_hash": "0" * 64, "channel": "#a b"}, "channel"),
+    ("judge_run", {"run_id": "run-1", "decision": "maybe"}, "decision"),
+    ("pause_run", {"run_id": "r" * 81}, "run_id"),
+    ("resume_run", {"run_id": ["run-1"]}, "run_id"),
+    ("stop_run", {}, "run_id"),
 ]
 
 

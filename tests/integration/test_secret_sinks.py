@@ -1,7 +1,7 @@
 """No planted secret reaches any sink: a release step that fails printing secrets of every
 kind is driven through real processes (the CLI over a real redis-server, an OTLP receiver,
 the Slack bot against its stand-in, the LLM planner against the OpenAI stand-in, the MCP
-tools), and every sink's bytes are searched for every secret — Redis key by key.
+tools, the audit sink's shipper against a SIEM stand-in), and every sink's bytes are searched for every secret — Redis key by key.
 
 The sinks × secrets matrix is ``SINKS`` × ``SECRETS``; each test asserts one row set.
 """
@@ -34,6 +34,7 @@ from bot.slack import blocks as bk
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
 from tests.fixtures.otlp import Receiver
 from tests.fixtures.polling import wait_until
+from tests.fixtures.siem_standin import SiemStandin
 from tests.fixtures.slack_standin import SlackStandin
 from tests.fixtures.slack_world import button, start_world
 from tests.integration.test_llm_planner import step, wire
@@ -150,9 +151,9 @@ def deckhand(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_a_failing_release_leaks_into_no_store_terminal_span_or_log(
+def test_a_failing_release_leaks_into_no_store_terminal_span_log_or_audit_sink(
         config: Config, store: Store, cli_env: dict[str, str], otlp: Receiver,
-        tmp_path: Path) -> None:
+        siem: SiemStandin, tmp_path: Path) -> None:
     cfg = ["--config", str(config.path)]
     ran = deckhand({**cli_env, "COLUMNS": "60"},  # narrow: a table cell wraps a secret
                    "run", "ship v1.0.0", "--yes", "--user", "alice", *cfg)
@@ -166,11 +167,17 @@ def test_a_failing_release_leaks_into_no_store_terminal_span_or_log(
     export = deckhand(cli_env, "audit", "export", *cfg)
     verified = deckhand(cli_env, "audit", "verify", *cfg)
     assert verified.returncode == 0, verified.stdout
+    shipping = tmp_path / "shipping.yml"  # the same config, with the SIEM as audit sink
+    shipping.write_text(config.path.read_text() + f'audit: {{sink: {{webhook: {{url: "{siem.url}"}}}}}}\n')
+    shipped = deckhand(cli_env, "audit", "ship", "--once", "--config", str(shipping))
+    assert shipped.returncode == 0, shipped.stdout + shipped.stderr
+    assert any(line["action"] == "step_finished" for line in siem.received())
     assert run.id[:8] in shown.stdout and "step_finished" in audit.stdout
 
     found = [*leaks("terminal: run (live table, summary)", ran.stdout + ran.stderr),
              *leaks("terminal: runs show", shown.stdout), *leaks("terminal: audit", audit.stdout),
-             *leaks("audit export", export.stdout), *leaks("logs", worker.stderr)]
+             *leaks("audit export", export.stdout), *leaks("logs", worker.stderr),
+             *leaks("audit sink (SIEM bytes)", b"".join(p.body for p in siem.posts))]
     wait_for_spans(otlp)
     found += leaks("spans (OTLP bytes)", b"".join(otlp.bodies))
     stored = redis_bytes(redis.Redis.from_url(cli_env["REDIS_URL"]))
@@ -181,7 +188,8 @@ def test_a_failing_release_leaks_into_no_store_terminal_span_or_log(
 
 
 def wait_for_spans(otlp: Receiver) -> None:
-    wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")
+    wait_until(lambda: otlp.named("deckhand.run") and otlp.named("deckhand.request")
+               and otlp.named("deckhand.host"), what="the request's, run's and hosts' spans")
 
 
 def test_log_records_are_redacted_for_every_handler(caplog: pytest.LogCaptureFixture,
@@ -189,7 +197,8 @@ def test_log_records_are_redacted_for_every_handler(caplog: pytest.LogCaptureFix
     build_services(config, store=store)  # activates the config's secrets for the log door
     caplog.set_level(logging.DEBUG)
     log = logging.getLogger("deckhand.test")
-    log.warning("step failed: %s", LINE.replace("$1", WEBHOOK))
+    log.warning("step failed: %s\n%s", LINE.replace("$1", WEBHOOK),
+                f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n-----END OPENSSH PRIVATE KEY-----")
     try:
         raise RuntimeError(f"boom {CONFIGURED} {SECRETS['github token']}")
     except RuntimeError:

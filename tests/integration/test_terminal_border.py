@@ -3,6 +3,7 @@
 The real CLI in a subprocess (``python -m bot.cli plan`` / ``run --yes``), with a goal from
 the planner holding ``ESC[2J ESC[31m`` and U+202E and a ``--user`` holding an escape: the
 bytes on stdout and stderr carry none of them; they are shown spelled out (``\\x1b``).
+Log lines too, whichever handler writes them (the log door in ``tools.redact``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from rich.table import Table
 
 from bot.terminal.border import TerminalConsole, visible
@@ -106,3 +108,32 @@ def test_every_console_is_the_border() -> None:
              if path.name not in ("border.py", "door.py")  # the door itself
              and re.search(r"(?<!Terminal)Console\(", path.read_text())]
     assert plain == []
+
+
+LOG_LINE = """
+import logging, sys
+import bot.cli  # what every deckhand process loads first (its doors with it)
+from bot.logs import configure_logging
+if sys.argv[1] != "none":  # none: Python's last-resort handler, as a plain CLI has
+    configure_logging(sys.argv[1])
+logging.getLogger("deckhand.planner").warning("the planner chose rollback: %s", sys.argv[2])
+try:
+    raise RuntimeError(sys.argv[2])
+except RuntimeError:
+    logging.getLogger("deckhand.worker").exception("step crashed")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["none", "text", "json"])
+def test_log_lines_show_foreign_control_characters_spelled_out(fmt: str) -> None:
+    """A log line is a terminal's too (serve and worker in a terminal, a CLI's warnings):
+    the log door spells out what a model's reason or an error message carried."""
+    result = subprocess.run([sys.executable, "-c", LOG_LINE, fmt, HOSTILE], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    _assert_no_raw(result)
+    err = result.stderr.decode()
+    assert "the planner chose rollback: note " in err and "RuntimeError: note " in err
+    spelled = "\\\\x1b[2J" if fmt == "json" else "\\x1b[2J"  # JSON escapes the backslash
+    assert err.count(spelled) == 2 and err.count(spelled.replace("x1b[2J", "u202e")) == 2

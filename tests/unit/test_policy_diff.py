@@ -76,17 +76,25 @@ def test_every_environment_as_approvers_would_see_it(
         "  break-glass granted by: none → ic",
         "  limits: none → 3 production run(s) per hour per person; 50 production host(s) per run",
         "  hosts: added b"]
-    # staging's YAML did not change, but its host is now production's: its approvers did
+    # staging's YAML did not change, but its host is now production's: its approvers did,
+    # and production's freeze and limits hold a staging deploy too (issue 29.2)
     staging = lines[lines.index("staging:") + 1:lines.index("qa: added")]
     assert staging == ["  who may approve: anyone → production: alice, carol",
                        "  approvers by name: added alice, carol",
                        "  approvals needed: 1 → 2",
                        "  self-approval allowed: yes → no",
-                       "  rules: added policy.environments.production"]
+                       "  rules: added policy.environments.production",
+                       "  freeze windows: added 2030-01-01T00:00:00 to 2030-01-08T00:00:00 "
+                       "(UTC): release week (via production: shares a host)",
+                       "  break-glass granted by: none → ic",
+                       "  limits: none → 3 production run(s) per hour per person; 50 "
+                       "production host(s) per run"]
     qa = lines[lines.index("qa: added") + 1:lines.index("(no environment):")]
     assert qa[:3] == ["  who may approve: production: alice, carol",
                       "  approvers by name: alice, carol", "  approvals needed: 2"]
     assert "  hosts: a" in qa
+    assert "  freeze windows: 2030-01-01T00:00:00 to 2030-01-08T00:00:00 (UTC): release week " \
+           "(via production: shares a host)" in qa
 
 
 def test_exit_codes_json_and_one_line_for_an_invalid_config(

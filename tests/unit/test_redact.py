@@ -31,6 +31,15 @@ def test_url_credentials_and_signatures_keep_the_url_readable() -> None:
                       f"https://s3.example.com/o?X-Amz-Signature={MASK}&ok=1")
 
 
+def test_secrets_are_found_as_slack_escaped_them() -> None:
+    """Slack's door sees mrkdwn text, escaped (& < >) before it is redacted."""
+    redact = Redactor(["p&ss<w0rd>"])
+    assert redact("a p&amp;ss&lt;w0rd&gt; b") == f"a {MASK} b"
+    assert redact("a p&ss<w0rd> b") == f"a {MASK} b"
+    assert redact("https://x/o?a=1&amp;sig=abc123&amp;ok=1") == \
+        f"https://x/o?a=1&amp;sig={MASK}&amp;ok=1"
+
+
 def test_env_variables_named_like_secrets_are_learned(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEPLOY_TOKEN", "tok-value-123456")
     monkeypatch.setenv("ALERT_WEBHOOK_URL", "https://alerts.example/x/y")
