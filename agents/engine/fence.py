@@ -76,7 +76,10 @@ class LeaseFence:
         if the previous renewal is older than a beat or two (``lease / 2``)."""
         with self._cond:
             gap = sent_at - self._renewed_at
-            outage = Outage(gap, self._lapsed, self._waiting) if gap > self.lease / 2 else None
+            # lapsed by the gap, not only when a command was held: a pause or a go/no-go
+            # starts nothing, yet its lease ran out all the same
+            lapsed = self._lapsed or gap >= self.lease * (1 - MARGIN)
+            outage = Outage(gap, lapsed, self._waiting) if gap > self.lease / 2 else None
             self._renewed_at = max(self._renewed_at, sent_at)
             self._lapsed, self._waiting = False, None
             self._cond.notify_all()

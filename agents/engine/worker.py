@@ -272,7 +272,8 @@ class Worker:
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
-        pause = PauseSwitch(self.store, run.id, worker=self.name, token=token,
+        recorder = RunRecorder(self.store, worker=self.name, token=token)
+        pause = PauseSwitch(self.store, run.id, token=token, audit=recorder.audit,
                             timeout=self.services.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
             pause.relay(self.store.runs.pause_requested(run.id))
@@ -281,7 +282,6 @@ class Worker:
         try:
             if previous:
                 self._stop_leftovers(run)
-            recorder = RunRecorder(self.store, worker=self.name, token=token)
             final = self.services.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
                 durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
