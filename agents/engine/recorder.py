@@ -116,7 +116,7 @@ class RunRecorder:
     def drain(self, *, give_up: Callable[[], bool] = lambda: False,
               pause: float = 1.0) -> bool:
         """At the end of a run: retry the outbox until it lands (the store is back), another
-        worker owns the run, or ``give_up``. Whether it landed."""
+        worker owns the run, or ``give_up``. Whether it landed, the run still this worker's."""
         warned = False
         while self.pending:
             try:
@@ -133,7 +133,7 @@ class RunRecorder:
                 time.sleep(pause)
         if warned:
             log.warning("the store is back: the run's kept writes have landed")
-        return True
+        return not self._lost
 
     def durable(self, what: str) -> str | None:
         """None once everything recorded so far is in Redis and on a replica (where there

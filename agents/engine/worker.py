@@ -287,8 +287,12 @@ class Worker:
                 durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
                 hold=pause, judge=self.store.judgments.for_run(run))
             log.info("run %s ended %s", run.id, final.status.value)
-            recorder.drain(give_up=lambda: fence.lost is not None)  # writes an outage held
-            if final.status.terminal:
+            landed = recorder.drain(give_up=lambda: fence.lost is not None)  # an outage's writes
+            if not landed or fence.lost is not None:
+                # another worker has the run: its end, and its history, are that worker's
+                log.warning("run %s: this worker lost it to another worker; its own view of "
+                            "the end (%s) is not recorded", run.id, final.status.value)
+            elif final.status.terminal:
                 self.services.record_history(final)
             return final
         finally:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from agents.config import load_config
 from agents.engine.control import Control, steer
@@ -56,35 +57,52 @@ def _assert_own_run_with_a_true_outage(final: Run, audit: list[AuditEntry], work
     assert any(o["lease_lapsed"] and o["seconds"] >= LEASE for o in outages), outages
 
 
+class HeldDeploy:
+    """`ship v1.2.3` to prod-1..3 one batch at a time, approved, executed by worker w1 (2 s
+    lease) on a thread, holding for a go/no-go after batch 1; the executor's clock is ours."""
+
+    def __init__(self, tmp_path: Path, fleet: SSHFleet, redis_url: str):
+        self.tmp_path = tmp_path
+        self.config = load_config(write(tmp_path, fleet, {
+            "after_batches": [1], "timeout": "30m", "on_timeout": "rollback"}))
+        self.store = store = Store.connect(redis_url)
+        services = build_services(self.config, store=store)
+        self.clock = Clock(1_800_000_000.0)
+        services.executor.deps.clock = self.clock
+        plan = services.make_plan("ship v1.2.3", requested_by="alice", face="cli")
+        store.plans.save(plan)
+        run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
+        self.run_id = store.runs.approve(
+            run.id, face="cli", user="bob", plan_version=run.plan_version,
+            plan_hash=run.plan_hash, policy=self.config.policy).id
+        worker = Worker(services, store, name="w1", options=WorkerOptions(lease=LEASE, block=0.1))
+        self.thread = threading.Thread(target=worker.process, args=(self.run_id,))
+        self.thread.start()
+        self.held = wait_until(lambda: (r := store.runs.get(self.run_id)).awaiting and r,
+                               what="the run to hold for a go/no-go after batch 1")
+
+    def host(self, name: str) -> list[str | None]:
+        """The host's version marker and undo marker (None where absent)."""
+        return [(p.read_text().strip() if p.exists() else None)
+                for p in (self.tmp_path / "hosts" / name / f for f in ("version", "undo"))]
+
+
 def test_a_go_no_go_deadline_during_an_outage_is_decided_as_recorded(
         tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    config = load_config(write(tmp_path, sshd_hosts, {"after_batches": [1], "timeout": "30m",
-                                                      "on_timeout": "rollback"}))
-    store = Store.connect(own_redis.url)
-    services = build_services(config, store=store)
-    clock = Clock(1_800_000_000.0)
-    services.executor.deps.clock = clock
-    plan = services.make_plan("ship v1.2.3", requested_by="alice", face="cli")
-    store.plans.save(plan)
-    run = store.runs.create(Run.for_plan(plan, services.targets(plan)))
-    run_id = store.runs.approve(run.id, face="cli", user="bob", plan_version=run.plan_version,
-                                plan_hash=run.plan_hash, policy=config.policy).id
-    worker = Worker(services, store, name="w1", options=WorkerOptions(lease=LEASE, block=0.1))
-    thread = threading.Thread(target=worker.process, args=(run_id,))
-    thread.start()
+    deploy = HeldDeploy(tmp_path, sshd_hosts, own_redis.url)
+    store, config, run_id, held, clock, thread = (deploy.store, deploy.config, deploy.run_id,
+                                                  deploy.held, deploy.clock, deploy.thread)
+    assert held.awaiting is not None
     clicked = None
     try:
-        held = wait_until(lambda: (r := store.runs.get(run_id)).awaiting and r,
-                          what="the run to hold for a go/no-go after batch 1")
-        assert held.awaiting is not None
         own_redis.stop()
         clock.now = held.awaiting.deadline + 1  # nobody decided in time: the store is away
         wait_until(lambda: _logged(caplog, "record the timeout"), timeout=30,
                    what="the worker to reach the deadline with Redis away")
         _outlive_the_lease(caplog)
-        assert [(tmp_path / "hosts" / h / "undo").exists() for h in HOSTS] == [False] * 3
+        assert [deploy.host(h)[1] for h in HOSTS] == [None] * 3  # nothing undone yet
         own_redis.start()
         try:  # a click as the store comes back: the timeout and it cannot both stand
             store.judgments.decide(run_id, Verdict.CONTINUE, user="carol", via="cli",
@@ -106,17 +124,15 @@ def test_a_go_no_go_deadline_during_an_outage_is_decided_as_recorded(
     assert (acted.decision.verdict, acted.decision.via) == (stored.verdict, stored.via)
     assert (judged.details["decision"], judged.details["via"]) == (stored.verdict.value,
                                                                   stored.via)
-    versions = [(tmp_path / "hosts" / h / "version").read_text().strip()
-                if (tmp_path / "hosts" / h / "version").exists() else None for h in HOSTS]
-    undone = [(tmp_path / "hosts" / h / "undo").exists() for h in HOSTS]
+    hosts = [deploy.host(h) for h in HOSTS]
     if stored.via == "timeout":  # the worker's retry landed first; the click was refused
         assert clicked is False and stored.verdict is Verdict.ROLLBACK
         assert final.status is RunStatus.ROLLED_BACK, final.reason
-        assert versions == ["v1.2.3", None, None] and undone == [True, False, False]
+        assert hosts == [["v1.2.3", "undone"], [None, None], [None, None]]
     else:  # carol's click landed first, and the worker acted on it
         assert clicked is True and stored.verdict is Verdict.CONTINUE
         assert final.status is RunStatus.SUCCEEDED, final.reason
-        assert versions == ["v1.2.3"] * 3 and undone == [False] * 3
+        assert hosts == [["v1.2.3", None]] * 3
     _assert_own_run_with_a_true_outage(final, audit, "w1")
 
 
@@ -167,3 +183,21 @@ def test_a_pause_that_expires_during_an_outage_rolls_back_once_the_lease_is_back
     finished = [e.details["step"] for e in audit if e.action == "step_finished"]
     assert finished == ["roll", "undo"]
     _assert_own_run_with_a_true_outage(final, audit, "w")
+
+
+def test_a_worker_that_lost_its_run_at_a_go_no_go_records_no_end_of_it(
+        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet) -> None:
+    deploy = HeldDeploy(tmp_path, sshd_hosts, own_redis.url)
+    store, run_id = deploy.store, deploy.run_id
+    try:  # another worker's claim, as after an outage that outlived the lease
+        redis.Redis.from_url(own_redis.url).set(store.keys.owner(run_id), "thief", px=60_000)
+    finally:
+        deploy.thread.join(60)
+    assert not deploy.thread.is_alive()
+    assert [deploy.host(h) for h in HOSTS] == [["v1.2.3", None], [None, None], [None, None]]
+    stored = store.runs.get(run_id)  # the thief's to go on with: w1 wrote no end over it
+    assert stored.status is RunStatus.RUNNING and stored.awaiting is not None
+    assert not store.r.exists(store.keys.history_recorded(run_id))  # nor its history
+    assert store.history.current("production").hosts == {}
+    actions = [(e.actor, e.action) for e in store.audit.entries(run_id=run_id)]
+    assert ("w1", "lease_lost") in actions and ("w1", "run_finished") not in actions

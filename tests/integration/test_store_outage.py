@@ -4,7 +4,8 @@ redis-server shut down and restarted on the same port, and a real sshd host.
 The worker starts no command while it cannot vouch for its lease (fencing at the command
 boundary); what it could not write lands, in order, once Redis is back; the run that did
 all its work is not rolled back, nor taken over by its own worker as if from a stranger;
-no audit entry is lost.
+no audit entry is lost — in the stream, nor in the SIEM's copy, which the worker's audit
+shipper sends through the same outages.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from agents.config import load_config
 from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
+from agents.store.chain import verify_copy
 from tests.fixtures.builders import make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.siem_standin import SiemStandin
 from tests.fixtures.sshd import SSHFleet
+from tests.integration.test_audit_sink import once, stream_keys
 from tests.integration.test_store import submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +44,7 @@ TOOLS = {
 }
 
 
-def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
+def _config(tmp_path: Path, fleet: SSHFleet, siem: SiemStandin) -> Path:
     host_dir = tmp_path / "host"
     host_dir.mkdir()
     for label in ("a",):  # released from the start
@@ -49,7 +53,9 @@ def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
                           "hosts": {"staging-1": fleet.inventory_host(
                               "staging-1", vars={"dir": str(host_dir)})},
                           "environments": {"staging": {"hosts": ["staging-1"]}}},
-            "tools": TOOLS}
+            "tools": TOOLS,
+            "audit": {"sink": {"webhook": {"url": siem.url}, "batch": 5, "backoff": 0.05,
+                               "max_backoff": 0.2}}}
     path = tmp_path / "deckhand.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -65,8 +71,9 @@ def _worker_log(tmp_path: Path) -> str:
 
 
 def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
-        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet) -> None:
-    config = load_config(_config(tmp_path, sshd_hosts))
+        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet,
+        siem: SiemStandin) -> None:
+    config = load_config(_config(tmp_path, sshd_hosts, siem))
     store = Store.connect(own_redis.url)
     services = build_services(config, store=store)
     env = {"environment": "staging"}
@@ -106,10 +113,14 @@ def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
         own_redis.start()
         wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
                    what="the run's end to land in Redis")
+        wait_until(lambda: once(siem.received()) == stream_keys(store), timeout=30,
+                   what="the worker's shipper to send every entry to the SIEM")
     finally:
         proc.terminate()
         proc.wait(30)
     _assert_truthful(store, store.runs.get(run.id), _host_log(tmp_path), _worker_log(tmp_path))
+    report = verify_copy(siem.received())  # the SIEM's copy: whole, linked, in order
+    assert report.ok and report.entries == len(stream_keys(store)), report.broken
 
 
 def _assert_truthful(store: Store, final: Run, host: list[str], worker_log: str) -> None:
