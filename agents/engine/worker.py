@@ -351,6 +351,8 @@ class _Heartbeat:
                  fence: LeaseFence, pause: PauseSwitch):
         self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
         self.fence, self.pause = fence, pause
+        self._failed = False
+        """A heartbeat failed since the last renewal (the store was away)."""
         self._stop = threading.Event()
         self._inherit = logcontext.inherit()
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -370,6 +372,7 @@ class _Heartbeat:
             try:
                 self._beat()
             except StoreError as exc:
+                self._failed = True
                 log.error("heartbeat for %s failed: %s", self.run.id, exc)
 
     def _beat(self) -> None:
@@ -379,11 +382,12 @@ class _Heartbeat:
             self._lost()
             return
         self.worker.liveness.beat(f"running {self.run.id} (lease renewed)")
-        outage = self.fence.renewed(sent)
+        outage = self.fence.renewed(sent, unreachable=self._failed)
+        self._failed = False
         if outage is not None:  # the true reason, for the record's readers
             log.warning("run %s: %s; lease renewed, the run carries on", self.run.id,
                         outage.describe())
-            store.audit.record("store_outage", actor=name, run_id=self.run.id,
+            store.audit.record(outage.action, actor=name, run_id=self.run.id,
                                seconds=round(outage.seconds, 1), lease_lapsed=outage.lapsed,
                                waiting=outage.waiting)
         store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
@@ -398,8 +402,12 @@ class _Heartbeat:
     def _lost(self) -> None:
         """Another worker has the run: nothing more starts here, and the audit says why."""
         waiting = self.fence.holding
-        reason = (f"this worker lost the run to another worker (its lease was not renewed "
-                  f"for {self.fence.silent_for:.0f} s: store unreachable"
+        silent = self.fence.silent_for
+        cause = ("store unreachable" if self._failed else
+                 "this worker stalled: no heartbeat ran" if silent >= self.fence.lease else
+                 "taken although its heartbeats were on time")
+        reason = (f"this worker lost the run to another worker (its lease was last renewed "
+                  f"{silent:.0f} s ago; {cause}"
                   + (f"; lease lost before {waiting})" if waiting else ")"))
         self.fence.lose(reason)
         self.token.cancel(reason)

@@ -11,6 +11,7 @@ shipper sends through the same outages.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,48 @@ def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
     _assert_truthful(store, store.runs.get(run.id), _host_log(tmp_path), _worker_log(tmp_path))
     report = verify_copy(siem.received())  # the SIEM's copy: whole, linked, in order
     assert report.ok and report.entries == len(stream_keys(store)), report.broken
+
+
+def test_a_worker_stopped_longer_than_its_lease_carries_on_and_says_it_stalled(
+        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet,
+        siem: SiemStandin) -> None:
+    config = load_config(_config(tmp_path, sshd_hosts, siem))
+    store = Store.connect(own_redis.url)
+    services = build_services(config, store=store)
+    env = {"environment": "staging"}
+    plan = make_plan([{"id": "a", "tool": "mark", "params": {"label": "a", **env}},
+                      {"id": "b", "tool": "mark", "params": {"label": "b", **env},
+                       "depends_on": ["a"]}],
+                     rollback=[{"id": "undo", "tool": "undo", "params": env}])
+    run = submit(services, plan)
+    with (tmp_path / "worker.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path),
+             "--name", "steady", "--lease", "2", "--claim-after", "60"],
+            env={**os.environ, "REDIS_URL": own_redis.url}, cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_until(lambda: "start b" in _host_log(tmp_path), timeout=30, what="b to start")
+        proc.send_signal(signal.SIGSTOP)  # a laptop lid, a paused VM: the store stays up
+        wait_until(lambda: store.r.get(store.keys.owner(run.id)) is None, timeout=30,
+                   what="the lease to expire in Redis")
+        (tmp_path / "host" / "go-b").touch()
+        proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
+                   what="the run to end")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(30)
+    final = store.runs.get(run.id)
+    assert _host_log(tmp_path) == ["start a", "done a", "start b", "done b"]  # no undo
+    assert final.status is RunStatus.SUCCEEDED and final.worker == "steady", final.reason
+    audit = store.audit.entries(run_id=run.id)
+    actions = [e.action for e in audit]
+    assert "store_outage" not in actions and "resumed" not in actions  # the true cause
+    (stalled,) = [e.details for e in audit if e.action == "worker_stalled"]
+    assert stalled["lease_lapsed"] and stalled["seconds"] >= 2
+    assert [e.details["step"] for e in audit if e.action == "step_finished"] == ["a", "b"]
 
 
 def _assert_truthful(store: Store, final: Run, host: list[str], worker_log: str) -> None:
