@@ -32,9 +32,18 @@ class Outage:
     """Whether the lease ran out (by the worker's clock) during it."""
     waiting: str | None
     """What the run was about to start when its lease ran out, if anything."""
+    unreachable: bool = True
+    """Whether heartbeats failed (the store was away); else none ran: the worker stalled."""
+
+    @property
+    def action(self) -> str:
+        """Its audit action: the cause, as the heartbeat saw it."""
+        return "store_outage" if self.unreachable else "worker_stalled"
 
     def describe(self) -> str:
-        text = f"store unreachable for {self.seconds:.0f} s"
+        text = (f"store unreachable for {self.seconds:.0f} s" if self.unreachable else
+                f"lease not renewed for {self.seconds:.0f} s (this worker stalled: no "
+                f"heartbeat ran)")
         if self.lapsed:
             text += "; lease lapsed" + (f" before {self.waiting}" if self.waiting else "")
         return text
@@ -71,12 +80,17 @@ class LeaseFence:
     def lost(self) -> str | None:
         return self._lost
 
-    def renewed(self, sent_at: float) -> Outage | None:
+    def renewed(self, sent_at: float, *, unreachable: bool = True) -> Outage | None:
         """The renewal sent at ``sent_at`` (this clock) was accepted; the outage it ends,
-        if the previous renewal is older than a beat or two (``lease / 2``)."""
+        if the previous renewal is older than a beat or two (``lease / 2``) — with
+        ``unreachable``, whether heartbeats failed meanwhile (else none ran)."""
         with self._cond:
             gap = sent_at - self._renewed_at
-            outage = Outage(gap, self._lapsed, self._waiting) if gap > self.lease / 2 else None
+            # lapsed by the gap, not only when a command was held: a pause or a go/no-go
+            # starts nothing, yet its lease ran out all the same
+            lapsed = self._lapsed or gap >= self.lease * (1 - MARGIN)
+            outage = (Outage(gap, lapsed, self._waiting, unreachable)
+                      if gap > self.lease / 2 else None)
             self._renewed_at = max(self._renewed_at, sent_at)
             self._lapsed, self._waiting = False, None
             self._cond.notify_all()

@@ -6,7 +6,7 @@ asks ``paused()`` before each step and rollout batch of the plan and, while paus
 ``wait``s: running commands finish, nothing new starts, and the worker keeps its lease and
 locks (the heartbeat goes on). The wait ends on resume, on a cancel (Stop, or a lost lease),
 or when the pause has lasted the policy's ``pause_timeout``: the run is then cancelled into
-its rollback, and says why.
+its rollback, and says why (audited through the run's outbox, so an outage loses nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from agents.errors import StoreError
 from agents.run.judgment import span
@@ -28,13 +29,19 @@ POLL = 0.2
 """Seconds between looks at the relayed pause and the clock while held."""
 
 
+class Audit(Protocol):
+    """Writes an audit entry about the run, as its worker (``RunRecorder.audit``)."""
+
+    def __call__(self, action: str, *, run_id: str, **details: Any) -> None: ...
+
+
 class PauseSwitch:
     """One run's pause on its worker (an executor ``Hold``); ``relay`` is the heartbeat's."""
 
-    def __init__(self, store: Store, run_id: str, *, worker: str, token: CancelToken,
-                 timeout: float, clock: Callable[[], float] | None = None):
-        self.store, self.run_id, self.worker, self.token = store, run_id, worker, token
-        self.timeout = timeout
+    def __init__(self, store: Store, run_id: str, *, token: CancelToken, timeout: float,
+                 audit: Audit, clock: Callable[[], float] | None = None):
+        self.store, self.run_id, self.token = store, run_id, token
+        self.timeout, self.audit = timeout, audit
         self.clock = clock or store.clock
         self._pause: Pause | None = None
         self._lock = threading.Lock()
@@ -74,9 +81,6 @@ class PauseSwitch:
         reason = f"paused by {pause.by} for {span(self.timeout)}; pause expired"
         log.warning("run %s: %s, rolling back", self.run_id, reason)
         self.token.cancel(reason)  # first: an unreachable store must not keep it held
-        try:
-            self.store.audit.record("pause_expired", actor=self.worker, run_id=self.run_id,
-                                    paused_by=pause.by, since=pause.at, timeout=self.timeout)
-        except StoreError as exc:
-            log.error("run %s: the pause's expiry is not in the audit log: %s",
-                      self.run_id, exc)
+        # through the run's outbox: an expiry during an outage lands once the store is back
+        self.audit("pause_expired", run_id=self.run_id, paused_by=pause.by, since=pause.at,
+                   timeout=self.timeout)

@@ -13,7 +13,15 @@ gate asks it once the command's process group is recorded (the command waits for
 A write that fails (the store is unreachable) goes to the recorder's outbox: the latest
 whole record it could not save, the host changes since, and the audit entries, kept in
 order. The next write that lands — or ``flush``, which the worker calls before any command
-starts and, until it lands, at the end of the run — writes them first.
+starts and, until it lands, at the end of the run — writes them first. Other parts of the
+worker audit through the same outbox (``audit``: a pause that expired while the store was
+away), so an outage loses none of their entries either.
+
+Once a write finds that another worker owns the run, the record is that worker's to write:
+the kept record and host changes are dropped, but the audit entries kept so far land all
+the same (what this worker did while it ran the run). From then on only the end of a step
+whose command ran here is audited — not this worker's conclusions about a run that is no
+longer its own (a rollback it cannot start, a run_finished the run never had).
 """
 
 from __future__ import annotations
@@ -57,9 +65,14 @@ class RunRecorder:
         """Outbox: audit entries taken (with their time) but not yet written."""
         self._outbox = threading.Lock()
         self._warned = False
+        self._lost = False
+        """Another worker owns the run (a write was refused)."""
 
     def __call__(self, event: Event, run: Run) -> Deferred | None:
         if event.kind in UNRECORDED:
+            return None
+        if self._lost:
+            self._audit_after_loss(event, run)
             return None
         if event.kind in HOST_EVENTS:
             changes = run.host_changes(event)  # taken under the lock, written after it
@@ -73,8 +86,21 @@ class RunRecorder:
                     phase=event.phase.value, status=event.status, error=event.error, **data))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
             self.store.plans.save(Plan.model_validate(event.plan))  # before the run names it
-        self._write_record(run)
+        with contextlib.suppress(LostOwnership):  # said once by _write; the audits landed
+            self._write_record(run)
         return None
+
+    def audit(self, action: str, *, run_id: str, **details: Any) -> None:
+        """An audit entry from elsewhere in the worker, taken now and written through the
+        outbox: after what was kept before it, and kept in turn while the store is away."""
+        with self._outbox:
+            self._audits.append(self.store.audit.write(action, actor=self.worker,
+                                                       run_id=run_id, **details))
+            if self._lost:
+                self._land_audits()
+                return
+            with contextlib.suppress(LostOwnership):
+                self._try_flush()
 
     @property
     def pending(self) -> bool:
@@ -82,14 +108,15 @@ class RunRecorder:
         return bool(self._record is not None or self._hosts or self._audits)
 
     def flush(self) -> None:
-        """Write the outbox, in order (StoreError: it is kept; LostOwnership: see _write)."""
+        """Write the outbox, in order (StoreError: it is kept; LostOwnership: its audit
+        entries landed, the rest is dropped)."""
         with self._outbox:
             self._flush()
 
     def drain(self, *, give_up: Callable[[], bool] = lambda: False,
               pause: float = 1.0) -> bool:
         """At the end of a run: retry the outbox until it lands (the store is back), another
-        worker owns the run, or ``give_up``. Whether it landed."""
+        worker owns the run, or ``give_up``. Whether it landed, the run still this worker's."""
         warned = False
         while self.pending:
             try:
@@ -106,7 +133,7 @@ class RunRecorder:
                 time.sleep(pause)
         if warned:
             log.warning("the store is back: the run's kept writes have landed")
-        return True
+        return not self._lost
 
     def durable(self, what: str) -> str | None:
         """None once everything recorded so far is in Redis and on a replica (where there
@@ -119,6 +146,8 @@ class RunRecorder:
         if self.pending:
             with contextlib.suppress(StoreError):  # still away: said below
                 self.flush()
+        if self._lost:
+            return "this worker lost the run to another worker"
         unsaved = self._unsaved
         if unsaved is not None:
             return f"its start could not be recorded in Redis ({unsaved})"
@@ -136,6 +165,7 @@ class RunRecorder:
             try:
                 self._write(lambda: self.store.leases.save_as_owner(run, worker=self.worker))
             except LostOwnership:
+                self._land_audits()
                 raise
             except StoreError:
                 self._record = run.model_copy(deep=True)  # under the executor's lock
@@ -144,16 +174,18 @@ class RunRecorder:
             self._try_flush()
 
     def _write_hosts(self, run_id: str, changes: list[HostChange]) -> None:
+        if self._lost:
+            return
         if not self.pending:  # the common case: no lock, so no host waits for another
             try:
                 self._write(lambda: self.store.leases.record_hosts_as_owner(
                            run_id, changes, worker=self.worker))
                 return
             except LostOwnership:
-                raise
+                return  # said once by _write; the next record event lands the audits
             except StoreError:
                 pass
-        with self._outbox:
+        with self._outbox, contextlib.suppress(LostOwnership):
             self._hosts.append((run_id, changes))
             self._try_flush()
 
@@ -174,6 +206,18 @@ class RunRecorder:
 
     def _flush(self) -> None:
         """The outbox, oldest first; each part is dropped once it has landed."""
+        try:
+            self._flush_owned()
+        except LostOwnership:
+            self._land_audits()
+            raise
+        if self._audits:
+            self._write(lambda: self.store.commit(self._audits))
+            self._audits.clear()
+        self._unsaved, self._warned = None, False
+
+    def _flush_owned(self) -> None:
+        """The parts only the run's owner may write: the record, then host changes."""
         if self._record is not None:
             record = self._record
             self._write(lambda: self.store.leases.save_as_owner(record, worker=self.worker))
@@ -183,15 +227,40 @@ class RunRecorder:
             self._write(partial(self.store.leases.record_hosts_as_owner, run_id, changes,
                                 worker=self.worker))
             self._hosts.pop(0)
+
+    def _land_audits(self) -> None:
+        """The run is another worker's: its record is not ours to write, but the audit
+        entries kept so far are what this worker did — they land (or stay kept, for
+        ``drain``, while the store is away)."""
+        self._record, self._hosts = None, []
         if self._audits:
-            self._write(lambda: self.store.commit(self._audits))
-            self._audits.clear()
-        self._unsaved, self._warned = None, False
+            with contextlib.suppress(StoreError):
+                self.store.commit(self._audits)
+                self._audits.clear()
+
+    def _audit_after_loss(self, event: Event, run: Run) -> None:
+        """After the loss, only the end of a step whose command ran here is a fact worth
+        the audit; the rest is this worker's view of a run that is no longer its own."""
+        if event.kind is not EventKind.STEP_FINISHED or event.step_id is None:
+            return
+        state = run.states(event.phase).get(event.step_id)
+        if state is None or not any(h.attempts for h in state.hosts.values()):
+            return
+        with self._outbox:
+            self._audits.append(self.store.audit.write(
+                event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
+                phase=event.phase.value, status=event.status, error=event.error,
+                after_lease_lost=True))
+            self._land_audits()
 
     def _write(self, write: Callable[[], None]) -> None:
         try:
             write()
         except LostOwnership:
+            if not self._lost:
+                self._lost = True
+                log.warning("another worker owns the run now: this worker writes no more of "
+                            "its record, and nothing more starts here")
             self.token.cancel("this worker lost the run to another worker")
             raise
         except StoreError as exc:

@@ -272,7 +272,8 @@ class Worker:
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
-        pause = PauseSwitch(self.store, run.id, worker=self.name, token=token,
+        recorder = RunRecorder(self.store, worker=self.name, token=token)
+        pause = PauseSwitch(self.store, run.id, token=token, audit=recorder.audit,
                             timeout=self.services.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
             pause.relay(self.store.runs.pause_requested(run.id))
@@ -281,14 +282,17 @@ class Worker:
         try:
             if previous:
                 self._stop_leftovers(run)
-            recorder = RunRecorder(self.store, worker=self.name, token=token)
             final = self.services.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
                 durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
                 hold=pause, judge=self.store.judgments.for_run(run))
             log.info("run %s ended %s", run.id, final.status.value)
-            recorder.drain(give_up=lambda: fence.lost is not None)  # writes an outage held
-            if final.status.terminal:
+            landed = recorder.drain(give_up=lambda: fence.lost is not None)  # an outage's writes
+            if not landed or fence.lost is not None:
+                # another worker has the run: its end, and its history, are that worker's
+                log.warning("run %s: this worker lost it to another worker; its own view of "
+                            "the end (%s) is not recorded", run.id, final.status.value)
+            elif final.status.terminal:
                 self.services.record_history(final)
             return final
         finally:
@@ -347,6 +351,8 @@ class _Heartbeat:
                  fence: LeaseFence, pause: PauseSwitch):
         self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
         self.fence, self.pause = fence, pause
+        self._failed = False
+        """A heartbeat failed since the last renewal (the store was away)."""
         self._stop = threading.Event()
         self._inherit = logcontext.inherit()
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -366,6 +372,7 @@ class _Heartbeat:
             try:
                 self._beat()
             except StoreError as exc:
+                self._failed = True
                 log.error("heartbeat for %s failed: %s", self.run.id, exc)
 
     def _beat(self) -> None:
@@ -375,11 +382,12 @@ class _Heartbeat:
             self._lost()
             return
         self.worker.liveness.beat(f"running {self.run.id} (lease renewed)")
-        outage = self.fence.renewed(sent)
+        outage = self.fence.renewed(sent, unreachable=self._failed)
+        self._failed = False
         if outage is not None:  # the true reason, for the record's readers
             log.warning("run %s: %s; lease renewed, the run carries on", self.run.id,
                         outage.describe())
-            store.audit.record("store_outage", actor=name, run_id=self.run.id,
+            store.audit.record(outage.action, actor=name, run_id=self.run.id,
                                seconds=round(outage.seconds, 1), lease_lapsed=outage.lapsed,
                                waiting=outage.waiting)
         store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
@@ -394,8 +402,12 @@ class _Heartbeat:
     def _lost(self) -> None:
         """Another worker has the run: nothing more starts here, and the audit says why."""
         waiting = self.fence.holding
-        reason = (f"this worker lost the run to another worker (its lease was not renewed "
-                  f"for {self.fence.silent_for:.0f} s: store unreachable"
+        silent = self.fence.silent_for
+        cause = ("store unreachable" if self._failed else
+                 "this worker stalled: no heartbeat ran" if silent >= self.fence.lease else
+                 "taken although its heartbeats were on time")
+        reason = (f"this worker lost the run to another worker (its lease was last renewed "
+                  f"{silent:.0f} s ago; {cause}"
                   + (f"; lease lost before {waiting})" if waiting else ")"))
         self.fence.lose(reason)
         self.token.cancel(reason)

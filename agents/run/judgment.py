@@ -5,7 +5,8 @@ executor holds: nothing new starts, running commands have ended, the worker keep
 and lease. It records a ``Judgment`` (what the batch did) and polls a ``Judge`` for the
 decision — Continue, or Roll back (the run's ordinary rollback, of the hosts changed so far).
 With no decision by the deadline, ``on_timeout`` is settled as the decision, through the
-same judge, so a click at that moment and the timeout cannot both win.
+same judge, so a click at that moment and the timeout cannot both win — also when the
+deadline falls in a store outage: the hold lasts until the timeout is recorded.
 """
 
 from __future__ import annotations
@@ -96,24 +97,34 @@ def wait_for(judge: Judge, judgment: Judgment, *, clock: Callable[[], float],
         if found is not None:
             return found
         if clock() >= judgment.deadline:
-            return _timed_out(judge, judgment)
+            return _timed_out(judge, judgment, token=token, poll=poll)
         if token.wait(poll):
             return None
 
 
-def _timed_out(judge: Judge, judgment: Judgment) -> Decision:
+def _timed_out(judge: Judge, judgment: Judgment, *, token: CancelToken,
+               poll: float) -> Decision | None:
+    """The timeout's decision, settled through ``judge`` like a person's click. While the
+    store is away it keeps holding and retries (nothing could start anyway: the lease
+    fences every command), so the decision acted on is always the recorded and audited
+    one — a click that lands first once the store is back stands, and never a second,
+    contrary decision beside the one acted on. None if the run was cancelled meanwhile."""
     verdict = judgment.on_timeout
     action = "continuing" if verdict is Verdict.CONTINUE else "rolling back"
     decision = Decision(verdict=verdict, actor="deckhand", via="timeout", reason=(
         f"no go/no-go decision within {span(judgment.timeout)}: {action} "
         f"(rollout.judgment.on_timeout: {verdict.value})"))
-    try:
-        return judge.settle(judgment.hold, decision)
-    except DeckhandError as exc:  # cannot record it: never carry on unrecorded
-        log.warning("go/no-go %s: could not record the timeout: %s", judgment.hold, exc)
-        return decision.model_copy(update={"verdict": Verdict.ROLLBACK, "reason": (
-            f"no go/no-go decision in time, and the timeout could not be recorded ({exc}): "
-            f"rolling back")})
+    failing = False
+    while True:
+        try:
+            return judge.settle(judgment.hold, decision)
+        except DeckhandError as exc:
+            if not failing:
+                log.warning("go/no-go %s: cannot record the timeout yet (%s): holding until "
+                            "it is recorded", judgment.hold, exc)
+            failing = True
+        if token.wait(poll):
+            return None
 
 
 def span(seconds: float) -> str:

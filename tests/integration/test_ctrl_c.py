@@ -10,6 +10,8 @@ import textwrap
 import threading
 from pathlib import Path
 
+from agents.run.record import RunStatus, StepStatus
+from agents.store import Store
 from tests.fixtures.builders import BASE, make_config
 from tests.fixtures.polling import wait_until
 
@@ -69,7 +71,9 @@ def test_a_second_ctrl_c_says_what_it_leaves_behind(tmp_path: Path) -> None:
                              "--config", str(config.path)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")))
     reader.start()
     try:
         wait_until(lambda: (tmp_path / "started").exists(), what="the change to start")
@@ -89,9 +93,9 @@ def test_a_second_ctrl_c_says_what_it_leaves_behind(tmp_path: Path) -> None:
 PIPED_TOOLS = TOOLS.replace("echo undone >> {vars.log}", "echo undone {host.name} >> {vars.log}")
 
 
-def _piped_run(tmp_path: Path) -> subprocess.Popen[str]:
+def _piped_run(tmp_path: Path, redis_url: str | None = None) -> subprocess.Popen[str]:
     """`deckhand run` deploying to two hosts at once, its output into a pipe (as under
-    `| tee log`)."""
+    `| tee log`); with ``redis_url``, its record and audit in that Redis."""
     path = tmp_path / "deckhand.yml"
     # web-4: staging's own second host (a host production lists too would make this a
     # production change, which promotion refuses before staging)
@@ -101,7 +105,7 @@ def _piped_run(tmp_path: Path) -> subprocess.Popen[str]:
                         "{dir: \"{config_dir}/web-4\"}}\n    web-3: {connection: local")
     path.write_text(base + textwrap.dedent(PIPED_TOOLS))
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
-        "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+        "PYTHONPATH": str(ROOT), "COLUMNS": "300"} | ({"REDIS_URL": redis_url} if redis_url else {})
     return subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "ship", "--yes",
                              "--config", str(path)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -132,8 +136,9 @@ def test_ctrl_c_with_the_output_pipe_closed_still_rolls_back(tmp_path: Path) -> 
             proc.kill()
 
 
-def test_a_hang_up_during_the_rollback_does_not_stop_it(tmp_path: Path) -> None:
-    proc = _piped_run(tmp_path)
+def test_a_hang_up_during_the_rollback_does_not_stop_it(tmp_path: Path, store: Store,
+                                                        redis_url: str) -> None:
+    proc = _piped_run(tmp_path, redis_url)
     try:
         _close_output_once_both_changed(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
@@ -142,3 +147,10 @@ def test_a_hang_up_during_the_rollback_does_not_stop_it(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+    (run,) = store.runs.recent(limit=5)  # the record and the audit say what the hosts show
+    assert run.status is RunStatus.CANCELLED, run.reason
+    assert sorted(run.rollback["undo"].hosts) == ["web-1", "web-4"]
+    assert {h.status for h in run.rollback["undo"].hosts.values()} == {StepStatus.SUCCEEDED}
+    audit = [(e.action, e.details.get("status")) for e in store.audit.entries(run_id=run.id)]
+    assert ("rollback_finished", "succeeded") in audit
+    assert [a for a in audit if a[0] == "run_finished"] == [("run_finished", "cancelled")]

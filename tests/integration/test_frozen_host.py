@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from agents.run.executor import Executor, ExecutorDeps
+from agents.engine.recorder import RunRecorder
+from agents.plan.targets import resolve
+from agents.run.executor import Executor, ExecutorDeps, Listener
 from agents.run.record import Event, EventKind, Run, RunStatus
+from agents.store import Store
 from tests.fixtures.builders import make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet
 from tests.integration.test_ssh_truth import _session_processes
 from tools.catalog import Catalog, Tool
 from tools.inventory import SSHSettings
+from tools.runners.base import CancelToken
 from tools.runners.pool import RunnerPool
 from tools.runners.ssh import SSHOptions
 
@@ -92,12 +96,25 @@ def pool(sshd_hosts: SSHFleet) -> Iterator[RunnerPool]:
     pool.close()
 
 
-def _run(tmp_path: Path, pool: RunnerPool, freezer: _Freezer) -> Run:
+def _run(tmp_path: Path, pool: RunnerPool, freezer: _Freezer,
+         store: Store | None = None) -> Run:
+    """The run, executed here; with ``store``, also recorded and audited there as a
+    worker's recorder does (claimed by worker "w")."""
     assert pool.inventory is not None
-    executor = Executor(ExecutorDeps(_catalog(tmp_path), pool.inventory, pool.for_host))
+    catalog = _catalog(tmp_path)
+    executor = Executor(ExecutorDeps(catalog, pool.inventory, pool.for_host))
     plan = make_plan([{"id": "deploy", "tool": "hang"}], rollback=[{"id": "undo", "tool": "undo"}])
+    run: Run | None = None
+    listeners: list[Listener] = [freezer]
+    if store is not None:
+        store.plans.save(plan)
+        created = store.runs.create(Run.for_plan(plan, resolve(plan, catalog, pool.inventory)))
+        for status in (RunStatus.APPROVED, RunStatus.QUEUED):
+            store.runs.transition(created.id, status)
+        run = store.leases.claim(created.id, worker="w", lease=600)
+        listeners = [RunRecorder(store, worker="w", token=CancelToken()), freezer]
     try:
-        return executor.execute(plan, listeners=[freezer])
+        return executor.execute(plan, run, listeners=listeners)
     finally:
         freezer.thaw()
 
@@ -127,16 +144,21 @@ def test_a_frozen_session_is_killed_through_a_fresh_connection(
 
 
 def test_a_kill_that_cannot_be_confirmed_says_the_command_may_still_run(
-        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool) -> None:
+        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool, store: Store) -> None:
     freezer = _Freezer(sshd_hosts, tmp_path / "log", listener_too=True)
-    run = _run(tmp_path, pool, freezer)
+    ran = _run(tmp_path, pool, freezer, store)
     assert freezer.pgid is not None
+    assert freezer.alive  # it was, indeed, still running
+    run = store.runs.get(ran.id)  # the record in Redis, as a worker leaves it
     error = run.steps["deploy"].error or ""
     assert "may still be running on host prod-1" in error and "killed" not in error, error
-    assert freezer.alive  # it was, indeed, still running
     assert "prod-1" in run.changed_hosts  # the record says the host may differ
     assert run.steps["deploy"].hosts["prod-1"].pid == freezer.pgid  # for whoever stops it
     assert run.status is RunStatus.ROLLBACK_FAILED, run.reason  # not "rolled back"
+    (finished,) = [e.details for e in store.audit.entries(run_id=run.id)
+                   if e.action == "step_finished" and e.details["step"] == "deploy"]
+    assert "may still be running on host prod-1" in finished["error"]
+    assert "killed" not in finished["error"]
 
 
 def test_the_rollback_first_stops_what_an_unconfirmed_kill_left_running(

@@ -4,12 +4,14 @@ redis-server shut down and restarted on the same port, and a real sshd host.
 The worker starts no command while it cannot vouch for its lease (fencing at the command
 boundary); what it could not write lands, in order, once Redis is back; the run that did
 all its work is not rolled back, nor taken over by its own worker as if from a stranger;
-no audit entry is lost.
+no audit entry is lost — in the stream, nor in the SIEM's copy, which the worker's audit
+shipper sends through the same outages.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +22,13 @@ from agents.config import load_config
 from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
+from agents.store.chain import verify_copy
 from tests.fixtures.builders import make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.siem_standin import SiemStandin
 from tests.fixtures.sshd import SSHFleet
+from tests.integration.test_audit_sink import once, stream_keys
 from tests.integration.test_store import submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +45,7 @@ TOOLS = {
 }
 
 
-def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
+def _config(tmp_path: Path, fleet: SSHFleet, siem: SiemStandin) -> Path:
     host_dir = tmp_path / "host"
     host_dir.mkdir()
     for label in ("a",):  # released from the start
@@ -49,7 +54,9 @@ def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
                           "hosts": {"staging-1": fleet.inventory_host(
                               "staging-1", vars={"dir": str(host_dir)})},
                           "environments": {"staging": {"hosts": ["staging-1"]}}},
-            "tools": TOOLS}
+            "tools": TOOLS,
+            "audit": {"sink": {"webhook": {"url": siem.url}, "batch": 5, "backoff": 0.05,
+                               "max_backoff": 0.2}}}
     path = tmp_path / "deckhand.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -65,8 +72,9 @@ def _worker_log(tmp_path: Path) -> str:
 
 
 def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
-        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet) -> None:
-    config = load_config(_config(tmp_path, sshd_hosts))
+        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet,
+        siem: SiemStandin) -> None:
+    config = load_config(_config(tmp_path, sshd_hosts, siem))
     store = Store.connect(own_redis.url)
     services = build_services(config, store=store)
     env = {"environment": "staging"}
@@ -106,10 +114,56 @@ def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
         own_redis.start()
         wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
                    what="the run's end to land in Redis")
+        wait_until(lambda: once(siem.received()) == stream_keys(store), timeout=30,
+                   what="the worker's shipper to send every entry to the SIEM")
     finally:
         proc.terminate()
         proc.wait(30)
     _assert_truthful(store, store.runs.get(run.id), _host_log(tmp_path), _worker_log(tmp_path))
+    report = verify_copy(siem.received())  # the SIEM's copy: whole, linked, in order
+    assert report.ok and report.entries == len(stream_keys(store)), report.broken
+
+
+def test_a_worker_stopped_longer_than_its_lease_carries_on_and_says_it_stalled(
+        tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet,
+        siem: SiemStandin) -> None:
+    config = load_config(_config(tmp_path, sshd_hosts, siem))
+    store = Store.connect(own_redis.url)
+    services = build_services(config, store=store)
+    env = {"environment": "staging"}
+    plan = make_plan([{"id": "a", "tool": "mark", "params": {"label": "a", **env}},
+                      {"id": "b", "tool": "mark", "params": {"label": "b", **env},
+                       "depends_on": ["a"]}],
+                     rollback=[{"id": "undo", "tool": "undo", "params": env}])
+    run = submit(services, plan)
+    with (tmp_path / "worker.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path),
+             "--name", "steady", "--lease", "2", "--claim-after", "60"],
+            env={**os.environ, "REDIS_URL": own_redis.url}, cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_until(lambda: "start b" in _host_log(tmp_path), timeout=30, what="b to start")
+        proc.send_signal(signal.SIGSTOP)  # a laptop lid, a paused VM: the store stays up
+        wait_until(lambda: store.r.get(store.keys.owner(run.id)) is None, timeout=30,
+                   what="the lease to expire in Redis")
+        (tmp_path / "host" / "go-b").touch()
+        proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
+                   what="the run to end")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(30)
+    final = store.runs.get(run.id)
+    assert _host_log(tmp_path) == ["start a", "done a", "start b", "done b"]  # no undo
+    assert final.status is RunStatus.SUCCEEDED and final.worker == "steady", final.reason
+    audit = store.audit.entries(run_id=run.id)
+    actions = [e.action for e in audit]
+    assert "store_outage" not in actions and "resumed" not in actions  # the true cause
+    (stalled,) = [e.details for e in audit if e.action == "worker_stalled"]
+    assert stalled["lease_lapsed"] and stalled["seconds"] >= 2
+    assert [e.details["step"] for e in audit if e.action == "step_finished"] == ["a", "b"]
 
 
 def _assert_truthful(store: Store, final: Run, host: list[str], worker_log: str) -> None:

@@ -174,5 +174,45 @@ def test_a_worker_that_lost_its_run_starts_no_command_and_says_why(
         thread.join(60)
     # neither the next step nor the rollback's local step ran here: they are the thief's
     assert (tmp_path / "log.txt").read_text().splitlines() == ["first"]
-    (lost,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "lease_lost"]
+    audit = store.audit.entries(run_id=run.id)
+    (lost,) = [e for e in audit if e.action == "lease_lost"]
     assert lost.actor == "loser" and "lost the run to another worker" in lost.details["reason"]
+    # what the loser did is audited (its running command, stopped here); its view of a
+    # run that is no longer its own is not: no rollback it could not start, no run_finished
+    did = [(e.action, e.details.get("step"), e.details.get("status")) for e in audit
+           if e.actor == "loser" and e.action not in ("started", "lease_lost")]
+    assert did == [("step_finished", "first", "succeeded"), ("step_finished", "wait", "cancelled")]
+    assert store.runs.get(run.id).status is RunStatus.RUNNING  # the thief's to finish
+
+
+def test_audit_entries_kept_in_an_outage_land_although_the_run_was_lost_meanwhile(
+        tmp_path: Path, own_redis: RedisServer) -> None:
+    store = Store.connect(own_redis.url)
+    services = build_services(config_for(tmp_path), store=store)
+    run = submit(services, gated_plan(tmp_path))
+    mine = store.leases.claim(run.id, worker="w", lease=600)
+    assert mine is not None
+    token = CancelToken()
+    recorder = RunRecorder(store, worker="w", token=token)
+
+    def emit(kind: EventKind, step: str | None = None, **fields: Any) -> None:
+        event = Event(kind=kind, run_id=run.id, step_id=step, **fields)
+        mine.apply(event)
+        recorder(event, mine)
+
+    emit(EventKind.STEP_STARTED, "first")
+    own_redis.stop()
+    emit(EventKind.STEP_FINISHED, "first", status="succeeded")  # kept in the outbox
+    own_redis.start()
+    # meanwhile the lease ran out and another worker took the run over
+    redis.Redis.from_url(own_redis.url).set(store.keys.owner(run.id), "thief", px=60_000)
+    emit(EventKind.STEP_STARTED, "wait")  # refused: the run is the thief's
+    emit(EventKind.RUN_FINISHED, status="failed", error="cancelled")  # not this worker's to say
+    assert token.cancelled and not recorder.pending
+    assert recorder.durable("the next command") is not None  # nothing more starts here
+    actions = [(e.actor, e.action) for e in store.audit.entries(run_id=run.id)]
+    assert ("w", "step_finished") in actions  # what it did before the loss landed
+    assert ("w", "run_finished") not in actions
+    stored = store.runs.get(run.id)  # the loser's kept record never overwrote the owner's
+    assert stored.status is RunStatus.RUNNING
+    assert stored.steps["first"].status is StepStatus.RUNNING

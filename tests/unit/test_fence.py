@@ -59,3 +59,28 @@ def test_regular_renewals_are_no_outage() -> None:
         clock.now += 1
         assert fence.renewed(clock.now) is None
     assert fence.valid_for > 2.6
+
+
+def test_an_outage_that_outlived_the_lease_while_nothing_waited_says_it_lapsed() -> None:
+    clock = Clock()
+    fence = LeaseFence(2, clock=clock)
+    clock.now += 1.5  # shorter than the lease: an outage, but the lease held
+    short = fence.renewed(clock.now)
+    assert short is not None and not short.lapsed
+    clock.now += 45  # a run held by a pause or a go/no-go starts nothing meanwhile
+    long = fence.renewed(clock.now)
+    assert long is not None and long.lapsed and long.waiting is None
+    assert long.describe() == "store unreachable for 45 s; lease lapsed"
+
+
+def test_a_gap_with_no_failed_heartbeat_is_a_stalled_worker_not_an_outage() -> None:
+    clock = Clock()
+    fence = LeaseFence(2, clock=clock)
+    clock.now += 30  # the process was stopped: no heartbeat ran, none failed
+    stalled = fence.renewed(clock.now, unreachable=False)
+    assert stalled is not None and stalled.lapsed and stalled.action == "worker_stalled"
+    assert stalled.describe() == ("lease not renewed for 30 s (this worker stalled: no "
+                                  "heartbeat ran); lease lapsed")
+    clock.now += 30
+    away = fence.renewed(clock.now)
+    assert away is not None and away.action == "store_outage"
