@@ -46,6 +46,11 @@ Confirm = Callable[[str], str]
 """Asks the user to type a name (an environment, or ``local``); returns what they typed."""
 
 
+
+class NoAnswer(EOFError):
+    """The decision prompt met the end of its input: nobody decided, so the run is
+    cancelled (said so), never approved and never recorded as someone's rejection."""
+
 class ExitCode(IntEnum):
     """How ``deckhand run`` (and ``approve``) end; documented in the README."""
 
@@ -123,6 +128,10 @@ class ConsoleFlow:
             if isinstance(approved, Decision):  # left, said explicitly, for other approvers
                 return self._leave(run.id)
             return self._approve_and_execute(approved, run.id)
+        except NoAnswer:  # nobody decided: not a rejection, but closed all the same
+            self._cancel_unstarted(run.id, "no answer at the approval prompt (end of input)")
+            self.exit_code = ExitCode.REFUSED
+            return self.services.store.runs.get(run.id)
         except (KeyboardInterrupt, EOFError):  # left a prompt: nobody approves it behind us
             self._cancel_unstarted(run.id, "left the approval prompt without deciding "
                                            "(Ctrl-C or end of input)")
@@ -401,9 +410,9 @@ class ConsoleFlow:
         try:
             choice = Prompt.ask(text, choices=choices, default="r", console=self.console)
         except EOFError:  # stdin closed or not a terminal: never approve by accident
-            self.console.print("\nNo answer (end of input): rejecting. Use --yes to approve "
-                               "without a prompt.")
-            return Decision.REJECT
+            self.console.print("\nNo answer (end of input): cancelling, nothing was run. "
+                               "Use --yes to approve without a prompt.")
+            raise NoAnswer from None
         return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT,
                 "l": Decision.LEAVE}[choice]
 

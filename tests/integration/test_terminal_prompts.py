@@ -80,7 +80,7 @@ def test_missing_editor_then_end_of_input(workspace: Path) -> None:
     child.expect(pexpect.EOF)
     output = child.before or ""
     child.close()
-    assert child.exitstatus == 3  # rejected (ExitCode.REFUSED): nothing ran
+    assert child.exitstatus == 3  # closed unapproved (ExitCode.REFUSED): nothing ran
     assert "Traceback" not in output
     assert not (workspace / ".deckhand/hosts/prod-1/current").exists()
 
@@ -90,8 +90,8 @@ def test_no_input_at_all_rejects_with_one_line(workspace: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "bot.cli", "run", "deploy v1.0.0"],
                           cwd=workspace, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 3  # rejected (ExitCode.REFUSED)
-    assert "No answer (end of input): rejecting" in done.stdout
+    assert done.returncode == 3  # closed unapproved (ExitCode.REFUSED)
+    assert "No answer (end of input): cancelling, nothing was run" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -118,6 +118,21 @@ def test_ctrl_c_at_the_prompt_closes_the_run_with_who_and_why(
     with pytest.raises(ApprovalRefused, match="cancelled"):  # nobody can approve it behind the person's back
         store.runs.approve(run.id, face="cli", user="someone-else", plan_version=run.plan_version,
                            plan_hash=run.plan_hash, policy=load_config(workspace / "deckhand.yml").policy)
+
+
+def test_end_of_input_at_the_prompt_cancels_the_run_and_says_nobody_decided(
+        workspace: Path, redis_url: str, store: Store) -> None:
+    child = _spawn_shared(workspace, redis_url)
+    child.expect(r"Approve, Modify or Reject\?")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3  # closed unapproved (ExitCode.REFUSED)
+    (run,) = store.runs.recent(limit=10)
+    assert run.status is RunStatus.CANCELLED  # nobody rejected it: nobody answered
+    assert run.reason == f"cancelled by {run.requested_by}: no answer at the approval prompt (end of input)"
+    actions = [e.action for e in store.audit.entries(run_id=run.id)]
+    assert "cancelled" in actions and "rejected" not in actions
 
 
 def test_leaving_the_run_for_other_approvers_is_said_explicitly(
