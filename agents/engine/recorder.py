@@ -78,8 +78,9 @@ class RunRecorder:
             changes = run.host_changes(event)  # taken under the lock, written after it
             return lambda: self._write_hosts(run.id, changes)
         if event.kind in AUDITED:  # taken now, written after the record that it follows
-            data: dict[str, Any] = {k: v for k, v in (("gate", event.gate),
-                                                      ("pause", event.pause)) if v is not None}
+            data: dict[str, Any] = {k: v for k, v in (
+                ("gate", event.gate), ("pause", event.pause),
+                ("judgment", event.judgment)) if v is not None}  # the figures it was shown
             with self._outbox:
                 self._audits.append(self.store.audit.write(
                     event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,

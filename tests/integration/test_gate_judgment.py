@@ -131,6 +131,12 @@ def test_each_batch_is_gated_before_its_go_no_go_and_the_last_one_too(
     assert [deploy.marker(h, "undo") for h in HOSTS] == ["undone"] * 3
     assert len(final.judgments) == 2
     assert [e.details["gate"]["after_batch"] for e in deploy.audited("gate_judged")] == [1, 2, 3]
+    # the audit alone explains each decision: what the decider was shown, and who decided
+    awaited = deploy.audited("judgment_awaited")
+    assert [e.details["judgment"]["after_batch"] for e in awaited] == [1, 2]
+    assert 'series="b"} = 0.995' in awaited[0].details["judgment"]["gates"][0]
+    assert [(e.details["batch"], e.details["decision"]) for e in deploy.audited("judged")] == \
+        [(1, "continue"), (2, "continue")]
 
 
 def test_a_failed_gate_rolls_back_without_a_go_no_go(
