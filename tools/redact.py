@@ -89,6 +89,12 @@ class Redactor:
         values |= {html.escape(s, quote=False) for s in values}
         self._values = sorted(values, key=len, reverse=True)
 
+    def including(self, other: Redactor) -> Redactor:
+        """One redactor masking both's secrets: a config reload keeps masking the old
+        secrets (a run still executing may print one) without chaining a redactor per
+        reload — the set of values grows only by secrets never seen before."""
+        return Redactor([*self._values, *other._values])
+
     @classmethod
     def from_env(cls, extra: Iterable[str] = ()) -> Redactor:
         values = [os.environ.get(name, "") for name in SECRET_ENV]

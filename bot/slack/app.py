@@ -49,9 +49,14 @@ def build_app(services: Services, settings: Settings, *, client: WebClient | Non
     client = client or make_client(settings, services.redact)
     secret = _required(settings.slack_signing_secret, "SLACK_SIGNING_SECRET",
                        "the app's signing secret (Basic Information page)")
+    web = client
+    # acks and response_url posts follow the Web API client's redactor, which a config
+    # reload widens (SlackRuntime.adopt): one set of secrets for every Slack sink
+    redact: Callable[[str], str] = (lambda text: web.redact(text)) \
+        if isinstance(web, RedactingWebClient) else services.redact
     app = _connect(lambda: RedactingApp(client=client, signing_secret=secret,
                                         process_before_response=False,
-                                        logger=_bolt_logger(), redact=services.redact),
+                                        logger=_bolt_logger(), redact=redact),
                    client, token_name="SLACK_BOT_TOKEN")
     bot = Bot(services, client, Directory(client))
     register_once(app, bot)

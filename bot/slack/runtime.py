@@ -22,6 +22,7 @@ from bot.slack.observe import observe_slack
 from bot.slack.redacting import RedactingWebClient
 from bot.slack.thread import thread_listener_factory
 from bot.slack.timeline_upload import timeline_listener_factory
+from tools.redact import Redactor
 
 log = logging.getLogger("deckhand.runtime")
 
@@ -64,7 +65,9 @@ class BotRuntime:
         client = self.bot.client
         if isinstance(client, RedactingWebClient):
             before, after = client.redact, fresh.redact
-            client.redact = lambda text: after(before(text))
+            client.redact = (before.including(after) if isinstance(before, Redactor)
+                             and isinstance(after, Redactor)
+                             else lambda text: after(before(text)))
 
     def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
         """Thread updates, then the timeline (workers close them in this order), Home, metrics."""

@@ -67,3 +67,15 @@ def test_log_records_are_made_redacted(caplog: pytest.LogCaptureFixture) -> None
     caplog.set_level(logging.INFO)
     logging.getLogger("deckhand.unit").info("token %s", "xoxb-1111111111-22222222")
     assert caplog.records[-1].getMessage() == f"token {MASK}"
+
+
+def test_a_reload_widens_one_redactor_instead_of_chaining_one_per_reload() -> None:
+    """SlackRuntime.adopt: the old config's secrets stay masked (a run still executing may
+    print one) and the new ones join, yet a hundred reloads of the same file leave the
+    same redactor: it grows only by secrets it has not seen."""
+    first = Redactor(["old-secret-value"])
+    widened = first
+    for _ in range(100):
+        widened = widened.including(Redactor(["new-secret-value"]))
+    assert widened("old-secret-value new-secret-value") == f"{MASK} {MASK}"
+    assert widened._values == first.including(Redactor(["new-secret-value"]))._values
