@@ -81,6 +81,10 @@ def slug(text: str, limit: int = 60) -> str:
 BUNDLED = {"cases.yml": "examples/deckhand.yml",
            "starter_cases.yml": "the config `deckhand init` writes"}
 """The bundled cases files, each with the config it was written for."""
+NAMED = {"examples": "cases.yml", "starter": "starter_cases.yml",
+         "phrasings": "phrasings_cases.yml"}
+"""``--cases NAME``: a bundled set by name (an installed deckhand has no checkout to point
+at). ``phrasings``: 46 natural requests for the config ``deckhand init`` writes."""
 
 
 def bundled_text(name: str = "cases.yml") -> str:
@@ -89,7 +93,8 @@ def bundled_text(name: str = "cases.yml") -> str:
 
 
 def load_cases(path: Path | None = None, *, config: Config | None = None) -> list[Case]:
-    """The cases in ``path`` (when None: the bundled set whose tools ``config`` has).
+    """The cases in ``path`` (a file, or a bundled set's name in :data:`NAMED`; when None:
+    the bundled set whose tools ``config`` has).
 
     With ``config``, gold steps must name tools it defines (so cases and tools.yml agree).
 
@@ -98,6 +103,8 @@ def load_cases(path: Path | None = None, *, config: Config | None = None) -> lis
     """
     if path is None:
         doc, cases = _bundled_for(config)
+    elif not path.exists() and str(path) in NAMED:  # a file of that name would win
+        doc, cases = _read(partial(_load_bundled, NAMED[str(path)]))
     else:
         doc, cases = _read(lambda: load_yaml_file(path))
     found = [_problem(doc, cases, where, message)

@@ -53,8 +53,9 @@ def register(commands: Commands) -> None:
                     "llm or composite; keys are model, price_in, price_out (dollars per 1K "
                     "tokens).")
     parser.add_argument("--cases", type=Path, metavar="FILE",
-                        help="cases file (default: the bundled cases that fit the config: "
-                             "for examples/deckhand.yml, or for `deckhand init`'s)")
+                        help="cases file, or a bundled set: examples, starter, phrasings "
+                             "(46 natural requests for `deckhand init`'s config) (default: "
+                             "the bundled cases that fit the config)")
     add_config_arg(parser)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--planner", metavar="SPEC", help="what to evaluate (default: composite "

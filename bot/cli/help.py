@@ -61,6 +61,7 @@ EXAMPLES: dict[str, list[str]] = {
     "eval": ["deckhand eval --config examples/deckhand.yml --planner playbook",
              "deckhand eval --compare playbook llm:model=gpt-4o-mini --record evals/",
              "deckhand eval --planner llm --replay evals/ --min-valid 0.9 --min-edge-f1 0.8",
+             "deckhand eval --config deckhand.yml --cases phrasings --planner playbook",
              "deckhand eval --from-history --since 30d"],
     "policy": ["deckhand policy explain RUN_ID", "deckhand policy diff live/ proposed/"],
     "policy explain": ["deckhand policy explain RUN_ID",

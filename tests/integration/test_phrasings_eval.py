@@ -46,7 +46,8 @@ def test_playbook_planner_plans_every_phrasing_right(
         init_config: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    code, report = run_json(["--config", str(init_config), "--cases", str(PHRASINGS),
+    monkeypatch.chdir(init_config.parent)  # by name, from anywhere: no checkout needed
+    code, report = run_json(["--config", str(init_config), "--cases", "phrasings",
                              "--planner", "playbook", "--min-right", "1"], capsys)
     [config] = report["configurations"]
     wrong = [c["case"] for c in config["cases"] if not c["passed"]]
