@@ -277,7 +277,7 @@ class Worker:
                             timeout=self.services.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
             pause.relay(self.store.runs.pause_requested(run.id))
-        beat = _Heartbeat(self, run, entry_id, token, fence, pause)
+        beat = _Heartbeat(self, run, entry_id, token, fence, pause, audit=recorder.audit)
         beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
             if previous:
@@ -348,9 +348,12 @@ class _Heartbeat:
     executes."""
 
     def __init__(self, worker: Worker, run: Run, entry_id: str | None, token: CancelToken,
-                 fence: LeaseFence, pause: PauseSwitch):
+                 fence: LeaseFence, pause: PauseSwitch, *, audit: Callable[..., None]):
         self.worker, self.run, self.entry_id, self.token = worker, run, entry_id, token
         self.fence, self.pause = fence, pause
+        self.audit = audit
+        """The run's outbox (RunRecorder.audit): in order after what an outage kept, and
+        kept in turn if the store drops again before it lands."""
         self._failed = False
         """A heartbeat failed since the last renewal (the store was away)."""
         self._stop = threading.Event()
@@ -387,9 +390,8 @@ class _Heartbeat:
         if outage is not None:  # the true reason, for the record's readers
             log.warning("run %s: %s; lease renewed, the run carries on", self.run.id,
                         outage.describe())
-            store.audit.record(outage.action, actor=name, run_id=self.run.id,
-                               seconds=round(outage.seconds, 1), lease_lapsed=outage.lapsed,
-                               waiting=outage.waiting)
+            self.audit(outage.action, run_id=self.run.id, seconds=round(outage.seconds, 1),
+                       lease_lapsed=outage.lapsed, waiting=outage.waiting)
         store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
@@ -411,5 +413,4 @@ class _Heartbeat:
                   + (f"; lease lost before {waiting})" if waiting else ")"))
         self.fence.lose(reason)
         self.token.cancel(reason)
-        self.worker.store.audit.record("lease_lost", actor=self.worker.name, run_id=self.run.id,
-                                       reason=reason)
+        self.audit("lease_lost", run_id=self.run.id, reason=reason)
