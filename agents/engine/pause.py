@@ -19,7 +19,7 @@ from collections.abc import Callable
 from agents.errors import StoreError
 from agents.run.judgment import span
 from agents.run.record import Pause
-from agents.store import Store
+from agents.store import AuditLog, Runs
 from tools.runners.base import CancelToken
 
 log = logging.getLogger("deckhand.pause")
@@ -31,11 +31,12 @@ POLL = 0.2
 class PauseSwitch:
     """One run's pause on its worker (an executor ``Hold``); ``relay`` is the heartbeat's."""
 
-    def __init__(self, store: Store, run_id: str, *, worker: str, token: CancelToken,
-                 timeout: float, clock: Callable[[], float] | None = None):
-        self.store, self.run_id, self.worker, self.token = store, run_id, worker, token
+    def __init__(self, run_id: str, *, runs: Runs, audit: AuditLog, worker: str,
+                 token: CancelToken, timeout: float, clock: Callable[[], float] | None = None):
+        self.runs, self.audit = runs, audit
+        self.run_id, self.worker, self.token = run_id, worker, token
         self.timeout = timeout
-        self.clock = clock or store.clock
+        self.clock = clock or runs.clock
         self._pause: Pause | None = None
         self._lock = threading.Lock()
 
@@ -54,7 +55,7 @@ class PauseSwitch:
         asked holds the very next step or batch, not only after the heartbeat's next beat
         (if the store does not answer, the heartbeat's last word stands)."""
         with contextlib.suppress(StoreError):
-            self.relay(self.store.runs.pause_requested(self.run_id))
+            self.relay(self.runs.pause_requested(self.run_id))
         with self._lock:
             pause = self._pause
         if pause is None:
@@ -75,8 +76,8 @@ class PauseSwitch:
         log.warning("run %s: %s, rolling back", self.run_id, reason)
         self.token.cancel(reason)  # first: an unreachable store must not keep it held
         try:
-            self.store.audit.record("pause_expired", actor=self.worker, run_id=self.run_id,
-                                    paused_by=pause.by, since=pause.at, timeout=self.timeout)
+            self.audit.record("pause_expired", actor=self.worker, run_id=self.run_id,
+                              paused_by=pause.by, since=pause.at, timeout=self.timeout)
         except StoreError as exc:
             log.error("run %s: the pause's expiry is not in the audit log: %s",
                       self.run_id, exc)

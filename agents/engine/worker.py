@@ -272,7 +272,8 @@ class Worker:
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
-        pause = PauseSwitch(self.store, run.id, worker=self.name, token=token,
+        pause = PauseSwitch(run.id, runs=self.store.runs, audit=self.store.audit,
+                            worker=self.name, token=token,
                             timeout=self.services.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
             pause.relay(self.store.runs.pause_requested(run.id))

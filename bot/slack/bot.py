@@ -314,8 +314,9 @@ class Bot:
         return run
 
     def _steer(self, control: Control, run_id: str, user: str, *, via: str = "button") -> Run:
-        run = steer(self.store, self.services.config.policy, control, run_id, user=user,
-                    via=via, user_groups=self.directory.groups_of(user))
+        run = steer(self.services.config.policy, control, run_id, runs=self.store.runs,
+                    audit=self.store.audit, user=user, via=via,
+                    user_groups=self.directory.groups_of(user))
         self.changed(run)
         return run
 
