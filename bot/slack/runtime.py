@@ -71,12 +71,14 @@ class BotRuntime:
         client, store = self.bot.client, self.services.store
 
         def thread(run: Run) -> Listener | None:  # the policy of when the run starts (reloads)
-            return thread_listener_factory(client, store, interval=update_interval,
+            return thread_listener_factory(client, runs=store.runs, plans=store.plans,
+                                           interval=update_interval,
                                            policy=self.services.config.policy,
                                            trace_link=self.services.settings.trace_url)(run)
 
         return [thread,
-                timeline_listener_factory(client, store, outcome=self.metrics.timeline_uploaded),
+                timeline_listener_factory(client, runs=store.runs, plans=store.plans,
+                                          outcome=self.metrics.timeline_uploaded),
                 change_listener_factory(self.bot.changed),
                 self.metrics.run_listener_factory(store)]
 
