@@ -282,7 +282,8 @@ class Worker:
         try:
             if previous:
                 self._stop_leftovers(run)
-            recorder = RunRecorder(self.store, worker=self.name, token=token)
+            recorder = RunRecorder(leases=self.store.leases, audit=self.store.audit,
+                                   plans=self.store.plans, worker=self.name, token=token)
             final = self.services.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
                 durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
