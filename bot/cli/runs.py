@@ -144,7 +144,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
                             stuck_after=args.stuck_after)
     metrics = _worker_metrics(args, services)
     worker = Worker(services, services.store, name=args.name, options=options,
-                    listener_factories=[metrics.run_listener_factory(services.store)]
+                    listener_factories=[metrics.run_listener_factory(services.store.plans)]
                     if metrics else [])
     if args.once:
         return 0 if worker.step() else 1
@@ -201,10 +201,10 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
 
     metrics = Metrics()
     metrics.observe_retries(services.planner)  # replans call the model from workers
-    metrics.watch_queue(services.store)
+    metrics.watch_queue(services.store.queue)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
     if services.config.audit.sink is not None:
-        metrics.watch_audit_sink(services.store)
+        metrics.watch_audit_sink(services.store.feed)
     return metrics
 
 

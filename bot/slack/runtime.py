@@ -38,15 +38,16 @@ class BotRuntime:
         services.planner = self.metrics.observe_planner(services.planner)
         self.app, self.bot = build_app(services, settings, client=client)
         observe_slack(self.bot.client, self.metrics)
-        self.metrics.watch_queue(services.store)
-        self.metrics.watch_plan_quality(services.store)
-        self.metrics.watch_history(services.store, list(services.config.inventory.environments),
+        store = services.store
+        self.metrics.watch_queue(store.queue)
+        self.metrics.watch_plan_quality(runs=store.runs, plans=store.plans)
+        self.metrics.watch_history(store.history, list(services.config.inventory.environments),
                                    undo_window=services.config.history.undo_window_hours * 3600)
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
         self.metrics.watch_ssh(lambda: services.runners.setup_stats)
         if services.config.audit.sink is not None:
-            self.metrics.watch_audit_sink(services.store)
+            self.metrics.watch_audit_sink(store.feed)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))
@@ -80,7 +81,7 @@ class BotRuntime:
                 timeline_listener_factory(client, runs=store.runs, plans=store.plans,
                                           outcome=self.metrics.timeline_uploaded),
                 change_listener_factory(self.bot.changed),
-                self.metrics.run_listener_factory(store)]
+                self.metrics.run_listener_factory(store.plans)]
 
     def start_workers(self) -> None:
         for worker in self.workers:
