@@ -110,7 +110,7 @@ class BotRuntime:
                ) -> Router:
         """The public routes; ``/metrics`` only when the operator puts it here explicitly."""
         routes = {"/metrics": self.metrics.wsgi_app()} if public_metrics else {}
-        return Router(self.app, self.services.store, ready=self.workers_alive,
+        return Router(self.app, ping=self.services.store.ping, ready=self.workers_alive,
                       extra={**routes, **(extra or {})})
 
     def start_http(self, *, host: str, port: int, limits: HttpLimits | None = None,
