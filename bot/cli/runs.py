@@ -139,7 +139,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     configure_logging(args.log_format or settings.log_format)
     services = services_for(args)
-    warn_about_redis(services.store)
+    warn_about_redis(services.store.health)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after,
                             stuck_after=args.stuck_after)
     metrics = _worker_metrics(args, services)
