@@ -206,12 +206,13 @@ class Worker:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
         enough to keep queued runs waiting, and one process at a time across replicas."""
         settings = self.services.config.retention
-        if settings is None or not due(self.store, settings):
+        if settings is None or not due(self.store.locks, settings):
             return None
         history_days = self.services.config.history.retention_days
         try:
             retention = Retention.configured(self.store, settings, history_days=history_days)
-            report = run_exclusively(self.store, retention, owner=self.name, budget=SLICE)
+            report = run_exclusively(retention, locks=self.store.locks, audit=self.store.audit,
+                                     owner=self.name, budget=SLICE)
         except RetentionError as exc:
             log.error("retention: %s", exc)
             return None
