@@ -129,6 +129,9 @@ class Retention:
     def __init__(self, store: Store, *, older_than: float, export: Path | None,
                  history_older_than: float | None = None, batch: int = BATCH,
                  hold: Hold = lambda: True):
+        # The whole Store: one pass walks everything that ages against one clock: runs and
+        # their plans (trimming), the schedules whose approved plans it must keep, the audit
+        # log up to the sink's cursor (feed), and deploy history.
         self.store, self.export, self.batch, self.hold = store, export, batch, hold
         self.older_than, self.history_older_than = older_than, history_older_than
         self.archive = Archive(export) if export is not None else None

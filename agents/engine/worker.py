@@ -69,6 +69,10 @@ class Worker:
         self.services = services
         self.listener_factories = list(listener_factories)
         self._swept = float("-inf")
+        # The whole Store: a run's life here spans seven nouns (queue entry, lease, environment
+        # locks, plan, run record, audit, go/no-go judgments); each heartbeat renews lease,
+        # locks and queue entry together, and the sweeps hand it to StoreCheck and Retention,
+        # which read across all of them. Its helpers (PauseSwitch, RunRecorder) get parts.
         self.store = store
         self.name = name or default_worker_name()
         self.options = options or WorkerOptions()

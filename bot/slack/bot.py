@@ -128,6 +128,9 @@ class Bot:
 
     @property
     def store(self) -> Store:
+        # The whole Store: the Slack face drives a run's approval life (plan saved, run
+        # created and audited, approved, modified, rejected, judged: runs, plans, audit,
+        # judgments) and its listeners and Home read history, schedules, dedupe through it.
         return self.services.store
 
     def open_modal(self, trigger_id: str, view: dict[str, Any], tell: Tell) -> None:
