@@ -51,6 +51,10 @@ class Services:
     executor: Executor
     runners: RunnerPool
     redact: Redactor
+    # The whole Store: this is where the one connection is wired and its nouns handed out
+    # (callers pass ``services.store.runs`` … to modules that take parts), and its own
+    # methods span several: queue_read_only saves the plan, creates the run and writes its
+    # state with the queue entry in one EXEC; record_history reads a plan into history.
     store: Store
     clock: Callable[[], float] = field(default=time.time)
 

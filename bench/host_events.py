@@ -131,7 +131,8 @@ def per_event(store: Store, hosts: list[str], listener: Callable[[Store], Listen
 
 
 def recorder(store: Store) -> Listener:
-    return RunRecorder(store, worker="bench", token=CancelToken())
+    return RunRecorder(leases=store.leases, audit=store.audit, plans=store.plans,
+                       worker="bench", token=CancelToken())
 
 
 def whole_step(store: Store, config: Config, listener: Callable[[Store], Listener]) -> float:

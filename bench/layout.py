@@ -1,7 +1,8 @@
 """Layout figures of agents/ (not a speed bench): top-level modules, modules per sub-package,
 floors of the unit-level import graph, arrows between units and two-way pairs, and the
-store: public methods of the connection and of each noun it hands out, and which nouns the
-modules handed the whole store reach for. A unit is a sub-package or a top-level module;
+store: public methods of the connection and of each noun it hands out, the modules handed
+the whole Store (and which nouns they reach for), those handed parts (typed by the nouns'
+classes), and those that open a connection. A unit is a sub-package or a top-level module;
 issue 28's before/after figures come from this.
 
 Run: python -m bench.layout [ROOT]    (ROOT: a checkout, e.g. ``git archive 41178ad^``)
@@ -115,22 +116,76 @@ def store_parts(root: Path) -> None:
     skip: tuple[type, ...] = (part,) if part is not None else ()
     for name, cls in nouns.items():
         print(f"  store.{name} ({cls.__name__}): {len(_public(cls, skip))}")
-    holders = _whole_store_holders(root, set(nouns))
-    print(f"modules handed the whole Store: {len(holders)}")
-    for module, used in sorted(holders.items()):
-        print(f"  {module}: {' '.join(sorted(used)) or '-'}")
+    seen = _store_users(root, {cls.__name__: name for name, cls in nouns.items()})
+    whole = {m: u for m, u in seen.items() if u.whole}
+    print(f"modules handed the whole Store: {len(whole)}  (nouns each reaches for)")
+    for module, use in sorted(whole.items()):
+        print(f"  {module}: {' '.join(sorted(use.reached)) or '-'}")
+    parted = {m: u for m, u in seen.items() if u.parts}
+    print(f"modules handed parts: {len(parted)}")
+    for module, use in sorted(parted.items()):
+        print(f"  {module}: {' '.join(sorted(use.parts))}")
+    opening = sorted(m for m, u in seen.items() if u.opens)
+    print(f"modules that open a connection (Store.connect: commands, the wiring): "
+          f"{len(opening)} {' '.join(opening)}")
+    via = sorted(m for m, u in seen.items() if u.via_services)
+    print(f"modules reaching nouns through services.store: {len(via)}")
 
 
-def _whole_store_holders(root: Path, nouns: set[str]) -> dict[str, set[str]]:
-    """Modules outside agents/store that import ``Store``, and the nouns they reach for."""
-    found: dict[str, set[str]] = {}
+class _Use:
+    """How one module meets the store: a parameter or field typed ``Store`` (whole), ones
+    typed by a noun's class (parts), a ``Store.connect`` call (opens), and the nouns it
+    names as ``store.NOUN`` (reached)."""
+
+    def __init__(self, tree: ast.Module, text: str, classes: dict[str, str]) -> None:
+        typed = _annotation_names(tree)
+        self.whole = "Store" in typed and _imports_store(tree)
+        self.parts = {classes[n] for n in typed if n in classes}
+        self.opens = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                         and n.func.attr == "connect" and isinstance(n.func.value, ast.Name)
+                         and n.func.value.id == "Store" for n in ast.walk(tree))
+        self.reached = set(re.findall(r"store\.(\w+)", text)) & set(classes.values())
+        self.via_services = "services.store." in text
+
+
+def _annotation_names(tree: ast.Module) -> set[str]:
+    """Names used in the module's parameter, return and field annotations."""
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            found += [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                             *filter(None, (a.vararg, a.kwarg)))
+                      if x.annotation is not None]
+            found += [node.returns] if node.returns is not None else []
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+    names: set[str] = set()
+    for annotation in found:
+        for n in ast.walk(annotation):
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):  # "Store"
+                names |= set(re.findall(r"\w+", n.value))
+    return names
+
+
+def _imports_store(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and n.module == "agents.store"
+               and "Store" in {a.name for a in n.names} for n in ast.walk(tree))
+
+
+def _store_users(root: Path, classes: dict[str, str]) -> dict[str, _Use]:
+    """Modules outside agents/store that meet the store, and how."""
+    found: dict[str, _Use] = {}
     for top in ("agents", "bot", "tools"):
         for path in (root / top).rglob("*.py"):
+            if path.is_relative_to(root / "agents" / "store"):
+                continue
             text = path.read_text()
-            if not path.is_relative_to(root / "agents" / "store") and any(
-                    isinstance(n, ast.ImportFrom) and n.module == "agents.store"
-                    and "Store" in {a.name for a in n.names} for n in ast.walk(ast.parse(text))):
-                found[_module(root, path)] = set(re.findall(r"store\.(\w+)", text)) & nouns
+            use = _Use(ast.parse(text), text, classes)
+            if use.whole or use.parts or use.opens or use.via_services:
+                found[_module(root, path)] = use
     return found
 
 

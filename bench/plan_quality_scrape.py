@@ -81,8 +81,8 @@ def main() -> None:
         print(f"seeded {args.runs} runs in {time.perf_counter() - started:.1f} s")
         now = [time.time()]
         quality, queue = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
-        quality.watch_plan_quality(store, clock=lambda: now[0])
-        queue.watch_queue(store)
+        quality.watch_plan_quality(runs=store.runs, plans=store.plans, clock=lambda: now[0])
+        queue.watch_queue(store.queue)
 
         def refresh() -> None:
             now[0] += 60  # a minute passed: the collector reads the store again

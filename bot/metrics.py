@@ -66,7 +66,7 @@ from agents.history.deploys import DAY, stats
 from agents.plan.model import Plan
 from agents.run.executor import Listener
 from agents.run.record import Event, EventKind, Run, StepStatus
-from agents.store import Store
+from agents.store import AuditFeed, History, Plans, Queue, Runs
 from tools.runners.pacing import SetupStats
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -119,16 +119,18 @@ class Metrics:
 
     # -- hooks --------------------------------------------------------------------------------
 
-    def watch_history(self, store: Store, environments: list[str], *,
+    def watch_history(self, history: History, environments: list[str], *,
                       undo_window: float) -> None:
         """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
-        self.registry.register(_HistoryCollector(store, environments, undo_window))
-    def watch_plan_quality(self, store: Store, *, max_makers: int = 10,
+        self.registry.register(_HistoryCollector(history, environments, undo_window))
+
+    def watch_plan_quality(self, *, runs: Runs, plans: Plans, max_makers: int = 10,
                            clock: Callable[[], float] = time.time) -> None:
         """Export what became of each prompt version's and model's plans, read from the store
         at most once a minute (``max_makers`` bounds the label sets; the rest are summed as
         ``other``)."""
-        self.registry.register(_QualityCollector(store, max_makers=max_makers, clock=clock))
+        self.registry.register(_QualityCollector(runs=runs, plans=plans, max_makers=max_makers,
+                                                 clock=clock))
 
     def watch_work(self, depth: Callable[[], int], refused: Callable[[], int]) -> None:
         """Export the Slack work pool's depth and refusals, read at scrape time."""
@@ -138,13 +140,13 @@ class Metrics:
         """Export SSH connection setups (connected, retried, failed), read at scrape time."""
         self.registry.register(_SSHCollector(stats))
 
-    def watch_queue(self, store: Store) -> None:
+    def watch_queue(self, queue: Queue) -> None:
         """Export the queue's depth (and whether Redis answers), read at scrape time."""
-        self.registry.register(_QueueCollector(store))
+        self.registry.register(_QueueCollector(queue))
 
-    def watch_audit_sink(self, store: Store) -> None:
+    def watch_audit_sink(self, feed: AuditFeed) -> None:
         """Export how many audit entries the sink has not taken yet, read at scrape time."""
-        self.registry.register(_AuditSinkCollector(store))
+        self.registry.register(_AuditSinkCollector(feed))
 
     def observe_planner(self, planner: Any) -> Any:
         """Wrap a planner so every plan it makes is counted (tokens, latency), and so are
@@ -173,10 +175,10 @@ class Metrics:
         self.timeline_uploads.labels("unavailable" if ok is None
                                      else "ok" if ok else "failed").inc()
 
-    def run_listener_factory(self, store: Store) -> Callable[[Run], Listener]:
+    def run_listener_factory(self, plans: Plans) -> Callable[[Run], Listener]:
         """For workers: an executor listener per run that records its steps and outcome."""
         def factory(run: Run) -> Listener:
-            plan = store.plans.get(run.plan_id, run.plan_version)
+            plan = plans.get(run.plan_id, run.plan_version)
             tools = {s.id: s.tool for s in plan.steps} | {r.id: r.tool for r in plan.rollback}
             return _RunRecorder(self, tools)
         return factory
@@ -217,8 +219,8 @@ class _HistoryCollector(Collector):
 
     DAYS = 30.0
 
-    def __init__(self, store: Store, environments: list[str], undo_window: float):
-        self.store, self.environments, self.undo_window = store, environments, undo_window
+    def __init__(self, history: History, environments: list[str], undo_window: float):
+        self.history, self.environments, self.undo_window = history, environments, undo_window
 
     def describe(self) -> Iterable[Metric]:
         return self._families()  # no samples: registering must not call Redis
@@ -228,7 +230,7 @@ class _HistoryCollector(Collector):
         now = time.time()
         for env in self.environments:
             try:
-                deploys = self.store.history.facts_since(env, now - self.DAYS * DAY)  # all of it
+                deploys = self.history.facts_since(env, now - self.DAYS * DAY)  # all of it
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,
@@ -263,9 +265,10 @@ class _QualityCollector(Collector):
     MAX_RUNS = 5000
     REFRESH = 60.0
 
-    def __init__(self, store: Store, *, max_makers: int,
+    def __init__(self, *, runs: Runs, plans: Plans, max_makers: int,
                  clock: Callable[[], float] = time.time):
-        self.store, self.max_makers, self.clock = store, max_makers, clock
+        self.runs, self.stored_plans = runs, plans
+        self.max_makers, self.clock = max_makers, clock
         self.ended: dict[str, Fate | None] = {}
         self.plans: dict[PlanRef, Plan | None] = {}
         self.figures: tuple[list[Metric], float] | None = None
@@ -295,14 +298,14 @@ class _QualityCollector(Collector):
         return [runs, changes]
 
     def _fates(self, now: float) -> list[Fate]:
-        ids = self.store.runs.ids_since(now - self.DAYS * 86400, limit=self.MAX_RUNS)
+        ids = self.runs.ids_since(now - self.DAYS * 86400, limit=self.MAX_RUNS)
         self.ended = {i: self.ended[i] for i in ids if i in self.ended}  # the window moved
         kept = [f for f in self.ended.values() if f is not None]
         return kept + self._read([i for i in ids if i not in self.ended])
 
     def _read(self, run_ids: list[str]) -> list[Fate]:
         """Fates of these runs; the ones that ended are kept for good."""
-        runs = [run for run in self.store.runs.by_id(run_ids) if counted(run)]
+        runs = [run for run in self.runs.by_id(run_ids) if counted(run)]
         needed = {run.id: plans_needed(run) for run in runs}
         self._load([ref for refs in needed.values() for ref in refs])
         out = []
@@ -318,7 +321,7 @@ class _QualityCollector(Collector):
 
     def _load(self, refs: list[PlanRef]) -> None:
         missing = list(dict.fromkeys(ref for ref in refs if ref not in self.plans))
-        self.plans.update(zip(missing, self.store.plans.at(missing), strict=True))
+        self.plans.update(zip(missing, self.stored_plans.at(missing), strict=True))
 
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
@@ -368,8 +371,8 @@ class _SSHCollector(Collector):
 class _QueueCollector(Collector):
     """Reads the queue at scrape time; a Redis outage shows as ``deckhand_redis_up 0``."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, queue: Queue):
+        self.queue = queue
 
     def describe(self) -> Iterable[Metric]:
         return [self._up(), self._depth()]  # no samples: registering must not call Redis
@@ -377,7 +380,7 @@ class _QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         up, depth = self._up(), self._depth()
         try:
-            waiting, in_progress = self.store.queue.backlog()
+            waiting, in_progress = self.queue.backlog()
         except StoreError:
             up.add_metric([], 0)
             yield up
@@ -401,8 +404,8 @@ class _QueueCollector(Collector):
 class _AuditSinkCollector(Collector):
     """The audit sink's lag: entries in the stream the sink has not taken."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, feed: AuditFeed):
+        self.feed = feed
 
     def describe(self) -> Iterable[Metric]:
         return [self._lag()]
@@ -410,7 +413,7 @@ class _AuditSinkCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         lag = self._lag()
         try:
-            lag.add_metric([], self.store.feed.lag())
+            lag.add_metric([], self.feed.lag())
         except StoreError:
             return  # deckhand_redis_up says why
         yield lag

@@ -281,8 +281,9 @@ def _plan_line(plan: Plan, scopes: list[str]) -> str:
 
 
 def _list(ctx: _Ctx, words: list[str]) -> ScheduleReply:
-    config, store = ctx.services.config, ctx.services.store
-    views = [ScheduleView(checked(s, config, store), [] if s.paused else s.next_fires(ctx.now, 3))
+    config, plans = ctx.services.config, ctx.services.store.plans
+    views = [ScheduleView(checked(s, config, plans=plans),
+                          [] if s.paused else s.next_fires(ctx.now, 3))
              for s in ctx.book.all()]
     text = "\n".join(v.describe() for v in views) or "No schedules. " + USAGE.splitlines()[0]
     return ScheduleReply(True, text, schedules=views)

@@ -39,7 +39,7 @@ from agents.schedules.model import (
     utc_now,
 )
 from agents.services import Services
-from agents.store import Store
+from agents.store import AuditLog, ScheduleBook
 
 log = logging.getLogger("deckhand.scheduler")
 
@@ -62,12 +62,12 @@ class Fired:
 class Scheduler:
     """Fires due schedules; start one per bot replica (or ``deckhand schedules serve``)."""
 
-    def __init__(self, store: Store, *, on_occurrence: OnOccurrence,
-                 on_missed: OnMissed | None = None, grace: timedelta = DEFAULT_GRACE,
-                 clock: Callable[[], datetime] = utc_now, name: str | None = None,
-                 sync_every: float = 10.0, lease: timedelta = DEFAULT_LEASE):
-        self.book = store.schedules
-        self.store = store
+    def __init__(self, *, schedules: ScheduleBook, audit: AuditLog,
+                 on_occurrence: OnOccurrence, on_missed: OnMissed | None = None,
+                 grace: timedelta = DEFAULT_GRACE, clock: Callable[[], datetime] = utc_now,
+                 name: str | None = None, sync_every: float = 10.0,
+                 lease: timedelta = DEFAULT_LEASE):
+        self.book, self.audit = schedules, audit
         self.on_occurrence = on_occurrence
         self.on_missed = on_missed
         self.grace = grace
@@ -89,8 +89,10 @@ class Scheduler:
         the grace time from ``DECKHAND_SCHEDULE_GRACE``."""
         options.setdefault("grace", timedelta(seconds=services.settings.schedule_grace))
         options.setdefault("lease", timedelta(seconds=services.settings.schedule_lease))
-        return cls(services.store, on_occurrence=occurrence_handler(services, report),
-                   on_missed=on_missed, **options)
+        store = services.store
+        return cls(schedules=store.schedules, audit=store.audit,
+                   on_occurrence=occurrence_handler(services, report), on_missed=on_missed,
+                   **options)
 
     # -- the core, driven by a clock ---------------------------------------------------------
 
@@ -135,8 +137,8 @@ class Scheduler:
             self.book.settle_occurrence(schedule.id, due.fire_time, owner=self.name,
                                         status=OccurrenceStatus.DONE, note="schedule removed")
             return None
-        self.store.audit.record("schedule_fired", actor=self.name, schedule=schedule.id,
-                                fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
+        self.audit.record("schedule_fired", actor=self.name, schedule=schedule.id,
+                          fire_time=due.fire_time.isoformat(), coalesced=due.coalesced)
         self._hand_over(current, due.fire_time)
         return Fired(current, due.fire_time, due.coalesced)
 
@@ -163,10 +165,10 @@ class Scheduler:
         missed = state.status is OccurrenceStatus.MISSED
         log.warning("schedule %s, occurrence %s: %s", state.schedule,
                     state.fire_time.isoformat(), state.note)
-        self.store.audit.record("schedule_missed" if missed else "schedule_taken_over",
-                                actor=self.name, schedule=state.schedule,
-                                fire_time=state.fire_time.isoformat(), attempt=state.attempt,
-                                previous_owner=state.previous_owner, reason=state.note)
+        self.audit.record("schedule_missed" if missed else "schedule_taken_over",
+                          actor=self.name, schedule=state.schedule,
+                          fire_time=state.fire_time.isoformat(), attempt=state.attempt,
+                          previous_owner=state.previous_owner, reason=state.note)
         try:
             schedule = self.book.get(state.schedule)
         except NotFound:
@@ -189,8 +191,8 @@ class Scheduler:
             return
         log.warning("schedule %s missed occurrences from %s (older than the grace time)",
                     schedule.id, schedule.local(first))
-        self.store.audit.record("schedule_missed", actor=self.name, schedule=schedule.id,
-                                since=first.isoformat(), grace=self.grace.total_seconds())
+        self.audit.record("schedule_missed", actor=self.name, schedule=schedule.id,
+                          since=first.isoformat(), grace=self.grace.total_seconds())
         if self.on_missed is not None:
             self._guarded(self.on_missed, schedule, first)
 

@@ -16,7 +16,7 @@ from agents.ids import short_id
 from agents.policy.approvals import steer_problem
 from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus
-from agents.store import Store
+from agents.store import AuditLog, Runs
 
 
 class Control(StrEnum):
@@ -33,39 +33,39 @@ FACE = {"button": "slack", "stop_button": "slack", "command": "slack"}
 """The face behind each ``via`` that is not a face's own name (cli and mcp are)."""
 
 
-def steer(store: Store, policy: Policy, control: Control, run_id: str, *, user: str,
-          via: str, user_groups: Iterable[str] = ()) -> Run:
+def steer(policy: Policy, control: Control, run_id: str, *, runs: Runs, audit: AuditLog,
+          user: str, via: str, user_groups: Iterable[str] = ()) -> Run:
     """Pause, resume or stop ``run_id`` for ``user``: the run as it then stands.
     ApprovalRefused (audited as ``<control>_refused``) if ``user`` may not, or the run is
     in no state for it (finished, not paused, …)."""
-    run = store.runs.get(run_id)
+    run = runs.get(run_id)
     try:
         problem = steer_problem(run, user=user, user_groups=list(user_groups), policy=policy)
         if problem:
             raise ApprovalRefused(problem)
-        _REQUEST[control](store, run, user, via)
+        _REQUEST[control](runs, run, user, via)
     except ApprovalRefused as exc:
-        store.audit.refused(control.value, action=f"{control.value}_refused", actor=user,
-                            face=FACE.get(via, via), rule=str(exc), run_id=run_id, via=via)
+        audit.refused(control.value, action=f"{control.value}_refused", actor=user,
+                      face=FACE.get(via, via), rule=str(exc), run_id=run_id, via=via)
         raise
-    store.audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
-    return store.runs.get(run_id)
+    audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
+    return runs.get(run_id)
 
 
-def _pause(store: Store, run: Run, user: str, via: str) -> None:
-    store.runs.request_pause(run.id, user=user, via=via)
+def _pause(runs: Runs, run: Run, user: str, via: str) -> None:
+    runs.request_pause(run.id, user=user, via=via)
 
 
-def _resume(store: Store, run: Run, user: str, via: str) -> None:
-    store.runs.request_resume(run.id)
+def _resume(runs: Runs, run: Run, user: str, via: str) -> None:
+    runs.request_resume(run.id)
 
 
-def _stop(store: Store, run: Run, user: str, via: str) -> None:
+def _stop(runs: Runs, run: Run, user: str, via: str) -> None:
     if run.status is RunStatus.ROLLING_BACK:  # a rollback is never stopped
         raise ApprovalRefused(f"run {short_id(run.id)} is already rolling back; there is "
                               f"nothing left to stop")
-    store.runs.request_cancel(run.id, user=user)
+    runs.request_cancel(run.id, user=user)
 
 
-_REQUEST: dict[Control, Callable[[Store, Run, str, str], None]] = {
+_REQUEST: dict[Control, Callable[[Runs, Run, str, str], None]] = {
     Control.PAUSE: _pause, Control.RESUME: _resume, Control.STOP: _stop}

@@ -99,6 +99,9 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     Returns:
         What happened, with the plan, run and message to post.
     """
+    # The whole Store (through services): one occurrence walks six nouns in turn (schedules,
+    # locks, plans, runs, audit, queue), and an unattended approval commits the run record,
+    # its audit entry and the queue entry in one EXEC (approve_unattended).
     done = _Done(services.store, schedule, fire_time, manual)
     book = services.store.schedules
     try:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from agents.errors import StoreError
 from agents.run.judgment import span
 from agents.run.record import Pause
-from agents.store import Store
+from agents.store import Runs
 from tools.runners.base import CancelToken
 
 log = logging.getLogger("deckhand.pause")
@@ -38,11 +38,12 @@ class Audit(Protocol):
 class PauseSwitch:
     """One run's pause on its worker (an executor ``Hold``); ``relay`` is the heartbeat's."""
 
-    def __init__(self, store: Store, run_id: str, *, token: CancelToken, timeout: float,
-                 audit: Audit, clock: Callable[[], float] | None = None):
-        self.store, self.run_id, self.token = store, run_id, token
-        self.timeout, self.audit = timeout, audit
-        self.clock = clock or store.clock
+    def __init__(self, run_id: str, *, runs: Runs, audit: Audit, token: CancelToken,
+                 timeout: float, clock: Callable[[], float] | None = None):
+        self.runs, self.audit = runs, audit
+        self.run_id, self.token = run_id, token
+        self.timeout = timeout
+        self.clock = clock or runs.clock
         self._pause: Pause | None = None
         self._lock = threading.Lock()
 
@@ -61,7 +62,7 @@ class PauseSwitch:
         asked holds the very next step or batch, not only after the heartbeat's next beat
         (if the store does not answer, the heartbeat's last word stands)."""
         with contextlib.suppress(StoreError):
-            self.relay(self.store.runs.pause_requested(self.run_id))
+            self.relay(self.runs.pause_requested(self.run_id))
         with self._lock:
             pause = self._pause
         if pause is None:

@@ -38,7 +38,7 @@ from agents.errors import StoreError
 from agents.plan.model import Plan
 from agents.run.executor import Deferred
 from agents.run.record import HOST_EVENTS, Event, EventKind, HostChange, Run
-from agents.store import LostOwnership, Store, Write
+from agents.store import AuditLog, Leases, LostOwnership, Plans, Write
 from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
@@ -53,8 +53,10 @@ log = logging.getLogger("deckhand.recorder")
 class RunRecorder:
     """An executor listener for one run on one worker; pass ``durable`` to the executor."""
 
-    def __init__(self, store: Store, *, worker: str, token: CancelToken):
-        self.store, self.worker, self.token = store, worker, token
+    def __init__(self, *, leases: Leases, audit: AuditLog, plans: Plans, worker: str,
+                 token: CancelToken):
+        self.leases, self.audit_log, self.plans = leases, audit, plans
+        self.worker, self.token = worker, token
         self._unsaved: str | None = None
         """Why a write failed, until the outbox has landed."""
         self._record: Run | None = None
@@ -82,11 +84,11 @@ class RunRecorder:
                 ("gate", event.gate), ("pause", event.pause),
                 ("judgment", event.judgment)) if v is not None}  # the figures it was shown
             with self._outbox:
-                self._audits.append(self.store.audit.write(
+                self._audits.append(self.audit_log.write(
                     event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
                     phase=event.phase.value, status=event.status, error=event.error, **data))
         if event.kind is EventKind.REPLANNED and event.plan is not None:
-            self.store.plans.save(Plan.model_validate(event.plan))  # before the run names it
+            self.plans.save(Plan.model_validate(event.plan))  # before the run names it
         with contextlib.suppress(LostOwnership):  # said once by _write; the audits landed
             self._write_record(run)
         return None
@@ -95,7 +97,7 @@ class RunRecorder:
         """An audit entry from elsewhere in the worker, taken now and written through the
         outbox: after what was kept before it, and kept in turn while the store is away."""
         with self._outbox:
-            self._audits.append(self.store.audit.write(action, actor=self.worker,
+            self._audits.append(self.audit_log.write(action, actor=self.worker,
                                                        run_id=run_id, **details))
             if self._lost:
                 self._land_audits()
@@ -152,9 +154,10 @@ class RunRecorder:
         unsaved = self._unsaved
         if unsaved is not None:
             return f"its start could not be recorded in Redis ({unsaved})"
-        if not self.store.replicate(what) and self.store.replica_count(fresh=True) > 0:
+        # every noun shares one connection: this WAIT covers the audit entries and plans too
+        if not self.leases.replicate(what) and self.leases.replica_count(fresh=True) > 0:
             return (f"replication to a Redis replica timed out: no replica confirmed within "
-                    f"{self.store.replicate_timeout:g}s that its start is recorded, and a "
+                    f"{self.leases.replicate_timeout:g}s that its start is recorded, and a "
                     f"failover could lose that record — check the replica (INFO replication), "
                     f"then run it again")
         return None
@@ -164,7 +167,7 @@ class RunRecorder:
         with self._outbox:
             self._record, self._hosts = None, []  # this record supersedes them
             try:
-                self._write(lambda: self.store.leases.save_as_owner(run, worker=self.worker))
+                self._write(lambda: self.leases.save_as_owner(run, worker=self.worker))
             except LostOwnership:
                 self._land_audits()
                 raise
@@ -179,7 +182,7 @@ class RunRecorder:
             return
         if not self.pending:  # the common case: no lock, so no host waits for another
             try:
-                self._write(lambda: self.store.leases.record_hosts_as_owner(
+                self._write(lambda: self.leases.record_hosts_as_owner(
                            run_id, changes, worker=self.worker))
                 return
             except LostOwnership:
@@ -213,7 +216,7 @@ class RunRecorder:
             self._land_audits()
             raise
         if self._audits:
-            self._write(lambda: self.store.commit(self._audits))
+            self._write(lambda: self.audit_log.commit(self._audits))
             self._audits.clear()
         self._unsaved, self._warned = None, False
 
@@ -221,11 +224,11 @@ class RunRecorder:
         """The parts only the run's owner may write: the record, then host changes."""
         if self._record is not None:
             record = self._record
-            self._write(lambda: self.store.leases.save_as_owner(record, worker=self.worker))
+            self._write(lambda: self.leases.save_as_owner(record, worker=self.worker))
             self._record = None
         while self._hosts:
             run_id, changes = self._hosts[0]
-            self._write(partial(self.store.leases.record_hosts_as_owner, run_id, changes,
+            self._write(partial(self.leases.record_hosts_as_owner, run_id, changes,
                                 worker=self.worker))
             self._hosts.pop(0)
 
@@ -236,7 +239,7 @@ class RunRecorder:
         self._record, self._hosts = None, []
         if self._audits:
             with contextlib.suppress(StoreError):
-                self.store.commit(self._audits)
+                self.audit_log.commit(self._audits)
                 self._audits.clear()
 
     def _audit_after_loss(self, event: Event, run: Run) -> None:
@@ -248,7 +251,7 @@ class RunRecorder:
         if state is None or not any(h.attempts for h in state.hosts.values()):
             return
         with self._outbox:
-            self._audits.append(self.store.audit.write(
+            self._audits.append(self.audit_log.write(
                 event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
                 phase=event.phase.value, status=event.status, error=event.error,
                 after_lease_lost=True))

@@ -36,7 +36,7 @@ from typing import IO, Any
 from agents.errors import RetentionError
 from agents.history.deploys import DAY, Deploy
 from agents.history.retention import RetentionSettings
-from agents.store import AuditEntry, Store
+from agents.store import AuditEntry, AuditLog, Locks, Store
 from agents.store.retention import Found, RunRecord
 
 JOB = "retention"
@@ -129,6 +129,9 @@ class Retention:
     def __init__(self, store: Store, *, older_than: float, export: Path | None,
                  history_older_than: float | None = None, batch: int = BATCH,
                  hold: Hold = lambda: True):
+        # The whole Store: one pass walks everything that ages against one clock: runs and
+        # their plans (trimming), the schedules whose approved plans it must keep, the audit
+        # log up to the sink's cursor (feed), and deploy history.
         self.store, self.export, self.batch, self.hold = store, export, batch, hold
         self.older_than, self.history_older_than = older_than, history_older_than
         self.archive = Archive(export) if export is not None else None
@@ -263,42 +266,42 @@ def deploy_line(environment: str, deploy: Deploy) -> dict[str, Any]:
 
 # -- one process at a time ------------------------------------------------------------------
 
-def run_exclusively(store: Store, retention: Retention, *, owner: str,
+def run_exclusively(retention: Retention, *, locks: Locks, audit: AuditLog, owner: str,
                     budget: float | None = None) -> RetentionReport | None:
     """A pass under the job lease, or None if another process holds it. A complete pass
     marks the job done; one that trimmed anything is audited."""
-    if not store.locks.take_job(JOB, owner=owner, ttl=LEASE):
+    if not locks.take_job(JOB, owner=owner, ttl=LEASE):
         return None
-    retention.hold = lambda: store.locks.hold_job(JOB, owner=owner, ttl=LEASE)
+    retention.hold = lambda: locks.hold_job(JOB, owner=owner, ttl=LEASE)
     try:
         report = retention.run(budget=budget)
         if report.runs and report.export is not None:  # `runs show` says where they went
-            store.locks.note_job(JOB, {"cutoff": report.cutoff, "export": str(report.export)})
+            locks.note_job(JOB, {"cutoff": report.cutoff, "export": str(report.export)})
         if report.complete:
-            store.locks.mark_job_done(JOB, store.clock())
+            locks.mark_job_done(JOB, locks.clock())
     finally:
-        store.locks.release_job(JOB, owner=owner)
+        locks.release_job(JOB, owner=owner)
     if report.trimmed:
-        store.audit.record("retention", actor=owner, runs=sum(report.runs.values()),
-                           audit_entries=report.audit, deploys=report.deploys,
-                           export=str(report.export), complete=report.complete)
+        audit.record("retention", actor=owner, runs=sum(report.runs.values()),
+                     audit_entries=report.audit, deploys=report.deploys,
+                     export=str(report.export), complete=report.complete)
     return report
 
 
-def holder_text(store: Store) -> str:
+def holder_text(locks: Locks) -> str:
     """Who holds the retention lease, for a message."""
-    holder = store.locks.job(JOB)
+    holder = locks.job(JOB)
     if holder is None:
         return "another process (just finished)"
     return f"{holder.worker}, since {time.strftime('%H:%M:%S', time.localtime(holder.since))}"
 
 
-def due(store: Store, settings: RetentionSettings) -> bool:
+def due(locks: Locks, settings: RetentionSettings) -> bool:
     """Whether a worker should start (or continue) a pass now."""
     if settings.every_hours == 0:
         return False
-    done = store.locks.job_done_at(JOB)
-    return done is None or store.clock() - done >= settings.every_hours * 3600
+    done = locks.job_done_at(JOB)
+    return done is None or locks.clock() - done >= settings.every_hours * 3600
 
 
 def _line(obj: dict[str, Any]) -> bytes:

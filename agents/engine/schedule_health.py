@@ -11,23 +11,23 @@ from agents.errors import NotFound, PlanInvalid
 from agents.ids import short_id
 from agents.plan.validation import validate_plan
 from agents.schedules.model import Schedule
-from agents.store import Store
+from agents.store import Plans, ScheduleBook
 
 
-def checked(schedule: Schedule, config: Config, store: Store) -> Schedule:
+def checked(schedule: Schedule, config: Config, *, plans: Plans) -> Schedule:
     """``schedule`` with ``plan_problem`` filled when its approved plan no longer validates
     (a copy; what is stored is left alone)."""
-    problem = _approved_plan_problem(schedule, config, store)
+    problem = _approved_plan_problem(schedule, config, plans)
     if problem is None:
         return schedule
     return schedule.model_copy(update={"plan_problem": problem})
 
 
-def _approved_plan_problem(schedule: Schedule, config: Config, store: Store) -> str | None:
+def _approved_plan_problem(schedule: Schedule, config: Config, plans: Plans) -> str | None:
     if schedule.approved_plan_id is None:
         return None
     try:
-        plan = store.plans.get(schedule.approved_plan_id)
+        plan = plans.get(schedule.approved_plan_id)
     except NotFound:
         return "its approved plan is no longer stored; re-create the schedule"
     try:
@@ -44,11 +44,11 @@ def flags(schedule: Schedule) -> list[str]:
                   if schedule.last_problem else [])
 
 
-def schedule_findings(config: Config, store: Store) -> list[str]:
+def schedule_findings(config: Config, *, schedules: ScheduleBook, plans: Plans) -> list[str]:
     """``deckhand check``: one line per schedule that no longer plans under ``config``."""
     out = []
-    for schedule in store.schedules.all():
-        seen = checked(schedule, config, store)
+    for schedule in schedules.all():
+        seen = checked(schedule, config, plans=plans)
         if seen.plan_problem:
             out.append(f"schedule {short_id(schedule.id)} ({schedule.spec} → "
                        f"{schedule.request!r}): {seen.plan_problem}")

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from agents.errors import StoreError
 from agents.services import Services
-from agents.store import Store
+from agents.store import AuditFeed, Locks
 from agents.store.feed import SINK_JOB
 from tools.errors import SinkError
 from tools.redact import Redactor, redact_text
@@ -51,9 +51,10 @@ class _Interrupted(Exception):
 class Shipper:
     """Ships the audit stream to one sink, one batch at a time, oldest first."""
 
-    def __init__(self, store: Store, sink: Sink, settings: SinkSettings, *, owner: str,
-                 redact: Callable[[str], str], lease: float = LEASE):
-        self.store, self.sink, self.settings = store, sink, settings
+    def __init__(self, sink: Sink, settings: SinkSettings, *, feed: AuditFeed, locks: Locks,
+                 owner: str, redact: Callable[[str], str], lease: float = LEASE):
+        self.feed, self.locks = feed, locks
+        self.sink, self.settings = sink, settings
         self.owner, self.redact, self.lease = owner, redact, lease
         self.shipped = 0
         self._grouped = False
@@ -82,7 +83,7 @@ class Shipper:
     def drain(self, stop: threading.Event) -> int:
         """Ship everything there is now, then return how many entries (``--once``)."""
         if not self._hold():
-            holder = self.store.locks.job(JOB)
+            holder = self.locks.job(JOB)
             raise StoreError(f"another process ships the audit stream "
                              f"({holder.worker if holder else 'just finished'}); "
                              f"nothing was sent")
@@ -100,10 +101,10 @@ class Shipper:
         """One batch: a pending one first (sent before, never acknowledged), else new
         entries. How many entries were acknowledged (0: nothing to ship)."""
         if not self._grouped:
-            self.store.feed.ensure_group()
+            self.feed.ensure_group()
             self._grouped = True
-        batch = (self.store.feed.pending(self.settings.batch)
-                 or self.store.feed.fresh(self.settings.batch, block=block))
+        batch = (self.feed.pending(self.settings.batch)
+                 or self.feed.fresh(self.settings.batch, block=block))
         lines = [self.line(i, f) for i, f in batch if f is not None]
         gone = [i for i, f in batch if f is None]
         if gone:
@@ -111,7 +112,7 @@ class Shipper:
                         "(first %s); the sink's copy has a gap there", len(gone), gone[0])
         if lines:
             self._deliver(lines, stop)
-        self.store.feed.ack([i for i, _ in batch])
+        self.feed.ack([i for i, _ in batch])
         self.shipped += len(lines)
         return len(batch)
 
@@ -161,18 +162,17 @@ class Shipper:
 
     def _hold(self) -> bool:
         """Take or renew the lease; a restart under the same name takes its own back."""
-        locks = self.store.locks
-        if locks.hold_job(JOB, owner=self.owner, ttl=self.lease):
+        if self.locks.hold_job(JOB, owner=self.owner, ttl=self.lease):
             return True
-        return locks.take_job(JOB, owner=self.owner, ttl=self.lease)
+        return self.locks.take_job(JOB, owner=self.owner, ttl=self.lease)
 
     def _release(self) -> None:
         with contextlib.suppress(StoreError):  # else it lapses by itself
-            self.store.locks.release_job(JOB, owner=self.owner)
+            self.locks.release_job(JOB, owner=self.owner)
 
     def _lag_text(self) -> str:
         try:
-            return f"{self.store.feed.lag()} entries waiting"
+            return f"{self.feed.lag()} entries waiting"
         except StoreError:
             return "the store is unreachable too"
 
@@ -185,7 +185,8 @@ def shipper_for(services: Services, *, owner: str, lease: float = LEASE) -> Ship
         return None
     sink = open_sink(settings)
     own = Redactor(sink.secrets)
-    return Shipper(services.store, sink, settings, owner=owner, lease=lease,
+    store = services.store
+    return Shipper(sink, settings, feed=store.feed, locks=store.locks, owner=owner, lease=lease,
                    redact=lambda text: own(services.redact(text)))
 
 

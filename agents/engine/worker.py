@@ -69,6 +69,10 @@ class Worker:
         self.services = services
         self.listener_factories = list(listener_factories)
         self._swept = float("-inf")
+        # The whole Store: a run's life here spans seven nouns (queue entry, lease, environment
+        # locks, plan, run record, audit, go/no-go judgments); each heartbeat renews lease,
+        # locks and queue entry together, and the sweeps hand it to StoreCheck and Retention,
+        # which read across all of them. Its helpers (PauseSwitch, RunRecorder) get parts.
         self.store = store
         self.name = name or default_worker_name()
         self.options = options or WorkerOptions()
@@ -206,12 +210,13 @@ class Worker:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
         enough to keep queued runs waiting, and one process at a time across replicas."""
         settings = self.services.config.retention
-        if settings is None or not due(self.store, settings):
+        if settings is None or not due(self.store.locks, settings):
             return None
         history_days = self.services.config.history.retention_days
         try:
             retention = Retention.configured(self.store, settings, history_days=history_days)
-            report = run_exclusively(self.store, retention, owner=self.name, budget=SLICE)
+            report = run_exclusively(retention, locks=self.store.locks, audit=self.store.audit,
+                                     owner=self.name, budget=SLICE)
         except RetentionError as exc:
             log.error("retention: %s", exc)
             return None
@@ -272,8 +277,9 @@ class Worker:
         token = CancelToken()
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
-        recorder = RunRecorder(self.store, worker=self.name, token=token)
-        pause = PauseSwitch(self.store, run.id, token=token, audit=recorder.audit,
+        recorder = RunRecorder(leases=self.store.leases, audit=self.store.audit,
+                               plans=self.store.plans, worker=self.name, token=token)
+        pause = PauseSwitch(run.id, runs=self.store.runs, audit=recorder.audit, token=token,
                             timeout=self.services.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
             pause.relay(self.store.runs.pause_requested(run.id))

@@ -69,5 +69,7 @@ class Store(RedisBase):
         return cls(connect_client(url), where=safe_url(url), **options)
 
 
-__all__ = ["CAS_RETRIES", "GROUP", "AuditEntry", "AuditLog", "Change", "Finding", "Keys",
-           "LockInfo", "LostOwnership", "Proposal", "Runs", "Store", "Write"]
+__all__ = ["CAS_RETRIES", "GROUP", "ApprovalCounts", "AuditEntry", "AuditFeed", "AuditLog",
+           "Change", "Dedupe", "Finding", "Health", "History", "Judgments", "Keys", "Leases",
+           "LockInfo", "Locks", "LostOwnership", "Plans", "Proposal", "Proposals", "Queue",
+           "Runs", "ScheduleBook", "Store", "Trimming", "Write"]

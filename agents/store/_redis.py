@@ -470,6 +470,13 @@ class Part:
     def replicate(self, what: str) -> bool:
         return self.db.replicate(what)
 
+    def replica_count(self, *, fresh: bool = False) -> int:
+        return self.db.replica_count(fresh=fresh)
+
+    @property
+    def replicate_timeout(self) -> float:
+        return self.db.replicate_timeout
+
     def commit(self, writes: Sequence[Write]) -> None:
         self.db.commit(writes)
 

@@ -275,7 +275,7 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
     from agents.store import Store
 
     store = Store.connect(settings.redis_url.get_secret_value())
-    findings = schedule_findings(config, store)
+    findings = schedule_findings(config, schedules=store.schedules, plans=store.plans)
     for line in findings:
         console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
     return 1 if findings else 0

@@ -24,15 +24,15 @@ from rich.console import Console
 
 from agents.engine.shipper import shipper_for
 from agents.services import Services
-from agents.store import Store
+from agents.store import AuditLog
 from agents.store.chain import CopyReport, verify_copy
 from bot.cli.common import age_seconds
 from tools.errors import DeckhandError
 
 
-def verify(store: Store, console: Console) -> int:
+def verify(audit: AuditLog, console: Console) -> int:
     """0 when the chain is whole; 1 with the first broken link named."""
-    report = store.audit.verify()
+    report = audit.verify()
     trimmed = f", after the trimmed head {report.trimmed}" if report.trimmed else ""
     counts = (f"{report.entries} linked entries{trimmed}, {report.copies} run copies, "
               f"{report.legacy} from before the chain")
@@ -51,11 +51,11 @@ def _verdict(console: Console, what: str, broken: object | None, counts: str,
     return 0
 
 
-def export(store: Store, since: str | None, fmt: str) -> int:
+def export(audit: AuditLog, since: str | None, fmt: str) -> int:
     """Every entry from ``since`` on, oldest first, as JSON lines on stdout."""
     if fmt != "jsonl":
         raise DeckhandError(f"--format {fmt}: only jsonl is supported; use --format jsonl")
-    for stream_id, entry in store.audit.since(parse_since(since) if since else 0.0):
+    for stream_id, entry in audit.since(parse_since(since) if since else 0.0):
         sys.stdout.write(json.dumps({"stream_id": stream_id, **entry.__dict__},
                                     sort_keys=True) + "\n")
     return 0
@@ -129,8 +129,8 @@ def ship(args: argparse.Namespace, services: Services, console: Console) -> int:
 
 def handle(args: argparse.Namespace, services: Services, console: Console) -> int:
     if args.what == "verify":
-        return verify_file(args.copy, console) if args.copy else verify(services.store,
-                                                                           console)
+        return (verify_file(args.copy, console) if args.copy
+                else verify(services.store.audit, console))
     if args.what == "ship":
         return ship(args, services, console)
-    return export(services.store, args.since, args.format)
+    return export(services.store.audit, args.since, args.format)

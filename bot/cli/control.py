@@ -39,8 +39,8 @@ def _handler(control: Control) -> Handler:
         embedded_store_note()
         services = services_for(args)
         store = services.store
-        run = steer(store, services.config.policy, control, store.runs.find(args.run_id).id,
-                    user=args.user, via="cli")
+        run = steer(services.config.policy, control, store.runs.find(args.run_id).id,
+                    runs=store.runs, audit=store.audit, user=args.user, via="cli")
         console.print(_said(control, run), highlight=False)
         return 0
     return handle

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from agents.config import Config
 from agents.settings import Settings
-from agents.store import Store
+from agents.store import Health, Store
 from agents.store.feed import SINK_JOB
 
 log = logging.getLogger("deckhand.store")
@@ -30,11 +30,11 @@ def report_redis(console: Console, settings: Settings) -> int:
     return 1 if any(f.level == "error" for f in findings) else 0
 
 
-def warn_about_redis(store: Store) -> None:
+def warn_about_redis(health: Health) -> None:
     """Log, at start of ``serve`` and ``worker``, what could lose records."""
-    for finding in store.health.findings():
+    for finding in health.findings():
         log.log(logging.ERROR if finding.level == "error" else logging.WARNING,
-                "Redis %s: %s", store.where, finding.message)
+                "Redis %s: %s", health.where, finding.message)
 
 
 def report_audit_sink(console: Console, config: Config, settings: Settings) -> None:

@@ -64,9 +64,9 @@ def _retention(args: argparse.Namespace, console: Console) -> int:
         report: RetentionReport | None = retention.run(dry_run=True)
     else:
         owner = f"{getpass.getuser()}@{socket.gethostname()}-{os.getpid()}"
-        report = run_exclusively(store, retention, owner=owner)
+        report = run_exclusively(retention, locks=store.locks, audit=store.audit, owner=owner)
     if report is None:
-        raise RetentionError(f"retention is already running ({holder_text(store)}); try "
+        raise RetentionError(f"retention is already running ({holder_text(store.locks)}); try "
                              f"again when it ends (a process that died holds it for at most "
                              f"{LEASE:g} s)")
     console.print(report_table(report))

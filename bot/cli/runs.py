@@ -34,7 +34,7 @@ from agents.run.record import Run
 from agents.run.unreplicated import unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
-from agents.store import Store
+from agents.store import AuditLog, Locks, Plans, Runs
 from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
@@ -139,12 +139,12 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     configure_logging(args.log_format or settings.log_format)
     services = services_for(args)
-    warn_about_redis(services.store)
+    warn_about_redis(services.store.health)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after,
                             stuck_after=args.stuck_after)
     metrics = _worker_metrics(args, services)
     worker = Worker(services, services.store, name=args.name, options=options,
-                    listener_factories=[metrics.run_listener_factory(services.store)]
+                    listener_factories=[metrics.run_listener_factory(services.store.plans)]
                     if metrics else [])
     if args.once:
         return 0 if worker.step() else 1
@@ -201,10 +201,10 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
 
     metrics = Metrics()
     metrics.observe_retries(services.planner)  # replans call the model from workers
-    metrics.watch_queue(services.store)
+    metrics.watch_queue(services.store.queue)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
     if services.config.audit.sink is not None:
-        metrics.watch_audit_sink(services.store)
+        metrics.watch_audit_sink(services.store.feed)
     return metrics
 
 
@@ -249,7 +249,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         run, plan = read_archived(args.archive, args.run_id)
         console.print(f"from the archive {args.archive} (trimmed from Redis)", highlight=False)
     else:
-        run, plan = _stored_run(store, args.run_id)
+        run, plan = _stored_run(args.run_id, runs=store.runs, locks=store.locks,
+                                plans=store.plans)
     if args.output is not None:
         return show_output(console, services, run, step=args.output, host=args.host,
                            as_json=args.json)
@@ -291,17 +292,17 @@ def pause_line(run: Run) -> str:
     return line + f" (`deckhand resume {short_id(run.id)}`)" if line else ""
 
 
-def _stored_run(store: Store, typed: str) -> tuple[Run, Plan]:
+def _stored_run(typed: str, *, runs: Runs, locks: Locks, plans: Plans) -> tuple[Run, Plan]:
     try:
-        run = store.runs.find(typed)
+        run = runs.find(typed)
     except NotFound as exc:  # retention may have moved it to its export file
-        note = store.locks.job_note(RETENTION_JOB)
+        note = locks.job_note(RETENTION_JOB)
         archived = missing_run_text(typed, ArchiveNote(float(note["cutoff"]), str(
             note["export"])) if note else None)
         if archived is None:
             raise
         raise NotFound(archived) from exc
-    return run, store.plans.get(run.plan_id, run.plan_version)
+    return run, plans.get(run.plan_id, run.plan_version)
 
 
 def runs_table(runs: list[Run]) -> Table:
@@ -320,7 +321,7 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     store = services.store
     if args.what != "log":
         return audit_chain_handle(args, services, console)
-    run_id = _audited_run(store, args.run_id) if args.run_id else None
+    run_id = _audited_run(store.runs, args.run_id) if args.run_id else None
     entries = store.audit.entries(run_id=run_id, limit=args.limit)
     if args.json:
         for entry in entries:
@@ -336,10 +337,10 @@ def _audit(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _audited_run(store: Store, typed: str) -> str:
+def _audited_run(runs: Runs, typed: str) -> str:
     """The run ``--run`` names (a prefix is enough); as typed if no run record has it."""
     try:
-        return store.runs.find(typed).id
+        return runs.find(typed).id
     except AmbiguousId:
         raise
     except NotFound:
@@ -356,10 +357,10 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
                                policy=policy, now=services.clock())
     if problem:
-        _refuse(store, run.id, args.user, problem)
+        _refuse(store.audit, run.id, args.user, problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
-        _refuse(store, run.id, args.user, f"not confirmed: {typed}")
+        _refuse(store.audit, run.id, args.user, f"not confirmed: {typed}")
     # the rules changed, or another approval landed first: refused, audited by the store
     run = store.runs.approve(run.id, user=args.user, face="cli", plan_version=run.plan_version,
                              plan_hash=run.plan_hash, policy=services.config.policy)
@@ -370,9 +371,9 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _refuse(store: Store, run_id: str, user: str, rule: str) -> NoReturn:
+def _refuse(audit: AuditLog, run_id: str, user: str, rule: str) -> NoReturn:
     """Audit the refused approval, then refuse it (exit 3)."""
-    store.audit.refused("approve", actor=user, face="cli", rule=rule, run_id=run_id)
+    audit.refused("approve", actor=user, face="cli", rule=rule, run_id=run_id)
     raise ApprovalRefused(rule)
 
 

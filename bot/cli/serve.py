@@ -66,7 +66,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     if not args.http:  # a bad app token is one line, before workers or a scheduler log any
         _check_socket_token(settings)
     services = build_services(config_for(args), settings)
-    warn_about_redis(services.store)
+    warn_about_redis(services.store.health)
     _warn_about_pictures(console)
     from bot.slack.runtime import BotRuntime
 

@@ -111,8 +111,9 @@ class Desk:
         """Pause, resume or stop a run for ``requester``: allowed to the run's requester and
         approvers only (as Stop in Slack), refused and audited otherwise (``via: mcp``)."""
         run = self.services.store.runs.find(run_id)
-        steer(self.services.store, self.services.config.policy, control, run.id,
-              user=requester, via="mcp")
+        store = self.services.store
+        steer(self.services.config.policy, control, run.id, runs=store.runs,
+              audit=store.audit, user=requester, via="mcp")
         return self.run_status(run.id)
 
     def judge_run(self, run_id: str, decision: str, *, user: str, verified: bool) -> RunView:

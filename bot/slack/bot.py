@@ -128,6 +128,9 @@ class Bot:
 
     @property
     def store(self) -> Store:
+        # The whole Store: the Slack face drives a run's approval life (plan saved, run
+        # created and audited, approved, modified, rejected, judged: runs, plans, audit,
+        # judgments) and its listeners and Home read history, schedules, dedupe through it.
         return self.services.store
 
     def open_modal(self, trigger_id: str, view: dict[str, Any], tell: Tell) -> None:
@@ -314,8 +317,9 @@ class Bot:
         return run
 
     def _steer(self, control: Control, run_id: str, user: str, *, via: str = "button") -> Run:
-        run = steer(self.store, self.services.config.policy, control, run_id, user=user,
-                    via=via, user_groups=self.directory.groups_of(user))
+        run = steer(self.services.config.policy, control, run_id, runs=self.store.runs,
+                    audit=self.store.audit, user=user, via=via,
+                    user_groups=self.directory.groups_of(user))
         self.changed(run)
         return run
 

@@ -76,7 +76,7 @@ def _involves(run: Run, user: str) -> bool:
 def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
     now = datetime.now(UTC)
     config = bot.services.config
-    return [(checked(s, config, bot.store), None if s.paused else s.next_fire(now))
+    return [(checked(s, config, plans=bot.store.plans), None if s.paused else s.next_fire(now))
             for s in bot.store.schedules.all()]
 
 

@@ -32,7 +32,6 @@ from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
 from agents.readiness import StoreProbe
-from agents.store import Store
 
 StartResponse = Callable[..., Any]
 Extra = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -41,11 +40,10 @@ Extra = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 class Router:
     """Routes a WSGI request to Slack, a health check, or an extra handler (e.g. metrics)."""
 
-    def __init__(self, app: App, store: Store, *, ready: Callable[[], bool] | None = None,
-                 extra: dict[str, Extra] | None = None):
+    def __init__(self, app: App, *, ping: Callable[[], bool],
+                 ready: Callable[[], bool] | None = None, extra: dict[str, Extra] | None = None):
         self.slack = SlackRequestHandler(app)
-        self.store = store
-        self.probe = StoreProbe(store.ping)
+        self.probe = StoreProbe(ping)  # the store's ping: no noun, only whether Redis answers
         self.ready = ready or (lambda: True)
         self.extra = extra or {}
 

@@ -39,15 +39,16 @@ class BotRuntime:
         services.planner = self.metrics.observe_planner(services.planner)
         self.app, self.bot = build_app(services, settings, client=client)
         observe_slack(self.bot.client, self.metrics)
-        self.metrics.watch_queue(services.store)
-        self.metrics.watch_plan_quality(services.store)
-        self.metrics.watch_history(services.store, list(services.config.inventory.environments),
+        store = services.store
+        self.metrics.watch_queue(store.queue)
+        self.metrics.watch_plan_quality(runs=store.runs, plans=store.plans)
+        self.metrics.watch_history(store.history, list(services.config.inventory.environments),
                                    undo_window=services.config.history.undo_window_hours * 3600)
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
         self.metrics.watch_ssh(lambda: services.runners.setup_stats)
         if services.config.audit.sink is not None:
-            self.metrics.watch_audit_sink(services.store)
+            self.metrics.watch_audit_sink(store.feed)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
                                listener_factories=self._listener_factories(update_interval))
@@ -74,14 +75,16 @@ class BotRuntime:
         client, store = self.bot.client, self.services.store
 
         def thread(run: Run) -> Listener | None:  # the policy of when the run starts (reloads)
-            return thread_listener_factory(client, store, interval=update_interval,
+            return thread_listener_factory(client, runs=store.runs, plans=store.plans,
+                                           interval=update_interval,
                                            policy=self.services.config.policy,
                                            trace_link=self.services.settings.trace_url)(run)
 
         return [thread,
-                timeline_listener_factory(client, store, outcome=self.metrics.timeline_uploaded),
+                timeline_listener_factory(client, runs=store.runs, plans=store.plans,
+                                          outcome=self.metrics.timeline_uploaded),
                 change_listener_factory(self.bot.changed),
-                self.metrics.run_listener_factory(store)]
+                self.metrics.run_listener_factory(store.plans)]
 
     def start_workers(self) -> None:
         for worker in self.workers:
@@ -110,7 +113,7 @@ class BotRuntime:
                ) -> Router:
         """The public routes; ``/metrics`` only when the operator puts it here explicitly."""
         routes = {"/metrics": self.metrics.wsgi_app()} if public_metrics else {}
-        return Router(self.app, self.services.store, ready=self.workers_alive,
+        return Router(self.app, ping=self.services.store.ping, ready=self.workers_alive,
                       extra={**routes, **(extra or {})})
 
     def start_http(self, *, host: str, port: int, limits: HttpLimits | None = None,

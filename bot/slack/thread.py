@@ -31,7 +31,7 @@ from agents.run.executor import Listener
 from agents.run.mirror import RunMirror
 from agents.run.record import Event, EventKind, GateCheck, Judgment, Phase, Run, StepStatus
 from agents.run.results import step_output
-from agents.store import Store
+from agents.store import Plans, Runs
 from bot.slack import blocks as bk
 from bot.slack.judgment_blocks import judged_blocks, judgment_blocks
 from bot.slack.retries import patiently
@@ -263,29 +263,30 @@ def _announced(event: Event) -> bool:
 JUDGMENT_EVENTS = (EventKind.JUDGMENT_AWAITED, EventKind.JUDGMENT_DECIDED)
 
 
-def thread_listener_factory(client: WebClient, store: Store, *, interval: float = 1.0,
-                            policy: Policy | None = None, trace_link: str | None = None,
+def thread_listener_factory(client: WebClient, *, runs: Runs, plans: Plans,
+                            interval: float = 1.0, policy: Policy | None = None,
+                            trace_link: str | None = None,
                             ) -> Callable[[Run], Listener | None]:
     """For workers: a ThreadUpdater for each run that was requested from Slack."""
     def factory(run: Run) -> Listener | None:
-        slack = run.meta.get("slack") or _posted_soon(store, run)
+        slack = run.meta.get("slack") or _posted_soon(runs, run)
         if not slack:
             return None
-        plan = store.plans.get(run.plan_id, run.plan_version)
+        plan = plans.get(run.plan_id, run.plan_version)
         return ThreadUpdater(client, plan, channel=slack["channel"],
                              thread_ts=slack["thread_ts"], interval=interval, policy=policy,
                              plan_ts=slack.get("plan_ts"), trace_link=trace_link)
     return factory
 
 
-def _posted_soon(store: Store, run: Run, timeout: float = 5.0) -> dict[str, str] | None:
+def _posted_soon(runs: Runs, run: Run, timeout: float = 5.0) -> dict[str, str] | None:
     """An unattended scheduled run can reach a worker before its plan message is posted:
     wait (bounded) for the poster to record where the thread is."""
     if not run.requested_by.startswith("schedule:"):
         return None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        slack = store.runs.get(run.id).meta.get("slack")
+        slack = runs.get(run.id).meta.get("slack")
         if slack:
             return dict(slack)
         time.sleep(0.05)

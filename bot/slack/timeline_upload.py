@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackRequestError
 from agents import logcontext
 from agents.run.executor import Listener
 from agents.run.record import Event, EventKind, Run
-from agents.store import Store
+from agents.store import Plans, Runs
 
 log = logging.getLogger("deckhand.slack.timeline")
 
@@ -30,9 +30,9 @@ Outcome = Callable[[bool | None], None]
 class TimelineUploader:
     """An executor listener that uploads the run's timeline PNG once the run has ended."""
 
-    def __init__(self, client: WebClient, store: Store, *, channel: str, thread_ts: str,
+    def __init__(self, client: WebClient, *, plans: Plans, channel: str, thread_ts: str,
                  outcome: Outcome | None = None):
-        self.client, self.store = client, store
+        self.client, self.plans = client, plans
         self.channel, self.thread_ts = channel, thread_ts
         self.outcome = outcome or (lambda ok: None)
         self.thread: threading.Thread | None = None
@@ -72,7 +72,7 @@ class TimelineUploader:
         from bot.timeline import render_timeline  # matplotlib loads on the first upload
 
         # the final version, if replanned
-        plan = self.store.plans.get(run.plan_id, run.plan_version)
+        plan = self.plans.get(run.plan_id, run.plan_version)
         picture = render_timeline(plan, run)
         try:
             self.client.files_upload_v2(
@@ -92,7 +92,7 @@ def _alt_text(run: Run, bars: int) -> str:
             f"{took}, critical path highlighted")
 
 
-def timeline_listener_factory(client: WebClient, store: Store, *,
+def timeline_listener_factory(client: WebClient, *, runs: Runs, plans: Plans,
                               outcome: Outcome | None = None
                               ) -> Callable[[Run], Listener | None]:
     """For workers: a TimelineUploader for each run that has a Slack thread.
@@ -102,9 +102,9 @@ def timeline_listener_factory(client: WebClient, store: Store, *,
     """
     def factory(run: Run) -> Listener | None:
         # a scheduled run can reach the worker before its message is posted: read again
-        slack = run.meta.get("slack") or store.runs.get(run.id).meta.get("slack")
+        slack = run.meta.get("slack") or runs.get(run.id).meta.get("slack")
         if not slack:
             return None
-        return TimelineUploader(client, store, channel=slack["channel"],
+        return TimelineUploader(client, plans=plans, channel=slack["channel"],
                                 thread_ts=slack["thread_ts"], outcome=outcome)
     return factory

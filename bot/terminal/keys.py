@@ -142,8 +142,9 @@ class KeySteering:
             self._say("Not stopped.")
             return
         try:
-            steer(self.services.store, self.services.config.policy, control, self.run_id,
-                  user=self.user, via="terminal")
+            store = self.services.store
+            steer(self.services.config.policy, control, self.run_id, runs=store.runs,
+                  audit=store.audit, user=self.user, via="terminal")
         except DeckhandError as exc:  # refused (audited by steer), or the store failed
             self._say(f"{control.value} refused: {exc}")
             return

@@ -72,7 +72,7 @@ def once(lines: list[dict[str, str]]) -> list[tuple[str, str]]:
 
 def lag_metric(store: Store) -> float | None:
     metrics = Metrics()
-    metrics.watch_audit_sink(store)
+    metrics.watch_audit_sink(store.feed)
     return metrics.registry.get_sample_value("deckhand_audit_sink_lag")
 
 

@@ -112,7 +112,8 @@ def _run(tmp_path: Path, pool: RunnerPool, freezer: _Freezer,
         for status in (RunStatus.APPROVED, RunStatus.QUEUED):
             store.runs.transition(created.id, status)
         run = store.leases.claim(created.id, worker="w", lease=600)
-        listeners = [RunRecorder(store, worker="w", token=CancelToken()), freezer]
+        listeners = [RunRecorder(leases=store.leases, audit=store.audit, plans=store.plans,
+                                 worker="w", token=CancelToken()), freezer]
     try:
         return executor.execute(plan, run, listeners=listeners)
     finally:

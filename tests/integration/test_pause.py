@@ -162,7 +162,8 @@ def test_an_expired_pause_rolls_back_only_the_changed_hosts(
     try:
         wait_until((tmp_path / "hosts" / "prod-1" / "started").exists,
                    what="batch 1 of 2 to start")
-        steer(clocked, config.policy, Control.PAUSE, run_id, user="alice", via="cli")
+        steer(config.policy, Control.PAUSE, run_id, runs=clocked.runs, audit=clocked.audit,
+              user="alice", via="cli")
         wait_until(lambda: _relayed(caplog, "paused by alice"), what="the worker to see it")
         (tmp_path / "go").touch()  # batch 1 ends; batch 2 is held
         held = wait_until(lambda: (r := clocked.runs.get(run_id)).paused and r,

@@ -268,7 +268,7 @@ def test_quality_metrics_per_prompt_version_and_model(tmp_path: Path, store: Sto
 
     now = [time.time()]
     metrics = Metrics()
-    metrics.watch_plan_quality(store, clock=lambda: now[0])
+    metrics.watch_plan_quality(runs=store.runs, plans=store.plans, clock=lambda: now[0])
     first = _outcomes(metrics)
     a, b = "a" * 12, "b" * 12
     assert first[("deckhand_plan_outcomes", a, "m1", "planned")] == 3

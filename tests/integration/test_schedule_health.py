@@ -51,7 +51,7 @@ def test_a_schedule_that_no_longer_validates_is_flagged_everywhere(
     flagged = [line for line in out.splitlines() if line.startswith("schedule ")]
     assert len(flagged) == 1 and "no longer validates" in flagged[0], out
 
-    seen = checked(schedule, sample_config, store)
+    seen = checked(schedule, sample_config, plans=store.plans)
     view = home_view(HomeData(user="U1", now=0.0, schedules=[(seen, None)]), sample_config.policy)
     assert "no longer validates" in str(view)
 

@@ -109,7 +109,8 @@ def test_an_occurrence_whose_takeover_also_died_is_recorded_missed(
     taken = book.take_over(schedule.id, fire, owner="replica-b", lease=short)
     assert taken is not None and taken.attempt == 2  # and then B died too
     missed: list[datetime] = []
-    replica_c = Scheduler(store, on_occurrence=lambda s, t: None, name="replica-c",
+    replica_c = Scheduler(schedules=store.schedules, audit=store.audit,
+                          on_occurrence=lambda s, t: None, name="replica-c",
                           on_missed=lambda s, first: missed.append(first))
     wait_until(lambda: book.abandoned_occurrences(), timeout=5, what="B's lease to lapse")
     assert replica_c.recover(now) == [] and missed == [fire]

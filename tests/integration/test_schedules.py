@@ -74,8 +74,9 @@ class Recorder:
 def scheduler(redis_url: str, on_occurrence: Callable[[Schedule, datetime], None], *,
               name: str, grace: timedelta = timedelta(minutes=30)) -> Scheduler:
     """A scheduler with its own Redis connection, as a separate replica would have."""
-    return Scheduler(Store.connect(redis_url), on_occurrence=on_occurrence, grace=grace,
-                     name=name)
+    own = Store.connect(redis_url)
+    return Scheduler(schedules=own.schedules, audit=own.audit, on_occurrence=on_occurrence,
+                     grace=grace, name=name)
 
 
 def sweep(replicas: list[Scheduler], start: datetime, end: datetime,
@@ -272,8 +273,9 @@ def test_missed_beyond_grace_fires_nothing_then_resumes_normally(services: Servi
                                                                  redis_url: str) -> None:
     schedule = add(services, '"every day at 13:00" status staging')
     recorder, missed = Recorder(), Recorder()
-    replica = Scheduler(Store.connect(redis_url), on_occurrence=recorder, on_missed=missed,
-                        grace=timedelta(minutes=30), name="down-for-hours")
+    own = Store.connect(redis_url)
+    replica = Scheduler(schedules=own.schedules, audit=own.audit, on_occurrence=recorder,
+                        on_missed=missed, grace=timedelta(minutes=30), name="down-for-hours")
     assert replica.tick(at(2026, 3, 28, 18)) == []
     assert missed.calls == [(schedule.id, at(2026, 3, 28, 13))]
     assert replica.tick(at(2026, 3, 28, 19)) == [] and len(missed.calls) == 1
@@ -402,8 +404,9 @@ def test_apscheduler_jobs_follow_redis_and_wake_the_fire_logic(services: Service
     first = add(services, '"every day at 13:00" status staging')
     recorder = Recorder()
     clock = [at(2026, 3, 28, 13, 0)]
-    replica = Scheduler(Store.connect(redis_url), on_occurrence=recorder, name="aps",
-                        clock=lambda: clock[0], sync_every=3600)
+    own = Store.connect(redis_url)
+    replica = Scheduler(schedules=own.schedules, audit=own.audit, on_occurrence=recorder,
+                        name="aps", clock=lambda: clock[0], sync_every=3600)
     replica.start()  # catches up at start: 13:00 is due on the controlled clock
     try:
         assert recorder.calls == [(first.id, at(2026, 3, 28, 13))]

@@ -135,7 +135,8 @@ def test_audit_entries_of_an_outage_land_once_redis_is_back(tmp_path: Path,
     run = submit(services, gated_plan(tmp_path))
     mine = store.leases.claim(run.id, worker="w", lease=600)
     assert mine is not None
-    recorder = RunRecorder(store, worker="w", token=CancelToken())
+    recorder = RunRecorder(leases=store.leases, audit=store.audit, plans=store.plans,
+                           worker="w", token=CancelToken())
 
     def emit(kind: EventKind, step: str, **fields: Any) -> None:
         event = Event(kind=kind, run_id=run.id, step_id=step, **fields)
@@ -193,7 +194,8 @@ def test_audit_entries_kept_in_an_outage_land_although_the_run_was_lost_meanwhil
     mine = store.leases.claim(run.id, worker="w", lease=600)
     assert mine is not None
     token = CancelToken()
-    recorder = RunRecorder(store, worker="w", token=token)
+    recorder = RunRecorder(leases=store.leases, audit=store.audit, plans=store.plans,
+                           worker="w", token=token)
 
     def emit(kind: EventKind, step: str | None = None, **fields: Any) -> None:
         event = Event(kind=kind, run_id=run.id, step_id=step, **fields)

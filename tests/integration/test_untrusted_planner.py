@@ -316,7 +316,9 @@ def test_9_a_coalesced_firing_says_how_many_occurrences_it_stands_for(
     services = build_services(sample_config, Settings(DECKHAND_TZ="Europe/Berlin"), store=store)
     add(services, '"*/10 * * * *" status staging')
     said: list[str] = []
-    replica = Scheduler(Store.connect(redis_url), grace=timedelta(minutes=30), name="late",
+    own = Store.connect(redis_url)
+    replica = Scheduler(schedules=own.schedules, audit=own.audit, grace=timedelta(minutes=30),
+                        name="late",
                         on_occurrence=occurrence_handler(services, lambda o: said.append(
                             o.message)))
     replica.tick(T0 + timedelta(minutes=45))

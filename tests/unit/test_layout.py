@@ -166,3 +166,38 @@ def test_readme_lists_agents_by_floor_bottom_first() -> None:
     assert set(order) == set(floor), f"not in README's map: {set(floor) - set(order)}"
     floors = [floor[u] for u in order]
     assert floors == sorted(floors), f"README's agents/ order is not by floor: {order}"
+
+
+WHOLE_STORE = {
+    "agents.services": "wires the one connection and hands its nouns out",
+    "agents.engine.worker": "a run's life: queue, lease, locks, plan, run, audit, judgments",
+    "agents.engine.occurrences": "six nouns in turn; run, audit and queue in one EXEC",
+    "agents.engine.retention": "one pass over everything that ages, against one clock",
+    "bot.slack.bot": "the Slack face: a run's approval life and its listeners' reads",
+}
+"""The modules still handed the whole Store (issue 28), each with why; the others receive
+only the nouns they use (``runs: Runs``, ``audit: AuditLog`` …)."""
+
+
+def _typed(tree: ast.Module) -> set[str]:
+    """Names in the module's parameter, return and field annotations."""
+    annotations: list[ast.expr | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            annotations += [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    return {n.id for x in annotations if x is not None for n in ast.walk(x)
+            if isinstance(n, ast.Name)}
+
+
+def test_only_the_modules_that_compose_many_nouns_are_handed_the_whole_store() -> None:
+    handed = {_module(f) for top in PACKAGES for f in (ROOT / top).rglob("*.py")
+              if not f.is_relative_to(ROOT / "agents" / "store")
+              and "Store" in _typed(ast.parse(f.read_text()))}
+    unexplained, gone = sorted(handed - set(WHOLE_STORE)), sorted(set(WHOLE_STORE) - handed)
+    assert not unexplained and not gone, (
+        f"handed the whole Store without a reason in WHOLE_STORE: {unexplained}; "
+        f"listed there but no longer handed it: {gone}")

@@ -130,7 +130,8 @@ def test_without_matplotlib_each_picture_says_it_is_off(
         charts.require("--timeline")
     assert main(["check", str(copy_examples(tmp_path / "c"))]) == 0
     assert "note: pictures off (Slack timeline" in capsys.readouterr().out
-    uploader = TimelineUploader(None, None, channel="C1", thread_ts="1.2")  # type: ignore[arg-type]
+    uploader = TimelineUploader(None, plans=None, channel="C1",  # type: ignore[arg-type]
+                                thread_ts="1.2")
     assert uploader.upload(SimpleNamespace(id="r-1")) is None  # type: ignore[arg-type]
     metrics = Metrics()
     metrics.timeline_uploaded(None)
