@@ -172,14 +172,14 @@ def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe
     at once; the run is then taken over by another worker when this one's lease runs out.
     So does a store that stops answering (no primary) for ``wait`` seconds while draining."""
     def give_up(reason: str) -> None:
-        announce(console, f"draining: stopped waiting for the store ({reason}); exiting now — "
-                          f"another worker takes the run in hand over after this one's lease",
-                 level=logging.WARNING)
-        os.kill(os.getpid(), signal.SIGTERM)  # a real signal: interrupts a blocked read
+        _leave_now(console, f"draining: stopped waiting for the store ({reason}); exiting "
+                            f"now — another worker takes the run in hand over after this "
+                            f"one's lease", level=logging.WARNING)
 
     def handle(signum: int, frame: object) -> None:
         if stop.is_set():
-            raise KeyboardInterrupt
+            _leave_now(console, "stopping now, without finishing the run in hand: another "
+                                "worker takes it over after this one's lease")
         stop.set()
         announce(console, "draining: finishing the current run (again to stop now; another "
                           "worker takes the run over after this one's lease)")
@@ -188,6 +188,20 @@ def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+def _leave_now(console: Console, message: str, *, level: int = logging.INFO) -> NoReturn:
+    """Exit at once, as a crash would, but saying why. Unwinding would wait for the run in
+    hand: its step threads until their commands end, its last writes for a store that has
+    no primary (minutes, or compose's 30 min stop grace period). What is left is what a
+    takeover already handles: the lease lapses, another worker stops leftover commands and
+    resumes or rolls back."""
+    announce(console, message, level=level)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | None:
