@@ -53,7 +53,7 @@ from bot.cli.run_views import (
     run_summary_json,
     show_output,
 )
-from bot.logs import add_log_format_arg, announce, configure_logging
+from bot.logs import add_log_format_arg, announce
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import paused_line, provenance_text, status_table, summary
 
@@ -124,6 +124,7 @@ def register(commands: Commands) -> None:
     audit.add_argument("--json", action="store_true", help="JSON lines, for export")
     audit.add_argument("--limit", type=int, default=200)
     add_config_arg(audit)
+    add_log_format_arg(audit)  # ship runs for good, as a worker does
     audit.set_defaults(handler=_audit)
 
     approve = commands.add_parser("approve", help="approve a waiting run (as --user)")
@@ -136,7 +137,6 @@ def register(commands: Commands) -> None:
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
-    configure_logging(args.log_format or settings.log_format)
     services = services_for(args)
     warn_about_redis(services.store)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after,
