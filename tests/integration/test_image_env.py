@@ -26,6 +26,7 @@ from tests.fixtures.siem_standin import SiemStandin
 from tests.fixtures.slack_standin import SlackStandin
 from tests.integration.test_audit_sink import once, sink_config, webhook, write_entries
 from tests.integration.test_config_reload import audited
+from tests.integration.test_health_bounds import healthcheck
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = {"DECKHAND_LOG_FORMAT": "json", "DECKHAND_METRICS_HOST": "0.0.0.0"}
@@ -115,6 +116,7 @@ def test_serve_http_in_single_process_mode_logs_only_json(
     try:
         wait_until(lambda: _said(log, "metrics on "), timeout=60, what="serve's banners")
         assert _status(f"http://127.0.0.1:{port}/readyz") == 200  # on its in-process store
+        assert healthcheck(f"http://127.0.0.1:{port}") == (0, "")
         assert _status(f"http://127.0.0.2:{metrics}/metrics") == 200
         proc.send_signal(signal.SIGHUP)
         wait_until(lambda: _said(log, "config reloaded from"), what="the reload's line")
