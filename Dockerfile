@@ -2,7 +2,7 @@
 # Production image: one image, a target per role, non-root, tini as PID 1, JSON logs.
 #   docker build -t deckhand .                       # `serve` (the last stage, the default)
 #   docker build --target worker -t deckhand-worker .
-#   docker build --build-arg EXTRAS= -t deckhand-slim .   # no pictures: ~165 MB smaller
+#   docker build --build-arg EXTRAS= -t deckhand-slim .   # no pictures: ~170 MB smaller
 # Run: docker run -e SLACK_BOT_TOKEN_FILE=/run/secrets/slack_bot_token … -e REDIS_URL=…
 #   -e DECKHAND_CONFIG=/config/deckhand.yml -v ./config:/config:ro -v deckhand-state:/var/lib/deckhand
 #   --read-only --tmpfs /tmp -p 3000:3000 deckhand

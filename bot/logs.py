@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import threading
 import time
 from typing import Any, Literal
 
@@ -19,6 +21,7 @@ from agents import logcontext
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 HANDLER_NAME = "deckhand"
+ENV = "DECKHAND_LOG_FORMAT"
 
 
 class RunContextFilter(logging.Filter):
@@ -55,9 +58,16 @@ def _iso(created: float) -> str:
 
 
 def add_log_format_arg(parser: argparse.ArgumentParser) -> None:
-    """The ``--log-format text|json`` option of serve and worker."""
+    """The ``--log-format text|json`` option of the long-running commands (serve, worker,
+    audit ship): ``bot.cli.main`` sets their logging up from it before anything else."""
     parser.add_argument("--log-format", choices=["text", "json"], default=None,
                         help="log lines as text or JSON (default $DECKHAND_LOG_FORMAT or text)")
+
+
+def requested_format(flag: str | None) -> LogFormat:
+    """``--log-format``, else ``$DECKHAND_LOG_FORMAT``, read before the settings are: a bad
+    setting (a secret file that cannot be read) is then reported in the format asked for."""
+    return "json" if (flag or os.environ.get(ENV, "")) == "json" else "text"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -93,9 +103,27 @@ def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    _route_stray_output(json_lines=fmt == "json")
     # APScheduler logs two INFO lines per job run (every 10 s): quiet by default
     logging.getLogger("apscheduler").setLevel(max(level, logging.WARNING))
     return handler
+
+
+def _route_stray_output(*, json_lines: bool) -> None:
+    """Under JSON, what Python itself would print to stderr goes through logging too: an
+    exception that ends a thread (a multi-line traceback) and ``warnings`` (a library's
+    deprecation notice). Text logging leaves Python's own printing alone."""
+    logging.captureWarnings(json_lines)
+    threading.excepthook = _log_thread_exception if json_lines else threading.__excepthook__
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # as Python's own hook: a thread that exits says nothing
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("deckhand").error(
+        "thread %s ended with an uncaught exception", name,
+        exc_info=args.exc_value)
 
 
 def json_logging() -> bool:

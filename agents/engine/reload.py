@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agents.config import load_config
+from agents.errors import StoreError
 from agents.policy.diff import policy_diff
 from agents.services import Services, build_services
 from tools.errors import ConfigError, DeckhandError
@@ -52,10 +53,14 @@ class ConfigReload:
         while not stop.is_set():
             if self._asked.wait(0.5):
                 self._asked.clear()
-                self.reload()
+                try:
+                    self.reload()
+                except Exception:  # a bug: say so, and keep answering the next SIGHUP
+                    log.exception("config reload failed, still running the previous config")
 
     def reload(self) -> bool:
-        """Load, check and swap in the config file; False (the old one kept) if invalid."""
+        """Load, check and swap in the config file; False (the old one kept) if invalid, or
+        if the store cannot audit the change (who may approve never changes unrecorded)."""
         with self._lock:
             try:
                 config = load_config(self.path)
@@ -63,24 +68,34 @@ class ConfigReload:
                                        store=self.services.store)
             except DeckhandError as exc:
                 return self._refuse(_one_line(exc))
-            return self._swap(fresh)
+            try:
+                return self._swap(fresh)
+            except StoreError as exc:
+                log.error("config reload not applied, still running the previous config: "
+                          "the store cannot record it (%s); send SIGHUP again once it "
+                          "answers", exc)
+                return False
 
     def _refuse(self, reason: str) -> bool:
         log.error("config reload refused, still running the previous config: %s", reason)
-        self.services.store.audit.record("config_reload_refused", actor=self.actor,
-                                         path=str(self.path), reason=reason)
+        try:
+            self.services.store.audit.record("config_reload_refused", actor=self.actor,
+                                             path=str(self.path), reason=reason)
+        except StoreError as exc:
+            log.error("the refused reload could not be audited: %s", exc)
         return False
 
     def _swap(self, fresh: Services) -> bool:
+        """Audited first, then swapped: a change the store cannot record is not made."""
         old, new = self.services.config, fresh.config
         diff = policy_diff((old.policy, old.inventory), (new.policy, new.inventory))
-        for adopt in self.adopt:
+        for adopt in self.adopt:  # (only adds redaction to what is shared: safe if undone)
             adopt(fresh)
-        self.services.swap(fresh)
         summary = diff.summary()
         self.services.store.audit.record("config_reloaded", actor=self.actor,
                                          path=str(self.path), policy_changed=diff.changed,
                                          diff=summary)
+        self.services.swap(fresh)
         log.info("config reloaded from %s: %s", self.path,
                  "; ".join(summary) if summary else "no policy change")
         return True

@@ -41,7 +41,7 @@ from bot.cli.common import (
     services_for,
 )
 from bot.cli.health import report_audit_sink, report_redis
-from bot.logs import announce
+from bot.logs import announce, configure_logging, requested_format
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
 from bot.terminal.border import TerminalConsole, yaml_for_terminal
@@ -73,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    if _runs_for_good(args):  # its log in the format asked for, from the first line
+        configure_logging(requested_format(args.log_format))
     configure_tracing()
     try:
         return handler(args, console)
@@ -96,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERNAL
     finally:
         shutdown_tracing()
+
+
+def _runs_for_good(args: argparse.Namespace) -> bool:
+    """serve, worker and audit ship: processes that log (the others print their answer)."""
+    return hasattr(args, "log_format") and getattr(args, "what", "ship") == "ship"
 
 
 def _error(console: Console, message: str) -> None:

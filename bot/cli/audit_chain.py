@@ -27,6 +27,7 @@ from agents.services import Services
 from agents.store import AuditLog
 from agents.store.chain import CopyReport, verify_copy
 from bot.cli.common import age_seconds
+from bot.logs import announce
 from tools.errors import DeckhandError
 
 
@@ -116,13 +117,13 @@ def ship(args: argparse.Namespace, services: Services, console: Console) -> int:
     stop = threading.Event()
     if args.once:
         count = shipper.drain(stop)
-        console.print(f"shipped {count} audit entries to {shipper.sink.describe()}; "
-                      f"{services.store.feed.lag()} waiting", markup=False, highlight=False)
+        announce(console, f"shipped {count} audit entries to {shipper.sink.describe()}; "
+                          f"{services.store.feed.lag()} waiting")
         return 0
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    console.print(f"shipping the audit stream to {shipper.sink.describe()} as {name}; "
-                  f"Ctrl-C (or SIGTERM) stops", markup=False, highlight=False)
+    announce(console, f"shipping the audit stream to {shipper.sink.describe()} as {name}; "
+                      f"Ctrl-C (or SIGTERM) stops")
     shipper.serve(stop)
     return 0
 

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
 
 from rich.console import Console
+from rich.markup import escape
 
 from agents.config import Config, load_config
 from agents.services import Services, build_services
 from agents.settings import Settings
+from bot.logs import json_logging
 from bot.terminal.border import TerminalConsole
 from bot.terminal.console import Confirm
 from tools.errors import ConfigNotFound, DeckhandError
@@ -119,9 +122,12 @@ def embedded_store_note() -> None:
     """Say so (on stderr) when the store is the in-process one: it dies with this process."""
     if Settings().redis_url is not None:
         return
-    TerminalConsole(stderr=True).print(
-        "[yellow]note:[/] REDIS_URL is not set, so this command uses an embedded store that "
-        "lives only for this one process — it cannot see runs from `deckhand run`, `serve` "
-        "or `worker`. To share one store, start Redis and set REDIS_URL (e.g. export "
-        "REDIS_URL=redis://localhost:6379/0) for every deckhand process.",
-        soft_wrap=True, highlight=False)
+    text = ("REDIS_URL is not set, so this command uses an embedded store that lives only for "
+            "this one process — it cannot see runs from `deckhand run`, `serve` or `worker`. "
+            "To share one store, start Redis and set REDIS_URL (e.g. export "
+            "REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
+    if json_logging():  # `audit ship --log-format json`: a log line like every other
+        logging.getLogger("deckhand").warning(text)
+        return
+    TerminalConsole(stderr=True).print("[yellow]note:[/] " + escape(text), soft_wrap=True,
+                                       highlight=False)

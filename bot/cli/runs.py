@@ -53,7 +53,7 @@ from bot.cli.run_views import (
     run_summary_json,
     show_output,
 )
-from bot.logs import add_log_format_arg, announce, configure_logging
+from bot.logs import add_log_format_arg, announce
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import paused_line, provenance_text, status_table, summary
 
@@ -125,6 +125,7 @@ def register(commands: Commands) -> None:
                        help="JSON lines for scripts (fields in docs/json.md)")
     audit.add_argument("--limit", type=int, default=200)
     add_config_arg(audit)
+    add_log_format_arg(audit)  # ship runs for good, as a worker does
     audit.set_defaults(handler=_audit)
 
     approve = commands.add_parser("approve", help="approve a waiting run (as --user)")
@@ -137,7 +138,6 @@ def register(commands: Commands) -> None:
 
 def _worker(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
-    configure_logging(args.log_format or settings.log_format)
     services = services_for(args)
     warn_about_redis(services.store.health)
     options = WorkerOptions(lease=args.lease, claim_after=args.claim_after,
@@ -175,14 +175,14 @@ def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe
     at once; the run is then taken over by another worker when this one's lease runs out.
     So does a store that stops answering (no primary) for ``wait`` seconds while draining."""
     def give_up(reason: str) -> None:
-        announce(console, f"draining: stopped waiting for the store ({reason}); exiting now — "
-                          f"another worker takes the run in hand over after this one's lease",
-                 level=logging.WARNING)
-        os.kill(os.getpid(), signal.SIGTERM)  # a real signal: interrupts a blocked read
+        _leave_now(console, f"draining: stopped waiting for the store ({reason}); exiting "
+                            f"now — another worker takes the run in hand over after this "
+                            f"one's lease", level=logging.WARNING)
 
     def handle(signum: int, frame: object) -> None:
         if stop.is_set():
-            raise KeyboardInterrupt
+            _leave_now(console, "stopping now, without finishing the run in hand: another "
+                                "worker takes it over after this one's lease")
         stop.set()
         announce(console, "draining: finishing the current run (again to stop now; another "
                           "worker takes the run over after this one's lease)")
@@ -191,6 +191,20 @@ def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+def _leave_now(console: Console, message: str, *, level: int = logging.INFO) -> NoReturn:
+    """Exit at once, as a crash would, but saying why. Unwinding would wait for the run in
+    hand: its step threads until their commands end, its last writes for a store that has
+    no primary (minutes, or compose's 30 min stop grace period). What is left is what a
+    takeover already handles: the lease lapses, another worker stops leftover commands and
+    resumes or rolls back."""
+    announce(console, message, level=level)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | None:

@@ -17,7 +17,7 @@ from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
 from bot.cli.health import warn_about_redis
 from bot.cli.reload import reload_on_sighup
-from bot.logs import add_log_format_arg, announce, configure_logging
+from bot.logs import add_log_format_arg, announce
 from tools.errors import ConfigError, Problem
 
 SINGLE_PROCESS = ("`serve --http` needs REDIS_URL: behind a load balancer each replica would "
@@ -59,7 +59,6 @@ def register(commands: Commands) -> None:
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
-    configure_logging(args.log_format or settings.log_format)
     if args.http and settings.redis_url is None and not (args.single_process
                                                          or settings.single_process):
         raise ConfigError([Problem("environment", SINGLE_PROCESS)])

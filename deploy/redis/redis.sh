@@ -9,13 +9,21 @@
 # file (on the volume; Sentinel rewrites it with CONFIG REWRITE at every reconfiguration),
 # and on the very first boot the role FIRST_PRIMARY gives it.
 #
+# A node is not promotable (replica-priority 0) until it has synced with a primary since it
+# started, or is the primary. Sentinel takes a replica that never connected since its start
+# (master_link_down_since_seconds:-1) for a fresh one: after a failover, a member that comes
+# back while the current primary is still down would be promoted with the data it had
+# before the failover, and every write since would be lost when the real primary returns
+# and resyncs from it. To accept that loss on purpose (the real primary is gone for good):
+# `redis-cli CONFIG SET replica-priority 100` on the stale member.
+#
 # Environment: ANNOUNCE_HOST (this node's name as the others reach it), FIRST_PRIMARY
 # (host:port), SENTINELS ("host:port host:port …"), SERVICE (deckhand), REDIS_PORT (6379),
-# REDIS_BIND ("* -::*"), DATA_DIR (/data), SENTINEL_WAIT (10),
+# REDIS_BIND ("* -::*"), DATA_DIR (/data), SENTINEL_WAIT (10), REPLICA_PRIORITY (100),
 # REDIS_PASSWORD_FILE (the password every node and client uses; unset: none).
 set -eu
 : "${REDIS_PORT:=6379}" "${SERVICE:=deckhand}" "${DATA_DIR:=/data}" "${SENTINEL_WAIT:=10}"
-: "${REDIS_BIND:=* -::*}"
+: "${REDIS_BIND:=* -::*}" "${REPLICA_PRIORITY:=100}"
 me="$ANNOUNCE_HOST:$REDIS_PORT"
 conf="$DATA_DIR/redis.conf"
 password=""
@@ -67,5 +75,24 @@ else
 fi
 if [ -n "$password" ]; then  # on the command line, not only in the file: it may rotate
   set -- "$@" --requirepass "$password" --masterauth "$password"
+fi
+
+promotable_once_synced() {  # runs beside redis-server (this shell's pid once exec'd)
+  server=$$
+  [ -z "$password" ] || export REDISCLI_AUTH="$password"
+  while kill -0 "$server" 2>/dev/null; do
+    case "$(redis-cli -p "$REDIS_PORT" info replication 2>/dev/null)" in
+      *role:master*|*master_link_status:up*)
+        redis-cli -p "$REDIS_PORT" config set replica-priority "$REPLICA_PRIORITY" >/dev/null \
+          && echo "redis.sh: in sync or primary; promotable again" >&2 && return ;;
+    esac
+    sleep 0.5
+  done
+}
+if [ "$primary" = "$me" ]; then
+  set -- "$@" --replica-priority "$REPLICA_PRIORITY"
+else
+  set -- "$@" --replica-priority 0
+  promotable_once_synced &
 fi
 exec redis-server "$conf" "$@"

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,11 +21,13 @@ from pathlib import Path
 import pytest
 
 from agents.config import load_config
+from agents.engine.reload import ConfigReload
 from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import AuditEntry, Store
 from bot.slack import blocks as bk
 from tests.fixtures.polling import wait_until
+from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sample import free_port
 from tests.fixtures.slack_standin import Signer, SlackStandin
 from tests.fixtures.slack_world import SECRET
@@ -240,3 +243,31 @@ def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
 def _waiting(services: Services, text: str) -> Run:
     return submit(services, services.make_plan(text, requested_by="UALICE", face="cli"),
                   by="UALICE", approvers=())
+
+
+def test_a_reload_the_store_cannot_audit_is_not_applied_and_the_next_one_is(
+        config_file: Path, own_redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Redis down at SIGHUP: the new rule is not put in force unrecorded, and the reload
+    thread lives on to apply it at the next SIGHUP once Redis answers."""
+    store = Store.connect(own_redis.url)
+    services = build_services(load_config(config_file), store=store)
+    reload, stop = ConfigReload(services, actor="worker w"), threading.Event()
+    reload.start(stop)
+    try:
+        config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]", "users: [carol]"))
+        own_redis.stop()
+        reload.request()
+        wait_until(lambda: "the store cannot record it" in caplog.text, timeout=60,
+                   what="the reload to be refused for want of an audit")
+        assert _approvers(services) == ["bob"]
+        own_redis.start()
+        reload.request()
+        wait_until(lambda: _approvers(services) == ["carol"], timeout=30,
+                   what="the next reload to apply the file")
+        assert audited(store, "config_reloaded").actor == "worker w"
+    finally:
+        stop.set()
+
+
+def _approvers(services: Services) -> list[str]:
+    return list(services.config.policy.environments["staging"].approvers.users)

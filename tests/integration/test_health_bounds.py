@@ -114,6 +114,7 @@ def _worker_story(worker: subprocess.Popen[bytes], redis_server: RedisServer,
         return time.monotonic() - started > 4  # longer than --stuck-after 3
 
     wait_until(idle_and_healthy_past_the_limit, timeout=30, what="an idle worker, healthy")
+    assert healthcheck(base) == (0, "")  # the image's HEALTHCHECK command
     assert _get(base + "/readyz")[:2] == (200, {"ok": True})
     assert "deckhand_queue_depth" in urllib.request.urlopen(base + "/metrics").read().decode()
 
@@ -124,6 +125,17 @@ def _worker_story(worker: subprocess.Popen[bytes], redis_server: RedisServer,
     stuck = wait_until(lambda: (lambda s: s if s[0] == 503 else None)(_get(base + "/healthz")),
                        timeout=20, what="/healthz to say stuck")
     assert "no progress for" in stuck[1]["worker"]
+    status, said = healthcheck(base)
+    assert status == 1 and said.startswith("unhealthy: ") and "no progress for" in said
 
     worker.send_signal(signal.SIGTERM)  # drain, with a store that answers nothing
     assert worker.wait(20) == 0, "the drain gave up on the hung store and exited"
+
+
+def healthcheck(base: str) -> tuple[int, str]:
+    """``python -m bot.healthcheck PORT``, as the image's HEALTHCHECK runs it: exit code and
+    what it said on stderr."""
+    port = base.rsplit(":", 1)[1]
+    done = subprocess.run([sys.executable, "-m", "bot.healthcheck", port], capture_output=True,
+                          timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    return done.returncode, done.stderr.decode().strip()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from bot.logs import configure_logging
 from tests.fixtures.builders import make_config, make_plan
 
 log = logging.getLogger("deckhand.test")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -76,3 +80,28 @@ def test_tracebacks_are_kept_in_one_json_line(json_lines: io.StringIO) -> None:
         log.exception("it failed")
     (record,) = _records(json_lines)
     assert record["message"] == "it failed" and "ValueError: boom" in str(record["exception"])
+
+
+STRAYS = """
+import threading, warnings
+from bot.logs import configure_logging
+configure_logging("json")
+doomed = threading.Thread(target=lambda: 1 / 0, name="doomed")
+doomed.start()
+doomed.join()
+warnings.warn("an old API", UserWarning)
+configure_logging("text")
+print(threading.excepthook is threading.__excepthook__)
+"""
+
+
+def test_a_dying_thread_and_a_warning_are_json_lines_too() -> None:
+    """What Python prints by itself (a thread's traceback, a warning) under JSON logging;
+    a real process, as pytest puts hooks of its own on both."""
+    done = subprocess.run([sys.executable, "-c", STRAYS], capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    thread, warning = [json.loads(line) for line in done.stderr.decode().splitlines()]
+    assert thread["level"] == "error" and "thread doomed" in thread["message"]
+    assert "ZeroDivisionError" in thread["exception"]
+    assert warning["logger"] == "py.warnings" and "an old API" in warning["message"]
+    assert done.stdout.decode().strip() == "True"  # text logging: Python's own hook again
