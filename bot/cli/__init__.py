@@ -101,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _runs_for_good(args: argparse.Namespace) -> bool:
-    """serve, worker and audit ship: processes that log (the others print their answer)."""
+    """serve, worker, schedules serve, mcp and audit ship: processes that log (the others
+    print their answer)."""
     return hasattr(args, "log_format") and getattr(args, "what", "ship") == "ship"
 
 

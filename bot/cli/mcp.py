@@ -13,6 +13,7 @@ from rich.console import Console
 from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
+from bot.logs import add_log_format_arg
 from bot.mcp.desk import DEFAULT_PLAN_TTL, Desk, PlanPoster
 from bot.terminal.border import TerminalConsole
 
@@ -29,6 +30,7 @@ def register(commands: Commands) -> None:
     parser.add_argument("--plan-ttl", type=_positive, default=DEFAULT_PLAN_TTL,
                         help="seconds a plan's hash may be requested after `plan`")
     add_config_arg(parser)
+    add_log_format_arg(parser)  # stdio keeps stdout for the protocol: logs go to stderr
     parser.set_defaults(handler=_mcp)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import logging
 import signal
 import threading
 from datetime import timedelta
@@ -24,6 +23,7 @@ from bot.cli.common import Commands, add_config_arg, services_for
 from bot.cli.history import add_json_arg
 from bot.cli.json_views import schedules_json
 from bot.cli.run_views import print_json
+from bot.logs import add_log_format_arg
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.scheduler import Scheduler
 from bot.terminal.render import plan_table
@@ -49,6 +49,7 @@ def register(commands: Commands) -> None:
     serve.add_argument("--grace", type=float, default=None,
                        help="seconds a missed occurrence may still fire "
                             "(default $DECKHAND_SCHEDULE_GRACE or 1800)")
+    add_log_format_arg(serve)  # it runs for good: its log is set up by bot.cli.main
     add_config_arg(parser)  # `deckhand schedules --config X list`, as with every group
     parser.set_defaults(handler=lambda args, console: _usage(parser))
 
@@ -119,8 +120,6 @@ def _show(services: Services, console: Console, reply: ScheduleReply) -> None:
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per wake-up is noise
     services = services_for(args)
     options: dict[str, Any] = {}
     if args.grace is not None:

@@ -1,7 +1,7 @@
 """The image's environment on real processes (issue 34.5). With only what the Dockerfile
 and compose set — DECKHAND_LOG_FORMAT=json, DECKHAND_METRICS_HOST=0.0.0.0, secrets from
 ``*_FILE``, a state directory — every line ``serve --http``, ``worker`` and ``audit ship``
-print is JSON (banners, a fatal setting at start, config reloads, the audit sink's lines),
+print is JSON (and a bad setting at start of `schedules serve` and `mcp --http`) (banners, a fatal setting at start, config reloads, the audit sink's lines),
 and /metrics answers on 127.0.0.2, which a socket bound to 127.0.0.1 alone never does."""
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
             proc.kill()
 
 
-@pytest.mark.parametrize("command", [["worker"], ["serve", "--http"], ["audit", "ship"]])
+@pytest.mark.parametrize("command", [["worker"], ["serve", "--http"], ["audit", "ship"],
+                                     ["schedules", "serve"], ["mcp", "--http"]])
 def test_a_bad_setting_at_start_is_one_json_line(command: list[str], tmp_path: Path,
                                                  sample_config: Config) -> None:
     done = subprocess.run(

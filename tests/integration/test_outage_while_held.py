@@ -155,7 +155,8 @@ def test_a_pause_that_expires_during_an_outage_rolls_back_once_the_lease_is_back
     try:
         wait_until((tmp_path / "hosts" / "prod-1" / "started").exists,
                    what="batch 1 of 2 to start")
-        steer(store, config.policy, Control.PAUSE, run_id, user="alice", via="cli")
+        steer(config.policy, Control.PAUSE, run_id, runs=store.runs, audit=store.audit,
+              user="alice", via="cli")
         wait_until(lambda: _logged(caplog, "paused by alice"), what="the worker to see it")
         (tmp_path / "go").touch()  # batch 1 ends; batch 2 is held
         wait_until(lambda: store.runs.get(run_id).paused, what="the run to be held")
