@@ -1,8 +1,8 @@
 """The image's environment on real processes (issue 34.5). With only what the Dockerfile
 and compose set — DECKHAND_LOG_FORMAT=json, DECKHAND_METRICS_HOST=0.0.0.0, secrets from
 ``*_FILE``, a state directory — every line ``serve --http``, ``worker`` and ``audit ship``
-print is JSON (and a bad setting at start of `schedules serve` and `mcp --http`) (banners, a fatal setting at start, config reloads, the audit sink's lines),
-and /metrics answers on 127.0.0.2, which a socket bound to 127.0.0.1 alone never does."""
+print is JSON (banners, a fatal setting at start — of ``schedules serve`` and ``mcp --http``
+too —, config reloads, the audit sink's lines), and /metrics answers on 127.0.0.2, which a socket bound to 127.0.0.1 alone never does."""
 
 from __future__ import annotations
 
