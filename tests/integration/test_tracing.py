@@ -118,7 +118,7 @@ def test_a_request_that_never_runs_ends_its_trace_too(
                        what="the shown plan's root")
     assert [s.status for s in shown] == [1]
 
-    done = _cli(["run", "deploy v2.3.1", "--user", "alice", *config], env, stdin="n\n")
+    done = _cli(["run", "deploy v2.3.1", "--user", "alice", *config], env, stdin="r\n")  # Reject
     assert done.returncode != 0, done.stdout + done.stderr
     (run,) = store.runs.recent()
     assert run.status.value == "rejected"
