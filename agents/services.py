@@ -73,6 +73,7 @@ class Services:
         try:
             plan = self._make_plan(request, requested_by, break_glass, params, limit, parent)
             plan.planner.trace_root = root
+            plan.requested_via = face  # only a name from Slack is ever shown as a mention
             return plan
         except PlanError as exc:
             problems = exc.problems if isinstance(exc, PlanInvalid) else [str(exc)]

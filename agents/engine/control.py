@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from agents.errors import ApprovalRefused
+from agents.faces import face_of
 from agents.ids import short_id
 from agents.policy.approvals import steer_problem
 from agents.policy.rules import Policy
@@ -29,9 +30,6 @@ AUDITED = {Control.PAUSE: "pause_requested", Control.RESUME: "resume_requested",
            Control.STOP: "cancel_requested"}
 """The audit action of each granted request (a stop is the cancel it has always been)."""
 
-FACE = {"button": "slack", "stop_button": "slack", "command": "slack"}
-"""The face behind each ``via`` that is not a face's own name (cli and mcp are)."""
-
 
 def steer(policy: Policy, control: Control, run_id: str, *, runs: Runs, audit: AuditLog,
           user: str, via: str, user_groups: Iterable[str] = ()) -> Run:
@@ -46,7 +44,7 @@ def steer(policy: Policy, control: Control, run_id: str, *, runs: Runs, audit: A
         _REQUEST[control](runs, run, user, via)
     except ApprovalRefused as exc:
         audit.refused(control.value, action=f"{control.value}_refused", actor=user,
-                      face=FACE.get(via, via), rule=str(exc), run_id=run_id, via=via)
+                      face=face_of(via), rule=str(exc), run_id=run_id, via=via)
         raise
     audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
     return runs.get(run_id)

@@ -24,6 +24,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from agents.errors import ApprovalRefused, NotFound, PlanError
+from agents.faces import Face
 from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
@@ -263,8 +264,9 @@ def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: P
             raise ApprovalRefused(f"run {run_id} is {run.status.value}; nothing to approve")
         if (run.plan_version, run.plan_hash) != (plan.version, plan.hash):
             raise ApprovalRefused(f"run {run_id} is no longer bound to the approved plan")
-        run.approvals.append(Approval(user=schedule.approver_label, at=store.clock(),
-                                      plan_version=plan.version, plan_hash=plan.hash))
+        run.approvals.append(Approval(user=schedule.approver_label, via=Face.SCHEDULE,
+                                      at=store.clock(), plan_version=plan.version,
+                                      plan_hash=plan.hash))
         run.move(RunStatus.APPROVED)
         run.move(RunStatus.QUEUED)
         audit = store.audit.write("approved", actor=schedule.approver_label, run_id=run_id,

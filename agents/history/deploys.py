@@ -84,6 +84,8 @@ class Deploy(BaseModel):
     """What the run set out to put there (None if it did not say)."""
     outcome: RunStatus
     requested_by: str
+    requested_via: str | None = None
+    """The face that recorded ``requested_by`` (``agents.faces``; None: from before)."""
     approvers: list[str] = Field(default_factory=list)
     started_at: float
     finished_at: float
@@ -164,7 +166,8 @@ def _started(state: StepState) -> bool:
 def _deploy(run: Run, env: str, version: str | None, *, undo: bool) -> Deploy:
     started = run.started_at or run.created_at
     return Deploy(run_id=run.id, environment=env, version=version, outcome=run.status,
-                  requested_by=run.requested_by, approvers=[a.user for a in run.approvals],
+                  requested_by=run.requested_by, requested_via=run.requested_via,
+                  approvers=[a.user for a in run.approvals],
                   started_at=started, finished_at=run.finished_at or started, goal=run.goal,
                   rollback_of_version=undo)
 

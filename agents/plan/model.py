@@ -158,6 +158,9 @@ class Plan(BaseModel):
     steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS)
     rollback: list[RollbackStep] = Field(default_factory=list, max_length=20)
     requested_by: str = "unknown"
+    requested_via: str | None = None
+    """The face that recorded ``requested_by`` (``agents.faces``; set by ``make_plan``):
+    only a name from Slack may be shown as a Slack mention. None: from before it was kept."""
     planner: PlannerInfo = Field(default_factory=PlannerInfo)
     created_at: float = Field(default_factory=time.time)
     limit: list[str] = Field(default_factory=list, max_length=50)
@@ -192,8 +195,11 @@ class Plan(BaseModel):
         return graph.critical_path(self.deps, durations)
 
     def revised(self, **changes: Any) -> Plan:
-        """A new version of this plan (same id) with ``changes`` applied."""
+        """A new version of this plan (same id) with ``changes`` applied. A new requester
+        whose face is not given is of unknown origin (``requested_via`` None)."""
         data = self.model_dump()
+        if changes.get("requested_by", self.requested_by) != self.requested_by:
+            data["requested_via"] = None
         data.update(changes, version=self.version + 1, created_at=time.time())
         return Plan.model_validate(data)
 

@@ -300,6 +300,8 @@ class Pause(BaseModel):
 
 class Approval(BaseModel):
     user: str
+    via: str | None = None
+    """The face ``user`` was recorded through (``agents.faces``; None: from before)."""
     at: float = Field(default_factory=time.time)
     plan_version: int
     plan_hash: str
@@ -323,6 +325,8 @@ class Run(BaseModel):
     unscoped: bool = False
     status: RunStatus = RunStatus.AWAITING_APPROVAL
     requested_by: str = "unknown"
+    requested_via: str | None = None
+    """The face that recorded ``requested_by`` (``agents.faces``), from the plan."""
     approvals: list[Approval] = Field(default_factory=list)
     steps: dict[str, StepState] = Field(default_factory=dict)
     rollback: dict[str, StepState] = Field(default_factory=dict)
@@ -358,7 +362,8 @@ class Run(BaseModel):
                                  if plan.planner.trace_root else {}),
                               **fields.get("meta", {})}
         run = cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
-                  goal=plan.goal, requested_by=plan.requested_by, plan_versions=[plan.version],
+                  goal=plan.goal, requested_by=plan.requested_by,
+                  requested_via=plan.requested_via, plan_versions=[plan.version],
                   steps={s.id: StepState(id=s.id) for s in plan.steps},
                   rollback={r.id: StepState(id=r.id) for r in plan.rollback}, **fields)
         run.set_targets(targets)

@@ -249,8 +249,9 @@ class Runs(Part):
                 raise ApprovalRefused(grant)
             glass = grant is Grant.BREAK_GLASS
             counted = self.limits.counted(policy, run.environments, run_id=run_id, user=user)
-            run.approvals.append(Approval(user=user, at=self.clock(), plan_version=plan_version,
-                                          plan_hash=plan_hash, break_glass=glass))
+            run.approvals.append(Approval(user=user, via=face, at=self.clock(),
+                                          plan_version=plan_version, plan_hash=plan_hash,
+                                          break_glass=glass))
             audit = self.audit.write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
                                      hash=plan_hash, grant=grant.value)

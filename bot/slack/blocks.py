@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from agents import tracing
+from agents.faces import from_slack
 from agents.history.deploys import Deploy, Where
 from agents.ids import short_id
 from agents.plan.diff import Mark, PlanDiff
@@ -116,10 +117,13 @@ def header(text: str) -> Block:
     return {"type": "header", "text": {"type": "plain_text", "text": trim(text, 150)}}
 
 
-def mention(user: str) -> str:
-    """A mention of a Slack user id deckhand recorded (a signed request's user, an approver);
-    any other name (a terminal ``--user``, an MCP client) is shown as escaped text."""
-    return f"<@{user}>" if _SLACK_USER_ID.fullmatch(user) else escape(user)
+def mention(user: str, via: str | None) -> str:
+    """``user`` as a Slack mention only if its record says Slack recorded it (``via``: the
+    face that wrote the name, ``agents.faces``), i.e. it is the user id of a signed request;
+    any other name (a ``--user``, an MCP client, a schedule, a record from before faces were
+    recorded) is escaped text, whatever it looks like (``UNKNOWN``, ``U123ABC``)."""
+    slack = from_slack(via) and _SLACK_USER_ID.fullmatch(user)
+    return f"<@{user}>" if slack else escape(user)
 
 
 _SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
@@ -143,9 +147,10 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
                 note: str | None = None, diff: PlanDiff | None = None) -> list[Block]:
     """The plan as posted for approval: goal, [changes], steps by layer, rollback, buttons."""
     limited = escape(f" (limited to {', '.join(plan.limit)})") if plan.limit else ""
+    who = mention(plan.requested_by, plan.requested_via)
     blocks: list[Block] = [
         header(f"Plan: {plan.goal}"),
-        section(f"*Requested by* {mention(plan.requested_by)} · *environments* "
+        section(f"*Requested by* {who} · *environments* "
                 f"{escape(', '.join(run.scopes))} · *hosts* "
                 f"{escape(_hosts_text(run.hosts))}{limited} · "
                 f"*version* {plan.version}"),
@@ -207,7 +212,8 @@ def history_text(environment: str, deploys: list[Deploy]) -> str:
         undo = " (rollback)" if deploy.rollback_of_version else ""
         lines.append(f"{RUN_EMOJI.get(deploy.outcome, '')} {_date(deploy.finished_at)} "
                      f"`{escape(deploy.version or '?')}`{undo} {deploy.outcome.value} — "
-                     f"{mention(deploy.requested_by)} `{short_id(deploy.run_id)}`")
+                     f"{mention(deploy.requested_by, deploy.requested_via)} "
+                     f"`{short_id(deploy.run_id)}`")
     return "\n".join(lines)
 
 
@@ -373,7 +379,7 @@ def pause_text(pause: Pause) -> str:
     """Who paused a run, since when, what waits, and when it rolls back unless resumed."""
     waits = f" — {escape(pause.before)} waits" if pause.before else ""
     expires = f"; rolls back at {when(pause.until)} unless resumed" if pause.until else ""
-    return f"⏸️ Paused by {mention(pause.by)} since {when(pause.at)}{waits}{expires}"
+    return f"⏸️ Paused by {mention(pause.by, pause.via)} since {when(pause.at)}{waits}{expires}"
 
 
 def when(at: float) -> str:
@@ -475,12 +481,21 @@ def output_blocks(step_id: str, output: str) -> list[Block]:
 
 
 def rollback_text(run: Run, plan: Plan) -> str:
-    people = {run.requested_by, *(a.user for a in run.approvals)}
-    who = " ".join(mention(p) for p in sorted(people))
+    who = " ".join(mention(name, via) for name, via in sorted(_people(run).items()))
     steps = ", ".join(f"`{r.id}`" for r in plan.rollback)
     return trim(f"🚨 *Rolling back run `{short_id(run.id)}`* ({shown(plan.goal, 300)}) — "
                 f"{shown(run.reason or 'a step failed', 500)}. "
                 f"Rollback steps: {steps}. {who}")
+
+
+def _people(run: Run) -> dict[str, str | None]:
+    """Who requested and approved ``run``, each once, with the face that recorded them (a
+    name Slack recorded anywhere stays from Slack: that user did click)."""
+    found: dict[str, str | None] = {}
+    for name, via in [(run.requested_by, run.requested_via),
+                      *((a.user, a.via) for a in run.approvals)]:
+        found[name] = via if from_slack(via) or name not in found else found[name]
+    return found
 
 
 def outcome_text(plan: Plan, run: Run) -> str:
@@ -493,12 +508,13 @@ def outcome_text(plan: Plan, run: Run) -> str:
 def summary_blocks(plan: Plan, run: Run, *, trace_link: str | None = None) -> list[Block]:
     durations = {s: st.duration or 0.0 for s, st in run.steps.items()}
     path, length = plan.critical_path(durations)
-    approvers = ", ".join(mention(a.user) for a in run.approvals) or "nobody"
+    approvers = ", ".join(mention(a.user, a.via) for a in run.approvals) or "nobody"
+    who = mention(run.requested_by, run.requested_via)
     lines = [f"{RUN_EMOJI.get(run.status, '')} *{run.status.value.replace('_', ' ').upper()}* "
              f"— {shown(plan.goal, 300)}",
              f"wall time {run.duration or 0:.1f}s · critical path {length:.1f}s: "
              f"{' → '.join(path)}",
-             f"requested by {mention(run.requested_by)} · approved by {approvers}"]
+             f"requested by {who} · approved by {approvers}"]
     if run.reason:
         lines.append(f"why: {shown(run.reason, 500)}")
     if run.changed_hosts:

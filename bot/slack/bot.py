@@ -20,6 +20,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents.engine.control import Control, steer
 from agents.errors import ApprovalRefused
+from agents.faces import Face
 from agents.ids import short_id
 from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.dryrun import verdict
@@ -233,10 +234,10 @@ class Bot:
             run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         needed = approvals_needed(run, self.services.config.policy)
         if run.status is RunStatus.AWAITING_APPROVAL:
-            self.thread_reply(run, f"👍 {bk.mention(user)} approved — {needed} more "
+            self.thread_reply(run, f"👍 {bk.mention(user, Face.SLACK)} approved — {needed} more "
                                    f"approval(s) needed.")
         else:
-            approvers = ", ".join(bk.mention(a.user) for a in run.approvals)
+            approvers = ", ".join(bk.mention(a.user, a.via) for a in run.approvals)
             if not self.store.runs.get(run_id).status.terminal:  # never hide an outcome shown
                 self.refresh_plan_message(run, actions=False,
                                           note=f"✅ Approved by {approvers} — queued as "
@@ -254,15 +255,16 @@ class Bot:
         run = self.store.runs.revise(run_id, plan, self.services.targets(plan))
         self.store.audit.record("modified", actor=user, run_id=run_id, plan_id=plan.id,
                                 version=plan.version)
+        who = bk.mention(user, Face.SLACK)  # the click's user: resolved by Slack
         self.refresh_plan_message(old, actions=False,
                                   note=f"✏️ Superseded by version {plan.version} "
-                                       f"({bk.mention(user)}) — see the thread")
+                                       f"({who}) — see the thread")
         slack = run.meta["slack"]
         reply = self.client.chat_postMessage(
             channel=slack["channel"], thread_ts=slack["thread_ts"],
             text=f"Plan v{plan.version}: {bk.shown(plan.goal, 300)}",
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
-                                  note=f"Version {plan.version}, modified by {bk.mention(user)}",
+                                  note=f"Version {plan.version}, modified by {who}",
                                   diff=self.diff_from_previous(run)))
         run = self.store.runs.update(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
         self.changed(run)
@@ -277,8 +279,8 @@ class Bot:
         self.store.audit.record("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
                                 reason=reason)
         self.refresh_plan_message(run, actions=False,
-                                  note=f"🚫 Rejected by {bk.mention(user)}: {shown}")
-        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user)}: {shown}")
+                                  note=f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
+        self.thread_reply(run, f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
         self.changed(run)
         return run
 
@@ -287,12 +289,12 @@ class Bot:
         requester and whoever may approve the run's environments may; ApprovalRefused
         (audited) tells anyone else, or says the run has ended."""
         run = self._steer(Control.STOP, run_id, user, via=via)
-        verb = "stopped" if via == "stop_button" else "cancelled"
+        verb, who = "stopped" if via == "stop_button" else "cancelled", bk.mention(user, Face.SLACK)
         if run.meta.get("slack"):
             if run.status.terminal:
                 self.refresh_plan_message(run, actions=False,
-                                          note=f"⏹️ {verb.capitalize()} by {bk.mention(user)}")
-            self.thread_reply(run, f"⏹️ {bk.mention(user)} {verb} run `{short_id(run.id)}`"
+                                          note=f"⏹️ {verb.capitalize()} by {who}")
+            self.thread_reply(run, f"⏹️ {who} {verb} run `{short_id(run.id)}`"
                               + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
         return run
@@ -305,7 +307,8 @@ class Bot:
         """The Pause button: the run holds before its next step or rollout batch (who may,
         as for Stop); the thread says who paused it."""
         run = self._steer(Control.PAUSE, run_id, user)
-        self.thread_reply(run, f"⏸️ {bk.mention(user)} paused run `{short_id(run.id)}` — "
+        who = bk.mention(user, Face.SLACK)
+        self.thread_reply(run, f"⏸️ {who} paused run `{short_id(run.id)}` — "
                                f"running commands finish, nothing new starts until someone "
                                f"resumes it.")
         return run
@@ -313,7 +316,8 @@ class Bot:
     def resume(self, run_id: str, *, user: str) -> Run:
         """The Resume button: the paused run carries on (who may, as for Stop)."""
         run = self._steer(Control.RESUME, run_id, user)
-        self.thread_reply(run, f"▶️ {bk.mention(user)} resumed run `{short_id(run.id)}`.")
+        self.thread_reply(run, f"▶️ {bk.mention(user, Face.SLACK)} resumed run "
+                               f"`{short_id(run.id)}`.")
         return run
 
     def _steer(self, control: Control, run_id: str, user: str, *, via: str = "button") -> Run:

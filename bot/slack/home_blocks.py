@@ -104,7 +104,8 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
     where = ", ".join(run.scopes)
     return bk.trim(f"*{bk.shown(run.goal, 300)}*\n`{short_id(run.id)}` · plan "
                    f"v{run.plan_version} · {where} · "
-                   f"requested by {bk.mention(run.requested_by)} {_ago(run.created_at, now)} · "
+                   f"requested by {bk.mention(run.requested_by, run.requested_via)} "
+                   f"{_ago(run.created_at, now)} · "
                    f"{have}/{have + answer.remaining} approvals, from "
                    f"{answer.who()} · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
@@ -164,7 +165,8 @@ def _active_line(run: Run, now: float) -> str:
         parts.append(f"{now - run.started_at:.0f}s")
     if run.paused is not None:
         parts.append(bk.pause_text(run.paused))
-    return " · ".join(parts) + f" · {bk.mention(run.requested_by)}" + _unreplicated(run)
+    who = bk.mention(run.requested_by, run.requested_via)
+    return " · ".join(parts) + f" · {who}" + _unreplicated(run)
 
 
 def _running_step(step_id: str, run: Run) -> str:

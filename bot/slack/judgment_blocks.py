@@ -49,7 +49,7 @@ def judged_blocks(run_id: str, held: Judgment) -> list[Block]:
         return judgment_blocks(run_id, held)
     icon = "▶️" if decision.verdict is Verdict.CONTINUE else "↩️"
     who = (shown(decision.reason, 500) if decision.reason else  # the timeout's, a cancel's
-           f"*{LABEL[decision.verdict]}*, decided by {mention(decision.actor)} "
+           f"*{LABEL[decision.verdict]}*, decided by {mention(decision.actor, decision.via)} "
            f"(via {escape(decision.via)})")
     return [section(f"{icon} *Go/no-go {escape(held.where())}* — run `{short_id(run_id)}`: "
                     f"{who}\n{escape(results_line(held))}")]

@@ -79,7 +79,8 @@ def test_only_bot_mcp_speaks_mcp_or_runs_an_event_loop() -> None:
 # agents/ by floor, bottom first: a unit imports only units on its own floor or below, so no
 # import runs back up a layer (e.g. run/ never imports engine/, plan/ never imports policy/).
 AGENT_FLOORS = (
-    ("errors", "ids", "logcontext", "tracing", "prompts", "readiness", "secret_files", "state_dir"),
+    ("errors", "faces", "ids", "logcontext", "tracing", "prompts", "readiness", "secret_files",
+     "state_dir"),
     ("plan", "schedules", "settings"),
     ("run", "requests"),
     ("history", "policy"),

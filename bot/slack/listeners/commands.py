@@ -82,7 +82,7 @@ def _runs_text(bot: Bot) -> str:
         return "No runs yet. Start one with `/deploy v2.3.1`."
     return "\n".join(f"{bk.RUN_EMOJI.get(r.status, '')} `{short_id(r.id)}` {r.status.value} — "
                      f"{bk.escape(r.goal)} "
-                     f"({bk.mention(r.requested_by)})" for r in runs)
+                     f"({bk.mention(r.requested_by, r.requested_via)})" for r in runs)
 
 
 def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:

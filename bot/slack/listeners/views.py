@@ -8,6 +8,7 @@ from typing import Any
 from slack_bolt import Ack, App
 
 from agents.errors import PlanInvalid
+from agents.faces import Face
 from agents.plan.model import Plan
 from agents.plan.yaml import plan_from_yaml, plan_to_yaml
 from bot.slack import blocks as bk
@@ -48,6 +49,7 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
     try:
         bot.check_may_steer(bot.store.runs.get(run_id), user, what="modify")
         revised = bot.services.planner.modify(plan, instruction, requested_by=user)
+        revised.requested_via = Face.SLACK  # the new requester: this click's user
         bot.revise(run_id, revised, user=user)
         text = f"Posted version {revised.version} in the thread."
     except DeckhandError as exc:
