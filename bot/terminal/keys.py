@@ -10,6 +10,10 @@ its mode is put back however the table ends. One thread reads the keys, waiting 
 A go/no-go hold asks its question with a line prompt (``GoNoGoPrompt``): the reader stands
 aside for it (``TerminalKeys.aside``: reader stopped, terminal mode restored), so only
 one reader ever owns stdin, and ``r`` never means both "resume" and "roll back".
+
+Ctrl-Z (SIGTSTP) stands aside the same way before the process stops, so the shell gets its
+terminal back as it was; ``fg`` (SIGCONT) puts the keys back. The run goes on meanwhile in
+the worker thread: a stopped deckhand process stops its run too, as with any job.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import sys
 import termios
 import threading
 import tty
 from collections.abc import Callable, Iterator
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 
@@ -77,15 +83,18 @@ class TerminalKeys:
 
     def __init__(self, fd: int, on_key: Callable[[str], None]):
         self.fd, self.on_key = fd, on_key
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by the SIGTSTP handler on this thread
         self._reader: _Reader | None = None
         self._entered = False
         self._aside = 0
+        self._previous_tstp: Any = None
 
     def __enter__(self) -> TerminalKeys:
         with self._lock:
             self._entered = True
             self._start()
+        if threading.current_thread() is threading.main_thread():  # where signals land
+            self._previous_tstp = signal.signal(signal.SIGTSTP, self._suspend)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -97,6 +106,19 @@ class TerminalKeys:
         with self._lock:
             self._entered = False
             self._stop()
+        if self._previous_tstp is not None:
+            signal.signal(signal.SIGTSTP, self._previous_tstp)
+            self._previous_tstp = None
+
+    def _suspend(self, signum: int, frame: Any) -> None:
+        """Ctrl-Z: the terminal's own mode back, then stop as the default would; on SIGCONT
+        (``fg``) the keys are read again."""
+        with self.aside():
+            signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+            try:
+                os.kill(os.getpid(), signal.SIGTSTP)  # stops here until continued
+            finally:
+                signal.signal(signal.SIGTSTP, self._suspend)
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:

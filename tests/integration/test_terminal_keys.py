@@ -195,6 +195,42 @@ def test_ctrl_c_in_cbreak_mode_still_cancels_and_gives_the_mode_back(
     assert termios.tcgetattr(terminal.slave) == terminal.mode
 
 
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_gives_the_terminal_back_and_fg_takes_the_keys_again(
+        tmp_path: Path, sshd_hosts: SSHFleet, store: Store, redis_url: str,
+        terminal: Terminal) -> None:
+    proc = _deckhand_run(_config(tmp_path, sshd_hosts), redis_url, stdin=terminal.slave,
+                         stdout=terminal.slave)
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the first step to start")
+        wait_until(lambda: HINT in terminal.screen, what="the keys to be read")
+        assert termios.tcgetattr(terminal.slave)[3] & termios.ICANON == 0  # cbreak
+        proc.send_signal(signal.SIGTSTP)  # Ctrl-Z
+        wait_until(lambda: _state(proc.pid) == "T", what="deckhand to stop")
+        assert termios.tcgetattr(terminal.slave) == terminal.mode  # the shell's mode, as it was
+        proc.send_signal(signal.SIGCONT)  # fg
+        wait_until(lambda: termios.tcgetattr(terminal.slave)[3] & termios.ICANON == 0,
+                   what="cbreak mode again after fg")
+        run_id = store.runs.recent(limit=1)[0].id
+        terminal.type(b"p")  # the keys work again
+        wait_until(lambda: store.runs.pause_requested(run_id), what="the pause request")
+        terminal.type(b"r")
+        wait_until(lambda: store.runs.pause_requested(run_id) is None, what="the resume")
+        (tmp_path / "started.release").touch()
+        assert proc.wait(20) == 0, terminal.screen
+    finally:
+        (tmp_path / "started.release").touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert store.runs.recent(limit=1)[0].status is RunStatus.SUCCEEDED
+    assert "Traceback" not in terminal.screen
+    assert termios.tcgetattr(terminal.slave) == terminal.mode
+
+
 def test_keys_on_a_pipe_do_nothing(tmp_path: Path, sshd_hosts: SSHFleet, store: Store,
                                    redis_url: str, terminal: Terminal) -> None:
     (tmp_path / "started.release").touch()  # nothing holds: the run goes straight through
