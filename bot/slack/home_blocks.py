@@ -22,12 +22,14 @@ from agents.run.unreplicated import unreplicated_writes
 from agents.schedules.model import Schedule
 from agents.store import LockInfo
 from bot.slack import blocks as bk
+from bot.slack.judgment_blocks import judgment_blocks
 
 Block = bk.Block
 
 MAX_HOME_BLOCKS = 100
 MAX_PENDING = 12
 MAX_ACTIVE = 10
+MAX_HOLDS = 5
 MAX_RECENT = 10
 MAX_ENVIRONMENTS = 25
 MAX_SCHEDULES = 15
@@ -64,6 +66,7 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
                    f"`/deckhand help` lists everything"),
     ]
     blocks += _pending_blocks(data, policy)
+    blocks += _hold_blocks(data)
     blocks += _titled("📝 Your plans waiting for approval",
                       [_mine_line(r, policy, data.now) for r in data.mine], limit=MAX_PENDING,
                       empty="None of your plans is waiting.", hint="`deckhand runs`")
@@ -95,6 +98,21 @@ def _pending_blocks(data: HomeData, policy: Policy) -> list[Block]:
     if hidden > 0:
         blocks.append(bk.context(f"…and {hidden} more — see `/deckhand runs` or "
                                  f"`deckhand runs`"))
+    return blocks
+
+
+def _hold_blocks(data: HomeData) -> list[Block]:
+    """Runs holding at a go/no-go: the thread's own message and buttons (the click is judged
+    by the same rules; anyone else is told privately), so a decision is not hunted for."""
+    held = [(run, run.awaiting) for run in data.active if run.awaiting is not None]
+    if not held:
+        return []
+    blocks: list[Block] = [{"type": "divider"},
+                           bk.section(f"*⏸️ Waiting for a go/no-go* ({len(held)})")]
+    for run, hold in held[:MAX_HOLDS]:
+        blocks += judgment_blocks(run.id, hold)
+    if len(held) > MAX_HOLDS:
+        blocks.append(bk.context(f"…and {len(held) - MAX_HOLDS} more — see `deckhand runs`"))
     return blocks
 
 

@@ -136,3 +136,37 @@ def test_roll_back_from_the_thread_undoes_only_what_changed(
                         if "already decided" in r.get("text", "")], what="the late answer")
     said = json.dumps([c.payload for c in held.standin.of("chat.update")])
     assert "Roll back" in said and "UBOB" in said
+
+
+def test_the_app_home_offers_the_go_no_go_and_a_click_there_decides(
+        held: SlackWorld, tmp_path: Path) -> None:
+    run_id, go, _ = _hold(held)
+    held.open_home("UCAROL")
+
+    def home_buttons() -> dict[str, dict[str, Any]] | None:
+        for call in held.standin.of("views.publish"):
+            found = {e["action_id"]: e for b in call.payload["view"]["blocks"]
+                     if b.get("type") == "actions" for e in b["elements"]}
+            if bk.ActionId.JUDGE_CONTINUE in found:
+                return found
+        return None
+
+    found = held.standin.wait_for(home_buttons, what="the go/no-go on the App Home")
+    assert found[bk.ActionId.JUDGE_CONTINUE]["value"] == go["value"]  # the same hold
+    home = json.dumps(held.standin.of("views.publish")[-1].payload["view"])
+    assert "Waiting for a go/no-go" in home and "1 host(s) done (web-2)" in home
+
+    held.click_in_home(bk.ActionId.JUDGE_CONTINUE, go["value"], user="UALICE")  # refused
+    held.standin.wait_for(  # no response_url on the Home: told by DM
+        lambda: [c for c in held.standin.of("chat.postMessage")
+                 if c.payload.get("channel") == "UALICE" and "someone else" in c.text_of_blocks()],
+        what="the private refusal by DM")
+    assert _changes(tmp_path, "web-3") == []
+
+    held.click_in_home(bk.ActionId.JUDGE_CONTINUE, go["value"], user="UCAROL")
+    run = held.wait_run(run_id)
+    assert run.status is RunStatus.SUCCEEDED
+    assert _changes(tmp_path, "web-3") == ["shipped"]
+    assert [(e.actor, e.details["via"]) for e in held.store.audit.entries(run_id=run_id)
+            if e.action == "judged"] == [("UCAROL", "slack")]
+    assert held.standin.violations == []
