@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from agents.config import load_config
+from agents.config import Config, load_config
+from agents.plan.model import Plan
 from agents.run.record import Run, RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
@@ -71,26 +72,35 @@ def _worker_log(tmp_path: Path) -> str:
     return (tmp_path / "worker.err").read_text()
 
 
+def _marks(*labels: str) -> Plan:
+    """A plan marking the host with each label in turn (each after the one before), on
+    staging, with one undo."""
+    env = {"environment": "staging"}
+    steps = [{"id": label, "tool": "mark", "params": {"label": label, **env},
+              **({"depends_on": [labels[i - 1]]} if i else {})}
+             for i, label in enumerate(labels)]
+    return make_plan(steps, rollback=[{"id": "undo", "tool": "undo", "params": env}])
+
+
+def _start_worker(tmp_path: Path, config: Config, redis_url: str, *,
+                  claim_after: int) -> subprocess.Popen[bytes]:
+    """A real `deckhand worker` named steady, its lease 2 s, stderr in worker.err."""
+    with (tmp_path / "worker.err").open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path),
+             "--name", "steady", "--lease", "2", "--claim-after", str(claim_after)],
+            env={**os.environ, "REDIS_URL": redis_url}, cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=err)
+
+
 def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
         tmp_path: Path, own_redis: RedisServer, sshd_hosts: SSHFleet,
         siem: SiemStandin) -> None:
     config = load_config(_config(tmp_path, sshd_hosts, siem))
     store = Store.connect(own_redis.url)
     services = build_services(config, store=store)
-    env = {"environment": "staging"}
-    plan = make_plan([{"id": "a", "tool": "mark", "params": {"label": "a", **env}},
-                      {"id": "b", "tool": "mark", "params": {"label": "b", **env},
-                       "depends_on": ["a"]},
-                      {"id": "c", "tool": "mark", "params": {"label": "c", **env},
-                       "depends_on": ["b"]}],
-                     rollback=[{"id": "undo", "tool": "undo", "params": env}])
-    run = submit(services, plan)
-    with (tmp_path / "worker.err").open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path),
-             "--name", "steady", "--lease", "2", "--claim-after", "3"],
-            env={**os.environ, "REDIS_URL": own_redis.url}, cwd=ROOT,
-            stdout=subprocess.DEVNULL, stderr=err)
+    run = submit(services, _marks("a", "b", "c"))
+    proc = _start_worker(tmp_path, config, own_redis.url, claim_after=3)
     try:
         # outage 1, while b runs: b finishes during it; c must not start until it ends
         wait_until(lambda: "start b" in _host_log(tmp_path), timeout=30, what="b to start")
@@ -130,18 +140,8 @@ def test_a_worker_stopped_longer_than_its_lease_carries_on_and_says_it_stalled(
     config = load_config(_config(tmp_path, sshd_hosts, siem))
     store = Store.connect(own_redis.url)
     services = build_services(config, store=store)
-    env = {"environment": "staging"}
-    plan = make_plan([{"id": "a", "tool": "mark", "params": {"label": "a", **env}},
-                      {"id": "b", "tool": "mark", "params": {"label": "b", **env},
-                       "depends_on": ["a"]}],
-                     rollback=[{"id": "undo", "tool": "undo", "params": env}])
-    run = submit(services, plan)
-    with (tmp_path / "worker.err").open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path),
-             "--name", "steady", "--lease", "2", "--claim-after", "60"],
-            env={**os.environ, "REDIS_URL": own_redis.url}, cwd=ROOT,
-            stdout=subprocess.DEVNULL, stderr=err)
+    run = submit(services, _marks("a", "b"))
+    proc = _start_worker(tmp_path, config, own_redis.url, claim_after=60)
     try:
         wait_until(lambda: "start b" in _host_log(tmp_path), timeout=30, what="b to start")
         proc.send_signal(signal.SIGSTOP)  # a laptop lid, a paused VM: the store stays up

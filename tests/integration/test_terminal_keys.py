@@ -4,6 +4,7 @@ terminal's mode is what it was once deckhand exits, and a pipe gets no keys."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -177,20 +178,29 @@ def test_p_pauses_r_resumes_and_the_terminal_gets_its_mode_back(
     assert termios.tcgetattr(terminal.slave) == terminal.mode  # cooked again, echo on
 
 
-def test_ctrl_c_in_cbreak_mode_still_cancels_and_gives_the_mode_back(
-        tmp_path: Path, sshd_hosts: SSHFleet, store: Store, redis_url: str,
-        terminal: Terminal) -> None:
-    proc = _deckhand_run(_config(tmp_path, sshd_hosts), redis_url, stdin=terminal.slave,
+@contextlib.contextmanager
+def _reading_keys(tmp_path: Path, fleet: SSHFleet, redis_url: str,
+                  terminal: Terminal) -> Iterator[subprocess.Popen[bytes]]:
+    """`deckhand run` on the terminal, its first step holding and its keys being read; the
+    step is released and the process gone however the block ends."""
+    proc = _deckhand_run(_config(tmp_path, fleet), redis_url, stdin=terminal.slave,
                          stdout=terminal.slave)
     try:
         wait_until(lambda: (tmp_path / "started").exists(), what="the first step to start")
         wait_until(lambda: HINT in terminal.screen, what="the keys to be read")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(20) == 1, terminal.screen  # cancelled and rolled back
+        yield proc
     finally:
         (tmp_path / "started.release").touch()
         if proc.poll() is None:
             proc.kill()
+
+
+def test_ctrl_c_in_cbreak_mode_still_cancels_and_gives_the_mode_back(
+        tmp_path: Path, sshd_hosts: SSHFleet, store: Store, redis_url: str,
+        terminal: Terminal) -> None:
+    with _reading_keys(tmp_path, sshd_hosts, redis_url, terminal) as proc:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 1, terminal.screen  # cancelled and rolled back
     assert store.runs.recent(limit=1)[0].status is RunStatus.CANCELLED
     assert termios.tcgetattr(terminal.slave) == terminal.mode
 
@@ -203,11 +213,7 @@ def _state(pid: int) -> str:
 def test_ctrl_z_gives_the_terminal_back_and_fg_takes_the_keys_again(
         tmp_path: Path, sshd_hosts: SSHFleet, store: Store, redis_url: str,
         terminal: Terminal) -> None:
-    proc = _deckhand_run(_config(tmp_path, sshd_hosts), redis_url, stdin=terminal.slave,
-                         stdout=terminal.slave)
-    try:
-        wait_until(lambda: (tmp_path / "started").exists(), what="the first step to start")
-        wait_until(lambda: HINT in terminal.screen, what="the keys to be read")
+    with _reading_keys(tmp_path, sshd_hosts, redis_url, terminal) as proc:
         assert termios.tcgetattr(terminal.slave)[3] & termios.ICANON == 0  # cbreak
         proc.send_signal(signal.SIGTSTP)  # Ctrl-Z
         wait_until(lambda: _state(proc.pid) == "T", what="deckhand to stop")
@@ -222,10 +228,6 @@ def test_ctrl_z_gives_the_terminal_back_and_fg_takes_the_keys_again(
         wait_until(lambda: store.runs.pause_requested(run_id) is None, what="the resume")
         (tmp_path / "started.release").touch()
         assert proc.wait(20) == 0, terminal.screen
-    finally:
-        (tmp_path / "started.release").touch()
-        if proc.poll() is None:
-            proc.kill()
     assert store.runs.recent(limit=1)[0].status is RunStatus.SUCCEEDED
     assert "Traceback" not in terminal.screen
     assert termios.tcgetattr(terminal.slave) == terminal.mode

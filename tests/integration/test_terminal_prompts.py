@@ -102,37 +102,30 @@ def _spawn_shared(workspace: Path, redis_url: str) -> pexpect.spawn:
                          cwd=str(workspace), env=env, encoding="utf-8", timeout=60)
 
 
-def test_ctrl_c_at_the_prompt_closes_the_run_with_who_and_why(
-        workspace: Path, redis_url: str, store: Store) -> None:
+@pytest.mark.parametrize(("leave", "code", "why"), [
+    ("ctrl-c", 130, "left the approval prompt without deciding (Ctrl-C or end of input)"),
+    ("end of input", 3, "no answer at the approval prompt (end of input)")])  # 3: REFUSED
+def test_leaving_the_prompt_cancels_the_run_with_who_and_why(
+        workspace: Path, redis_url: str, store: Store, leave: str, code: int, why: str) -> None:
     child = _spawn_shared(workspace, redis_url)
     child.expect(r"Approve, Modify or Reject\?")
-    child.sendintr()
+    if leave == "ctrl-c":
+        child.sendintr()
+    else:
+        child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 130
+    assert child.exitstatus == code
     (run,) = store.runs.recent(limit=10)
-    assert run.status is RunStatus.CANCELLED
-    assert run.reason and "left the approval prompt" in run.reason
-    (entry,) = [e for e in store.audit.entries(run_id=run.id) if e.action == "cancelled"]
-    assert entry.actor == run.requested_by and "left the approval prompt" in entry.details["reason"]
+    assert run.status is RunStatus.CANCELLED  # nobody rejected it: nobody decided
+    assert run.reason == f"cancelled by {run.requested_by}: {why}"
+    entries = store.audit.entries(run_id=run.id)
+    (entry,) = [e for e in entries if e.action == "cancelled"]
+    assert entry.actor == run.requested_by and why in entry.details["reason"]
+    assert "rejected" not in [e.action for e in entries]
     with pytest.raises(ApprovalRefused, match="cancelled"):  # nobody can approve it behind the person's back
         store.runs.approve(run.id, face="cli", user="someone-else", plan_version=run.plan_version,
                            plan_hash=run.plan_hash, policy=load_config(workspace / "deckhand.yml").policy)
-
-
-def test_end_of_input_at_the_prompt_cancels_the_run_and_says_nobody_decided(
-        workspace: Path, redis_url: str, store: Store) -> None:
-    child = _spawn_shared(workspace, redis_url)
-    child.expect(r"Approve, Modify or Reject\?")
-    child.sendeof()
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 3  # closed unapproved (ExitCode.REFUSED)
-    (run,) = store.runs.recent(limit=10)
-    assert run.status is RunStatus.CANCELLED  # nobody rejected it: nobody answered
-    assert run.reason == f"cancelled by {run.requested_by}: no answer at the approval prompt (end of input)"
-    actions = [e.action for e in store.audit.entries(run_id=run.id)]
-    assert "cancelled" in actions and "rejected" not in actions
 
 
 def test_leaving_the_run_for_other_approvers_is_said_explicitly(

@@ -46,18 +46,25 @@ def _callers(group: GroupCommit, store: Store, n: int) -> tuple[list[threading.T
     return threads, seen
 
 
-def test_callers_waiting_behind_a_write_share_the_next_one() -> None:
-    store = Store()
-    group = GroupCommit(store.write)
-    threads, seen = _callers(group, store, 20)
+def _pile_up(group: GroupCommit, store: Store, n: int) -> dict[int, object]:
+    """Caller 0 writes and blocks; callers 1..n-1 queue behind it; then the write goes on:
+    what each caller saw (True: its change had landed when it returned, or its error)."""
+    threads, seen = _callers(group, store, n)
     threads[0].start()
     wait_until(lambda: group._writing.locked(), what="the first write to be under way")
     for t in threads[1:]:
         t.start()
-    wait_until(lambda: len(group._queue) == 19, what="the other callers to queue")
+    wait_until(lambda: len(group._queue) == n - 1, what="the other callers to queue")
     store.gate.set()
     for t in threads:
         t.join(10)
+    return seen
+
+
+def test_callers_waiting_behind_a_write_share_the_next_one() -> None:
+    store = Store()
+    group = GroupCommit(store.write)
+    seen = _pile_up(group, store, 20)
     assert seen == {i: True for i in range(20)}
     assert [w[1] for w in store.writes] == [[0], list(range(1, 20))]  # 2 writes, in order
 
@@ -66,15 +73,7 @@ def test_every_caller_carried_by_a_failed_write_hears_its_error() -> None:
     store = Store()
     store.fail = StoreError("Redis is unreachable")
     group = GroupCommit(store.write)
-    threads, seen = _callers(group, store, 5)
-    threads[0].start()
-    wait_until(lambda: group._writing.locked(), what="the first write to be under way")
-    for t in threads[1:]:
-        t.start()
-    wait_until(lambda: len(group._queue) == 4, what="the other callers to queue")
-    store.gate.set()
-    for t in threads:
-        t.join(10)
+    seen = _pile_up(group, store, 5)
     assert all(isinstance(v, StoreError) for v in seen.values()) and len(seen) == 5
     assert store.writes == []  # nothing landed: each caller keeps its change (the outbox)
 
