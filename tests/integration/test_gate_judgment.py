@@ -26,15 +26,6 @@ from tests.fixtures.sshd import SSHFleet
 from tests.integration.test_go_no_go import HOSTS, PLAYBOOKS, POLICY, TOOLS, Clock, Deploy
 
 
-@pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Metrics, Prometheus]]:
-    metrics = Metrics()
-    server = Prometheus(tmp_path_factory.mktemp("prom"), {"app": (metrics.port, "test")})
-    yield metrics, server
-    server.stop()
-    metrics.close()
-
-
 @pytest.fixture
 def start(tmp_path: Path, sshd_hosts: SSHFleet, redis_url: str,
           scraped: tuple[Metrics, Prometheus],

@@ -8,7 +8,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +15,6 @@ import pytest
 
 from tests.fixtures.prometheus import Metrics, Prometheus, expose
 from tools.runners.gate import GateCommandResult, GateRunner
-
-
-@pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Metrics, Prometheus]]:
-    metrics = Metrics()
-    server = Prometheus(tmp_path_factory.mktemp("prom"), {"app": (metrics.port, "test")})
-    yield metrics, server
-    server.stop()
-    metrics.close()
 
 
 def _expose(scraped: tuple[Metrics, Prometheus], **series: str) -> None:

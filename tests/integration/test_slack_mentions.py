@@ -30,6 +30,8 @@ from tests.fixtures.builders import BASE, SHELL_TOOLS
 from tests.fixtures.polling import wait_until
 from tests.fixtures.slack_standin import SlackStandin
 from tests.fixtures.slack_world import SlackWorld, button, start_world
+from tests.integration.test_slack_pause import PLAYBOOK as SHIP
+from tests.integration.test_slack_pause import WAIT
 
 
 def _replies(world: SlackWorld, count: int) -> list[bytes]:
@@ -63,7 +65,6 @@ def test_the_requester_resolved_by_deckhand_is_still_mentioned(world: SlackWorld
 # -- names recorded by other faces (issue 29.7: mentions only from ids Slack resolved) --------
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = "touch STARTED; for i in $(seq 1 600); do [ -e GO ] && exit 0; sleep 0.05; done; exit 1"
 POLICY = """
 policy:
   environments:
@@ -78,19 +79,7 @@ RELEASE = """  release:
     mutates: true
     rollback: undo
 """
-PLAYBOOKS = """
-playbooks:
-  - name: ship
-    match: ['^deploy ship$']
-    goal: ship to staging in two steps
-    steps:
-      - {id: first, tool: change, params: {environment: staging, label: first,
-         script: "WAIT"}}
-      - {id: second, tool: change, depends_on: [first],
-         params: {environment: staging, label: second}}
-    rollback:
-      - {id: undo, tool: undo, params: {environment: staging}}
-  - name: release
+PLAYBOOKS = textwrap.dedent(SHIP) + """  - name: release
     match: ['^release (?P<version>v\\S+)$']
     goal: release {version} to production
     steps:
@@ -110,7 +99,7 @@ def shared(tmp_path: Path, store: Store, slack_standin: SlackStandin) -> Iterato
                                          textwrap.dedent(POLICY))
     path = tmp_path / "deckhand.yml"
     path.write_text(base + textwrap.dedent(SHELL_TOOLS).replace("vars:\n", RELEASE + "vars:\n")
-                    + textwrap.dedent(PLAYBOOKS).replace("WAIT", f"sh {script}"))
+                    + PLAYBOOKS.replace("WAIT", f"sh {script}"))
     world = start_world(load_config(path), store, slack_standin, policy=None)
     yield world
     (tmp_path / "go").touch()
