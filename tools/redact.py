@@ -84,16 +84,16 @@ class Redactor:
     """Masks known secret values and anything shaped like a credential."""
 
     def __init__(self, secrets: Iterable[str] = ()):
-        values = {s for s in secrets if s and len(s) >= 6}
+        self._secrets = frozenset(s for s in secrets if s and len(s) >= 6)
         # Also as Slack's mrkdwn escaping writes them (& < >): its door sees escaped text.
-        values |= {html.escape(s, quote=False) for s in values}
+        values = self._secrets | {html.escape(s, quote=False) for s in self._secrets}
         self._values = sorted(values, key=len, reverse=True)
 
     def including(self, other: Redactor) -> Redactor:
         """One redactor masking both's secrets: a config reload keeps masking the old
         secrets (a run still executing may print one) without chaining a redactor per
         reload — the set of values grows only by secrets never seen before."""
-        return Redactor([*self._values, *other._values])
+        return Redactor(self._secrets | other._secrets)
 
     @classmethod
     def from_env(cls, extra: Iterable[str] = ()) -> Redactor:

@@ -76,6 +76,8 @@ def test_a_reload_widens_one_redactor_instead_of_chaining_one_per_reload() -> No
     first = Redactor(["old-secret-value"])
     widened = first
     for _ in range(100):
-        widened = widened.including(Redactor(["new-secret-value"]))
+        widened = widened.including(Redactor(["new-secret-value", "new&secret<value"]))
     assert widened("old-secret-value new-secret-value") == f"{MASK} {MASK}"
-    assert widened._values == first.including(Redactor(["new-secret-value"]))._values
+    assert widened("new&amp;secret&lt;value") == MASK  # escaped as Slack writes it, too
+    assert widened._values == first.including(
+        Redactor(["new-secret-value", "new&secret<value"]))._values
