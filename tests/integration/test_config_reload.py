@@ -104,11 +104,18 @@ def worker(config_file: Path, redis_url: str, store: Store, tmp_path: Path
                    what="the worker to start")
         yield proc, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int | None:
+    """SIGTERM, then its exit code; killed (None) if it has not exited within 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
 
 
 def approved(services: Services, text: str) -> Run:
@@ -233,11 +240,7 @@ def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
         assert audited(store, "config_reload_refused").actor.startswith("serve ")
         assert proc.poll() is None
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def _waiting(services: Services, text: str) -> Run:

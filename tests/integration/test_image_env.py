@@ -25,7 +25,7 @@ from tests.fixtures.sample import free_port
 from tests.fixtures.siem_standin import SiemStandin
 from tests.fixtures.slack_standin import SlackStandin
 from tests.integration.test_audit_sink import once, sink_config, webhook, write_entries
-from tests.integration.test_config_reload import audited
+from tests.integration.test_config_reload import audited, stop
 from tests.integration.test_health_bounds import healthcheck
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,15 +80,6 @@ def _status(url: str) -> int:
         return 0
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-
-
 @pytest.mark.parametrize("command", [["worker"], ["serve", "--http"], ["audit", "ship"],
                                      ["schedules", "serve"], ["mcp", "--http"]])
 def test_a_bad_setting_at_start_is_one_json_line(command: list[str], tmp_path: Path,
@@ -122,7 +113,7 @@ def test_serve_http_in_single_process_mode_logs_only_json(
         proc.send_signal(signal.SIGHUP)
         wait_until(lambda: _said(log, "config reloaded from"), what="the reload's line")
     finally:
-        assert _stop(proc) == 0
+        assert stop(proc) == 0
     assert _said(log, f"deckhand listening on http://127.0.0.1:{port}/slack/events "
                       f"(/healthz, /readyz); store: ")
     assert _said(log, f"metrics on http://0.0.0.0:{metrics}/metrics")
@@ -145,7 +136,7 @@ def test_worker_with_an_audit_sink_logs_only_json(
         audited(store, "config_reloaded")
         wait_until(lambda: _said(log, "config reloaded from"), what="the reload's line")
     finally:
-        assert _stop(proc) == 0
+        assert stop(proc) == 0
     assert _said(log, f"metrics and health on http://0.0.0.0:{metrics}/metrics")
     assert _said(log, "audit sink: shipping to ")
 
@@ -160,6 +151,6 @@ def test_audit_ship_logs_only_json(tmp_path: Path, store: Store, redis_url: str,
     try:
         wait_until(lambda: len(once(siem.received())) >= 4, what="the shipper")
     finally:
-        assert _stop(proc) == 0
+        assert stop(proc) == 0
     assert _said(log, "shipping the audit stream to ")
     assert _said(log, "audit sink: shipping to ")

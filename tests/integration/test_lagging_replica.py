@@ -8,12 +8,14 @@ that kept running after a takeover's rollback, shows there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,49 +23,30 @@ import redis
 
 from agents.config import Config
 from agents.engine.worker import Worker, WorkerOptions
-from agents.plan.model import Plan
-from agents.run.record import RunStatus, StepStatus
-from agents.services import build_services
+from agents.run.record import Run, RunStatus, StepStatus
+from agents.services import Services, build_services
 from agents.store import Store
-from tests.fixtures.builders import make_plan
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
 from tests.fixtures.relay import ReplicationRelay
 from tests.fixtures.sshd import SSHFleet
-from tests.integration.test_replicated_starts import host_config, marks
+from tests.integration.test_replicated_starts import TOOLS as REPLICATED_TOOLS
+from tests.integration.test_replicated_starts import host_config, marks, one_hold_two
 from tests.integration.test_store import submit
 
 HOST = "staging-1"
 TOOLS = {
-    "mark": {"description": "append a line to the host's marker file (not idempotent)",
-             "command": "echo {label} >> {host.dir}/marks",
-             "target": "environment", "mutates": True, "rollback": "undo",
-             "params": {"label": {"type": "string"}}},
+    **REPLICATED_TOOLS,
+    "mark": {**REPLICATED_TOOLS["mark"], "command": "echo {label} >> {host.dir}/marks"},
     "slow": {"description": "append a line, work until told (20 s at most), append another",
              "command": "echo {label} >> {host.dir}/marks; for i in $(seq 1 400); do "
                         "[ -e {vars.done} ] && break; sleep 0.05; done; "
                         "echo {label}-done >> {host.dir}/marks",
              "target": "environment", "mutates": True, "rollback": "undo", "timeout": 60,
              "params": {"label": {"type": "string"}}},
-    "undo": {"description": "put the host back", "target": "environment", "mutates": True,
-             "command": "echo undo >> {host.dir}/marks"},
-    "hold": {"description": "wait here until the test says go (read-only)",
-             "command": "touch {vars.held}; for i in $(seq 1 600); do "
-                        "[ -e {vars.go} ] && exit 0; sleep 0.05; done; exit 1",
-             "idempotent": True, "timeout": 60},
 }
 PID_OF_TWO = rb'"step":"two","result":\{"host":"staging-1","pid":\d'
 """The replicated host-journal write that records step two's process group on the host."""
-
-
-def _plan() -> Plan:
-    """one changes the host; hold waits for the test; two is slow and not idempotent."""
-    return make_plan(
-        [{"id": "one", "tool": "mark", "params": {"environment": "staging", "label": "one"}},
-         {"id": "hold", "tool": "hold", "depends_on": ["one"]},
-         {"id": "two", "tool": "slow", "depends_on": ["hold"],
-          "params": {"environment": "staging", "label": "two"}}],
-        rollback=[{"id": "undo", "tool": "undo", "params": {"environment": "staging"}}])
 
 
 def _raw(port: int, store: Store, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -95,7 +78,7 @@ def test_a_replica_held_back_stops_a_mutating_step_on_a_changed_host(
     store = Store.connect(group.url)
     store.replicate_timeout = 0.5
     services = build_services(host_config(tmp_path, sshd_hosts, TOOLS), store=store)
-    run = submit(services, _plan(), approvers=("bob",))
+    run = submit(services, one_hold_two("slow"), approvers=("bob",))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
     thread = threading.Thread(target=worker.step)
     thread.start()
@@ -140,6 +123,23 @@ def _kill_together(worker: subprocess.Popen[bytes], group: SentinelGroup) -> Non
                what="Sentinel to promote the lagging replica")
 
 
+@contextlib.contextmanager
+def _doomed_at_hold(tmp_path: Path, group: SentinelGroup, fleet: SSHFleet
+                    ) -> Iterator[tuple[Store, Services, Run]]:
+    """A worker process runs one → hold → two (slow, not idempotent) on the host; the block
+    starts at the hold, and the worker and the primary are SIGKILLed together when it ends."""
+    store = Store.connect(group.url)
+    config = host_config(tmp_path, fleet, TOOLS)
+    services = build_services(config, store=store)
+    run = submit(services, one_hold_two("slow"), approvers=("bob",))
+    doomed = _spawn_worker(config, group.url)
+    try:
+        wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
+        yield store, services, run
+    finally:
+        _kill_together(doomed, group)
+
+
 def _take_over(services: Any, store: Store, run_id: str) -> None:
     rescuer = Worker(services, store, name="rescuer",
                      options=WorkerOptions(lease=1, claim_after=1, block=0.1))
@@ -156,21 +156,13 @@ def test_a_lost_process_group_record_fails_the_takeover_closed(
     holds step two "running" with nothing to stop it by: the takeover does not run it
     again, says why, and rolls back."""
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
-    store = Store.connect(group.url)
-    config = host_config(tmp_path, sshd_hosts, TOOLS)
-    services = build_services(config, store=store)
-    run = submit(services, _plan(), approvers=("bob",))
-    doomed = _spawn_worker(config, group.url)
-    try:
-        wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
+    with _doomed_at_hold(tmp_path, group, sshd_hosts) as (store, services, run):
         relay.hold_at(PID_OF_TWO)
         (tmp_path / "go").touch()
         wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in marks(tmp_path),
                    timeout=20, what="the start gate to refuse step two (or, wrongly, let it run)")
         assert "two" not in marks(tmp_path)
         assert relay.held
-    finally:
-        _kill_together(doomed, group)
     assert relay.dropped_bytes > 0  # the pid record and all after it died with the primary
     _, journal = _raw(group.replica_port, store, run.id)
     two = [c["result"] for c in journal if c["step"] == "two"]
@@ -192,18 +184,10 @@ def test_a_step_started_before_the_replica_fell_behind_is_stopped_not_repeated(
     promoted replica stops the dead worker's copy first, does not run step two again, and
     rolls back: one "two" line, no "two-done" after the undo, no process left."""
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
-    store = Store.connect(group.url)
-    config = host_config(tmp_path, sshd_hosts, TOOLS)
-    services = build_services(config, store=store)
-    run = submit(services, _plan(), approvers=("bob",))
-    doomed = _spawn_worker(config, group.url)
-    try:
-        wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
+    with _doomed_at_hold(tmp_path, group, sshd_hosts) as (store, services, run):
         (tmp_path / "go").touch()
         wait_until(lambda: "two" in marks(tmp_path), timeout=20, what="step two to start")
         relay.hold()  # from here the replica is behind
-    finally:
-        _kill_together(doomed, group)
     _, journal = _raw(group.replica_port, store, run.id)
     pid = next(c["result"]["pid"] for c in reversed(journal) if c["step"] == "two")
     assert pid is not None  # confirmed before the command was let go
@@ -232,20 +216,12 @@ def test_a_replica_cut_off_from_the_primary_still_holds_a_mutating_start(
     without a replica's confirmation — else the takeover on the promoted replica, which
     never heard of it, runs it a second time while the dead worker's copy still runs."""
     group, relay = relayed_sentinel_group, _relay(relayed_sentinel_group)
-    store = Store.connect(group.url)
-    config = host_config(tmp_path, sshd_hosts, TOOLS)
-    services = build_services(config, store=store)
-    run = submit(services, _plan(), approvers=("bob",))
-    doomed = _spawn_worker(config, group.url)
-    try:
-        wait_until((tmp_path / "held").exists, timeout=20, what="the run to reach its hold")
+    with _doomed_at_hold(tmp_path, group, sshd_hosts) as (store, services, run):
         relay.cut()
         (tmp_path / "go").touch()
         wait_until(lambda: _two_refused_on_host(store, run.id) or "two" in marks(tmp_path),
                    timeout=20, what="step two to be refused (or, wrongly, to start)")
         assert "two" not in marks(tmp_path)
-    finally:
-        _kill_together(doomed, group)
     (tmp_path / "done").touch()  # step two, when it runs, need not work long
     _take_over(services, store, run.id)
     assert marks(tmp_path) == ["one", "two", "two-done"]  # once, by the takeover

@@ -20,6 +20,7 @@ import yaml
 
 from agents.config import Config, load_config
 from agents.engine.worker import Worker, WorkerOptions
+from agents.plan.model import Plan
 from agents.run.record import RunStatus, StepStatus
 from agents.services import build_services
 from agents.store import Store
@@ -62,11 +63,12 @@ def host_config(tmp_path: Path, fleet: SSHFleet, tools: dict[str, Any] = TOOLS) 
     return load_config(path)
 
 
-def _plan() -> object:
+def one_hold_two(two: str = "mark") -> Plan:
+    """one changes the host; hold waits for the test; two (tool ``two``) changes it again."""
     return make_plan(
         [{"id": "one", "tool": "mark", "params": {"environment": "staging", "label": "one"}},
          {"id": "hold", "tool": "hold", "depends_on": ["one"]},
-         {"id": "two", "tool": "mark", "depends_on": ["hold"],
+         {"id": "two", "tool": two, "depends_on": ["hold"],
           "params": {"environment": "staging", "label": "two"}}],
         rollback=[{"id": "undo", "tool": "undo", "params": {"environment": "staging"}}])
 
@@ -93,7 +95,7 @@ def test_a_replica_stopped_mid_run_holds_the_next_batch_on_a_changed_host(
     store = Store.connect(sentinel_group.url)
     store.replicate_timeout = 0.5
     services = build_services(host_config(tmp_path, sshd_hosts), store=store)
-    run = submit(services, _plan(), approvers=("bob",))
+    run = submit(services, one_hold_two(), approvers=("bob",))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
     thread = threading.Thread(target=worker.step)
     thread.start()
@@ -132,7 +134,7 @@ def test_a_crash_while_the_replica_lags_runs_nothing_twice_after_promotion(
     store = Store.connect(sentinel_group.url)
     config = host_config(tmp_path, sshd_hosts)
     services = build_services(config, store=store)
-    run = submit(services, _plan(), approvers=("bob",))
+    run = submit(services, one_hold_two(), approvers=("bob",))
     doomed = _spawn_worker(config, sentinel_group.url)
     try:
         wait_until((tmp_path / "held").exists, timeout=30, what="the run to reach its hold")
