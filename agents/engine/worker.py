@@ -278,7 +278,8 @@ class Worker:
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
         recorder = RunRecorder(leases=self.store.leases, audit=self.store.audit,
-                               plans=self.store.plans, worker=self.name, token=token)
+                               plans=self.store.plans, worker=self.name, token=token,
+                               feed=self.store.run_feed)
         pause = PauseSwitch(run.id, runs=self.store.runs, audit=recorder.audit, token=token,
                             timeout=self.services.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held from its start

@@ -19,6 +19,9 @@ sink's cursor, see ``feed``), ``audit:chain``
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
 ``limits:ENV:USER`` (zset: runs USER approved lately, for ``policy.limits``),
 ``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
+``run:ID:feed`` (stream: what the run has to say) with ``run:ID:feed:state``,
+``:relay`` and ``:done`` (its relay's cursor, lease and entries said), ``feeds:pending``
+(zset: runs a relay has not caught up with; see ``run_feed``),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
 
@@ -180,6 +183,26 @@ class Keys:
         """A run's go/no-go decisions (hash: ``STEP/BATCH`` → the Decision as JSON)."""
         return self("run", run_id, "judgments")
 
+    def run_feed(self, run_id: str) -> str:
+        """What the run has to say (stream; ``agents.store.run_feed``)."""
+        return self("run", run_id, "feed")
+
+    def run_feed_state(self, run_id: str) -> str:
+        """The relay's cursor in the run's feed and what its thread remembers (hash)."""
+        return self("run", run_id, "feed", "state")
+
+    def run_feed_relay(self, run_id: str) -> str:
+        """Which relay is saying the run's feed (a lease)."""
+        return self("run", run_id, "feed", "relay")
+
+    def run_feed_done(self, run_id: str) -> str:
+        """Keys of the feed entries already said (set)."""
+        return self("run", run_id, "feed", "done")
+
+    def feeds_pending(self) -> str:
+        """Runs whose feed a relay has not caught up with (zset, by last append)."""
+        return self("feeds", "pending")
+
     def lock(self, environment: str) -> str:
         return self("lock", environment)
 
@@ -259,7 +282,8 @@ class Keys:
         them with the run: a new per-run key is added here, and only here."""
         return [self.owner(run_id), self.cancel(run_id), self.pause(run_id),
                 self.run_audit(run_id), self.history_recorded(run_id), self.run_hosts(run_id),
-                self.judgments(run_id)]
+                self.judgments(run_id), self.run_feed(run_id), self.run_feed_state(run_id),
+                self.run_feed_relay(run_id), self.run_feed_done(run_id)]
 
 
 class RedisBase:

@@ -25,8 +25,7 @@ from slack_sdk.errors import SlackApiError
 from agents.engine.schedule_health import checked
 from agents.policy.approvals import approval_problem
 from agents.policy.rules import Policy
-from agents.run.executor import Listener
-from agents.run.record import Event, EventKind, Run, RunStatus
+from agents.run.record import Run, RunStatus
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
 from bot.slack.home_blocks import HomeData, home_view, in_progress
@@ -37,8 +36,6 @@ log = logging.getLogger("deckhand.slack.home")
 RUN_SCAN = 200
 OPEN = [status for status in RunStatus if not status.terminal]
 """Recent runs the Home looks through (the store scans a bounded window too)."""
-NOTIFY_ON = {EventKind.RUN_STARTED, EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED,
-             EventKind.RUN_FINISHED}
 
 
 def home_data(bot: Bot, user: str) -> HomeData:
@@ -204,13 +201,3 @@ class HomeTab:
             log.warning("could not refresh %s's Home: cannot reach Slack (%s)", user, exc)
         except DeckhandError as exc:  # e.g. Redis is down: the Home cannot be read now
             log.warning("could not refresh %s's Home: %s", user, exc)
-
-
-def change_listener_factory(notify: Callable[[Run], None]) -> Callable[[Run], Listener]:
-    """For workers: tells ``notify`` (``Bot.changed``) when a run starts, steps, ends."""
-    def factory(run: Run) -> Listener:
-        def listener(event: Event, current: Run) -> None:
-            if event.kind in NOTIFY_ON:
-                notify(current)
-        return listener
-    return factory
