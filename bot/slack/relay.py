@@ -142,7 +142,7 @@ class ThreadRelay:
                               remember=lambda fields: self._remember(run_id, fields),
                               trace_link=self.trace_link(), changed=self.changed,
                               timeline=self.timeline)
-        synced, shows_all = 0.0, writer.shows_all()
+        synced = 0.0
         while True:
             self._renew(run_id)
             entries = self.feed.read(run_id, after=cursor, block=self._block(writer))
@@ -152,12 +152,12 @@ class ThreadRelay:
                 cursor = entry.id
             run = self.runs.get(run_id)
             slack = run.meta.get("slack")
-            if slack and (entries or not shows_all or run.status in ACTIVE) \
+            if slack and (entries or not writer.shows_all() or run.status in ACTIVE) \
                     and time.monotonic() - synced >= self.interval:
-                shows_all = writer.sync(run, slack, send=self._once)
+                writer.sync(run, slack, send=self._once)
                 synced = time.monotonic()
             ended = writer.finished or run.status not in ACTIVE
-            if not entries and ended and (shows_all or not slack) \
+            if not entries and ended and (writer.shows_all() or not slack) \
                     and self.feed.settle(run_id, cursor=cursor, relay=self.name):
                 return
             if self.feed.db.embedded and not entries:
