@@ -21,7 +21,8 @@ sink's cursor, see ``feed``), ``audit:chain``
 ``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
 ``run:ID:feed`` (stream: what the run has to say) with ``run:ID:feed:state``,
 ``:relay`` and ``:done`` (its relay's cursor, lease and entries said), ``feeds:pending``
-(zset: runs a relay has not caught up with; see ``run_feed``),
+(zset: runs a relay has not caught up with; see ``run_feed``), ``home:viewers`` (zset: who
+opened their App Home lately),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
 
@@ -198,6 +199,10 @@ class Keys:
     def run_feed_done(self, run_id: str) -> str:
         """Keys of the feed entries already said (set)."""
         return self("run", run_id, "feed", "done")
+
+    def home_viewers(self) -> str:
+        """Who opened their App Home lately (zset, by when), for every replica."""
+        return self("home", "viewers")
 
     def feeds_pending(self) -> str:
         """Runs whose feed a relay has not caught up with (zset, by last append)."""

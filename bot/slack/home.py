@@ -7,8 +7,8 @@ once per ``interval`` seconds per user, and at most ``per_minute`` publishes ove
 (``views.publish`` is rate limited per workspace). Changes arriving meanwhile are
 coalesced. A sender thread does the work, started when there is some and gone when not.
 
-Viewers are remembered per process: with several bot replicas, each refreshes the users
-who opened their Home through it; everyone else sees fresh data on their next open.
+Viewers are remembered in Redis too (``store.viewers``): with several bot replicas, the
+one that says a run's thread refreshes the Homes of users who opened theirs through any.
 """
 
 from __future__ import annotations
@@ -112,6 +112,10 @@ class HomeTab:
             self._published[user] = now
             self._sent.append(now)
             self._due.discard(user)
+        try:  # shared: the replica saying a run's thread refreshes this Home too
+            self.bot.store.viewers.opened(user)
+        except DeckhandError as exc:
+            log.warning("could not share that %s opened their Home: %s", user, exc)
         publish_home(self.bot, user)
 
     def changed(self, run: Run) -> None:
@@ -158,10 +162,15 @@ class HomeTab:
             self._publish_safely(user)
 
     def _recent_viewers(self) -> list[str]:
+        """Who opened their Home lately, through this replica or any other."""
         cutoff = self.clock() - self.forget_after
         for user in [u for u, at in self._viewers.items() if at < cutoff]:
             del self._viewers[user]
-        return list(self._viewers)
+        try:
+            shared = self.bot.store.viewers.recent(self.forget_after, limit=self.max_viewers)
+        except DeckhandError:  # the store is away: this replica's own viewers still count
+            shared = []
+        return list(dict.fromkeys([*self._viewers, *shared]))[:self.max_viewers]
 
     def _interested(self, changes: Iterable[Run], viewers: list[str]) -> set[str]:
         policy = self.bot.services.config.policy

@@ -7,6 +7,7 @@ button on an ended hold) and the hosts (what started when, what each host ends o
 
 from __future__ import annotations
 
+from agents.ids import short_id
 from tests.fixtures.polling import wait_until
 from tests.fixtures.topology import Topology, live_buttons
 
@@ -16,6 +17,8 @@ JUDGE_BUTTONS = ("judge_continue", "judge_rollback")
 
 def test_a_run_executed_by_a_standalone_worker_tells_its_story(topology: Topology) -> None:
     ts = topology.request("v1.0.0 to ok", replica=0)
+    topology.open_home("UBOB", replica=0)  # whichever replica says the run refreshes it
+    topology.standin.wait_for(lambda: topology.homes("UBOB"), what="UBOB's Home")
     run_id = topology.approve(ts, replica=1)
     run = topology.ended(run_id)
     assert run.status.value == "succeeded"
@@ -30,6 +33,10 @@ def test_a_run_executed_by_a_standalone_worker_tells_its_story(topology: Topolog
     plan = wait_until(lambda: "succeeded" in (m := topology.message(ts)).text_of_blocks()
                       and m, what="the plan message to show the outcome")
     assert live_buttons(plan, "approve", "reject", "modify") == []
+    topology.standin.wait_for(lambda: [h for h in topology.homes("UBOB")
+                                       if short_id(run_id) in h.text_of_blocks()
+                                       and "succeeded" in h.text_of_blocks()],
+                              what="UBOB's Home refreshed with the outcome")
 
 
 def test_a_failure_is_announced_and_rolled_back_from_another_process(
