@@ -58,3 +58,38 @@ def test_a_gate_posts_every_sample_against_its_bound(slack_standin: SlackStandin
     gate = [t for t in texts if "gate success after batch 3 of 3 (the last) failed" in t]
     assert gate and 'series=\\"b\\"} = 0.5 (must be ≥ 0.99)' in gate[0], texts
     assert run.gates == [check] and slack_standin.violations == []
+
+
+def test_a_hold_that_ends_undecided_loses_its_buttons(slack_standin: SlackStandin,
+                                                      store: Store) -> None:
+    """A go/no-go message whose run ended without a decision (a stop, a takeover's
+    rollback) is edited to say so: no button outlives its hold. A relay that carries the
+    thread on edits the message posted before (its ts is in the thread's state), never
+    posts it twice."""
+    from agents.run.record import Judgment, Verdict
+
+    client = WebClient(token="xoxb-t", base_url=f"{slack_standin.url}/api/")
+    plan = make_plan([{"id": "deploy", "tool": "deploy", "params": {"version": "v1.0.0"}}])
+    run = Run.for_plan(plan, PlanTargets({}), status=RunStatus.APPROVED)
+    held = Judgment(hold="deploy/1", step="deploy", after_batch=1, batches=3, since=1.0,
+                    timeout=1800, on_timeout=Verdict.ROLLBACK, hosts_done=["web-1"])
+    awaited = Event(kind=EventKind.JUDGMENT_AWAITED, run_id=run.id, step_id="deploy",
+                    judgment=held.model_dump(mode="json"))
+    fields: dict[str, str] = {}
+    say_events(thread_writer(client, store, [plan], fields=fields), run,
+               [Event(kind=EventKind.RUN_STARTED, run_id=run.id), awaited])
+    posted = [c for c in slack_standin.of("chat.postMessage") if "Go/no-go" in c.text_of_blocks()]
+    assert len(posted) == 1 and '"judge_continue"' in posted[0].text_of_blocks()
+    # another relay takes the thread over (same remembered state); the run's new worker
+    # holds it again, then a stop ends the run before anyone decides
+    say_events(thread_writer(client, store, [], fields=fields), run,
+               [awaited, Event(kind=EventKind.ROLLBACK_STARTED, run_id=run.id,
+                               error="stopped by UBOB"),
+                Event(kind=EventKind.RUN_FINISHED, run_id=run.id, status="rolled_back",
+                      error="stopped by UBOB")])
+    messages = [c for c in slack_standin.calls if c.method in ("chat.postMessage", "chat.update")
+                and c.reply.get("ts") == posted[0].reply["ts"]]
+    assert len([c for c in slack_standin.of("chat.postMessage")
+                if "Go/no-go" in c.text_of_blocks()]) == 1  # edited, never posted twice
+    last = messages[-1].text_of_blocks()
+    assert "before anyone decided" in last and "judge_" not in last
