@@ -208,11 +208,40 @@ def _redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
         message = record.getMessage()
     except (TypeError, ValueError):  # a malformed call: logging reports it when formatting
         return record
-    record.msg, record.args = visible(active(message)), None
+    clean = visible(active(message))
+    if clean == message and _args_kept(record):
+        pass  # as given: the same clean text whenever a handler formats it
+    elif (redone := _redacted_args(record)) is not None:
+        record.args = redone
+    else:
+        record.msg, record.args = clean, None
     if record.exc_info and record.exc_text is None:
         text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
         record.exc_text = visible(active(text))
     return record
+
+
+def _args_kept(record: logging.LogRecord) -> bool:
+    """Whether a clean record may keep its ``msg`` and ``args`` as given: formatters that
+    read the arguments themselves (uvicorn's access log unpacks its five) need them, and
+    ``getMessage()`` gives the same clean text again — unless an argument is a mutable
+    object whose text could change between now and when a handler formats it."""
+    values = record.args.values() if isinstance(record.args, dict) else record.args or ()
+    return all(isinstance(v, str | int | float | bool | type(None)) for v in values)
+
+
+def _redacted_args(record: logging.LogRecord) -> tuple[Any, ...] | None:
+    """Each argument of a %-style record redacted, if the text they make is then clean: a
+    formatter that unpacks the arguments still finds them all (one with a secret in a
+    request path stays a line, not a "Logging error"). None when that is not enough."""
+    if not isinstance(record.args, tuple) or not record.args or not _args_kept(record):
+        return None
+    args = tuple(visible(active(v)) if isinstance(v, str) else v for v in record.args)
+    try:
+        text = str(record.msg) % args
+    except (TypeError, ValueError):
+        return None
+    return args if visible(active(text)) == text else None
 
 
 _BASE_FACTORY = logging.getLogRecordFactory()

@@ -81,3 +81,20 @@ def test_a_reload_widens_one_redactor_instead_of_chaining_one_per_reload() -> No
     assert widened("new&amp;secret&lt;value") == MASK  # escaped as Slack writes it, too
     assert widened._values == first.including(
         Redactor(["new-secret-value", "new&secret<value"]))._values
+
+
+def test_log_records_keep_their_arguments_for_formatters_that_read_them(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """uvicorn's access formatter unpacks a record's five arguments: a record the door
+    emptied of them was a "--- Logging error ---" traceback instead of the line."""
+    caplog.set_level(logging.INFO)
+    access = '%s - "%s %s HTTP/%s" %d'
+    log = logging.getLogger("deckhand.unit")
+    log.info(access, "127.0.0.1:5", "POST", "/mcp", "1.1", 200)
+    log.info(access, "127.0.0.1:5", "GET", "/x?token=xoxb-1111111111-22222222", "1.1", 200)
+    clean, secret = caplog.records[-2:]
+    assert clean.args == ("127.0.0.1:5", "POST", "/mcp", "1.1", 200)
+    assert isinstance(secret.args, tuple) and len(secret.args) == 5
+    assert secret.getMessage() == f'127.0.0.1:5 - "GET /x?token={MASK} HTTP/1.1" 200'
+    log.info("a %s", ["mutable", "xoxb-1111111111-22222222"])  # its text could change: none
+    assert caplog.records[-1].args is None and MASK in caplog.records[-1].getMessage()
