@@ -150,6 +150,9 @@ def test_audit_ship_logs_only_json(tmp_path: Path, store: Store, redis_url: str,
                   _env(tmp_path, REDIS_URL=redis_url), log)
     try:
         wait_until(lambda: len(once(siem.received())) >= 4, what="the shipper")
+        proc.send_signal(signal.SIGHUP)  # reloads like every long-running process (39.6)
+        audited(store, "config_reloaded")
+        wait_until(lambda: _said(log, "config reloaded from"), what="the reload's line")
     finally:
         assert stop(proc) == 0
     assert _said(log, "shipping the audit stream to ")
