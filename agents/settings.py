@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from agents.errors import SettingsInvalid
 from agents.secret_files import secrets_from_files
+from tools.redact import url_secrets
 
 SECRETS = ["REDIS_URL", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN",
            "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS"]
@@ -91,10 +92,12 @@ class Settings(BaseModel):
         return value
 
     def secret_values(self) -> list[str]:
-        """Every secret value, for the redactor."""
-        fields = (self.redis_url, self.openai_api_key, self.slack_bot_token,
-                  self.slack_app_token, self.slack_signing_secret, self.mcp_tokens)
-        return [f.get_secret_value() for f in fields if f is not None]
+        """Every secret value, for the redactor (of REDIS_URL, its password: the address
+        is no secret, and is shown as the store's ``where``)."""
+        fields = (self.openai_api_key, self.slack_bot_token, self.slack_app_token,
+                  self.slack_signing_secret, self.mcp_tokens)
+        url = url_secrets(self.redis_url.get_secret_value()) if self.redis_url else []
+        return [*url, *(f.get_secret_value() for f in fields if f is not None)]
 
 
 def _from_environment() -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,6 +94,32 @@ def test_a_bad_setting_at_start_is_one_json_line(command: list[str], tmp_path: P
     (record,) = [json.loads(line) for line in lines if line.strip()]
     assert record["level"] == "error"
     assert "REDIS_URL_FILE: cannot read" in record["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to take a process's file access away")
+def test_a_secret_file_it_may_not_read_says_whose_it_is_and_what_to_do(
+        tmp_path: Path, sample_config: Config) -> None:
+    """Issue 39.8: a secret at mode 0600 owned by another uid (compose mounts the host
+    file as it is) — the one line says whose the file is and what to run, and the log
+    door leaves it readable (it was "SLACK_BOT_TOKEN_FILE: [REDACTED] read [REDACTED]")."""
+    token = _secret(tmp_path, "slack_bot_token", "xoxb-never-read-0123456789")
+    os.chown(token, 1234, 1234)
+    os.chmod(token, 0o600)
+    done = subprocess.run(  # uid 0 without its power to read what is not its own
+        ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--",
+         sys.executable, "-m", "bot.cli", "worker", "--config", str(sample_config.path)],
+        env=_env(tmp_path, SLACK_BOT_TOKEN_FILE=token), capture_output=True, timeout=60,
+        cwd=ROOT)
+    assert done.returncode == 2
+    (record,) = [json.loads(line) for line in (done.stdout + done.stderr).decode().splitlines()
+                 if line.strip()]
+    message = record["message"]
+    assert f"SLACK_BOT_TOKEN_FILE: cannot read {token} (Permission denied): it is owned by " \
+           "uid 1234, gid 1234, mode 0600, and deckhand runs as uid 0, gid 0. Make it " \
+           "readable by uid 0: for a Docker Compose secret, run `chown 0:0 FILE && chmod " \
+           "0400 FILE` on the host file" in message, message
+    assert "REDACTED" not in message
 
 
 def test_serve_http_in_single_process_mode_logs_only_json(
