@@ -57,6 +57,10 @@ class Settings(BaseModel):
     http_port: int = Field(default=3000, alias="PORT")
     metrics_host: str = Field(default="127.0.0.1", alias="DECKHAND_METRICS_HOST",
                               description="address /metrics listens on (0.0.0.0 in a container)")
+    health_file: str | None = Field(
+        default=None, alias="DECKHAND_HEALTH_FILE",
+        description="where serve --http and worker --metrics-port write the URL of their "
+                    "/healthz, for `python -m bot.healthcheck` (the image's HEALTHCHECK)")
     state_dir: str | None = Field(default=None, alias="DECKHAND_STATE_DIR",
                                   description="where {state_dir} in the config points")
     single_process: bool = Field(

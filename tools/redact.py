@@ -126,7 +126,7 @@ class Redactor:
         self._secrets = frozenset(s for s in secrets if s and len(s) >= 6)
         # Also as Slack's mrkdwn escaping writes them (& < >): its door sees escaped text.
         values = self._secrets | {html.escape(s, quote=False) for s in self._secrets}
-        self._values = sorted(values, key=len, reverse=True)
+        self._values = sorted(values, key=lambda v: (-len(v), v))  # longest first; one order
 
     def including(self, other: Redactor) -> Redactor:
         """One redactor masking both's secrets: a config reload keeps masking the old

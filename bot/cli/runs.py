@@ -53,6 +53,7 @@ from bot.cli.run_views import (
     run_summary_json,
     show_output,
 )
+from bot.healthcheck import advertise, withdraw
 from bot.logs import add_log_format_arg, announce
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import paused_line, provenance_text, status_table, summary
@@ -165,6 +166,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        withdraw(settings.health_file)
         services.close()
     return 0
 
@@ -240,6 +242,9 @@ def _serve_worker_port(args: argparse.Namespace, settings: Settings, metrics: Me
                       port=args.metrics_port)
     announce(console, f"metrics and health on http://{host}:{args.metrics_port}/metrics "
                       f"(/healthz, /readyz)")
+    problem = advertise(host, args.metrics_port, settings.health_file)  # the HEALTHCHECK's
+    if problem:
+        announce(console, problem, level=logging.WARNING)
 
 
 def _runs(args: argparse.Namespace, console: Console) -> int:

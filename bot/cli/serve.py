@@ -17,6 +17,7 @@ from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
 from bot.cli.health import warn_about_redis
 from bot.cli.reload import reload_on_sighup
+from bot.healthcheck import advertise, withdraw
 from bot.logs import add_log_format_arg, announce
 from tools.errors import ConfigError, Problem
 
@@ -109,10 +110,16 @@ def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Setting
                       f"(/healthz, /readyz); store: {runtime.services.store.where}")
     if metrics:
         announce(console, f"metrics on http://{metrics_host}:{args.metrics_port}/metrics")
+    problem = advertise(args.host, port, settings.health_file)  # the HEALTHCHECK's target
+    if problem:
+        announce(console, problem, level=logging.WARNING)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    finally:
+        withdraw(settings.health_file)
     server.close()
 
 

@@ -27,7 +27,7 @@ from tests.fixtures.siem_standin import SiemStandin
 from tests.fixtures.slack_standin import SlackStandin
 from tests.integration.test_audit_sink import once, sink_config, webhook, write_entries
 from tests.integration.test_config_reload import audited, stop
-from tests.integration.test_health_bounds import healthcheck
+from tests.unit.test_deployment import _dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = {"DECKHAND_LOG_FORMAT": "json", "DECKHAND_METRICS_HOST": "0.0.0.0"}
@@ -35,11 +35,24 @@ IMAGE = {"DECKHAND_LOG_FORMAT": "json", "DECKHAND_METRICS_HOST": "0.0.0.0"}
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """This test's environment and the image's, nothing of deckhand's from the caller."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DECKHAND_", "REDIS_URL", "SLACK_", "OPENAI_"))}
+    """This test's environment and the image's, nothing of deckhand's from the caller (the
+    health file in this test's directory: the image's /tmp is the container's own)."""
+    env = {k: v for k, v in os.environ.items() if k != "PORT"
+           and not k.startswith(("DECKHAND_", "REDIS_URL", "SLACK_", "OPENAI_"))}
     return {**env, **IMAGE, "PYTHONPATH": str(ROOT),
-            "DECKHAND_STATE_DIR": str(tmp_path / "state"), **extra}
+            "DECKHAND_STATE_DIR": str(tmp_path / "state"),
+            "DECKHAND_HEALTH_FILE": str(tmp_path / "health"), **extra}
+
+
+def image_healthcheck(role: str, env: dict[str, str]) -> tuple[int, str]:
+    """The Dockerfile's HEALTHCHECK command for ``role``, run as Docker runs it (in the
+    container's environment): exit code and what it said on stderr."""
+    _, stages = _dockerfile()
+    command = json.loads((stages[role].last("HEALTHCHECK") or "").partition(" CMD ")[2])
+    assert command[0] == "python"
+    done = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True,
+                          timeout=30, cwd=ROOT)
+    return done.returncode, done.stderr.decode().strip()
 
 
 def _secret(tmp_path: Path, name: str, value: str) -> str:
@@ -125,22 +138,23 @@ def test_a_secret_file_it_may_not_read_says_whose_it_is_and_what_to_do(
 def test_serve_http_in_single_process_mode_logs_only_json(
         tmp_path: Path, sample_config: Config, slack_standin: SlackStandin) -> None:
     port, metrics, log = free_port(), free_port(), tmp_path / "serve.log"
-    env = _env(tmp_path, DECKHAND_SINGLE_PROCESS="1",
+    env = _env(tmp_path, DECKHAND_SINGLE_PROCESS="1", PORT=str(port),  # not the image's 3000
                SLACK_BOT_TOKEN_FILE=_secret(tmp_path, "bot", "xoxb-image-test"),
                SLACK_SIGNING_SECRET_FILE=_secret(tmp_path, "signing", "image-test-secret"),
                SLACK_API_URL=f"{slack_standin.url}/api/")
-    proc = _start(["serve", "--http", "--host", "127.0.0.1", "--port", str(port),
-                   "--metrics-port", str(metrics), "--config", str(sample_config.path)],
-                  env, log)
+    proc = _start(["serve", "--http", "--host", "127.0.0.1", "--metrics-port", str(metrics),
+                   "--config", str(sample_config.path)], env, log)
     try:
         wait_until(lambda: _said(log, "metrics on "), timeout=60, what="serve's banners")
         assert _status(f"http://127.0.0.1:{port}/readyz") == 200  # on its in-process store
-        assert healthcheck(f"http://127.0.0.1:{port}") == (0, "")
+        assert image_healthcheck("serve", env) == (0, "")  # issue 39.8: it checked 3000
         assert _status(f"http://127.0.0.2:{metrics}/metrics") == 200
         proc.send_signal(signal.SIGHUP)
         wait_until(lambda: _said(log, "config reloaded from"), what="the reload's line")
     finally:
         assert stop(proc) == 0
+    code, said = image_healthcheck("serve", env)
+    assert code == 1 and said.startswith("unhealthy: DECKHAND_HEALTH_FILE=")  # gone with it
     assert _said(log, f"deckhand listening on http://127.0.0.1:{port}/slack/events "
                       f"(/healthz, /readyz); store: ")
     assert _said(log, f"metrics on http://0.0.0.0:{metrics}/metrics")
@@ -156,6 +170,7 @@ def test_worker_with_an_audit_sink_logs_only_json(
     try:
         wait_until(lambda: _status(f"http://127.0.0.2:{metrics}/healthz") == 200,
                    timeout=60, what="the worker's health on a non-loopback-only address")
+        assert image_healthcheck("worker", env) == (0, "")  # --metrics-port, not 9100
         write_entries(store, 3)
         wait_until(lambda: len(once(siem.received())) >= 3, what="the worker's shipper")
         config.write_text(config.read_text().replace("batch: 10", "batch: 20"))
