@@ -149,12 +149,14 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
                     if metrics else [])
     if args.once:
         return 0 if worker.step() else 1
-    probe = StoreProbe(services.store.ping)
+    probe = StoreProbe(services.store.ping_primary)
     if metrics is not None:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
     _ship_audit(services, worker.name, stop)
-    _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
+    # a drain asks more than /readyz: that a sentinel still names the primary (ping_primary)
+    _drain_on_signals(stop, console, StoreProbe(services.store.ping_primary),
+                      wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
                      adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
                      if metrics else [])
@@ -175,7 +177,16 @@ def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe
                       wait: float) -> None:
     """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
     at once; the run is then taken over by another worker when this one's lease runs out.
-    So does a store that stops answering (no primary) for ``wait`` seconds while draining."""
+    So does a store that stops answering (no primary, or no sentinel left to name one) for
+    ``wait`` seconds while draining — said when the outage starts, and when it gives up."""
+    def troubled(reason: str) -> None:
+        announce(console, f"draining: the store does not answer ({reason}); waiting up to "
+                          f"{wait:g} s for it, then exiting — another worker takes the run "
+                          f"in hand over after this one's lease", level=logging.WARNING)
+
+    def recovered() -> None:
+        announce(console, "draining: the store answers again; finishing the run in hand")
+
     def give_up(reason: str) -> None:
         _leave_now(console, f"draining: stopped waiting for the store ({reason}); exiting "
                             f"now — another worker takes the run in hand over after this "
@@ -189,7 +200,8 @@ def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe
         announce(console, "draining: finishing the current run (again to stop now; another "
                           "worker takes the run over after this one's lease)")
         threading.Thread(target=watch_drain, args=(probe,), daemon=True, name="drain-watch",
-                         kwargs={"wait": wait, "give_up": give_up}).start()
+                         kwargs={"wait": wait, "give_up": give_up, "troubled": troubled,
+                                 "recovered": recovered}).start()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)

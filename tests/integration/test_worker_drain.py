@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,49 @@ def _said(log: Path) -> list[str]:
     """The messages of the worker's JSON log lines so far (whole lines only)."""
     return [json.loads(line)["message"] for line in log.read_text().split("\n")[:-1]
             if line.strip()]
+
+
+def test_a_draining_worker_leaves_within_its_bound_when_every_sentinel_is_down(
+        tmp_path: Path, sentinel_group: SentinelGroup) -> None:
+    """Issue 39.7: every sentinel down, the primary up. Its pooled connection still answered
+    a ping, so the drain waited for the run in hand (44 s here, the stop grace period in
+    compose) and said nothing — yet nothing could reconnect or follow a failover. The drain
+    asks Sentinel too: it says what it waits for, gives up within --drain-store-wait, and
+    the run is taken over once the sentinels are back."""
+    config = config_for(tmp_path)
+    store = Store.connect(sentinel_group.url)
+    services = build_services(config, store=store)
+    run = submit(services, gated_plan(tmp_path))
+    log, wait = tmp_path / "worker.log", 3.0
+    proc = _logged_worker(config, sentinel_group.url, log, "--name", "stranded", "--lease",
+                          "1", "--drain-store-wait", str(wait))
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), what="the run's gate step")
+        for index in range(3):
+            sentinel_group.procs[f"sentinel{index}"].kill()
+            sentinel_group.procs[f"sentinel{index}"].wait(10)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < wait + 4, f"the drain took {took:.1f} s with --drain-store-wait {wait:g}"
+    said = _said(log)
+    nobody = "no Redis Sentinel names a primary for service 'deckhand'"
+    assert any(m.startswith(f"draining: the store does not answer ({nobody}") and
+               m.endswith(f"waiting up to {wait:g} s for it, then exiting — another worker "
+                          f"takes the run in hand over after this one's lease")
+               for m in said), said
+    assert any(m.startswith(f"draining: stopped waiting for the store ({nobody}") and
+               m.endswith("exiting now — another worker takes the run in hand over after "
+                          "this one's lease") for m in said), said
+
+    sentinel_group.restart_sentinels()
+    (tmp_path / "go").touch()
+    rescuer = Worker(services, store, name="rescuer",
+                     options=WorkerOptions(lease=1, claim_after=1, block=0.1))
+    wait_until(lambda: rescuer.step(block=0.1) and store.runs.get(run.id).status.terminal,
+               timeout=30, what="another worker to take the run over")
+    assert store.runs.get(run.id).status is RunStatus.SUCCEEDED
