@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -27,14 +26,14 @@ from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
 from agents.plan.model import Plan
 from agents.policy.approvals import approval_problem, approvals_needed
-from agents.readiness import StoreProbe, watch_drain
+from agents.readiness import StoreProbe
 from agents.run.gates import gate_lines
 from agents.run.judgment import judgment_lines
 from agents.run.record import Run
 from agents.run.unreplicated import unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
-from agents.store import AuditLog, Locks, Plans, Runs
+from agents.store import AuditLog, Locks, Plans, Runs, Store
 from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
@@ -44,6 +43,7 @@ from bot.cli.common import (
     embedded_store_note,
     services_for,
 )
+from bot.cli.drain import DRAIN_STORE_WAIT, leave_now, watch_store
 from bot.cli.health import warn_about_redis
 from bot.cli.reload import reload_on_sighup
 from bot.cli.run_views import (
@@ -77,7 +77,7 @@ def register(commands: Commands) -> None:
     worker.add_argument("--stuck-after", type=float, default=None,
                         help="seconds without progress before /healthz says stuck "
                              "(default max(60, 3 × --lease))")
-    worker.add_argument("--drain-store-wait", type=float, default=10.0,
+    worker.add_argument("--drain-store-wait", type=float, default=DRAIN_STORE_WAIT,
                         help="while draining, exit once the store has not answered for this "
                              "many seconds (no primary); the run is taken over (default 10)")
     add_config_arg(worker)
@@ -154,9 +154,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
     _ship_audit(services, worker.name, stop)
-    # a drain asks more than /readyz: that a sentinel still names the primary (ping_primary)
-    _drain_on_signals(stop, console, StoreProbe(services.store.ping_primary),
-                      wait=args.drain_store_wait)
+    _drain_on_signals(stop, console, services.store, wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
                      adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
                      if metrics else [])
@@ -173,52 +171,23 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe, *,
+def _drain_on_signals(stop: threading.Event, console: Console, store: Store, *,
                       wait: float) -> None:
     """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
     at once; the run is then taken over by another worker when this one's lease runs out.
-    So does a store that stops answering (no primary, or no sentinel left to name one) for
-    ``wait`` seconds while draining — said when the outage starts, and when it gives up."""
-    def troubled(reason: str) -> None:
-        announce(console, f"draining: the store does not answer ({reason}); waiting up to "
-                          f"{wait:g} s for it, then exiting — another worker takes the run "
-                          f"in hand over after this one's lease", level=logging.WARNING)
-
-    def recovered() -> None:
-        announce(console, "draining: the store answers again; finishing the run in hand")
-
-    def give_up(reason: str) -> None:
-        _leave_now(console, f"draining: stopped waiting for the store ({reason}); exiting "
-                            f"now — another worker takes the run in hand over after this "
-                            f"one's lease", level=logging.WARNING)
-
+    So does a store that stops answering for ``wait`` seconds while draining
+    (``bot.cli.drain``), said when the outage starts and when it gives up."""
     def handle(signum: int, frame: object) -> None:
         if stop.is_set():
-            _leave_now(console, "stopping now, without finishing the run in hand: another "
-                                "worker takes it over after this one's lease")
+            leave_now(console, "stopping now, without finishing the run in hand: another "
+                               "worker takes it over after this one's lease")
         stop.set()
         announce(console, "draining: finishing the current run (again to stop now; another "
                           "worker takes the run over after this one's lease)")
-        threading.Thread(target=watch_drain, args=(probe,), daemon=True, name="drain-watch",
-                         kwargs={"wait": wait, "give_up": give_up, "troubled": troubled,
-                                 "recovered": recovered}).start()
+        watch_store(console, store, wait=wait, doing="draining")
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-
-
-def _leave_now(console: Console, message: str, *, level: int = logging.INFO) -> NoReturn:
-    """Exit at once, as a crash would, but saying why. Unwinding would wait for the run in
-    hand: its step threads until their commands end, its last writes for a store that has
-    no primary (minutes, or compose's 30 min stop grace period). What is left is what a
-    takeover already handles: the lease lapses, another worker stops leftover commands and
-    resumes or rolls back."""
-    announce(console, message, level=level)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | None:
