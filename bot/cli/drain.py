@@ -17,12 +17,12 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import NoReturn
 
 from rich.console import Console
 
 from agents.readiness import StoreProbe, watch_drain
-from agents.store import Store
 from bot.logs import announce
 
 DRAIN_STORE_WAIT = 10.0
@@ -40,11 +40,12 @@ def leave_now(console: Console, message: str, *, level: int = logging.INFO) -> N
     os._exit(0)
 
 
-def watch_store(console: Console, store: Store, *, wait: float, doing: str) -> None:
-    """On a thread of its own: leave once the store has not answered for ``wait`` seconds
-    while ``doing`` (e.g. "draining"). The probe asks Sentinel to name the primary too
-    (``Store.ping_primary``): the connections a process holds may still answer a ping with
-    every sentinel down, yet no new one opens and no failover can be followed."""
+def watch_store(console: Console, ping: Callable[[], object], *, wait: float,
+                doing: str) -> None:
+    """On a thread of its own: leave once the store has not answered ``ping`` for ``wait``
+    seconds while ``doing`` (e.g. "draining"). Give it ``Store.ping_primary``, which asks
+    Sentinel to name the primary too: the connections a process holds may still answer a
+    plain ping with every sentinel down, yet no new one opens and no failover is followed."""
     def troubled(reason: str) -> None:
         announce(console, f"{doing}: the store does not answer ({reason}); waiting up to "
                           f"{wait:g} s for it, then exiting — {TAKEN_OVER}",
@@ -57,7 +58,7 @@ def watch_store(console: Console, store: Store, *, wait: float, doing: str) -> N
         leave_now(console, f"{doing}: stopped waiting for the store ({reason}); exiting now "
                            f"— {TAKEN_OVER}", level=logging.WARNING)
 
-    threading.Thread(target=watch_drain, args=(StoreProbe(store.ping_primary),), daemon=True,
+    threading.Thread(target=watch_drain, args=(StoreProbe(ping),), daemon=True,
                      name="drain-watch", kwargs={"wait": wait, "give_up": give_up,
                                                  "troubled": troubled,
                                                  "recovered": recovered}).start()

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -33,7 +34,7 @@ from agents.run.record import Run
 from agents.run.unreplicated import unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
-from agents.store import AuditLog, Locks, Plans, Runs, Store
+from agents.store import AuditLog, Locks, Plans, Runs
 from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
@@ -154,7 +155,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
     _ship_audit(services, worker.name, stop)
-    _drain_on_signals(stop, console, services.store, wait=args.drain_store_wait)
+    _drain_on_signals(stop, console, services.store.ping_primary, wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
                      adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
                      if metrics else [])
@@ -171,8 +172,8 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _drain_on_signals(stop: threading.Event, console: Console, store: Store, *,
-                      wait: float) -> None:
+def _drain_on_signals(stop: threading.Event, console: Console, ping: Callable[[], object],
+                      *, wait: float) -> None:
     """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
     at once; the run is then taken over by another worker when this one's lease runs out.
     So does a store that stops answering for ``wait`` seconds while draining
@@ -184,7 +185,7 @@ def _drain_on_signals(stop: threading.Event, console: Console, store: Store, *,
         stop.set()
         announce(console, "draining: finishing the current run (again to stop now; another "
                           "worker takes the run over after this one's lease)")
-        watch_store(console, store, wait=wait, doing="draining")
+        watch_store(console, ping, wait=wait, doing="draining")
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)

@@ -98,7 +98,7 @@ def _stop(runtime: BotRuntime, console: Console, *, wait: float) -> None:
     as `deckhand worker` drains), and never more: the interpreter's exit would otherwise
     wait for the run's step commands to end, however long they take."""
     if runtime.workers:
-        watch_store(console, runtime.services.store, wait=wait, doing="stopping")
+        watch_store(console, runtime.services.store.ping_primary, wait=wait, doing="stopping")
     runtime.stop()
     if runtime.workers and runtime.workers_alive():
         leave_now(console, f"stopping: the run in hand did not finish in time; exiting now "
