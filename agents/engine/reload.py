@@ -39,9 +39,10 @@ class ConfigReload:
                  adopt: Iterable[Adopt] = (), after: Iterable[After] = ()):
         self.services, self.actor = services, actor
         self.path = path or services.config.path
-        self.adopt, self.after = list(adopt), list(after)
+        self.adopt = list(adopt)
         self._asked = threading.Event()
         self._lock = threading.Lock()
+        self.after = list(after)
 
     def request(self) -> None:
         self._asked.set()
