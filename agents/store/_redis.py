@@ -465,6 +465,27 @@ class RedisBase:
         with self.errors():
             return bool(self.r.ping())
 
+    def ping_primary(self) -> bool:
+        """``ping``, and through Sentinel also that a sentinel names the primary now. With
+        every sentinel down the primary still answers on the connections this process
+        holds, so ``ping`` passes — yet no new connection can open (a second thread's write,
+        a reconnect after a blip) and no failover can be followed: not a store a draining
+        worker's run can count on. StoreUnavailable saying so."""
+        self.ping()
+        pool = self.r.connection_pool
+        manager, service = getattr(pool, "sentinel_manager", None), getattr(
+            pool, "service_name", "")
+        if manager is None:
+            return True
+        try:
+            manager.discover_master(service)
+        except redis.RedisError as exc:
+            raise StoreUnavailable(
+                f"no Redis Sentinel names a primary for service {service!r} ({self.where}: "
+                f"sentinels down or unreachable): connections open now still answer, but "
+                f"none can be opened and no failover followed") from exc
+        return True
+
 
 
 class Part:
