@@ -170,6 +170,9 @@ class HostResult(BaseModel):
     attempts: int = 0
     tail: str = ""
     error: str | None = None
+    outputs: dict[str, str] = Field(default_factory=dict)
+    """The tool's outputs its command printed here (a step resumed on another worker
+    keeps those of the hosts it does not run again)."""
 
     @property
     def duration(self) -> float | None:
@@ -493,6 +496,7 @@ def _host_finished(run: Run, ev: Event) -> None:
     host.status = StepStatus(ev.status or "failed")
     host.finished_at, host.exit_code = ev.at, ev.exit_code
     host.tail, host.error = ev.tail or "", ev.error
+    host.outputs = dict(ev.outputs)
     if ev.mutating:
         run.mark_changed(ev.host or "")
         host.mutated = True
