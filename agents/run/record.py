@@ -462,8 +462,9 @@ def _run_started(run: Run, ev: Event) -> None:
 
 def _step_started(run: Run, ev: Event) -> None:
     state = run.states(ev.phase).setdefault(ev.step_id or "", StepState(id=ev.step_id or ""))
-    state.status, state.started_at, state.error = StepStatus.RUNNING, ev.at, None
-    state.finished_at = None
+    resumed = state.hosts and state.started_at is not None  # taken over between hosts
+    state.status, state.error, state.finished_at = StepStatus.RUNNING, None, None
+    state.started_at = state.started_at if resumed else ev.at
 
 
 def _hosts_starting(run: Run, ev: Event) -> None:
