@@ -460,10 +460,13 @@ class _Execution:
             if not hosts:
                 return StepStatus.SKIPPED, "no host was changed by this run", {}
         rollout = self.deps.inventory.rollout_of(env)
-        if tool.mutates and phase is Phase.PLAN and len(hosts) > 1:
-            problems = self._preflight(hosts)
+        done = self.resumed.get(step.id, {}) if phase is Phase.PLAN else {}
+        pending = [h for h in hosts if h.name not in done]  # resumed: the hosts still to do
+        if tool.mutates and phase is Phase.PLAN and len(hosts) > 1 and pending:
+            problems = self._preflight(pending)
             if problems:
-                return StepStatus.FAILED, ("not started on any host: " + "; ".join(problems)
+                where = "the hosts still to do" if done else "any host"
+                return StepStatus.FAILED, (f"not started on {where}: " + "; ".join(problems)
                                            + " — fix that host, then run it again"), {}
         outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, rollout)
         failed = [o.error for o in outcomes if not o.ok]
