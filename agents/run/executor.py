@@ -227,6 +227,9 @@ class _Execution:
             self._prepare_resume()
             if self._run_until_settled() == "approval":
                 return self.run  # a revised plan waits for approval; nothing is rolled back
+            if not self.stop_reason and self.hold.stopped() is not None:
+                # a Stop acknowledged after the last command started: it said "rolls back"
+                self.stop_reason = f"cancelled: {self.cancel.reason}"
             self._skip_pending()
         else:
             self.stop_reason = self.run.reason or "resumed during rollback"

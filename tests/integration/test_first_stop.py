@@ -141,20 +141,21 @@ def test_twenty_concurrent_stops_make_one_stop_and_the_rest_hear_who_stopped_it(
     assert store.runs.cancel_requested(run_id) is None  # the request ended with the run
 
 
+@pytest.mark.parametrize("asker", ["prod-1", "prod-3"], ids=["boundary", "last-batch"])
 def test_a_stop_acknowledged_at_a_batch_boundary_holds_the_next_batch(
-        tmp_path: Path, store: Store, redis_url: str, sshd_hosts: SSHFleet) -> None:
-    """The first host's command itself runs `deckhand stop RUN` and ends as soon as it
-    returns: the worker's next move is to start batch 2, well within its heartbeat's second
-    (before issue 39 it did, about nine times in ten). Nothing may start after the stop."""
-    asked, script = (shlex.quote(str(tmp_path / n)) for n in ("asked", "stop.sh"))
+        tmp_path: Path, store: Store, redis_url: str, sshd_hosts: SSHFleet, asker: str) -> None:
+    """A host's own command runs `deckhand stop RUN` and ends as soon as it returns: the
+    worker's next move is to start the next batch, well within its heartbeat's second
+    (before issue 39 it did, and the rollout ran on to success). Nothing may start after
+    the stop; and a stop acknowledged while the last batch ran still rolls back."""
+    script = shlex.quote(str(tmp_path / "stop.sh"))
     config = _config(tmp_path, sshd_hosts, "date +%s.%N > {host.dir}/started; "
                                            "echo {version} >> {host.dir}/changes; "
-                                           f"[ -e {asked} ] || sh {script}")
+                                           f"if [ {{host.name}} = {asker} ]; then sh {script}; fi")
     services = build_services(config, store=store)
     run_id = submit(services, _plan(), by="alice", approvers=("bob",)).id
     said, returned = tmp_path / "stop.out", tmp_path / "returned"
     (tmp_path / "stop.sh").write_text(
-        f"touch {shlex.quote(str(tmp_path / 'asked'))}\n"
         f"REDIS_URL={shlex.quote(redis_url)} PYTHONPATH={shlex.quote(str(ROOT))} "
         f"{shlex.quote(sys.executable)} -m bot.cli stop {run_id} --user alice "
         f"--config {shlex.quote(str(config.path))} > {shlex.quote(str(said))} 2>&1\n"
@@ -169,11 +170,12 @@ def test_a_stop_acknowledged_at_a_batch_boundary_holds_the_next_batch(
     assert final.reason == "cancelled: cancelled by alice" and "stopping" in said.read_text()
     (stop,) = [e for e in store.audit.entries(run_id=run_id) if e.action == "cancel_requested"]
     assert (stop.actor, stop.details["via"]) == ("alice", "cli")
-    # batch 1 ran (it asked for the stop) and is undone; batches 2 and 3 never started
-    assert [_changes(tmp_path, h) for h in HOSTS] == [["v2.0.0", "undo"], [], []]
-    assert [_started_at(tmp_path, h) is not None for h in HOSTS] == [True, False, False]
+    ran = HOSTS[:HOSTS.index(asker) + 1]  # up to the one that asked; each undone
+    assert [_changes(tmp_path, h) for h in HOSTS] == [
+        ["v2.0.0", "undo"] if h in ran else [] for h in HOSTS]
+    assert [_started_at(tmp_path, h) is not None for h in HOSTS] == [h in ran for h in HOSTS]
     started = [t for h in HOSTS if (t := _started_at(tmp_path, h)) is not None]
     assert all(t < stop.at for t in started)  # every start came before the stop landed
-    if returned.exists():  # (unless the kill of batch 1's command came first)
+    if returned.exists():  # (unless the kill of the asking command came first)
         assert all(t < float(returned.read_text()) for t in started)
-    assert set(final.steps["ship"].hosts) == {"prod-1"}  # not even announced on prod-2
+    assert set(final.steps["ship"].hosts) == set(ran)  # not even announced elsewhere
