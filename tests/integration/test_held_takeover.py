@@ -354,3 +354,26 @@ def test_the_idle_worker_that_claims_a_held_run_after_an_outage_keeps_it_held(
     # what the stalled worker made of it once let go: its own step, marked as such
     assert [(e.details["status"], e.details.get("after_lease_lost")) for e in audit
             if e.action == "step_finished" and e.actor == holder] == [("cancelled", True)]
+
+
+def test_a_revision_awaiting_approval_stays_held_when_its_queue_entry_is_taken_over(
+        tmp_path: Path, store: Store, sshd_hosts: SSHFleet) -> None:
+    """The third hold: a replan whose revision needs approval, its worker gone right after
+    (its queue entry still pending). The worker that takes the entry over leaves the run
+    waiting for approval, takes no lock, and is done with the entry; the approval of the
+    revision queues the run again."""
+    config = _config(tmp_path, sshd_hosts, judgment=None)
+    services = build_services(config, store=store)
+    run_id = submit(services, _plan(), by="alice", approvers=("bob",)).id
+    store.queue.ensure_group()
+    assert store.queue.read("ghost", block=0.1) is not None  # taken by a worker…
+    assert store.leases.claim(run_id, worker="ghost", lease=60) is not None
+    store.runs.update(run_id, lambda r: r.move(RunStatus.AWAITING_APPROVAL))  # …replanned
+    store.r.delete(store.keys.owner(run_id))  # …and gone, its entry never acknowledged
+    rescuer = Worker(services, store, name="rescuer",
+                     options=WorkerOptions(lease=1, claim_after=0.1, block=0.1))
+    wait_until(lambda: rescuer.step(block=0.1), timeout=10, what="the entry to be taken over")
+    assert store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL  # still held
+    assert store.locks.all() == []  # nothing locked for a run nobody may run yet
+    assert store.queue.backlog() == (0, 0)  # the entry is done with
+    assert not rescuer.step(block=0.1)
