@@ -124,6 +124,12 @@ class TwoWorkers:
     def other(self, name: str) -> str:
         return "w2" if name == "w1" else "w1"
 
+    def wait_ready(self) -> None:
+        """Both workers are serving (connected to the store, reading the queue)."""
+        for name in self.procs:
+            wait_until(lambda n=name: self.logged(n, f"worker {n} ready"), timeout=60,
+                       what=f"worker {name} to be ready")
+
     def logged(self, name: str, text: str) -> bool:
         return any(text in m for m in _said(self.logs[name]))
 
@@ -325,12 +331,13 @@ def test_the_idle_worker_that_claims_a_held_run_after_an_outage_keeps_it_held(
         held = _at_go_no_go(store, run_id)
         holder = workers.holder
         taker = workers.other(holder)
+        workers.wait_ready()  # the idle one too: it must be serving when Redis goes
         workers.procs[holder].send_signal(signal.SIGSTOP)
         own_redis.stop()
-        # each failed look for work spends the client's retry budget (over a second)
-        # first: two of them mean the 1 s lease ran out while Redis was away
-        wait_until(lambda: sum(m.startswith(f"worker {taker}: ") for m in
-                               _said(workers.logs[taker])) >= 2, timeout=30,
+        # a failed look for work has first spent the client's retry budget (over a
+        # second): the 1 s lease, last renewed before the outage, ran out while it lasted
+        wait_until(lambda: any(m.startswith(f"worker {taker}: ") for m in
+                               _said(workers.logs[taker])), timeout=30,
                    what="the outage to outlive the lease")
         own_redis.start()
         run = _held_by(store, run_id, taker, lambda: workers.logged(

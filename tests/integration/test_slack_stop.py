@@ -142,8 +142,12 @@ def test_twenty_stop_clicks_at_once_stop_once_and_tell_the_others_privately(
     assert len(told) == CLICKS - 1
     assert all(f"stopped by {stop.actor}" in r["text"] for r in told)
     assert all(r.get("response_type") == "ephemeral" for r in told)
-    posts = [c for c in slow.standin.of("chat.postMessage") if "stopped run" in json.dumps(
-        c.payload)]
-    assert len(posts) == 1 and stop.actor in json.dumps(posts[0].payload)
+    said = [e for e in slow.store.run_feed.read(run_id, after="0-0", count=1000)
+            if e.kind == "say" and "stopped run" in e.data["text"]]  # the thread's feed
+    assert len(said) == 1 and stop.actor in said[0].data["text"]
+    post = slow.standin.wait_for(lambda: [c for c in slow.standin.of("chat.postMessage")
+                                          if "stopped run" in json.dumps(c.payload)],
+                                 what="the stop's post in the thread")
+    assert len(post) == 1
     refused = [e for e in slow.store.audit.entries(run_id=run_id) if e.action == "stop_refused"]
     assert len(refused) == CLICKS - 1
