@@ -766,8 +766,12 @@ class _Execution:
         fenced = self.may_start(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
         if fenced is not None:
             return fenced
-        if ids["phase"] is Phase.PLAN and self.cancel.cancelled:  # stopped meanwhile
-            return self.cancel.reason  # (the start gate reads the store's stop itself)
+        if ids["phase"] is Phase.PLAN:  # stopped meanwhile? A command's start gate reads
+            # the store's stop itself; a gate's evaluation has none, so it is read here
+            stopped = self.hold.stopped() if tool.gate is not None else (
+                self.cancel.reason if self.cancel.cancelled else None)
+            if stopped is not None:
+                return stopped
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
         if not tool.mutates or attempt == 1:
             return None
