@@ -122,11 +122,11 @@ def test_a_stop_wins_once_and_nothing_starts_after_it(topology: Topology) -> Non
     for name in ("stop-1", "stop-2", "stop-3"):
         (topology.host(name) / "go").touch()
     run = topology.ended(run_id)
-    assert run.status.value == "rolled_back"
+    assert run.status.value == "cancelled", run.reason
     assert topology.starts("stop-2") == [] and topology.starts("stop-3") == []
     assert all(t < acked for t in topology.starts("stop-1"))
     assert topology.version("stop-1") == "undone"
-    topology.standin.wait_for(lambda: topology.said(ts, "ROLLED BACK"), what="the summary")
+    topology.standin.wait_for(lambda: topology.said(ts, "CANCELLED"), what="the summary")
     assert len(topology.said(ts, "stopped run")) == 1
     assert live_buttons(topology.status_message(ts), *RUN_BUTTONS) == []
 
