@@ -286,7 +286,8 @@ class Bot:
     def cancel(self, run_id: str, *, user: str, via: str = "command") -> Run:
         """``/deckhand cancel RUN`` and the Stop button (confirmed in Slack's dialog): the
         requester and whoever may approve the run's environments may; ApprovalRefused
-        (audited) tells anyone else, or says the run has ended."""
+        (audited) tells anyone else, or says the run has ended. Only the first Stop posts
+        in the thread: a later one raises AlreadyStopping (who stopped it), told privately."""
         run = self._steer(Control.STOP, run_id, user, via=via)
         verb, who = "stopped" if via == "stop_button" else "cancelled", bk.mention(user, Face.SLACK)
         if run.meta.get("slack"):

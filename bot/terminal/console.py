@@ -376,7 +376,11 @@ class ConsoleFlow:
                 if interrupted:
                     self._abandon(run_id)
                 interrupted = True
-                self.services.store.runs.request_cancel(run_id, user=self.user)
+                # the first stop is audited with it (via: terminal); one already asked (a
+                # Stop in Slack), or a run that just ended, is left as it is
+                with contextlib.suppress(ApprovalRefused):
+                    self.services.store.runs.request_cancel(run_id, user=self.user,
+                                                            via="terminal")
                 with contextlib.suppress(OSError):  # no one to read it: the rollback goes on
                     self.console.print("[magenta]Cancelling: running steps are stopped, "
                                        "then rollback runs. Wait for it (Ctrl-C again to "
