@@ -19,6 +19,7 @@ verification off (``ssl_cert_reqs=none``, ``ssl_check_hostname=false``) is refus
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import threading
@@ -32,7 +33,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
-from redis.sentinel import MasterNotFoundError, Sentinel
+from redis.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 
 from agents.errors import StoreError
 
@@ -86,9 +92,11 @@ def connect_client(url: str, *, failover_seconds: float = FAILOVER_SECONDS) -> r
         sentinels = Sentinel(target.sentinels,  # type: ignore[no-untyped-call]
                              sentinel_kwargs=_sentinel_auth(target), socket_timeout=2,
                              socket_connect_timeout=2, ssl=target.tls, **target.tls_files)
+        connection = ClosingSentinelSSLConnection if target.tls else ClosingSentinelConnection
         client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
             target.service, db=target.db, username=target.username,
-            password=target.password, ssl=target.tls, **target.tls_files, **options)
+            password=target.password, **target.tls_files, connection_class=connection,
+            **options)
         return client
     if scheme not in PLAIN_SCHEMES:
         raise StoreError(f"REDIS_URL: unknown scheme {scheme or '(none)'!r}; use {EXAMPLE}")
@@ -154,23 +162,60 @@ class TransientRetry(Retry):
         if outer is None and self.budget is not None:
             _DEADLINE.at = time.monotonic() + self.budget
         last = time.monotonic()
+        refused: list[Exception] = []
 
         def retryable(error: Exception) -> bool:
             nonlocal last
-            if isinstance(error, redis.AuthenticationError) or untrusted_certificate(error):
-                return False
             now = time.monotonic()
             took, last = now - last, now
             deadline = getattr(_DEADLINE, "at", None)
-            if deadline is not None and now + took + 0.5 > deadline:
-                return False  # the next attempt could not end in time
+            if isinstance(error, redis.AuthenticationError) or untrusted_certificate(error) \
+                    or (deadline is not None and now + took + 0.5 > deadline):
+                refused.append(error)  # ours to refuse: the connection is closed below
+                return False
             return is_retryable is None or is_retryable(error)
 
         try:
             return super().call_with_retry(do, fail, retryable, with_failure_count)
+        except Exception as error:
+            if error in refused:
+                _close(fail, error, with_failure_count)
+            raise
         finally:
             if outer is None:
                 _DEADLINE.at = None
+
+
+def _close(fail: Callable[..., Any], error: Exception, with_failure_count: bool) -> None:
+    """What redis-py's retry does on a failure it will retry: close the connection (its
+    ``fail`` handler). redis-py skips it when the retry is refused, and a connection whose
+    reply was never read then goes back to the pool: the next command on it reads the old
+    reply (a GET answered with an XREAD's list). The handler's own error is not ours to
+    raise; the original one is."""
+    with contextlib.suppress(Exception):
+        fail(error, 1) if with_failure_count else fail(error)
+
+
+class _ClosedOnReadErrors:
+    """redis-py's Sentinel connections, closed when a reply cannot be read (a timeout, a
+    dropped link) as every other redis-py connection is: upstream leaves them open
+    (``disconnect_on_error=False``, redis/redis-py#4292), so the unread reply answers the
+    next command sent on it."""
+
+    def read_response(self, *args: Any, disconnect_on_error: bool = True,
+                      **kwargs: Any) -> Any:
+        return super().read_response(  # type: ignore[misc]
+            *args, disconnect_on_error=disconnect_on_error, **kwargs)
+
+
+class ClosingSentinelConnection(  # type: ignore[misc]  # a wider signature
+        _ClosedOnReadErrors, SentinelManagedConnection):
+    pass
+
+
+class ClosingSentinelSSLConnection(  # type: ignore[misc]
+        _ClosedOnReadErrors, SentinelManagedSSLConnection):
+    pass
 
 
 def promotable_replicas(client: redis.Redis) -> int:
