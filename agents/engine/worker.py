@@ -397,7 +397,9 @@ class _Heartbeat:
             return
         self.worker.liveness.beat(f"running {self.run.id} (lease renewed)")
         outage = self.fence.renewed(sent, unreachable=self._failed)
-        self._failed = False
+        # a renewal the store held past a beat (its client retried through an outage)
+        # ends the next gap as well: that gap is the store's doing, not a stalled worker's
+        self._failed = time.monotonic() - sent > lease / 3
         if outage is not None:  # the true reason, for the record's readers
             log.warning("run %s: %s; lease renewed, the run carries on", self.run.id,
                         outage.describe())
