@@ -32,7 +32,7 @@ from agents.readiness import StoreProbe, watch_drain
 from agents.run.gates import gate_lines
 from agents.run.judgment import judgment_lines
 from agents.run.record import Run
-from agents.run.unreplicated import unreplicated_note
+from agents.run.unreplicated import replica_wait_line, unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import AuditLog, Locks, Plans, Runs
@@ -281,6 +281,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     console.print(summary(plan, run))
     if run.paused is not None:
         console.print(Text(pause_line(run)), soft_wrap=True)
+    waiting = replica_wait_line(run)
+    if waiting:
+        console.print(Text(f"⏳ {waiting}"), soft_wrap=True)
     for line in gate_lines(run):  # every measured value against its threshold
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in judgment_lines(run):  # go/no-go between batches: decided, or waiting
