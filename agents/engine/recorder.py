@@ -180,8 +180,11 @@ class RunRecorder:
                     outcome = "stopped"
                     break
                 try:
-                    if self.leases.replicate(what) or self.leases.replica_count(fresh=True) == 0:
+                    if self.leases.replicate(what):
                         outcome = "confirmed"
+                        return None
+                    if self.leases.replica_count(fresh=True) == 0:
+                        outcome = "no_replica"  # none left that a failover could promote
                         return None
                 except StoreError:  # mid-failover: the store retries; so do we, bounded
                     time.sleep(0.2)

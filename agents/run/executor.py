@@ -71,7 +71,8 @@ class ReplicaWaits(Protocol):
         """``what`` waits for a replica, at most ``seconds`` more."""
 
     def waited(self, outcome: str) -> None:
-        """That wait ended: confirmed, timed_out or stopped."""
+        """That wait ended: confirmed, no_replica (none left to wait for), timed_out or
+        stopped."""
 
     def stopped(self) -> bool:
         """Whether to stop waiting (the run was stopped: nothing new starts)."""

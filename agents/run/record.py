@@ -113,9 +113,9 @@ class EventKind(StrEnum):
     REPLICA_WAIT = "replica_wait"
     """A mutating start waits, bounded, for a Redis replica to confirm its record (after a
     failover, the promoted primary's replica syncing): ``status`` ``waiting`` (``Event.wait``
-    says what and until when), then how it ended — ``confirmed``, ``timed_out``,
-    ``stopped``, or ``unconfirmed``: a rollback that went ahead without a confirmation (the
-    record's ``meta.unreplicated`` names it)."""
+    says what and until when), then how it ended — ``confirmed``, ``no_replica`` (none
+    left that a failover could promote), ``timed_out``, ``stopped``, or ``unconfirmed``: a
+    rollback that went ahead without a confirmation (``meta.unreplicated`` names it)."""
     RUN_FINISHED = "run_finished"
 
 
@@ -316,7 +316,8 @@ class ReplicaWait(BaseModel):
     since: float
     until: float
     outcome: str | None = None
-    """How it ended (an event's status): confirmed, timed_out, stopped, unconfirmed."""
+    """How it ended (an event's status): confirmed, no_replica, timed_out, stopped,
+    unconfirmed."""
 
 
 class Approval(BaseModel):
