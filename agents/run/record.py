@@ -479,6 +479,7 @@ def _run_started(run: Run, ev: Event) -> None:
     if run.status not in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
         run.move(RunStatus.RUNNING)
     run.started_at = run.started_at or ev.at
+    run.replica_wait = None  # a dead worker's wait is not this execution's
 
 
 def _step_started(run: Run, ev: Event) -> None:
