@@ -1,11 +1,12 @@
 # syntax=docker/dockerfile:1
-# Production image: one image, a target per role, non-root, tini as PID 1, JSON logs.
+# Production image: a target per role (an image each), non-root, tini as PID 1, JSON logs.
 #   docker build -t deckhand .                       # `serve` (the last stage, the default)
 #   docker build --target worker -t deckhand-worker .
 #   docker build --build-arg EXTRAS= -t deckhand-slim .   # no pictures: ~170 MB smaller
 # Run: docker run -e SLACK_BOT_TOKEN_FILE=/run/secrets/slack_bot_token … -e REDIS_URL=…
 #   -e DECKHAND_CONFIG=/config/deckhand.yml -v ./config:/config:ro -v deckhand-state:/var/lib/deckhand
 #   --read-only --tmpfs /tmp -p 3000:3000 deckhand
+# Secret files must be readable by uid 10001 (deploy/compose.yml says how).
 # deploy/compose.yml runs both roles with Redis and Sentinel; tests/unit/test_deployment.py
 # checks this file (digest pin, dependencies before code, non-root, a health check per role).
 
@@ -32,7 +33,7 @@ ARG EXTRAS=charts
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PORT=3000 MPLCONFIGDIR=/tmp/matplotlib \
     DECKHAND_LOG_FORMAT=json DECKHAND_STATE_DIR=/var/lib/deckhand \
-    DECKHAND_METRICS_HOST=0.0.0.0
+    DECKHAND_METRICS_HOST=0.0.0.0 DECKHAND_HEALTH_FILE=/tmp/deckhand-health
 RUN apt-get update && apt-get install -y --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin deckhand \
@@ -50,15 +51,18 @@ VOLUME /var/lib/deckhand
 USER deckhand
 ENTRYPOINT ["/usr/bin/tini", "--"]
 
-# -- roles: each with the health check that fits it (GET /healthz via bot.healthcheck) ------
+# -- roles: each checks GET /healthz where it serves it: `serve --http` on PORT (or --port),
+# a worker on its --metrics-port. The process writes that URL to $DECKHAND_HEALTH_FILE once it
+# listens, and bot.healthcheck reads it: no port is written here, so changing one changes
+# the check too (a worker without --metrics-port has no /healthz: the check fails).
 FROM runtime AS worker
 EXPOSE 9100
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["python", "-m", "bot.healthcheck", "9100"]
+  CMD ["python", "-m", "bot.healthcheck"]
 CMD ["deckhand", "worker", "--metrics-port", "9100"]
 
 FROM runtime AS serve
 EXPOSE 3000 9102
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["python", "-m", "bot.healthcheck", "3000"]
+  CMD ["python", "-m", "bot.healthcheck"]
 CMD ["deckhand", "serve", "--http"]

@@ -20,7 +20,8 @@ Extends the tree in ``tools.errors``:
         ├── ProposalTampered           a remembered plan no longer matches its hash
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
-        │   └── LimitReached           over a blast-radius limit (policy.limits)
+        │   ├── LimitReached           over a blast-radius limit (policy.limits)
+        │   └── AlreadyStopping        a stop asked of a run someone already stopped
         ├── LockHeld                   the environment is locked by another run
         └── StoreUnavailable           Redis cannot be reached; nothing was written
 """
@@ -128,6 +129,15 @@ class ApprovalRefused(StoreError):
 
 class LimitReached(ApprovalRefused):
     """The approver has approved as many runs of an environment this hour as policy allows."""
+
+
+class AlreadyStopping(ApprovalRefused):
+    """A Stop after the first: the run is already stopping (``by`` asked first). Told to
+    whoever asked, privately, like a refusal; it changes nothing."""
+
+    def __init__(self, message: str, *, by: str):
+        super().__init__(message)
+        self.by = by
 
 
 class LockHeld(StoreError):

@@ -93,21 +93,29 @@ class Liveness:
 
 
 def watch_drain(probe: StoreProbe, *, wait: float, give_up: Callable[[str], None],
-                clock: Clock = time.monotonic, every: float = 0.5) -> None:
+                clock: Clock = time.monotonic, every: float = 0.5,
+                troubled: Callable[[str], None] | None = None,
+                recovered: Callable[[], None] | None = None) -> None:
     """While a worker drains: call ``give_up(reason)`` once the store has not answered for
     ``wait`` seconds in a row. A store with no primary would otherwise hold the drain (and
     the container's stop grace period, 30 min in compose) for nothing: the run in hand is
-    taken over by another worker once this one's lease runs out."""
+    taken over by another worker once this one's lease runs out. ``troubled(reason)`` is
+    told when an outage starts (so the log says what the drain waits for before it gives
+    up), ``recovered()`` when the store answers again."""
     failing_since: float | None = None
     pause = threading.Event()
     while True:
         problem = probe.problem()
         now = clock()
         if problem is None:
+            if failing_since is not None and recovered is not None:
+                recovered()
             failing_since = None
         elif failing_since is None:
             failing_since = now - probe.deadline
-        elif now - failing_since >= wait:
+            if troubled is not None:
+                troubled(problem)
+        if failing_since is not None and problem is not None and now - failing_since >= wait:
             give_up(problem)
             return
         pause.wait(every)

@@ -8,6 +8,7 @@ file that cannot be read or is empty; one trailing newline (what ``echo`` writes
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -31,6 +32,10 @@ def secrets_from_files(names: list[str], env: Mapping[str, str] | None = None
             continue
         try:
             value = Path(path).read_text().removesuffix("\n")
+        except PermissionError as exc:
+            problems.append(f"  {name}{SUFFIX}: cannot read {path} ({exc.strerror or exc}): "
+                            f"{_unreadable(path)}")
+            continue
         except OSError as exc:
             problems.append(f"  {name}{SUFFIX}: cannot read {path} ({exc.strerror or exc})")
             continue
@@ -42,3 +47,18 @@ def secrets_from_files(names: list[str], env: Mapping[str, str] | None = None
         raise SettingsInvalid("bad environment setting(s):\n" + "\n".join(problems)
                               + "\nfix or unset them and try again")
     return found
+
+
+def _unreadable(path: str) -> str:
+    """What to do about a secret file this process may not read: whose it is, who reads."""
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        info = os.stat(path)
+        whose = (f"it is owned by uid {info.st_uid}, gid {info.st_gid}, mode "
+                 f"{stat.S_IMODE(info.st_mode):04o}, ")
+    except OSError:
+        whose = ""
+    return (f"{whose}and deckhand runs as uid {uid}, gid {gid}. Make it readable by uid "
+            f"{uid}: for a Docker Compose secret, run `chown {uid}:{gid} FILE && chmod 0400 "
+            f"FILE` on the host file it comes from (Compose mounts a file secret with the "
+            f"host file's owner and mode; see deploy/compose.yml)")

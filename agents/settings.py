@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from agents.errors import SettingsInvalid
 from agents.secret_files import secrets_from_files
+from tools.redact import url_secrets
 
 SECRETS = ["REDIS_URL", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN",
            "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS"]
@@ -61,6 +62,10 @@ class Settings(BaseModel):
     http_port: int = Field(default=3000, alias="PORT")
     metrics_host: str = Field(default="127.0.0.1", alias="DECKHAND_METRICS_HOST",
                               description="address /metrics listens on (0.0.0.0 in a container)")
+    health_file: str | None = Field(
+        default=None, alias="DECKHAND_HEALTH_FILE",
+        description="where serve --http and worker --metrics-port write the URL of their "
+                    "/healthz, for `python -m bot.healthcheck` (the image's HEALTHCHECK)")
     state_dir: str | None = Field(default=None, alias="DECKHAND_STATE_DIR",
                                   description="where {state_dir} in the config points")
     single_process: bool = Field(
@@ -96,10 +101,12 @@ class Settings(BaseModel):
         return value
 
     def secret_values(self) -> list[str]:
-        """Every secret value, for the redactor."""
-        fields = (self.redis_url, self.openai_api_key, self.slack_bot_token,
-                  self.slack_app_token, self.slack_signing_secret, self.mcp_tokens)
-        return [f.get_secret_value() for f in fields if f is not None]
+        """Every secret value, for the redactor (of REDIS_URL, its password: the address
+        is no secret, and is shown as the store's ``where``)."""
+        fields = (self.openai_api_key, self.slack_bot_token, self.slack_app_token,
+                  self.slack_signing_secret, self.mcp_tokens)
+        url = url_secrets(self.redis_url.get_secret_value()) if self.redis_url else []
+        return [*url, *(f.get_secret_value() for f in fields if f is not None)]
 
 
 def _from_environment() -> dict[str, str]:

@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.openai_standin",
     "tests.fixtures.siem_standin",
     "tests.fixtures.prometheus",
+    "tests.fixtures.topology",
 ]
 
 

@@ -17,6 +17,7 @@ import re
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from tools.visible import visible
 
@@ -48,9 +49,12 @@ _RULES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
     (("bearer",), re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
     # A key starts at a token boundary and every repeat is bounded, so a long run of word
     # characters costs linear time (unbounded [\w.-]* on both sides was quadratic).
+    # …except a key naming a file (SLACK_BOT_TOKEN_FILE: …, token_path=…): its value is a
+    # path, and "SLACK_BOT_TOKEN_FILE: cannot read …" is an error message, not a secret.
     (("passw", "secret", "token", "api_key", "api-key", "apikey"), re.compile(
         r"(?i)((?<![\w.-])[\w.-]{0,64}?(?:password|passwd|secret|token|api[_-]?key)"
-        r"[\w.-]{0,64}\s{0,8}[=:]\s{0,8})(?:\"[^\"]{0,4096}\"|'[^']{0,4096}'|\S+)"),
+        r"[\w.-]{0,64}(?<![_.-]file)(?<![_.-]path)\s{0,8}[=:]\s{0,8})"
+        r"(?:\"[^\"]{0,4096}\"|'[^']{0,4096}'|\S+)"),
      r"\1" + MASK),
     (("@",), re.compile(r"(://[^/\s:@]{1,256}:)[^@\s/]{1,256}@"), r"\1" + MASK + "@"),  # user:pw@
     # Signed URLs: the signature or key in the query string is the credential.
@@ -80,6 +84,41 @@ SECRET_NAME = re.compile(r"(?i)(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE_
 ``AWS_SECRET_ACCESS_KEY``, ``ALERT_WEBHOOK_URL``): its value is masked wherever it shows."""
 
 
+FILE_SUFFIX = "_FILE"
+"""``NAME_FILE=/run/secrets/name``: NAME's value is in that file (``agents.secret_files``)."""
+FILE_LIMIT = 64 * 1024
+
+
+def file_secret(path: str) -> str:
+    """The secret in the file ``path`` names (one trailing newline dropped), or "" when it
+    cannot be read: the settings say why, once; the reason never becomes a secret."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read(FILE_LIMIT).removesuffix("\n")
+    except (OSError, ValueError):
+        return ""
+
+
+def url_secrets(url: str) -> list[str]:
+    """What is secret in a connection URL (``REDIS_URL``): its password, as written and
+    decoded, and the URL whole when it has one; nothing when it has none — a host, a port
+    and a database number are no secret, and masking them hid the store's address from
+    every banner and log line. A URL that does not parse is secret whole (fail closed)."""
+    if not url:
+        return []
+    try:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+    except ValueError:
+        return [url]
+    userinfo = parts.netloc.rpartition("@")[0]
+    passwords = [userinfo.partition(":")[2]] + query.get("password", [])
+    found = [p for p in passwords if p]
+    if not found:
+        return []
+    return [url, *found, *(unquote(p) for p in found)]
+
+
 class Redactor:
     """Masks known secret values and anything shaped like a credential."""
 
@@ -87,7 +126,7 @@ class Redactor:
         self._secrets = frozenset(s for s in secrets if s and len(s) >= 6)
         # Also as Slack's mrkdwn escaping writes them (& < >): its door sees escaped text.
         values = self._secrets | {html.escape(s, quote=False) for s in self._secrets}
-        self._values = sorted(values, key=len, reverse=True)
+        self._values = sorted(values, key=lambda v: (-len(v), v))  # longest first; one order
 
     def including(self, other: Redactor) -> Redactor:
         """One redactor masking both's secrets: a config reload keeps masking the old
@@ -97,9 +136,21 @@ class Redactor:
 
     @classmethod
     def from_env(cls, extra: Iterable[str] = ()) -> Redactor:
-        values = [os.environ.get(name, "") for name in SECRET_ENV]
+        """The environment's secrets: SECRET_ENV's (REDIS_URL's password, not its host),
+        DECKHAND_SECRETS, any variable named like a secret — and, for ``NAME_FILE`` (the
+        Docker secrets convention), the file's content, never its path: a path is no secret,
+        and masking it (with the word before it) made "cannot read /run/secrets/x" unreadable
+        exactly when an operator needs it."""
+        values = [os.environ.get(name, "") for name in SECRET_ENV if name != "REDIS_URL"]
+        values += url_secrets(os.environ.get("REDIS_URL", ""))
         values += os.environ.get("DECKHAND_SECRETS", "").split(",")
-        values += [v for name, v in os.environ.items() if SECRET_NAME.search(name) and len(v) >= 8]
+        for name, value in os.environ.items():
+            base = name.removesuffix(FILE_SUFFIX)
+            if base != name and (base in SECRET_ENV or SECRET_NAME.search(base)):
+                found = file_secret(value)
+                values += url_secrets(found) if base == "REDIS_URL" else [found]
+            elif base == name and SECRET_NAME.search(name) and len(value) >= 8:
+                values.append(value)
         return cls([*values, *extra])
 
     def __call__(self, text: str) -> str:
@@ -208,11 +259,40 @@ def _redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
         message = record.getMessage()
     except (TypeError, ValueError):  # a malformed call: logging reports it when formatting
         return record
-    record.msg, record.args = visible(active(message)), None
+    clean = visible(active(message))
+    if clean == message and _args_kept(record):
+        pass  # as given: the same clean text whenever a handler formats it
+    elif (redone := _redacted_args(record)) is not None:
+        record.args = redone
+    else:
+        record.msg, record.args = clean, None
     if record.exc_info and record.exc_text is None:
         text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
         record.exc_text = visible(active(text))
     return record
+
+
+def _args_kept(record: logging.LogRecord) -> bool:
+    """Whether a clean record may keep its ``msg`` and ``args`` as given: formatters that
+    read the arguments themselves (uvicorn's access log unpacks its five) need them, and
+    ``getMessage()`` gives the same clean text again — unless an argument is a mutable
+    object whose text could change between now and when a handler formats it."""
+    values = record.args.values() if isinstance(record.args, dict) else record.args or ()
+    return all(isinstance(v, str | int | float | bool | type(None)) for v in values)
+
+
+def _redacted_args(record: logging.LogRecord) -> tuple[Any, ...] | None:
+    """Each argument of a %-style record redacted, if the text they make is then clean: a
+    formatter that unpacks the arguments still finds them all (one with a secret in a
+    request path stays a line, not a "Logging error"). None when that is not enough."""
+    if not isinstance(record.args, tuple) or not record.args or not _args_kept(record):
+        return None
+    args = tuple(visible(active(v)) if isinstance(v, str) else v for v in record.args)
+    try:
+        text = str(record.msg) % args
+    except (TypeError, ValueError):
+        return None
+    return args if visible(active(text)) == text else None
 
 
 _BASE_FACTORY = logging.getLogRecordFactory()

@@ -4,6 +4,10 @@ MCP).
 Who may: the requester and whoever may approve the run's environments — ``steer_problem``,
 the same answer Stop, Modify and Reject use. Every request and every refusal is audited with
 who asked and through which face (``via``: button, cli, mcp, terminal).
+
+The first Stop wins (one compare-and-set, ``Runs.request_cancel``, which writes its one
+``cancel_requested`` entry in the same EXEC); a later one raises AlreadyStopping, naming who
+stopped it, which each face tells its asker privately (audited as ``stop_refused``).
 """
 
 from __future__ import annotations
@@ -13,10 +17,9 @@ from enum import StrEnum
 
 from agents.errors import ApprovalRefused
 from agents.faces import face_of
-from agents.ids import short_id
 from agents.policy.approvals import steer_problem
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus
+from agents.run.record import Run
 from agents.store import AuditLog, Runs
 
 
@@ -46,7 +49,8 @@ def steer(policy: Policy, control: Control, run_id: str, *, runs: Runs, audit: A
         audit.refused(control.value, action=f"{control.value}_refused", actor=user,
                       face=face_of(via), rule=str(exc), run_id=run_id, via=via)
         raise
-    audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
+    if control is not Control.STOP:  # a stop's entry landed with it, in one EXEC
+        audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
     return runs.get(run_id)
 
 
@@ -59,10 +63,9 @@ def _resume(runs: Runs, run: Run, user: str, via: str) -> None:
 
 
 def _stop(runs: Runs, run: Run, user: str, via: str) -> None:
-    if run.status is RunStatus.ROLLING_BACK:  # a rollback is never stopped
-        raise ApprovalRefused(f"run {short_id(run.id)} is already rolling back; there is "
-                              f"nothing left to stop")
-    runs.request_cancel(run.id, user=user)
+    # a rollback is never stopped: refused, unless it is the stop's own (then "already
+    # stopping", naming who stopped it)
+    runs.request_cancel(run.id, user=user, via=via, stop_rollback=False)
 
 
 _REQUEST: dict[Control, Callable[[Runs, Run, str, str], None]] = {

@@ -1,8 +1,12 @@
-"""A running run's pause, as its worker sees it: the executor's ``Hold``.
+"""A running run's pause and stop, as its worker sees them: the executor's ``Hold``.
 
-The request lives in the store (``run:ID:pause``, see ``Runs.request_pause``); the worker's
-heartbeat relays it here, as it relays a cancel, and each look reads it fresh. The executor
-asks ``paused()`` before each step and rollout batch of the plan and, while paused,
+The requests live in the store (``run:ID:pause`` and ``run:ID:cancel``, see
+``Runs.request_pause`` and ``Runs.request_cancel``); the worker's heartbeat relays them
+here, and each look reads them fresh: a stop or pause acknowledged to whoever asked holds
+whatever would start next, not only after the heartbeat's next beat. A stop cancels the
+run's token (what runs is killed; the rollback follows). The executor asks ``paused()``
+before each step and rollout batch of the plan, ``stopped()`` before each command starts
+(in its start gate), and, while paused,
 ``wait``s: running commands finish, nothing new starts, and the worker keeps its lease and
 locks (the heartbeat goes on). The wait ends on resume, on a cancel (Stop, or a lost lease),
 or when the pause has lasted the policy's ``pause_timeout``: the run is then cancelled into
@@ -47,8 +51,10 @@ class PauseSwitch:
         self._pause: Pause | None = None
         self._lock = threading.Lock()
 
-    def relay(self, pause: Pause | None) -> None:
-        """What the store says now (the heartbeat calls this every beat)."""
+    def relay(self, pause: Pause | None, stopped: str | None = None) -> None:
+        """What the store says now (the heartbeat calls this every beat): the pause, and
+        who stopped the run (the first Stop), if anyone did."""
+        self._stop(stopped)
         with self._lock:
             before, self._pause = self._pause, pause
         if pause is not None and (before is None or before.at != pause.at):
@@ -57,17 +63,34 @@ class PauseSwitch:
         elif pause is None and before is not None:
             log.info("run %s: resumed", self.run_id)
 
-    def paused(self) -> Pause | None:
-        """The pause in force, as the store says it now: a pause acknowledged to whoever
-        asked holds the very next step or batch, not only after the heartbeat's next beat
-        (if the store does not answer, the heartbeat's last word stands)."""
+    def look(self) -> None:
+        """Read the pause and the stop from the store now (one round trip); if it does not
+        answer, the heartbeat's last word stands."""
         with contextlib.suppress(StoreError):
-            self.relay(self.runs.pause_requested(self.run_id))
+            self.relay(*self.runs.controls(self.run_id))
+
+    def paused(self) -> Pause | None:
+        """The pause in force, as the store says it now (a stop seen on the way cancels
+        the run's token, which the executor checks next)."""
+        self.look()
         with self._lock:
             pause = self._pause
         if pause is None:
             return None
         return pause.model_copy(update={"until": pause.at + self.timeout})
+
+    def stopped(self) -> str | None:
+        """Why nothing may start now, reading the store's stop first: the run's cancel
+        (a Stop, a lost lease, an expired pause), or None."""
+        if not self.token.cancelled:
+            with contextlib.suppress(StoreError):
+                self._stop(self.runs.cancel_requested(self.run_id))
+        return self.token.reason if self.token.cancelled else None
+
+    def _stop(self, who: str | None) -> None:
+        if who is not None and not self.token.cancelled:
+            log.info("run %s: stopped by %s; nothing new starts", self.run_id, who)
+            self.token.cancel(f"cancelled by {who}")
 
     def wait(self, until: Callable[[], bool]) -> None:
         while (pause := self.paused()) is not None and not until():

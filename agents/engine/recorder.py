@@ -38,7 +38,7 @@ from agents.errors import StoreError
 from agents.plan.model import Plan
 from agents.run.executor import Deferred, NotReplicated, ReplicaWaits
 from agents.run.record import HOST_EVENTS, Event, EventKind, HostChange, Run
-from agents.store import AuditLog, Leases, LostOwnership, Plans, Write
+from agents.store import AuditLog, Leases, LostOwnership, Plans, RunFeed, Write
 from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
@@ -55,9 +55,13 @@ class RunRecorder:
     """An executor listener for one run on one worker; pass ``durable`` to the executor."""
 
     def __init__(self, *, leases: Leases, audit: AuditLog, plans: Plans, worker: str,
-                 token: CancelToken):
+                 token: CancelToken, feed: RunFeed | None = None):
         self.leases, self.audit_log, self.plans = leases, audit, plans
         self.worker, self.token = worker, token
+        self.feed = feed
+        """Where the run's step- and run-level events go for its thread (None: nowhere)."""
+        self._said: list[tuple[str, dict[str, Any]]] = []
+        """Outbox: feed entries not yet written; they ride with the next record write."""
         self._unsaved: str | None = None
         """Why a write failed, until the outbox has landed."""
         self._record: Run | None = None
@@ -93,7 +97,7 @@ class RunRecorder:
         if event.kind is EventKind.REPLANNED and event.plan is not None:
             self.plans.save(Plan.model_validate(event.plan))  # before the run names it
         with contextlib.suppress(LostOwnership):  # said once by _write; the audits landed
-            self._write_record(run)
+            self._write_record(run, said=feed_entry(event, worker=self.worker))
         return None
 
     def audit(self, action: str, *, run_id: str, **details: Any) -> None:
@@ -201,12 +205,15 @@ class RunRecorder:
             f"{waited:g}s that its start is recorded, and a failover could lose that record "
             f"— check the replica (INFO replication), then run it again")
 
-    def _write_record(self, run: Run) -> None:
-        """The whole record (which includes every host change so far), then the audits."""
+    def _write_record(self, run: Run, *, said: tuple[str, dict[str, Any]]) -> None:
+        """The whole record (which includes every host change so far) with what the run
+        says about it (in one MULTI: the feed never runs ahead of the record, nor behind),
+        then the audits."""
         with self._outbox:
             self._record, self._hosts = None, []  # this record supersedes them
+            self._said.append(said)
             try:
-                self._write(lambda: self.leases.save_as_owner(run, worker=self.worker))
+                self._write(lambda: self._save(run))
             except LostOwnership:
                 self._land_audits()
                 raise
@@ -215,6 +222,14 @@ class RunRecorder:
                 self._kept()
                 return
             self._try_flush()
+
+    def _save(self, run: Run) -> None:
+        """The record and the feed entries kept so far (cleared once they landed)."""
+        also = [] if self.feed is None else self.feed.writes(
+            run.id, self._said, pending=bool(run.meta.get("slack"))
+            or run.requested_by.startswith("schedule:"))  # a schedule posts its thread soon
+        self.leases.save_as_owner(run, worker=self.worker, also=also)
+        self._said = []
 
     def _write_hosts(self, run_id: str, changes: list[HostChange]) -> None:
         if self._lost:
@@ -262,7 +277,7 @@ class RunRecorder:
         """The parts only the run's owner may write: the record, then host changes."""
         if self._record is not None:
             record = self._record
-            self._write(lambda: self.leases.save_as_owner(record, worker=self.worker))
+            self._write(lambda: self._save(record))
             self._record = None
         while self._hosts:
             run_id, changes = self._hosts[0]
@@ -274,7 +289,7 @@ class RunRecorder:
         """The run is another worker's: its record is not ours to write, but the audit
         entries kept so far are what this worker did — they land (or stay kept, for
         ``drain``, while the store is away)."""
-        self._record, self._hosts = None, []
+        self._record, self._hosts, self._said = None, [], []
         if self._audits:
             with contextlib.suppress(StoreError):
                 self.audit_log.commit(self._audits)
@@ -308,6 +323,15 @@ class RunRecorder:
         except StoreError as exc:
             self._unsaved = str(exc)
             raise
+
+
+def feed_entry(event: Event, *, worker: str) -> tuple[str, dict[str, Any]]:
+    """The feed's copy of a step- or run-level event, keyed so a resent append is said once."""
+    data = event.model_dump(mode="json", exclude_defaults=True,
+                            exclude={"outputs", "line", "tail"})
+    data["at"] = event.at
+    data["key"] = f"{worker}/{event.kind.value}/{event.phase.value}/{event.step_id}/{event.at!r}"
+    return "event", data
 
 
 class GroupCommit:

@@ -1,4 +1,5 @@
-"""Reloading the config of a running ``serve`` or ``worker`` (on SIGHUP).
+"""Reloading the config of a long-running process (on SIGHUP): ``serve``, ``worker``,
+``schedules serve``, ``mcp`` and ``audit ship`` alike (``bot.cli.reload``).
 
 The new file is loaded and checked like ``deckhand check`` does; an invalid one is refused
 (one log line, audited as ``config_reload_refused``) and the running config stays. A valid
@@ -25,6 +26,9 @@ log = logging.getLogger("deckhand.reload")
 
 Adopt = Callable[[Services], None]
 """Prepares freshly built services before they are swapped in (e.g. wraps the planner)."""
+After = Callable[[], None]
+"""Runs once each reload request was handled, applied or refused (e.g. a scheduler re-reads
+its schedules: SIGHUP means "read again what you run from")."""
 
 
 class ConfigReload:
@@ -32,12 +36,13 @@ class ConfigReload:
     signal handler: the reload itself runs on this object's thread."""
 
     def __init__(self, services: Services, *, actor: str, path: Path | None = None,
-                 adopt: Iterable[Adopt] = ()):
+                 adopt: Iterable[Adopt] = (), after: Iterable[After] = ()):
         self.services, self.actor = services, actor
         self.path = path or services.config.path
         self.adopt = list(adopt)
         self._asked = threading.Event()
         self._lock = threading.Lock()
+        self.after = list(after)
 
     def request(self) -> None:
         self._asked.set()
@@ -57,6 +62,11 @@ class ConfigReload:
                     self.reload()
                 except Exception:  # a bug: say so, and keep answering the next SIGHUP
                     log.exception("config reload failed, still running the previous config")
+                for after in self.after:
+                    try:
+                        after()
+                    except Exception:  # e.g. the store is down: the next SIGHUP tries again
+                        log.exception("after the config reload")
 
     def reload(self) -> bool:
         """Load, check and swap in the config file; False (the old one kept) if invalid, or

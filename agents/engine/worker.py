@@ -142,6 +142,10 @@ class Worker:
             return None, True
         if run.status.terminal or self._frozen_out(run):
             return None, True
+        if run.status is RunStatus.AWAITING_APPROVAL:
+            # a revision waits for approval (its worker went right after the replan): it
+            # stays held, with nothing to lock or run until an approval queues it again
+            return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if run_id in self._active:  # ours, still executing: its own entry came back
                 return None, False
@@ -286,11 +290,12 @@ class Worker:
         extra = [f(run) for f in self.listener_factories]
         front_ends = [x for x in extra if x is not None]
         recorder = RunRecorder(leases=self.store.leases, audit=self.store.audit,
-                               plans=self.store.plans, worker=self.name, token=token)
+                               plans=self.store.plans, worker=self.name, token=token,
+                               feed=self.store.run_feed)
         pause = PauseSwitch(run.id, runs=self.store.runs, audit=recorder.audit, token=token,
                             timeout=self.services.config.policy.pause_timeout)
-        with contextlib.suppress(StoreError):  # a taken-over run stays held from its start
-            pause.relay(self.store.runs.pause_requested(run.id))
+        with contextlib.suppress(StoreError):  # a taken-over run stays held (or stopped)
+            pause.relay(*self.store.runs.controls(run.id))  # from its start
         beat = _Heartbeat(self, run, entry_id, token, fence, pause, audit=recorder.audit)
         beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
@@ -423,11 +428,9 @@ class _Heartbeat:
         store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
-        who = store.runs.cancel_requested(self.run.id)
-        if who and not self.token.cancelled:
-            store.audit.record("cancel_requested", actor=who, run_id=self.run.id)
-            self.token.cancel(f"cancelled by {who}")
-        self.pause.relay(store.runs.pause_requested(self.run.id))
+        # what runs now is killed within a beat; what would start next reads the store
+        # itself (PauseSwitch.look). The stop's audit entry landed with the request.
+        self.pause.relay(*store.runs.controls(self.run.id))
 
     def _lost(self) -> None:
         """Another worker has the run: nothing more starts here, and the audit says why."""

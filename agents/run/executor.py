@@ -25,12 +25,14 @@ from agents.plan.limit import allowed_hosts
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
 from agents.run.gates import gate_check, stop_reason
-from agents.run.judgment import Judge, MemoryJudge, applies, awaiting, wait_for
+from agents.run.judgment import Judge, MemoryJudge, applies, awaiting, hold_of, wait_for
 from agents.run.record import (
     Decision,
     Event,
     EventKind,
     GateCheck,
+    HostResult,
+    Judgment,
     Pause,
     Phase,
     ReplicaWait,
@@ -92,10 +94,15 @@ start, else why not (the run is another worker's now). Its argument names what w
 
 
 class Hold(Protocol):
-    """Pause and resume, as the worker relays them (``agents.engine.pause``)."""
+    """Pause, resume and stop, as the worker relays them (``agents.engine.pause``)."""
 
     def paused(self) -> Pause | None:
-        """The pause in force now (with when it expires), or None to carry on."""
+        """The pause in force now (with when it expires), or None to carry on; read from
+        the store, so a stop seen on the way cancels the run first."""
+
+    def stopped(self) -> str | None:
+        """Why nothing may start now — the run was stopped (read from the store now) or
+        cancelled otherwise — or None."""
 
     def wait(self, until: Callable[[], bool]) -> None:
         """Block while paused: until resumed, cancelled (a lost lease cancels too),
@@ -103,9 +110,12 @@ class Hold(Protocol):
 
 
 class _NoHold:
-    """A run nobody can pause (no worker relays pause requests)."""
+    """A run nobody can pause or stop but through its token (no worker relays requests)."""
 
     def paused(self) -> Pause | None:
+        return None
+
+    def stopped(self) -> str | None:
         return None
 
     def wait(self, until: Callable[[], bool]) -> None:
@@ -206,6 +216,13 @@ class _HostOutcome:
     outputs: dict[str, str] = field(default_factory=dict)
 
 
+def _ended(result: HostResult) -> _HostOutcome:
+    """The outcome of a host whose command ended under an earlier worker."""
+    ok = result.status is StepStatus.SUCCEEDED
+    return _HostOutcome(ok=ok, error=None if ok else (result.error or result.status.value),
+                        outputs=dict(result.outputs))
+
+
 class _Execution:
     """State of one ``execute`` call."""
 
@@ -224,6 +241,10 @@ class _Execution:
         self.judge: Judge = MemoryJudge()
         self.replica_waiters = 0
         """Starts waiting for a replica now (one REPLICA_WAIT in the record for them all)."""
+        self.resumed: dict[str, dict[str, HostResult]] = {}
+        """Steps an earlier worker left between hosts (its commands had all ended): per
+        step, the hosts whose command ended there. They are not run again; the rollout goes
+        on with the others, its holds (go/no-go) as they were (see ``_prepare_resume``)."""
 
     # -- top level ---------------------------------------------------------------------
 
@@ -233,6 +254,9 @@ class _Execution:
             self._prepare_resume()
             if self._run_until_settled() == "approval":
                 return self.run  # a revised plan waits for approval; nothing is rolled back
+            if not self.stop_reason and self.hold.stopped() is not None:
+                # a Stop acknowledged after the last command started: it said "rolls back"
+                self.stop_reason = f"cancelled: {self.cancel.reason}"
             self._skip_pending()
         else:
             self.stop_reason = self.run.reason or "resumed during rollback"
@@ -300,10 +324,14 @@ class _Execution:
         return "continue"
 
     def _prepare_resume(self) -> None:
-        """Steps that were running when the last worker's lease lapsed: re-run if idempotent
-        or if none of its commands started, else fail — and never where a mutating command
-        may still run with no process group recorded to stop it by. A step that had failed
-        stops the run (its worker went before the rollback began)."""
+        """Steps that were running when the last worker's lease lapsed resume where they
+        stood: hosts whose command ended are not run again, the others run. A host whose
+        command was still running there (started, not ended) is re-run only if the tool is
+        idempotent, else the step fails — and never where a mutating command may still run
+        with no process group recorded to stop it by. So a run held between batches (a
+        pause, a go/no-go) stays held on the worker that takes it over, and goes on with the
+        hosts still pending. A step that had failed stops the run (its worker went before
+        the rollback began)."""
         for step in self.plan.steps:
             state = self.run.steps.get(step.id)
             if state is not None and state.status in (StepStatus.FAILED, StepStatus.CANCELLED):
@@ -311,23 +339,29 @@ class _Execution:
             if state is None or state.status is not StepStatus.RUNNING:
                 continue
             tool = self.deps.catalog.tools.get(step.tool)
+            running = [name for name, result in state.hosts.items()
+                       if result.status is StepStatus.RUNNING]  # started, not ended
             if tool is not None and tool.mutates:  # it may have changed its hosts: undo them
-                for host, result in state.hosts.items():
-                    if result.status is StepStatus.RUNNING:
-                        self.run.mark_changed(host)
+                for host in running:
+                    self.run.mark_changed(host)
             unstoppable = self._unstoppable(step, state)
-            started = any(r.status is not StepStatus.PENDING for r in state.hosts.values())
             if unstoppable:  # fail closed: what may still run there could not be stopped
                 self._interrupted(step.id, f"was running on {', '.join(unstoppable)} when "
                                   f"its worker stopped renewing its lease, with no record of "
                                   f"its process group to stop it by, so it is not re-run")
-            elif (tool is not None and tool.idempotent) or not started:
-                state.status = StepStatus.PENDING  # idempotent, or no command of it started
-            else:
+            elif running and not (tool is not None and tool.idempotent):
                 # the last worker may have died or only lost the store: say what is known
-                self._interrupted(step.id, "was running when its worker stopped renewing "
-                                  "its lease (the worker died or lost touch with the store), "
-                                  "and its tool is not idempotent, so it is not re-run")
+                self._interrupted(step.id, f"was running on {', '.join(running)} when its "
+                                  f"worker stopped renewing its lease (the worker died or "
+                                  f"lost touch with the store), and its tool is not "
+                                  f"idempotent, so it is not re-run")
+            else:  # every command of it had ended (or it is idempotent): go on from there
+                state.status = StepStatus.PENDING
+                self.resumed[step.id] = {name: result for name, result in state.hosts.items()
+                                         if result.status.done}
+                if self.resumed[step.id]:
+                    log.info("run %s: step %s resumes after %s (done there, not run again)",
+                             self.run.id, step.id, ", ".join(self.resumed[step.id]))
 
     def _unstoppable(self, step: Step | RollbackStep, state: StepState) -> list[str]:
         """Hosts a dead worker's mutating command may still run on, with no process group
@@ -456,10 +490,13 @@ class _Execution:
             if not hosts:
                 return StepStatus.SKIPPED, "no host was changed by this run", {}
         rollout = self.deps.inventory.rollout_of(env)
-        if tool.mutates and phase is Phase.PLAN and len(hosts) > 1:
-            problems = self._preflight(hosts)
+        done = self.resumed.get(step.id, {}) if phase is Phase.PLAN else {}
+        pending = [h for h in hosts if h.name not in done]  # resumed: the hosts still to do
+        if tool.mutates and phase is Phase.PLAN and len(hosts) > 1 and pending:
+            problems = self._preflight(pending)
             if problems:
-                return StepStatus.FAILED, ("not started on any host: " + "; ".join(problems)
+                where = "the hosts still to do" if done else "any host"
+                return StepStatus.FAILED, (f"not started on {where}: " + "; ".join(problems)
                                            + " — fix that host, then run it again"), {}
         outcomes = self._fan_out(step, phase, tool, params, hosts or [LOCAL_HOST], token, rollout)
         failed = [o.error for o in outcomes if not o.ok]
@@ -493,33 +530,45 @@ class _Execution:
                  rollout: Rollout) -> list[_HostOutcome]:
         outcomes: list[_HostOutcome] = []
         batches = rollout.batches(hosts)
+        done = self.resumed.pop(step.id, {}) if phase is Phase.PLAN else {}
         for number, batch in enumerate(batches, start=1):
-            if phase is Phase.PLAN and not self._held(
+            outcomes += [_ended(done[h.name]) for h in batch if h.name in done]
+            todo = [h for h in batch if h.name not in done]
+            if todo and phase is Phase.PLAN and not self._held(
                     f"batch {number} of {len(batches)} of {step.id}"):
                 outcomes.append(_HostOutcome(ok=False, error=f"not started: {token.reason}"))
                 break
-            refused = self._start_batch(step, phase, tool, params, batch)
+            refused = self._start_batch(step, phase, tool, params, todo) if todo else []
             if refused:
                 outcomes += refused
                 break
-            if len(batch) == 1:
-                outcomes.append(self._run_on_host(step, phase, tool, params, batch[0], token))
-            else:
-                workers = min(len(batch), rollout.max_parallel)
+            if len(todo) == 1:
+                outcomes.append(self._run_on_host(step, phase, tool, params, todo[0], token))
+            elif todo:
+                workers = min(len(todo), rollout.max_parallel)
                 with ThreadPoolExecutor(workers, thread_name_prefix="host",
                                         initializer=logcontext.inherit()) as pool:
                     outcomes += pool.map(
-                        lambda h: self._run_on_host(step, phase, tool, params, h, token), batch)
+                        lambda h: self._run_on_host(step, phase, tool, params, h, token), todo)
             if rollout.stop_on_failure and not all(o.ok for o in outcomes):
                 break
             if phase is Phase.PLAN and tool.mutates:  # after every batch, the last included
                 where = (number, len(batches))
-                failure = (self._batch_gates(step, params, rollout, where, token)
-                           or self._go_no_go(step, rollout, where, token))
+                judged = not todo and self._gates_passed(step, rollout, number)
+                failure = (None if judged else self._batch_gates(step, params, rollout,
+                                                                 where, token)) \
+                    or self._go_no_go(step, rollout, where, token, resumed=not todo)
                 if failure is not None:
                     outcomes.append(_HostOutcome(ok=False, error=failure))
                     break
         return outcomes
+
+    def _gates_passed(self, step: Step | RollbackStep, rollout: Rollout, batch: int) -> bool:
+        """A batch an earlier worker finished: whether every gate after it passed there
+        (else they are evaluated again: they only read)."""
+        latest = {c.name: c for c in self.run.gates if c.step == step.id
+                  and c.after_batch == batch}
+        return all(name in latest and latest[name].ok for name in rollout.after_each_batch)
 
     def _held(self, what: str, running: list[Future[bool]] | None = None) -> bool:
         """The hold point, before a step or rollout batch of the plan starts: while the run
@@ -527,7 +576,10 @@ class _Execution:
         or the pause expires into a rollback (see ``Hold``). Whether ``what`` may start
         now; False early, still paused, once one of ``running`` ends (its outcome counts)."""
         pause = self.hold.paused()  # each look reads the store: look once, before and after
-        if pause is not None:
+        if pause is not None and not self.cancel.cancelled:
+            log.info("run %s: paused by %s; %s waits until it is resumed (or the pause "
+                     "expires at %s)", self.run.id, pause.by, what,
+                     time.strftime("%H:%M:%S UTC", time.gmtime(pause.until or 0.0)))
             self._show_pause(pause, what)
             self.hold.wait(lambda: any(f.done() for f in running or ()))
             pause = self.hold.paused()
@@ -622,22 +674,45 @@ class _Execution:
         return None
 
     def _go_no_go(self, step: Step | RollbackStep, rollout: Rollout, batch: tuple[int, int],
-                  token: CancelToken) -> str | None:
+                  token: CancelToken, *, resumed: bool = False) -> str | None:
         """After a batch listed in ``rollout.judgment`` (its gates passed): hold — nothing
         new starts here, the worker keeps its locks and lease — until Continue, Roll back or
-        the timeout decides (``agents.run.judgment``). Why the rollout stops, or None."""
+        the timeout decides (``agents.run.judgment``). Why the rollout stops, or None.
+
+        ``resumed``: an earlier worker finished this batch. A hold it had entered is the
+        same hold here — its deadline, its buttons (the hold's name), a decision made
+        meanwhile — never a new one; a decision it had acted on stands."""
         if rollout.judgment is None or not applies(rollout.judgment, *batch):
             return None
-        with self.lock:
-            held = awaiting(self.run, step.id, rollout.judgment, *batch, now=self.deps.clock())
-        self.emit(EventKind.JUDGMENT_AWAITED, step_id=step.id,
-                  judgment=held.model_dump(mode="json"))
+        earlier = self._earlier_hold(step, batch[0]) if resumed else None
+        if earlier is not None and earlier.decision is not None:
+            return self._decided(earlier, earlier.decision)
+        if earlier is not None:
+            held = earlier
+            log.info("run %s: still awaiting go/no-go %s (since %s; taken over)", self.run.id,
+                     held.where(), time.strftime("%H:%M:%S", time.gmtime(held.since)))
+        else:
+            with self.lock:
+                held = awaiting(self.run, step.id, rollout.judgment, *batch,
+                                now=self.deps.clock())
+            self.emit(EventKind.JUDGMENT_AWAITED, step_id=step.id,
+                      judgment=held.model_dump(mode="json"))
         decision = wait_for(self.judge, held, clock=self.deps.clock, token=token) or Decision(
             verdict=Verdict.ROLLBACK, actor="deckhand", via="cancel",
             reason=f"cancelled while awaiting go/no-go {held.where()}: {token.reason}")
-        held.decision = decision
+        held = held.model_copy(update={"decision": decision})
         self.emit(EventKind.JUDGMENT_DECIDED, step_id=step.id, status=decision.verdict.value,
                   error=decision.reason, judgment=held.model_dump(mode="json"))
+        return self._decided(held, decision)
+
+    def _earlier_hold(self, step: Step | RollbackStep, batch: int) -> Judgment | None:
+        name = hold_of(step.id, batch)
+        with self.lock:
+            return next((j for j in reversed(self.run.judgments) if j.hold == name), None)
+
+    @staticmethod
+    def _decided(held: Judgment, decision: Decision) -> str | None:
+        """Why the rollout stops after this decision, or None (Continue)."""
         if decision.verdict is Verdict.CONTINUE:
             return None
         return decision.reason if decision.via == "cancel" else \
@@ -695,6 +770,7 @@ class _Execution:
                       exit_code=result.exit_code if result else None,
                       tail=self.deps.redact(result.tail) if result else "",
                       error=outcome.error, attempt=attempt, pid=self._left_running(result, ids),
+                      outputs=watch.outputs,
                       # a host we never reached was not changed; one that may have run the
                       # command was (a connection that dropped mid-command included)
                       mutating=tool.mutates and (result is not None or maybe_ran), **ids)
@@ -741,6 +817,12 @@ class _Execution:
         fenced = self.may_start(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
         if fenced is not None:
             return fenced
+        if ids["phase"] is Phase.PLAN:  # stopped meanwhile? A command's start gate reads
+            # the store's stop itself; a gate's evaluation has none, so it is read here
+            stopped = self.hold.stopped() if tool.gate is not None else (
+                self.cancel.reason if self.cancel.cancelled else None)
+            if stopped is not None:
+                return stopped
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
         if not tool.mutates or attempt == 1:
             return None
@@ -753,6 +835,11 @@ class _Execution:
         """(result, error, whether the command may have run although no result came)."""
         def started(pid: int) -> str | None:  # the start gate: the command waits for it
             self.emit(EventKind.HOST_PID, pid=pid, **ids)  # so a takeover can stop it
+            # the last look before it runs: a stop acknowledged by now is read here, so
+            # nothing of the plan starts after it (a rollback's commands are never stopped)
+            stopped = self.hold.stopped() if ids["phase"] is Phase.PLAN else None
+            if stopped is not None:
+                return stopped
             if not tool.mutates:
                 return None
             try:  # its process group on a replica before it may change anything
@@ -818,7 +905,9 @@ class _ReplicaWaits:
                         if wait is not None else None)
 
     def stopped(self) -> bool:
-        return self.phase is Phase.PLAN and self.execution.cancel.cancelled
+        """A forward step's wait ends with a stop (the store's, read now); a rollback's
+        never does (``Hold.stopped``: a rollback's commands are never stopped)."""
+        return self.phase is Phase.PLAN and self.execution.hold.stopped() is not None
 
 
 class _OutputWatch:

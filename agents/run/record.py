@@ -178,6 +178,9 @@ class HostResult(BaseModel):
     attempts: int = 0
     tail: str = ""
     error: str | None = None
+    outputs: dict[str, str] = Field(default_factory=dict)
+    """The tool's outputs its command printed here (a step resumed on another worker
+    keeps those of the hosts it does not run again)."""
 
     @property
     def duration(self) -> float | None:
@@ -484,8 +487,9 @@ def _run_started(run: Run, ev: Event) -> None:
 
 def _step_started(run: Run, ev: Event) -> None:
     state = run.states(ev.phase).setdefault(ev.step_id or "", StepState(id=ev.step_id or ""))
-    state.status, state.started_at, state.error = StepStatus.RUNNING, ev.at, None
-    state.finished_at = None
+    resumed = state.hosts and state.started_at is not None  # taken over between hosts
+    state.status, state.error, state.finished_at = StepStatus.RUNNING, None, None
+    state.started_at = state.started_at if resumed else ev.at
 
 
 def _hosts_starting(run: Run, ev: Event) -> None:
@@ -518,6 +522,7 @@ def _host_finished(run: Run, ev: Event) -> None:
     host.status = StepStatus(ev.status or "failed")
     host.finished_at, host.exit_code = ev.at, ev.exit_code
     host.tail, host.error = ev.tail or "", ev.error
+    host.outputs = dict(ev.outputs)
     if ev.mutating:
         run.mark_changed(ev.host or "")
         host.mutated = True

@@ -1,7 +1,8 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
 ``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``feed`` (the audit sink's cursor),
-``dedupe``, ``schedules``, ``limits``, ``judgments``, ``history``, ``proposals``, ``trimming``
-and ``health``. One module per kind of record; all of them go through ``_redis``: one
+``dedupe``, ``schedules``, ``limits``, ``judgments``, ``history``, ``proposals``, ``trimming``,
+``health``, ``run_feed`` (what a run has to say, for its Slack thread) and ``viewers``. One
+module per kind of record; all of them go through ``_redis``: one
 connection with one key namer (``Keys``), one translation of redis-py's errors (``errors()``),
 one compare-and-set loop (``cas()``) and one WAIT (``replicate()``), so double clicks, Slack
 retries and several replicas can never start a run twice. With ``REDIS_URL`` unset the same
@@ -30,8 +31,10 @@ from agents.store.plans import Plans
 from agents.store.proposals import Proposal, Proposals
 from agents.store.queue import Queue
 from agents.store.retention import Trimming
+from agents.store.run_feed import FeedEntry, RelayState, RunFeed
 from agents.store.runs import Change, Runs
 from agents.store.schedules import ScheduleBook
+from agents.store.viewers import HomeViewers
 
 
 class Store(RedisBase):
@@ -55,6 +58,8 @@ class Store(RedisBase):
         self.trimming = Trimming(self, queue=self.queue)
         self.health = Health(self)
         self.schedules = ScheduleBook(self)
+        self.run_feed = RunFeed(self)
+        self.viewers = HomeViewers(self)
 
     @classmethod
     def connect(cls, url: str | None, **options: Any) -> Store:
@@ -70,6 +75,7 @@ class Store(RedisBase):
 
 
 __all__ = ["CAS_RETRIES", "GROUP", "ApprovalCounts", "AuditEntry", "AuditFeed", "AuditLog",
-           "Change", "Dedupe", "Finding", "Health", "History", "Judgments", "Keys", "Leases",
+           "Change", "Dedupe", "FeedEntry", "Finding", "Health", "History", "HomeViewers",
+           "Judgments", "Keys", "Leases",
            "LockInfo", "Locks", "LostOwnership", "Plans", "Proposal", "Proposals", "Queue",
-           "Runs", "ScheduleBook", "Store", "Trimming", "Write"]
+           "RelayState", "RunFeed", "Runs", "ScheduleBook", "Store", "Trimming", "Write"]

@@ -19,6 +19,10 @@ sink's cursor, see ``feed``), ``audit:chain``
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
 ``limits:ENV:USER`` (zset: runs USER approved lately, for ``policy.limits``),
 ``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
+``run:ID:feed`` (stream: what the run has to say) with ``run:ID:feed:state``,
+``:relay`` and ``:done`` (its relay's cursor, lease and entries said), ``feeds:pending``
+(zset: runs a relay has not caught up with; see ``run_feed``), ``home:viewers`` (zset: who
+opened their App Home lately),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
 
@@ -184,6 +188,30 @@ class Keys:
         """A run's go/no-go decisions (hash: ``STEP/BATCH`` → the Decision as JSON)."""
         return self("run", run_id, "judgments")
 
+    def run_feed(self, run_id: str) -> str:
+        """What the run has to say (stream; ``agents.store.run_feed``)."""
+        return self("run", run_id, "feed")
+
+    def run_feed_state(self, run_id: str) -> str:
+        """The relay's cursor in the run's feed and what its thread remembers (hash)."""
+        return self("run", run_id, "feed", "state")
+
+    def run_feed_relay(self, run_id: str) -> str:
+        """Which relay is saying the run's feed (a lease)."""
+        return self("run", run_id, "feed", "relay")
+
+    def run_feed_done(self, run_id: str) -> str:
+        """Keys of the feed entries already said (set)."""
+        return self("run", run_id, "feed", "done")
+
+    def home_viewers(self) -> str:
+        """Who opened their App Home lately (zset, by when), for every replica."""
+        return self("home", "viewers")
+
+    def feeds_pending(self) -> str:
+        """Runs whose feed a relay has not caught up with (zset, by last append)."""
+        return self("feeds", "pending")
+
     def lock(self, environment: str) -> str:
         return self("lock", environment)
 
@@ -263,7 +291,8 @@ class Keys:
         them with the run: a new per-run key is added here, and only here."""
         return [self.owner(run_id), self.cancel(run_id), self.pause(run_id),
                 self.run_audit(run_id), self.history_recorded(run_id), self.run_hosts(run_id),
-                self.judgments(run_id)]
+                self.judgments(run_id), self.run_feed(run_id), self.run_feed_state(run_id),
+                self.run_feed_relay(run_id), self.run_feed_done(run_id)]
 
 
 class RedisBase:
@@ -440,6 +469,27 @@ class RedisBase:
     def ping(self) -> bool:
         with self.errors():
             return bool(self.r.ping())
+
+    def ping_primary(self) -> bool:
+        """``ping``, and through Sentinel also that a sentinel names the primary now. With
+        every sentinel down the primary still answers on the connections this process
+        holds, so ``ping`` passes — yet no new connection can open (a second thread's write,
+        a reconnect after a blip) and no failover can be followed: not a store a draining
+        worker's run can count on. StoreUnavailable saying so."""
+        self.ping()
+        pool = self.r.connection_pool
+        manager, service = getattr(pool, "sentinel_manager", None), getattr(
+            pool, "service_name", "")
+        if manager is None:
+            return True
+        try:
+            manager.discover_master(service)
+        except redis.RedisError as exc:
+            raise StoreUnavailable(
+                f"no Redis Sentinel names a primary for service {service!r} ({self.where}: "
+                f"sentinels down or unreachable): connections open now still answer, but "
+                f"none can be opened and no failover followed") from exc
+        return True
 
 
 

@@ -19,7 +19,7 @@ from redis.typing import EncodableT, FieldT
 
 from agents.errors import NotFound, StoreError
 from agents.run.record import HostChange, Run, RunStatus
-from agents.store._redis import Part
+from agents.store._redis import Part, Write
 from agents.store.runs import index_open, journal_field, with_journal
 
 log = logging.getLogger("deckhand.store")
@@ -66,18 +66,19 @@ class Leases(Part):
 
         return self.cas([run_key, owner_key, hosts_key], attempt, busy=f"run {run_id}")
 
-    def save_as_owner(self, run: Run, *, worker: str) -> None:
+    def save_as_owner(self, run: Run, *, worker: str, also: Sequence[Write] = ()) -> None:
         """Write the whole run record (emptying its host journal, which it includes), only
-        while ``worker`` still owns it (else LostOwnership).
+        while ``worker`` still owns it (else LostOwnership); ``also``: writes that land in
+        the same MULTI (what the run says about it, in its feed).
 
         A terminal state waits for a replica; if none confirms, the record says so.
         """
-        self._save_as_owner(run, worker)
+        self._save_as_owner(run, worker, also)
         if run.status.terminal and not self.replicate(f"end of run {run.id}"):
             run.meta.setdefault("unreplicated", []).append(f"end ({run.status.value})")
             self._save_as_owner(run, worker)
 
-    def _save_as_owner(self, run: Run, worker: str) -> None:
+    def _save_as_owner(self, run: Run, worker: str, also: Sequence[Write] = ()) -> None:
         hosts_key = self.keys.run_hosts(run.id)
 
         def write(pipe: Pipeline, stored: bytes | str | None) -> None:
@@ -90,6 +91,8 @@ class Leases(Part):
             index_open(pipe, self.keys, run)
             # entries older than this record that land later are ignored (their seq is lower)
             pipe.delete(hosts_key)
+            for write in also:
+                write(pipe)
 
         self._write_as_owner(run.id, worker, write, watch_record=True)
 

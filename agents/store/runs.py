@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from redis.client import Pipeline
 
 from agents import tracing
-from agents.errors import AmbiguousId, ApprovalRefused, IllegalTransition, NotFound
+from agents.errors import (
+    AlreadyStopping,
+    AmbiguousId,
+    ApprovalRefused,
+    IllegalTransition,
+    NotFound,
+)
 from agents.ids import normalize
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
@@ -296,24 +302,57 @@ class Runs(Part):
 
         return self.update(run_id, change)
 
-    def request_cancel(self, run_id: str, *, user: str) -> Run:
-        """Cancel a waiting run at once (its queue entry goes with it, so the queue depth
-        stays true); ask the worker of a running one to stop it."""
-        def change(run: Run) -> list[Write]:
+    def request_cancel(self, run_id: str, *, user: str, via: str | None = None,
+                       stop_rollback: bool = True) -> Run:
+        """Stop ``run_id`` for ``user``, once: cancel a waiting run at once (its queue entry
+        goes with it, so the queue depth stays true), or ask the worker of a running one to
+        stop it (``run:ID:cancel``, which the executor reads before anything new starts).
+
+        One compare-and-set decides which request is the first; only that one is written,
+        with its ``cancel_requested`` audit entry (``via``: the face) in the same EXEC. A
+        later one raises AlreadyStopping (naming who stopped it), a finished run
+        ApprovalRefused, and so does a run rolling back unless ``stop_rollback`` (the
+        rollback goes on either way: nothing stops a rollback).
+        """
+        run_key, cancel_key = self.keys.run(run_id), self.keys.cancel(run_id)
+
+        def attempt(pipe: Pipeline) -> Run:
+            raw = pipe.get(run_key)
+            if raw is None:
+                raise NotFound(f"no run {run_id} — `deckhand runs` lists recent ones")
+            run, first = Run.model_validate_json(raw), pipe.get(cancel_key)
+            if first is not None:
+                raise AlreadyStopping(f"run {run_id} is already stopping (stopped by "
+                                      f"{text(first)}): its worker kills what runs and "
+                                      f"rolls back", by=text(first))
             if run.status.terminal:
                 raise ApprovalRefused(f"run {run_id} already ended ({run.status.value}); "
                                       f"there is nothing to stop")
+            if run.status is RunStatus.ROLLING_BACK and not stop_rollback:
+                raise ApprovalRefused(f"run {run_id} is already rolling back; there is "
+                                      f"nothing left to stop")
+            audit = self.audit.write("cancel_requested", actor=user, run_id=run_id,
+                                     plan_id=run.plan_id, via=via)
             if run.status in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
-                return [lambda pipe: pipe.set(self.keys.cancel(run_id), user)]
+                self.queue_writes(pipe, [lambda p: p.set(cancel_key, user), audit])
+                pipe.execute()
+                return run
             queued = run.status is RunStatus.QUEUED
             run.move(RunStatus.CANCELLED)
             run.reason = f"cancelled by {user}"
             run.finished_at = self.clock()
-            return self.queue.unqueue(run_id) if queued else []
+            self.queue_writes(pipe, [
+                lambda p: p.set(run_key, run.record_json()),
+                lambda p: index_open(p, self.keys, run),
+                *(self.queue.unqueue(run_id) if queued else []), audit])
+            pipe.execute()
+            _ended_unexecuted(run)
+            return run
 
-        return self.update(run_id, change)
+        return self.cas([run_key, cancel_key], attempt, busy=f"run {run_id}")
 
     def cancel_requested(self, run_id: str) -> str | None:
+        """Who stopped ``run_id`` (the first Stop), if anyone did while it runs."""
         with self.errors():
             who = self.r.get(self.keys.cancel(run_id))
         return who.decode() if who else None
@@ -367,6 +406,16 @@ class Runs(Part):
         with self.errors():
             raw = self.r.get(self.keys.pause(run_id))
         return Pause.model_validate_json(raw) if raw else None
+
+    def controls(self, run_id: str) -> tuple[Pause | None, str | None]:
+        """The pause and the stop asked for ``run_id`` (who stopped it), read at one moment
+        in one round trip: what the executor looks at before anything new starts."""
+        with self.errors(), self.r.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.pause(run_id))
+            pipe.get(self.keys.cancel(run_id))
+            paused, stopped = pipe.execute()
+        return (Pause.model_validate_json(paused) if paused else None,
+                text(stopped) if stopped else None)
 
 
 def _ended_unexecuted(run: Run) -> None:

@@ -78,6 +78,10 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
         return 2
     if _runs_for_good(args):  # its log in the format asked for, from the first line
         configure_logging(requested_format(args.log_format))
+        if argv is None:  # SIGHUP reloads its config, even one sent while it starts
+            from bot.cli.reload import hold_sighup
+
+            hold_sighup()
     configure_tracing()
     try:
         return handler(args, console)

@@ -27,6 +27,7 @@ from agents.services import Services
 from agents.store import AuditLog
 from agents.store.chain import CopyReport, verify_copy
 from bot.cli.common import age_seconds
+from bot.cli.reload import reload_on_sighup
 from bot.logs import announce
 from tools.errors import DeckhandError
 
@@ -122,6 +123,7 @@ def ship(args: argparse.Namespace, services: Services, console: Console) -> int:
         return 0
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    reload_on_sighup(services, actor=name, stop=stop)  # as every long-running process
     announce(console, f"shipping the audit stream to {shipper.sink.describe()} as {name}; "
                       f"Ctrl-C (or SIGTERM) stops")
     shipper.serve(stop)

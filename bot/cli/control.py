@@ -13,9 +13,11 @@ import getpass
 from rich.console import Console
 
 from agents.engine.control import Control, steer
+from agents.errors import AlreadyStopping
 from agents.ids import short_id
 from agents.run.record import Run
 from bot.cli.common import Commands, Handler, add_config_arg, embedded_store_note, services_for
+from bot.terminal.console import ExitCode
 
 HELP = {Control.PAUSE: "hold a running run before its next step or batch",
         Control.RESUME: "let a paused run carry on",
@@ -39,8 +41,15 @@ def _handler(control: Control) -> Handler:
         embedded_store_note()
         services = services_for(args)
         store = services.store
-        run = steer(services.config.policy, control, store.runs.find(args.run_id).id,
-                    runs=store.runs, audit=store.audit, user=args.user, via="cli")
+        run_id = store.runs.find(args.run_id).id
+        try:
+            run = steer(services.config.policy, control, run_id, runs=store.runs,
+                        audit=store.audit, user=args.user, via="cli")
+        except AlreadyStopping as exc:  # the first Stop won: said (exit 3), not as a refusal
+            console.print(f"run {short_id(run_id)}: already stopping (stopped by "
+                          f"{exc.by}) — its worker kills what runs and rolls back; this "
+                          f"stop changed nothing", highlight=False, markup=False)
+            return ExitCode.REFUSED
         console.print(_said(control, run), highlight=False)
         return 0
     return handle

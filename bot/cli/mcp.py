@@ -6,13 +6,17 @@ stdout belongs to the protocol on stdio, so everything said to the operator goes
 from __future__ import annotations
 
 import argparse
+import os
+import threading
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from agents.engine.reload import Adopt
 from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
+from bot.cli.reload import reload_on_sighup
 from bot.logs import add_log_format_arg
 from bot.mcp.desk import DEFAULT_PLAN_TTL, Desk, PlanPoster
 from bot.terminal.border import TerminalConsole
@@ -48,12 +52,17 @@ def _mcp(args: argparse.Namespace, console: Console) -> int:
     err = TerminalConsole(stderr=True)
     auth = _http_auth(settings) if args.http else None
     services = build_services(config_for(args), settings)
-    desk = Desk(services, poster=_slack_poster(services, settings), plan_ttl=args.plan_ttl)
+    poster, adopt = _slack_poster(services, settings)
+    desk = Desk(services, poster=poster, plan_ttl=args.plan_ttl)
     server = build_server(desk, auth=auth)
+    reloads = threading.Event()  # SIGHUP: the config reloaded (or refused), as serve does
+    reload_on_sighup(services, actor=f"mcp {os.uname().nodename}-{os.getpid()}", stop=reloads,
+                     adopt=adopt, after=[server.add_request_tool])
     _announce(err, args, desk)
     try:
         serve(server, http=(args.host, args.port) if args.http else None)
     finally:
+        reloads.set()
         services.close()
     return 0
 
@@ -67,15 +76,21 @@ def _http_auth(settings: Settings) -> HttpAuth:
     return HttpAuth(StaticTokens(parse_tokens(raw)))
 
 
-def _slack_poster(services: Services, settings: Settings) -> PlanPoster | None:
-    """The Slack bot's own plan poster when SLACK_BOT_TOKEN is set (same blocks, same meta)."""
+def _slack_poster(services: Services, settings: Settings
+                  ) -> tuple[PlanPoster | None, list[Adopt]]:
+    """The Slack bot's own plan poster when SLACK_BOT_TOKEN is set (same blocks, same meta),
+    its Web API door redacting the config's secrets as the bot's does; and what a config
+    reload must do to it: redact the new config's secrets as well as the old ones."""
     if settings.slack_bot_token is None:
-        return None
+        return None, []
     from bot.slack.app import make_client
     from bot.slack.bot import Bot, Directory
+    from bot.slack.redacting import RedactingWebClient
 
-    client = make_client(settings)
-    return Bot(services, client, Directory(client))
+    client = make_client(settings, services.redact)
+    adopt = [lambda fresh: client.learn(fresh.redact)] \
+        if isinstance(client, RedactingWebClient) else []
+    return Bot(services, client, Directory(client)), adopt
 
 
 def _announce(err: Console, args: argparse.Namespace, desk: Desk) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -28,7 +28,7 @@ from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
 from agents.plan.model import Plan
 from agents.policy.approvals import approval_problem, approvals_needed
-from agents.readiness import StoreProbe, watch_drain
+from agents.readiness import StoreProbe
 from agents.run.gates import gate_lines
 from agents.run.judgment import judgment_lines
 from agents.run.record import Run
@@ -45,6 +45,7 @@ from bot.cli.common import (
     embedded_store_note,
     services_for,
 )
+from bot.cli.drain import DRAIN_STORE_WAIT, leave_now, watch_store
 from bot.cli.health import warn_about_redis
 from bot.cli.reload import reload_on_sighup
 from bot.cli.run_views import (
@@ -54,6 +55,7 @@ from bot.cli.run_views import (
     run_summary_json,
     show_output,
 )
+from bot.healthcheck import advertise, withdraw
 from bot.logs import add_log_format_arg, announce
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import paused_line, provenance_text, status_table, summary
@@ -77,7 +79,7 @@ def register(commands: Commands) -> None:
     worker.add_argument("--stuck-after", type=float, default=None,
                         help="seconds without progress before /healthz says stuck "
                              "(default max(60, 3 × --lease))")
-    worker.add_argument("--drain-store-wait", type=float, default=10.0,
+    worker.add_argument("--drain-store-wait", type=float, default=DRAIN_STORE_WAIT,
                         help="while draining, exit once the store has not answered for this "
                              "many seconds (no primary); the run is taken over (default 10)")
     add_config_arg(worker)
@@ -149,12 +151,12 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
                     if metrics else [])
     if args.once:
         return 0 if worker.step() else 1
-    probe = StoreProbe(services.store.ping)
+    probe = StoreProbe(services.store.ping_primary)
     if metrics is not None:
         _serve_worker_port(args, settings, metrics, worker, probe, console)
     stop = threading.Event()
     _ship_audit(services, worker.name, stop)
-    _drain_on_signals(stop, console, probe, wait=args.drain_store_wait)
+    _drain_on_signals(stop, console, services.store.ping_primary, wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
                      adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
                      if metrics else [])
@@ -166,46 +168,28 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        withdraw(settings.health_file)
         services.close()
     return 0
 
 
-def _drain_on_signals(stop: threading.Event, console: Console, probe: StoreProbe, *,
-                      wait: float) -> None:
+def _drain_on_signals(stop: threading.Event, console: Console, ping: Callable[[], object],
+                      *, wait: float) -> None:
     """SIGTERM or Ctrl-C: finish the run in hand, take no new one, exit. A second one stops
     at once; the run is then taken over by another worker when this one's lease runs out.
-    So does a store that stops answering (no primary) for ``wait`` seconds while draining."""
-    def give_up(reason: str) -> None:
-        _leave_now(console, f"draining: stopped waiting for the store ({reason}); exiting "
-                            f"now — another worker takes the run in hand over after this "
-                            f"one's lease", level=logging.WARNING)
-
+    So does a store that stops answering for ``wait`` seconds while draining
+    (``bot.cli.drain``), said when the outage starts and when it gives up."""
     def handle(signum: int, frame: object) -> None:
         if stop.is_set():
-            _leave_now(console, "stopping now, without finishing the run in hand: another "
-                                "worker takes it over after this one's lease")
+            leave_now(console, "stopping now, without finishing the run in hand: another "
+                               "worker takes it over after this one's lease")
         stop.set()
         announce(console, "draining: finishing the current run (again to stop now; another "
                           "worker takes the run over after this one's lease)")
-        threading.Thread(target=watch_drain, args=(probe,), daemon=True, name="drain-watch",
-                         kwargs={"wait": wait, "give_up": give_up}).start()
+        watch_store(console, ping, wait=wait, doing="draining")
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-
-
-def _leave_now(console: Console, message: str, *, level: int = logging.INFO) -> NoReturn:
-    """Exit at once, as a crash would, but saying why. Unwinding would wait for the run in
-    hand: its step threads until their commands end, its last writes for a store that has
-    no primary (minutes, or compose's 30 min stop grace period). What is left is what a
-    takeover already handles: the lease lapses, another worker stops leftover commands and
-    resumes or rolls back."""
-    announce(console, message, level=level)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | None:
@@ -241,6 +225,9 @@ def _serve_worker_port(args: argparse.Namespace, settings: Settings, metrics: Me
                       port=args.metrics_port)
     announce(console, f"metrics and health on http://{host}:{args.metrics_port}/metrics "
                       f"(/healthz, /readyz)")
+    problem = advertise(host, args.metrics_port, settings.health_file)  # the HEALTHCHECK's
+    if problem:
+        announce(console, problem, level=logging.WARNING)
 
 
 def _runs(args: argparse.Namespace, console: Console) -> int:

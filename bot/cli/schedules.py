@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 import signal
 import threading
 from datetime import timedelta
@@ -17,16 +18,20 @@ from rich.console import Console
 from rich.prompt import Confirm
 
 from agents.engine.occurrences import Occurrence
+from agents.errors import StoreError
 from agents.schedules.model import utc_now
 from agents.services import Services
 from bot.cli.common import Commands, add_config_arg, services_for
 from bot.cli.history import add_json_arg
 from bot.cli.json_views import schedules_json
+from bot.cli.reload import reload_on_sighup
 from bot.cli.run_views import print_json
 from bot.logs import add_log_format_arg
 from bot.schedule_commands import ScheduleReply, handle_schedule_command
 from bot.scheduler import Scheduler
 from bot.terminal.render import plan_table
+
+log = logging.getLogger("deckhand.scheduler")
 
 
 def register(commands: Commands) -> None:
@@ -129,17 +134,31 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     scheduler.start()
+    # occurrences plan with services.planner and services.config, which a reload swaps;
+    # the schedules themselves are re-read at once too, as the 10 s sync would
+    reload_on_sighup(services, actor=scheduler.name, stop=stop,
+                     after=[lambda: _resync(scheduler)])
     console.print(f"scheduler {scheduler.name} on {services.store.where} with "
-                  f"{len(scheduler.jobs())} schedule(s); Ctrl-C to stop")
+                  f"{len(scheduler.jobs())} schedule(s); Ctrl-C (or SIGTERM) stops; SIGHUP "
+                  f"reloads the config")
     try:
         while not stop.wait(1.0):  # wake up now and then so Ctrl-C is noticed
             pass
     except KeyboardInterrupt:
         pass
     finally:
+        stop.set()
         scheduler.shutdown()
         services.close()
     return 0
+
+
+def _resync(scheduler: Scheduler) -> None:
+    """Re-read the schedules and fire what is due now, under the config now in force."""
+    try:
+        scheduler.tick(scheduler.clock())
+    except StoreError as exc:  # Redis down: the 10 s sync catches up once it answers
+        log.error("scheduler %s: %s", scheduler.name, exc)
 
 
 def _report(console: Console, occurrence: Occurrence) -> None:

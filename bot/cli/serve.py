@@ -15,8 +15,10 @@ from rich.console import Console
 from agents.services import build_services
 from agents.settings import Settings
 from bot.cli.common import Commands, add_config_arg, config_for
+from bot.cli.drain import DRAIN_STORE_WAIT, TAKEN_OVER, leave_now, watch_store
 from bot.cli.health import warn_about_redis
 from bot.cli.reload import reload_on_sighup
+from bot.healthcheck import advertise, withdraw
 from bot.logs import add_log_format_arg, announce
 from tools.errors import ConfigError, Problem
 
@@ -49,6 +51,10 @@ def register(commands: Commands) -> None:
                         help="open HTTP connections at once (capped below the fd limit)")
     parser.add_argument("--workers", type=int, default=1,
                         help="executor workers in this process (0: use `deckhand worker`)")
+    parser.add_argument("--drain-store-wait", type=float, default=DRAIN_STORE_WAIT,
+                        help="when stopping with a run in hand, exit once the store has not "
+                             "answered for this many seconds; the run is taken over "
+                             "(default 10)")
     parser.add_argument("--single-process", action="store_true",
                         help="allow --http without REDIS_URL: an in-process store that only "
                              "this process sees (also DECKHAND_SINGLE_PROCESS=1)")
@@ -82,8 +88,21 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
             _serve_socket_mode(runtime, settings, console)
     finally:
         reloads.set()
-        runtime.stop()
+        _stop(runtime, console, wait=args.drain_store_wait)
     return 0
+
+
+def _stop(runtime: BotRuntime, console: Console, *, wait: float) -> None:
+    """Stop serving. An embedded worker's run in hand gets what ``runtime.stop`` gives it
+    (30 s), less once the store has not answered for ``wait`` seconds (``bot.cli.drain``,
+    as `deckhand worker` drains), and never more: the interpreter's exit would otherwise
+    wait for the run's step commands to end, however long they take."""
+    if runtime.workers:
+        watch_store(console, runtime.services.store.ping_primary, wait=wait, doing="stopping")
+    runtime.stop()
+    if runtime.workers and runtime.workers_alive():
+        leave_now(console, f"stopping: the run in hand did not finish in time; exiting now "
+                           f"— {TAKEN_OVER}", level=logging.WARNING)
 
 
 def _warn_about_pictures(console: Console) -> None:
@@ -109,10 +128,16 @@ def _serve_http(runtime: BotRuntime, args: argparse.Namespace, settings: Setting
                       f"(/healthz, /readyz); store: {runtime.services.store.where}")
     if metrics:
         announce(console, f"metrics on http://{metrics_host}:{args.metrics_port}/metrics")
+    problem = advertise(args.host, port, settings.health_file)  # the HEALTHCHECK's target
+    if problem:
+        announce(console, problem, level=logging.WARNING)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    finally:
+        withdraw(settings.health_file)
     server.close()
 
 

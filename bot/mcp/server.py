@@ -156,6 +156,20 @@ class DeskServer(MCPServer[Any]):
     def __init__(self, desk: Desk, **options: Any):
         super().__init__("deckhand", **options)
         self.desk = desk
+        self.tools = DeskTools(desk)
+        self.request_hint: ToolAnnotations | None = None
+
+    def add_request_tool(self) -> None:
+        """``request_deploy``, its destructive hint from the config in force: called again
+        after a config reload (SIGHUP), so a tools.yml that gained a mutating tool makes the
+        client's host ask its user again (a stale "not destructive" would fail open)."""
+        hint = request_annotations(self.desk)
+        if hint == self.request_hint:
+            return
+        if self.request_hint is not None:
+            self.remove_tool("request_deploy")
+        self.add_tool(self.tools.request_deploy, annotations=hint)
+        self.request_hint = hint
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
@@ -198,19 +212,18 @@ def _shapes(arguments: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> MCPServer[Any]:
+def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> DeskServer:
     """The MCP server for ``desk``; with ``auth``, HTTP requests need a bearer token."""
     settings = None if auth is None else AuthSettings(issuer_url=AnyHttpUrl(auth.issuer_url),
                                                       resource_server_url=None)
-    server: MCPServer[Any] = DeskServer(
-        desk, instructions=INSTRUCTIONS, auth=settings,
-        token_verifier=None if auth is None else auth.tokens)
-    tools = DeskTools(desk)
+    server = DeskServer(desk, instructions=INSTRUCTIONS, auth=settings,
+                        token_verifier=None if auth is None else auth.tokens)
+    tools = server.tools
     server.add_tool(tools.catalog, annotations=READ_ONLY)
     server.add_tool(tools.plan, annotations=READ_ONLY)
     server.add_tool(tools.run_status, annotations=READ_ONLY)
     server.add_tool(tools.where, annotations=READ_ONLY)
-    server.add_tool(tools.request_deploy, annotations=request_annotations(desk))
+    server.add_request_tool()
     for steer in (tools.pause_run, tools.resume_run, tools.stop_run):
         server.add_tool(steer, annotations=STEER)
     server.add_tool(tools.judge_run, annotations=ToolAnnotations(

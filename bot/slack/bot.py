@@ -22,7 +22,7 @@ from agents.engine.control import Control, steer
 from agents.errors import ApprovalRefused
 from agents.faces import Face
 from agents.ids import short_id
-from agents.plan.diff import PlanDiff, diff_plans
+from agents.plan.diff import PlanDiff
 from agents.plan.dryrun import verdict
 from agents.plan.model import Plan
 from agents.policy.approvals import approvals_needed, steer_problem
@@ -31,6 +31,7 @@ from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk
 from bot.slack.retries import at_once, patiently
+from bot.slack.thread import previous_diff
 from bot.slack.work import Tell, WorkQueue
 from tools.errors import DeckhandError
 
@@ -238,10 +239,8 @@ class Bot:
                                    f"approval(s) needed.")
         else:
             approvers = ", ".join(bk.mention(a.user, a.via) for a in run.approvals)
-            if not self.store.runs.get(run_id).status.terminal:  # never hide an outcome shown
-                self.refresh_plan_message(run, actions=False,
-                                          note=f"✅ Approved by {approvers} — queued as "
-                                               f"`{short_id(run.id)}`")
+            self.note_plan(run, actions=False,  # the relay never lets it hide an outcome
+                           note=f"✅ Approved by {approvers} — queued as `{short_id(run.id)}`")
             self.thread_reply(run, f"✅ Approved by {approvers}. "
                                    f"Run `{short_id(run.id)}` is queued.")
         self.changed(run)
@@ -278,8 +277,8 @@ class Bot:
                                          reason=f"rejected by {user}: {reason}")
         self.store.audit.record("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
                                 reason=reason)
-        self.refresh_plan_message(run, actions=False,
-                                  note=f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
+        self.note_plan(run, actions=False,
+                       note=f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
         self.thread_reply(run, f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
         self.changed(run)
         return run
@@ -287,13 +286,13 @@ class Bot:
     def cancel(self, run_id: str, *, user: str, via: str = "command") -> Run:
         """``/deckhand cancel RUN`` and the Stop button (confirmed in Slack's dialog): the
         requester and whoever may approve the run's environments may; ApprovalRefused
-        (audited) tells anyone else, or says the run has ended."""
+        (audited) tells anyone else, or says the run has ended. Only the first Stop posts
+        in the thread: a later one raises AlreadyStopping (who stopped it), told privately."""
         run = self._steer(Control.STOP, run_id, user, via=via)
         verb, who = "stopped" if via == "stop_button" else "cancelled", bk.mention(user, Face.SLACK)
         if run.meta.get("slack"):
             if run.status.terminal:
-                self.refresh_plan_message(run, actions=False,
-                                          note=f"⏹️ {verb.capitalize()} by {who}")
+                self.note_plan(run, actions=False, note=f"⏹️ {verb.capitalize()} by {who}")
             self.thread_reply(run, f"⏹️ {who} {verb} run `{short_id(run.id)}`"
                               + ("" if run.status.terminal else
                                       " — stopping running steps, then rolling back."))
@@ -350,10 +349,27 @@ class Bot:
             raise ApprovalRefused(problem)
 
     def thread_reply(self, run: Run, text: str) -> None:
+        """Say ``text`` in the run's thread: through its feed, so it waits there while Slack
+        is rate-limiting and lands in order with what the run says (``relay.py``)."""
         slack = run.meta.get("slack")
         if slack:
-            self.client.chat_postMessage(channel=slack["channel"], thread_ts=slack["thread_ts"],
-                                         text=text)
+            self.store.run_feed.append(run.id, "say", {"text": text, "where": slack})
+
+    def note_plan(self, run: Run, *, actions: bool, note: str) -> None:
+        """Show ``note`` on the run's top-level plan message, through its feed (as
+        ``thread_reply``)."""
+        slack = run.meta.get("slack")
+        if slack and slack.get("plan_ts"):
+            self.store.run_feed.append(run.id, "plan", {"actions": actions, "note": note,
+                                                        "where": slack})
+
+    def confirm(self, body: dict[str, Any], respond: Respond | None, text: str) -> None:
+        """Tell whoever clicked that what they asked took effect, privately: through the
+        click's response_url, which Slack does not rate-limit like the Web API, so the
+        answer comes even while the thread waits out a storm."""
+        if respond is not None and body.get("response_url"):
+            respond(text=bk.trim(bk.notice(text), 3000), response_type="ephemeral",
+                    replace_original=False)
 
     def refresh_plan_message(self, run: Run, *, actions: bool, note: str | None = None) -> None:
         slack = run.meta.get("slack")
@@ -368,12 +384,7 @@ class Bot:
 
     def diff_from_previous(self, run: Run) -> PlanDiff | None:
         """How the run's plan differs from the version before it (None for the first)."""
-        versions = run.plan_versions
-        if run.plan_version not in versions or versions.index(run.plan_version) == 0:
-            return None
-        previous = versions[versions.index(run.plan_version) - 1]
-        return diff_plans(self.store.plans.get(run.plan_id, previous),
-                          self.store.plans.get(run.plan_id, run.plan_version))
+        return previous_diff(self.store.plans, run)
 
     def teller(self, body: dict[str, Any], respond: Respond | None = None) -> Tell:
         """How a job tells whoever sent ``body`` that it failed (redacted, escaped)."""

@@ -7,8 +7,8 @@ once per ``interval`` seconds per user, and at most ``per_minute`` publishes ove
 (``views.publish`` is rate limited per workspace). Changes arriving meanwhile are
 coalesced. A sender thread does the work, started when there is some and gone when not.
 
-Viewers are remembered per process: with several bot replicas, each refreshes the users
-who opened their Home through it; everyone else sees fresh data on their next open.
+Viewers are remembered in Redis too (``store.viewers``): with several bot replicas, the
+one that says a run's thread refreshes the Homes of users who opened theirs through any.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from slack_sdk.errors import SlackApiError
 from agents.engine.schedule_health import checked
 from agents.policy.approvals import approval_problem
 from agents.policy.rules import Policy
-from agents.run.executor import Listener
-from agents.run.record import Event, EventKind, Run, RunStatus
+from agents.run.record import Run, RunStatus
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
 from bot.slack.home_blocks import HomeData, home_view, in_progress
@@ -37,8 +36,6 @@ log = logging.getLogger("deckhand.slack.home")
 RUN_SCAN = 200
 OPEN = [status for status in RunStatus if not status.terminal]
 """Recent runs the Home looks through (the store scans a bounded window too)."""
-NOTIFY_ON = {EventKind.RUN_STARTED, EventKind.STEP_FINISHED, EventKind.ROLLBACK_STARTED,
-             EventKind.RUN_FINISHED}
 
 
 def home_data(bot: Bot, user: str) -> HomeData:
@@ -115,6 +112,10 @@ class HomeTab:
             self._published[user] = now
             self._sent.append(now)
             self._due.discard(user)
+        try:  # shared: the replica saying a run's thread refreshes this Home too
+            self.bot.store.viewers.opened(user)
+        except DeckhandError as exc:
+            log.warning("could not share that %s opened their Home: %s", user, exc)
         publish_home(self.bot, user)
 
     def changed(self, run: Run) -> None:
@@ -161,10 +162,15 @@ class HomeTab:
             self._publish_safely(user)
 
     def _recent_viewers(self) -> list[str]:
+        """Who opened their Home lately, through this replica or any other."""
         cutoff = self.clock() - self.forget_after
         for user in [u for u, at in self._viewers.items() if at < cutoff]:
             del self._viewers[user]
-        return list(self._viewers)
+        try:
+            shared = self.bot.store.viewers.recent(self.forget_after, limit=self.max_viewers)
+        except DeckhandError:  # the store is away: this replica's own viewers still count
+            shared = []
+        return list(dict.fromkeys([*self._viewers, *shared]))[:self.max_viewers]
 
     def _interested(self, changes: Iterable[Run], viewers: list[str]) -> set[str]:
         policy = self.bot.services.config.policy
@@ -204,13 +210,3 @@ class HomeTab:
             log.warning("could not refresh %s's Home: cannot reach Slack (%s)", user, exc)
         except DeckhandError as exc:  # e.g. Redis is down: the Home cannot be read now
             log.warning("could not refresh %s's Home: %s", user, exc)
-
-
-def change_listener_factory(notify: Callable[[Run], None]) -> Callable[[Run], Listener]:
-    """For workers: tells ``notify`` (``Bot.changed``) when a run starts, steps, ends."""
-    def factory(run: Run) -> Listener:
-        def listener(event: Event, current: Run) -> None:
-            if event.kind in NOTIFY_ON:
-                notify(current)
-        return listener
-    return factory

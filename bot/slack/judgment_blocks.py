@@ -8,7 +8,7 @@ import json
 
 from agents.ids import short_id
 from agents.run.judgment import clock_time, results_line
-from agents.run.record import Judgment, Verdict
+from agents.run.record import Judgment, Run, Verdict
 from bot.slack.blocks import ActionId, Block, context, escape, mention, section, shown, trim
 
 LABEL = {Verdict.CONTINUE: "Continue", Verdict.ROLLBACK: "Roll back"}
@@ -65,3 +65,12 @@ def _button(run_id: str, held: Judgment, verdict: Verdict, style: str, effect: s
                             f"Run `{short_id(run_id)}`, {escape(held.where())}: {effect}", 300)},
                         "confirm": {"type": "plain_text", "text": label},
                         "deny": {"type": "plain_text", "text": "Not yet"}}}
+
+
+def ended_blocks(run: Run, held: Judgment) -> list[Block]:
+    """A hold whose run ended before anyone decided (a stop, a rollback): no buttons."""
+    if held.decision is not None:
+        return judged_blocks(run.id, held)
+    return [section(f"⏹️ *Go/no-go {escape(held.where())}* — run `{short_id(run.id)}` "
+                    f"{escape(run.status.value.replace('_', ' '))} before anyone decided; "
+                    f"nothing is left to decide.\n{escape(results_line(held))}")]

@@ -23,7 +23,7 @@ from slack_sdk import WebClient
 from slack_sdk.web.slack_response import SlackResponse
 from slack_sdk.webhook import WebhookResponse
 
-from tools.redact import redact_data, redact_text
+from tools.redact import Redactor, redact_data, redact_text
 
 
 class RedactingWebClient(WebClient):
@@ -32,6 +32,14 @@ class RedactingWebClient(WebClient):
     def __init__(self, *args: Any, redact: Callable[[str], str], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.redact = redact
+
+    def learn(self, fresh: Callable[[str], str]) -> None:
+        """Redact what ``fresh`` (a reloaded config's redactor) masks as well as what this
+        door masked so far: a run still executing may print a secret the new file no longer
+        lists. Two Redactors merge into one (no chain growing by one per reload)."""
+        before = self.redact
+        self.redact = (before.including(fresh) if isinstance(before, Redactor)
+                       and isinstance(fresh, Redactor) else lambda text: fresh(before(text)))
 
     def api_call(self, api_method: str, *, http_verb: str = "POST",
                  files: dict[str, Any] | None = None, data: dict[str, Any] | None = None,

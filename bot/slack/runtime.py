@@ -10,18 +10,14 @@ from slack_sdk import WebClient
 
 from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import ListenerFactory, Worker, WorkerOptions
-from agents.run.executor import Listener
-from agents.run.record import Run
 from agents.services import Services
 from agents.settings import Settings
 from bot.metrics import Metrics
 from bot.slack.app import build_app
-from bot.slack.home import change_listener_factory
 from bot.slack.http import HttpLimits, Router, serve_http
 from bot.slack.observe import observe_slack
 from bot.slack.redacting import RedactingWebClient
-from bot.slack.thread import thread_listener_factory
-from bot.slack.timeline_upload import timeline_listener_factory
+from bot.slack.relay import ThreadRelay
 from tools.redact import Redactor
 
 log = logging.getLogger("deckhand.runtime")
@@ -51,8 +47,9 @@ class BotRuntime:
             self.metrics.watch_audit_sink(store.feed)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
-                               listener_factories=self._listener_factories(update_interval))
+                               listener_factories=self._listener_factories())
                         for i in range(workers)]
+        self.relay = self._relay(update_interval)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: Any = None
@@ -70,23 +67,24 @@ class BotRuntime:
                              and isinstance(after, Redactor)
                              else lambda text: after(before(text)))
 
-    def _listener_factories(self, update_interval: float) -> list[ListenerFactory]:
-        """Thread updates, then the timeline (workers close them in this order), Home, metrics."""
-        client, store = self.bot.client, self.services.store
+    def _listener_factories(self) -> list[ListenerFactory]:
+        """The embedded workers' own listeners: metrics. What the thread says goes through
+        the run's feed and this replica's relay, as for a standalone worker's runs."""
+        return [self.metrics.run_listener_factory(self.services.store.plans)]
 
-        def thread(run: Run) -> Listener | None:  # the policy of when the run starts (reloads)
-            return thread_listener_factory(client, runs=store.runs, plans=store.plans,
-                                           interval=update_interval,
-                                           policy=self.services.config.policy,
-                                           trace_link=self.services.settings.trace_url)(run)
-
-        return [thread,
-                timeline_listener_factory(client, runs=store.runs, plans=store.plans,
-                                          outcome=self.metrics.timeline_uploaded),
-                change_listener_factory(self.bot.changed),
-                self.metrics.run_listener_factory(store.plans)]
+    def _relay(self, interval: float) -> ThreadRelay:
+        """Says every run's feed in its thread (any replica; one relay per run at a time).
+        The policy, trace link and Home are the current services' (a reload swaps them)."""
+        store = self.services.store
+        return ThreadRelay(self.bot.client, feed=store.run_feed, runs=store.runs,
+                           plans=store.plans, policy=lambda: self.services.config.policy,
+                           interval=interval,
+                           trace_link=lambda: self.services.settings.trace_url,
+                           changed=self.bot.changed, timeline=self.metrics.timeline_uploaded)
 
     def start_workers(self) -> None:
+        """The relay, then the embedded workers (if any) and the audit shipper."""
+        self.relay.start()
         for worker in self.workers:
             thread = threading.Thread(target=worker.serve, args=(self._stop,), daemon=True,
                                       name=worker.name)
@@ -165,6 +163,7 @@ class BotRuntime:
             self.metrics_server.server_close()
         for thread in self._threads:
             thread.join(30)
+        self.relay.stop()
         self.bot.work.stop()
         self.services.close()
 

@@ -1,8 +1,8 @@
 """Posting a finished run's timeline picture into its Slack thread.
 
-The upload is an afterthought by design: the worker closes the thread updater first (its
-final status and summary are sent by then), and only then this listener, whose ``close``
-starts a background thread to draw and upload. A failed upload is logged and counted;
+The upload is an afterthought by design: the relay asks for it last, once the run's final
+status and summary are in the thread; ``close`` starts a background thread to draw and
+upload. A failed upload is logged and counted;
 nothing waits for it and nothing else depends on it.
 """
 
@@ -16,9 +16,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
 
 from agents import logcontext
-from agents.run.executor import Listener
 from agents.run.record import Event, EventKind, Run
-from agents.store import Plans, Runs
+from agents.store import Plans
 
 log = logging.getLogger("deckhand.slack.timeline")
 
@@ -90,21 +89,3 @@ def _alt_text(run: Run, bars: int) -> str:
     took = f" over {run.duration:.0f}s" if run.duration is not None else ""
     return (f"Gantt chart of run {run.id} ({run.status.value}): {bars} bars for its steps"
             f"{took}, critical path highlighted")
-
-
-def timeline_listener_factory(client: WebClient, *, runs: Runs, plans: Plans,
-                              outcome: Outcome | None = None
-                              ) -> Callable[[Run], Listener | None]:
-    """For workers: a TimelineUploader for each run that has a Slack thread.
-
-    List it after ``thread_listener_factory``: workers close listeners in order, so the
-    summary is in the thread before the picture.
-    """
-    def factory(run: Run) -> Listener | None:
-        # a scheduled run can reach the worker before its message is posted: read again
-        slack = run.meta.get("slack") or runs.get(run.id).meta.get("slack")
-        if not slack:
-            return None
-        return TimelineUploader(client, plans=plans, channel=slack["channel"],
-                                thread_ts=slack["thread_ts"], outcome=outcome)
-    return factory

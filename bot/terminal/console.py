@@ -426,9 +426,10 @@ class ConsoleFlow:
     def _cancel(self, run_id: str) -> None:
         """Ask the run's worker (this process) to stop it, through the store as every face
         does, and say so where anyone may still read it."""
-        try:
-            self.services.store.runs.request_cancel(run_id, user=self.user)
-        except ApprovalRefused:  # it ended meanwhile: nothing left to stop
+        try:  # the first stop is audited with it (via: terminal); one already asked (a
+            # Stop in Slack), or a run that just ended, is left as it is
+            self.services.store.runs.request_cancel(run_id, user=self.user, via="terminal")
+        except ApprovalRefused:  # stopping already, or ended meanwhile: nothing to add
             return
         except StoreError as exc:  # its worker stops it all the same once its lease lapses
             log.error("run %s: Ctrl-C could not reach the store (%s); the run stops once "

@@ -1,5 +1,6 @@
 """Issue 32: ``deckhand worker`` and ``deckhand serve`` reload their config on SIGHUP —
-real processes, real Redis. A valid file is swapped in for what starts next and its
+and (issue 39.6) ``schedules serve`` and ``mcp --http`` through the same path — real
+processes, real Redis. A valid file is swapped in for what starts next and its
 policy diff audited (``config_reloaded``); an invalid one is refused in one log line,
 audited (``config_reload_refused``), and the rule in force stays."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,19 +20,28 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
+import httpx2
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from agents.config import load_config
 from agents.engine.reload import ConfigReload
+from agents.errors import NotFound
 from agents.run.record import Run, RunStatus
+from agents.schedules.keys import occurrence_run_id
+from agents.schedules.model import Schedule
 from agents.services import Services, build_services
 from agents.store import AuditEntry, Store
+from bot.cli.reload import hold_sighup, reload_on_sighup
 from bot.slack import blocks as bk
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.sample import free_port
 from tests.fixtures.slack_standin import Signer, SlackStandin
 from tests.fixtures.slack_world import SECRET
+from tests.integration.test_mcp_server import ok
 from tests.integration.test_store import submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,3 +285,133 @@ def test_a_reload_the_store_cannot_audit_is_not_applied_and_the_next_one_is(
 
 def _approvers(services: Services) -> list[str]:
     return list(services.config.policy.environments["staging"].approvers.users)
+
+
+RELOADED = textwrap.dedent(CONFIG).replace('goal: "staging {version}"',
+                                           'goal: "reloaded: staging {version}"')
+"""The first config with another goal: a plan made after the reload says which file made it."""
+
+
+def _due(store: Store, request: str) -> tuple[str, datetime]:
+    """A schedule whose one occurrence was due two minutes ago (it fires at once, once)."""
+    now = datetime.now(UTC)
+    fire = (now - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    cron = f"{fire.minute} {fire.hour} {fire.day} {fire.month} *"
+    schedule = store.schedules.create(Schedule(
+        spec=cron, cron=cron, request=request, created_by="U1",
+        created_at=now - timedelta(minutes=10), armed_at=now - timedelta(minutes=10)))
+    return schedule.id, fire
+
+
+def _planned_goal(store: Store, schedule: tuple[str, datetime]) -> str:
+    run_id = occurrence_run_id(*schedule)
+
+    def fired() -> bool:
+        try:
+            store.runs.get(run_id)
+        except NotFound:
+            return False
+        return True
+
+    wait_until(fired, timeout=30, what=f"schedule {schedule[0]} to fire")
+    run = store.runs.get(run_id)
+    return store.plans.get(run.plan_id, run.plan_version).goal
+
+
+def test_schedules_serve_reloads_on_sighup_and_plans_from_the_new_config(
+        config_file: Path, redis_url: str, store: Store, tmp_path: Path) -> None:
+    """Issue 39.6: SIGHUP killed `schedules serve`; ignored, it went on planning from the old
+    file. Now it reloads like serve and worker: occurrences plan from the new file, a broken
+    one is refused (audited) and the one in force stays."""
+    first = _due(store, "staging v1.0.0")
+    log = tmp_path / "scheduler.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "schedules", "serve", "--config",
+             str(config_file)], env={**os.environ, "REDIS_URL": redis_url,
+                                     "PYTHONPATH": str(ROOT)},
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        assert _planned_goal(store, first) == "staging v1.0.0"  # at start, the first file
+        config_file.write_text(RELOADED)
+        proc.send_signal(signal.SIGHUP)
+        assert audited(store, "config_reloaded").actor.startswith("scheduler-")
+        second = _due(store, "staging v1.0.1")
+        config_file.write_text(invalid_config())
+        proc.send_signal(signal.SIGHUP)  # refused; the schedules are re-read all the same
+        assert audited(store, "config_reload_refused").actor.startswith("scheduler-")
+        assert _planned_goal(store, second) == "reloaded: staging v1.0.1"
+        assert proc.poll() is None, log.read_text()
+    finally:
+        assert stop(proc) == 0
+    said = log.read_text()
+    assert said.count("config reloaded from") == 1 and said.count("reload refused") == 1
+
+
+def test_mcp_http_reloads_on_sighup_and_plans_from_the_new_config(
+        config_file: Path, redis_url: str, store: Store, tmp_path: Path) -> None:
+    port, log = free_port(), tmp_path / "mcp.log"
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT),
+           "DECKHAND_MCP_TOKENS": f"UALICE={MCP_TOKEN}"}
+    env.pop("SLACK_BOT_TOKEN", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "mcp", "--http", "--port", str(port),
+             "--config", str(config_file)], env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_until(lambda: proc.poll() is not None or _listening(port), timeout=60,
+                   what="deckhand mcp --http to listen")
+        assert _mcp_goal(url, "staging v1.0.0") == "staging v1.0.0"
+        config_file.write_text(RELOADED)
+        proc.send_signal(signal.SIGHUP)
+        assert audited(store, "config_reloaded").actor.startswith("mcp ")
+        assert _mcp_goal(url, "staging v1.0.1") == "reloaded: staging v1.0.1"
+        config_file.write_text(invalid_config())
+        proc.send_signal(signal.SIGHUP)
+        assert audited(store, "config_reload_refused").actor.startswith("mcp ")
+        assert _mcp_goal(url, "staging v1.0.2") == "reloaded: staging v1.0.2"
+        assert proc.poll() is None, log.read_text()
+    finally:
+        assert stop(proc) in (0, -signal.SIGTERM)  # uvicorn re-raises the SIGTERM it handled
+    assert "Logging error" not in log.read_text()  # uvicorn's access lines pass the log door
+
+
+MCP_TOKEN = "t0ken-for-alice-0123456789abcdef"
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _mcp_goal(url: str, request: str) -> str:
+    """The goal of the plan `deckhand mcp --http` makes of ``request`` (a session each)."""
+    async def scenario() -> str:
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {MCP_TOKEN}"})
+        async with client, streamable_http_client(url, http_client=client) as (
+                read, write, *_), ClientSession(read, write) as session:
+            await session.initialize()
+            return str(ok(await session.call_tool("plan", {"request": request}))["plan"]["goal"])
+
+    return anyio.run(scenario)
+
+
+def test_a_sighup_while_the_process_starts_is_a_reload_once_it_can_reload(
+        config_file: Path, store: Store) -> None:
+    """Between `main()` and the reload being set up (config, Redis, Sentinel: seconds), a
+    SIGHUP used to be taken for a terminal hanging up, and stdout and stderr — a
+    container's log — went to /dev/null for the life of the process."""
+    services = build_services(load_config(config_file), store=store)
+    before, stop_reloads = signal.getsignal(signal.SIGHUP), threading.Event()
+    try:
+        hold_sighup()
+        os.kill(os.getpid(), signal.SIGHUP)  # handled at once, in this (the main) thread
+        config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]", "users: [carol]"))
+        reload_on_sighup(services, actor="starting", stop=stop_reloads)
+        assert audited(store, "config_reloaded").actor == "starting"
+        assert _approvers(services) == ["carol"]
+    finally:
+        stop_reloads.set()
+        signal.signal(signal.SIGHUP, before)

@@ -20,9 +20,16 @@ from agents.services import build_services
 from agents.store import Store
 from bot.cli import main
 from bot.slack.home_blocks import HomeData, home_view
-from bot.slack.thread import ThreadUpdater
 from bot.terminal.render import status_table, summary
-from tests.fixtures.builders import SHELL_TOOLS, fan_out_events, fleet, make_plan, production_fleet
+from tests.fixtures.builders import (
+    SHELL_TOOLS,
+    fan_out_events,
+    fleet,
+    make_plan,
+    production_fleet,
+    say_events,
+    thread_writer,
+)
 from tests.fixtures.slack_standin import SlackStandin, check_limits
 
 HOSTS = fleet(500)
@@ -70,16 +77,13 @@ def _names(text: str) -> int:
     return len(re.findall(r"web-\d{3}", text))
 
 
-def test_the_slack_thread_summarizes_500_hosts(slack_standin: SlackStandin) -> None:
+def test_the_slack_thread_summarizes_500_hosts(slack_standin: SlackStandin,
+                                              store: Store) -> None:
     client = WebClient(token="xoxb-t", base_url=f"{slack_standin.url}/api/")
     plan = _plan()
     run = Run.for_plan(plan, _targets(plan), status=RunStatus.APPROVED)
-    updater = ThreadUpdater(client, plan, channel="C1", thread_ts="1.1", interval=60,
-                            policy=Policy(), plan_ts="1.0")
-    for event in _events(run, ended=True):
-        run.apply(event)
-        updater(event, run)
-    updater.close()
+    writer = thread_writer(client, store, [plan], policy=Policy())
+    say_events(writer, run, _events(run, ended=True))
     assert slack_standin.violations == []
     calls = slack_standin.of("chat.postMessage") + slack_standin.of("chat.update")
     texts = [c.text_of_blocks() for c in calls]

@@ -145,8 +145,9 @@ def test_home_shows_approvals_running_runs_locks_and_schedules(world: SlackWorld
                  if "Waiting for your approval* (0)" in c.text_of_blocks()],
         what="UBOB's Home refreshed after the approval")
     assert "Nothing needs your approval" in refreshed[0].text_of_blocks()
-    assert any("1 more approval" in str(c.payload.get("text"))
-               for c in world.standin.of("chat.postMessage"))  # the thread heard about it too
+    world.standin.wait_for(lambda: any("1 more approval" in str(c.payload.get("text"))
+                                       for c in world.standin.of("chat.postMessage")),
+                           what="the thread to hear about it too")
     assert world.standin.violations == []
 
 

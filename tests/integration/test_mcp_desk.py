@@ -242,3 +242,29 @@ class FixedPlanner:
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
         raise NotImplementedError
+
+
+def test_request_deploys_destructive_hint_follows_a_reloaded_tools_yml(
+        services: Services) -> None:
+    """A reload that removes (or adds) every mutating tool changes what request_deploy may
+    lead to; the hint the client's host reads follows it (``DeskServer.add_request_tool``,
+    run after each SIGHUP)."""
+    import anyio
+
+    from bot.mcp.server import build_server
+
+    server = build_server(Desk(services))
+
+    def hint() -> bool | None:
+        tools = anyio.run(server.list_tools)
+        (request,) = [t for t in tools if t.name == "request_deploy"]
+        assert request.annotations is not None
+        return request.annotations.destructive_hint
+
+    assert hint() is True
+    tools = {n: t.model_copy(update={"mutates": False})
+             for n, t in services.config.catalog.tools.items()}
+    services.config = dataclasses.replace(services.config, catalog=Catalog(tools))
+    server.add_request_tool()
+    assert hint() is False
+    assert len([t for t in anyio.run(server.list_tools) if t.name == "request_deploy"]) == 1

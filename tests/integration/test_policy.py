@@ -428,8 +428,8 @@ def test_slack_modify_to_no_environment_keeps_production_rules(world: SlackWorld
     second = world.plan_message(1)
     assert "(no environment)" in second.text_of_blocks()
     world.click("approve", button(second, "approve"), user="UMALLORY")
-    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
-    assert "not allowed to approve" in refusal[0].payload["text"]
+    refusal = world.standin.wait_for(lambda: world.told("UMALLORY"), what="the refusal")
+    assert "not allowed to approve" in refusal[0]
     world.click("approve", button(second, "approve"), user="UBOB")
     run = world.standin.wait_for(lambda: [r for r in [world.store.runs.get(run_id)]
                                           if r.approvals] or None)[0]

@@ -35,14 +35,12 @@ def test_deploy_posts_plan_then_two_approvals_run_it(world: SlackWorld) -> None:
     assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
 
     world.click("approve", approve, user="UMALLORY")
-    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"),
-                                     what="the refusal")
-    assert refusal[0].payload["user"] == "UMALLORY"
-    assert "not allowed" in refusal[0].payload["text"] and "SOPS" in refusal[0].payload["text"]
+    refusal = world.standin.wait_for(lambda: world.told("UMALLORY"), what="the refusal")
+    assert "not allowed" in refusal[0] and "SOPS" in refusal[0]
 
     world.click("approve", approve, user="UALICE")  # requester: no self-approval in production
-    world.standin.wait_for(lambda: len(world.standin.of("chat.postEphemeral")) >= 2)
-    assert "your own request" in world.standin.of("chat.postEphemeral")[1].payload["text"]
+    said = world.standin.wait_for(lambda: world.told("UALICE"), what="the second refusal")
+    assert "your own request" in said[0]
 
     world.click("approve", approve, user="UBOB")
     world.standin.wait_for(lambda: any("1 more approval" in str(c.payload.get("text"))
@@ -107,8 +105,7 @@ def test_double_click_and_slack_retry_create_one_run(world: SlackWorld) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"),
-                           what="the second click's refusal")
+    world.standin.wait_for(lambda: world.told("UBOB"), what="the second click's refusal")
     run = world.store.runs.get(bk.parse_button_value(value)[0])
     assert [a.user for a in run.approvals] == ["UBOB"]
 
@@ -135,8 +132,8 @@ def test_modify_yaml_new_version_and_stale_button(world: SlackWorld) -> None:
                                                  if "Superseded" in c.text_of_blocks()])
     assert not _actions(superseded[0])  # old buttons are gone
     world.click("approve", old_value, user="UBOB")
-    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
-    assert "version 1, but the plan is now version 2" in refusal[0].payload["text"]
+    refusal = world.standin.wait_for(lambda: world.told("UBOB"), what="the refusal")
+    assert "version 1, but the plan is now version 2" in refusal[0]
     assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
 
 

@@ -48,11 +48,9 @@ def test_a_retried_button_click_gets_one_reply(world: SlackWorld) -> None:
     assert world.signer.interaction(click)[0] == 200
     assert world.signer.interaction(click)[0] == 200  # Slack's retry: acknowledged, dropped
     world.click("approve", value, user="UEVE")  # a later click, answered after both
-    world.standin.wait_for(lambda: [c for c in world.standin.of("chat.postEphemeral")
-                                    if c.payload["user"] == "UEVE"], what="the later reply")
-    to_mallory = [c for c in world.standin.of("chat.postEphemeral")
-                  if c.payload["user"] == "UMALLORY"]
-    assert len(to_mallory) == 1 and "not allowed" in to_mallory[0].payload["text"]
+    world.standin.wait_for(lambda: world.told("UEVE"), what="the later reply")
+    to_mallory = [r for r in world.standin.responses if r["_path"] == "/response/2"]
+    assert len(to_mallory) == 1 and "not allowed" in to_mallory[0]["text"]
 
 
 def test_modify_during_a_429_storm_says_so_at_once_through_the_response_url(

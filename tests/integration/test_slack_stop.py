@@ -5,6 +5,7 @@ changed and says who stopped it — asserted on the host, the record and the aud
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.fixtures.polling import wait_until
 from tests.fixtures.slack_standin import SlackStandin
 from tests.fixtures.slack_world import SlackWorld, button, start_world
 
+CLICKS = 20
 PLAYBOOK = """
 playbooks:
   - name: ship
@@ -75,10 +77,10 @@ def test_stop_from_the_thread_kills_rolls_back_and_says_who(
     lines = log.read_text().splitlines()
     assert lines == ["started", "undo web-1"]  # killed mid-step: never finished, then undone
     assert (tmp_path / "web-1" / "changes").read_text().splitlines() == ["shipped", "undo"]
-    # the click's own entry (the worker audits picking the request up too)
+    # the click's own entry, and only it (the worker picking the request up adds none)
     stops = [e for e in slow.store.audit.entries(run_id=run_id)
-             if e.action == "cancel_requested" and e.details.get("via") == "stop_button"]
-    assert [e.actor for e in stops] == ["UALICE"]
+             if e.action == "cancel_requested"]
+    assert [(e.actor, e.details.get("via")) for e in stops] == [("UALICE", "stop_button")]
     said = json.dumps([c.payload for c in slow.standin.of("chat.postMessage")])
     assert "stopped run" in said and "UALICE" in said
 
@@ -105,3 +107,47 @@ def test_a_finished_run_has_no_stop_and_a_late_click_stops_nothing(
     stops = [e for e in slow.store.audit.entries(run_id=run_id)
              if e.action == "cancel_requested" and e.details.get("via") == "stop_button"]
     assert [e.actor for e in stops] == ["UBOB"]  # the late click stopped nothing
+
+
+def test_twenty_stop_clicks_at_once_stop_once_and_tell_the_others_privately(
+        slow: SlackWorld, tmp_path: Path) -> None:
+    """Issue 39.4: the first Stop wins — one audit entry, one post in the thread — and every
+    later click hears, on its own response_url, that the run is already stopping and who
+    stopped it."""
+    log = tmp_path / "log.txt"
+    slow.deploy("ship", user="UALICE")
+    slow.click("approve", button(slow.plan_message(0), "approve"), user="UBOB")
+    wait_until(lambda: log.exists() and "started" in log.read_text(), what="the step to start")
+    run_id = _stop_value(slow)
+    barrier = threading.Barrier(CLICKS)
+
+    def click(user: str) -> None:
+        barrier.wait()
+        slow.click(bk.ActionId.STOP, run_id, user=user)
+
+    clickers = [threading.Thread(target=click, args=(("UALICE", "UBOB", "UCAROL")[i % 3],))
+                for i in range(CLICKS)]
+    for clicker in clickers:
+        clicker.start()
+    for clicker in clickers:
+        clicker.join(30)
+    run = slow.wait_run(run_id)
+    (stop,) = [e for e in slow.store.audit.entries(run_id=run_id)
+               if e.action == "cancel_requested"]
+    assert run.status is RunStatus.CANCELLED and f"cancelled by {stop.actor}" in (run.reason or "")
+    told = slow.standin.wait_for(
+        lambda: (found := [r for r in slow.standin.responses
+                           if "already stopping" in r.get("text", "")])
+        and len(found) >= CLICKS - 1 and found, what="every later click's answer")
+    assert len(told) == CLICKS - 1
+    assert all(f"stopped by {stop.actor}" in r["text"] for r in told)
+    assert all(r.get("response_type") == "ephemeral" for r in told)
+    said = [e for e in slow.store.run_feed.read(run_id, after="0-0", count=1000)
+            if e.kind == "say" and "stopped run" in e.data["text"]]  # the thread's feed
+    assert len(said) == 1 and stop.actor in said[0].data["text"]
+    post = slow.standin.wait_for(lambda: [c for c in slow.standin.of("chat.postMessage")
+                                          if "stopped run" in json.dumps(c.payload)],
+                                 what="the stop's post in the thread")
+    assert len(post) == 1
+    refused = [e for e in slow.store.audit.entries(run_id=run_id) if e.action == "stop_refused"]
+    assert len(refused) == CLICKS - 1

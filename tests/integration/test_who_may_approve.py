@@ -190,8 +190,8 @@ def test_slack_refusal_and_home_give_the_same_list(world: SlackWorld) -> None:
     who = eligibility(run, world.config.policy).who()
     assert "UALICE" not in who and "UBOB" in who
     world.click("approve", value, user="UMALLORY")
-    refusal = world.standin.wait_for(lambda: world.standin.of("chat.postEphemeral"))
-    shown = refusal[0].payload["text"].replace("&lt;", "<").replace("&gt;", ">")
+    refusal = world.standin.wait_for(lambda: world.told("UMALLORY"), what="the refusal")
+    shown = refusal[0].replace("&lt;", "<").replace("&gt;", ">")
     assert f"Who can: {who}" in shown
     world.runtime.bot.home.interval = 0.05
     assert world.open_home("UBOB")[0] == 200

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,9 @@ from agents.services import build_services
 from agents.store import Store
 from tests.fixtures.polling import wait_until
 from tests.fixtures.redis_sentinel import SentinelGroup
+from tests.fixtures.sample import free_port
+from tests.fixtures.slack_standin import SlackStandin
+from tests.fixtures.slack_world import SECRET
 from tests.integration.test_store import _spawn_worker, config_for, gated_plan, submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,3 +120,80 @@ def _said(log: Path) -> list[str]:
     """The messages of the worker's JSON log lines so far (whole lines only)."""
     return [json.loads(line)["message"] for line in log.read_text().split("\n")[:-1]
             if line.strip()]
+
+
+def test_a_stopping_worker_and_serve_leave_within_their_bound_when_every_sentinel_is_down(
+        tmp_path: Path, sentinel_group: SentinelGroup, slack_standin: SlackStandin) -> None:
+    """Issue 39.7: every sentinel down, the primary up. The pooled connection still
+    answered a ping, so a draining worker waited for its run in hand (44 s in the issue; the
+    stop grace period in compose) and said nothing, though nothing could reconnect or follow
+    a failover; `serve` with an embedded worker waited 66 s (the interpreter's exit waits
+    for the run's step commands). Both now ask Sentinel too: they say what they wait for and
+    leave within --drain-store-wait; a run is taken over after its lease once the sentinels
+    are back (the worker's, on a 1 s lease, here; serve's lease is 30 s)."""
+    config = config_for(tmp_path)
+    store = Store.connect(sentinel_group.url)
+    services = build_services(config, store=store)
+    gates = {"staging": tmp_path / "a", "production": tmp_path / "b"}
+    runs = [submit(services, gated_plan(gate, env),  # production needs two approvals
+                   approvers=("bob", "carol") if env == "production" else ("bob",))
+            for env, gate in gates.items() if gate.mkdir() is None]
+    wait, logs = 3.0, {"worker": tmp_path / "worker.log", "serve": tmp_path / "serve.log"}
+    procs = {"worker": _logged_worker(config, sentinel_group.url, logs["worker"], "--name",
+                                      "stranded", "--lease", "1", "--drain-store-wait",
+                                      str(wait)),
+             "serve": _logged_serve(config, sentinel_group.url, logs["serve"], slack_standin,
+                                    "--drain-store-wait", str(wait))}
+    took: dict[str, float] = {}
+    try:
+        wait_until(lambda: all((g / "started").exists() for g in gates.values()), timeout=60,
+                   what="a run in hand in each process (at its gate step)")
+        for index in range(3):
+            sentinel_group.procs[f"sentinel{index}"].kill()
+            sentinel_group.procs[f"sentinel{index}"].wait(10)
+        began = time.monotonic()
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for name, proc in procs.items():
+            assert proc.wait(30) == 0, name
+            took[name] = time.monotonic() - began
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    nobody = "no Redis Sentinel names a primary for service 'deckhand'"
+    for name, doing in (("worker", "draining"), ("serve", "stopping")):
+        assert took[name] < wait + 4, f"{name} took {took[name]:.1f} s (wait {wait:g} s)"
+        said = _said(logs[name])
+        assert any(m.startswith(f"{doing}: the store does not answer ({nobody}") and
+                   m.endswith(f"waiting up to {wait:g} s for it, then exiting — another "
+                              f"worker takes the run in hand over after this one's lease")
+                   for m in said), said
+        assert any(m.startswith(f"{doing}: stopped waiting for the store ({nobody}") and
+                   m.endswith("exiting now — another worker takes the run in hand over "
+                              "after this one's lease") for m in said), said
+
+    sentinel_group.restart_sentinels()
+    for gate in gates.values():
+        (gate / "go").touch()
+    (stranded,) = [r for r in runs if store.runs.get(r.id).worker == "stranded"]  # lease 1 s
+    assert all(store.runs.get(r.id).status is RunStatus.RUNNING for r in runs)  # as left
+    rescuer = Worker(services, store, name="rescuer",
+                     options=WorkerOptions(lease=1, claim_after=1, block=0.1))
+    wait_until(lambda: rescuer.step(block=0.1) is not None and store.runs.get(
+        stranded.id).status.terminal, timeout=30, what="another worker to take the run over")
+    assert store.runs.get(stranded.id).status is RunStatus.SUCCEEDED
+
+
+def _logged_serve(config: Config, redis_url: str, log: Path, slack: SlackStandin,
+                  *options: str) -> subprocess.Popen[bytes]:
+    """`serve --http` with one embedded worker (as `deckhand serve` runs by default)."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "serve", "--http", "--host", "127.0.0.1",
+             "--port", str(free_port()), "--metrics-port", "0", "--workers", "1",
+             "--config", str(config.path), "--log-format", "json", *options],
+            env={**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT),
+                 "SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": SECRET,
+                 "SLACK_API_URL": f"{slack.url}/api/"},
+            stdout=out, stderr=out, cwd=ROOT)

@@ -4,6 +4,7 @@ check per role, secrets from files, resource limits, a read-only root."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -129,23 +130,90 @@ def test_compose_limits_resources_and_keeps_the_root_read_only() -> None:
     assert _deckhand_services()["worker"]["stop_grace_period"]  # SIGTERM drains: give it time
 
 
-def test_each_role_checks_the_port_it_serves_health_on() -> None:
+def test_each_role_checks_health_where_it_serves_it_whatever_the_port() -> None:
+    """Issue 39.8: HEALTHCHECKs with 3000 and 9100 written in went unhealthy once PORT or
+    --metrics-port changed. The check names no port: the process writes its /healthz URL
+    to DECKHAND_HEALTH_FILE (a setting; under the /tmp tmpfs, per container), the probe
+    reads it (tests/integration/test_image_env.py runs the checks on other ports)."""
     _, stages = _dockerfile()
+    env = _runtime_env(stages)
+    health_file = env["DECKHAND_HEALTH_FILE"]
+    assert health_file.startswith("/tmp/") and "DECKHAND_HEALTH_FILE" in _aliases()
     for name, service in _deckhand_services().items():
         role = service["command"][1]
-        port = _health_port(service["command"])
-        assert service["healthcheck"]["test"][-1] == str(port), name
+        assert service["healthcheck"]["test"] == ["CMD", *HEALTHCHECK], name
+        assert any(t.startswith("/tmp") for t in service["tmpfs"]), name
+        assert "DECKHAND_HEALTH_FILE" not in service["environment"], "the image's, per container"
         assert service["build"]["target"] == role
+        assert _serves_health(service["command"]), name
+    for role in ("serve", "worker"):
         stage = stages[role]
+        check = stage.last("HEALTHCHECK") or ""
+        assert check.startswith("--interval") and check.endswith(
+            "CMD " + json.dumps(HEALTHCHECK)), role
         assert shlex.split(stage.last("CMD") or "")[0].startswith("[")  # exec form
-        assert stage.last("HEALTHCHECK").endswith(f'"bot.healthcheck", "{port}"]'), role
-        assert _health_port(yaml.safe_load(stage.last("CMD") or "[]")) == port
+        assert _serves_health(yaml.safe_load(stage.last("CMD") or "[]")), role
 
 
-def _health_port(command: list[str]) -> int:
+HEALTHCHECK = ["python", "-m", "bot.healthcheck"]
+
+
+def _serves_health(command: list[str]) -> bool:
+    """A /healthz to check: serve over HTTP, a worker with its metrics port."""
     if command[1] == "worker":
-        return int(command[command.index("--metrics-port") + 1])
-    return 3000  # serve --http: $PORT, 3000 in the image
+        return "--metrics-port" in command
+    return command[1] == "serve" and "--http" in command
+
+
+def _runtime_env(stages: dict[str, Stage]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for instruction, rest in stages["runtime"].lines:
+        if instruction == "ENV":
+            found.update(word.split("=", 1) for word in shlex.split(rest) if "=" in word)
+    return found
+
+
+def _aliases() -> set[str]:
+    return {field.alias for field in Settings.model_fields.values() if field.alias}
+
+
+def test_each_role_builds_an_image_of_its_own() -> None:
+    """Issue 39.8: serve and worker shared `image: deckhand:latest` with different build
+    targets, so `docker compose build` tagged one role's image for both."""
+    images: dict[str, set[str]] = {}
+    for name, service in _deckhand_services().items():
+        assert service.get("image"), f"{name}: no image of its own"
+        images.setdefault(service["build"]["target"], set()).add(service["image"])
+    assert all(len(names) == 1 for names in images.values()), images  # replicas share one
+    assert len({next(iter(n)) for n in images.values()}) == len(images), images
+    dockerfile = (ROOT / "Dockerfile").read_text()  # its build lines tag them the same
+    for target, (image,) in images.items():
+        repository = image.partition(":")[0]
+        build = (f"docker build -t {repository} ." if target == "serve"
+                 else f"docker build --target {target} -t {repository} .")
+        assert build in dockerfile, build
+
+
+def test_deckhand_can_read_its_secret_files_as_compose_mounts_them() -> None:
+    """Issue 39.8: at mode 0600, as the compose file said, the secrets were unreadable by
+    the image's uid and every deckhand container restarted in a loop. Compose mounts a
+    file secret as the host file is (uid/gid/mode apply only to swarm and to `environment:`
+    secrets, which a read-only service cannot take): the file must be the image's uid's."""
+    _, stages = _dockerfile()
+    uid = re.search(r"--uid (\d+)", str(stages["runtime"].lines))
+    assert uid is not None
+    text = (ROOT / "deploy" / "compose.yml").read_text()
+    secrets = _compose()["secrets"]
+    deckhand = {secret for service in _deckhand_services().values()
+                for secret in service["secrets"]}
+    for secret in deckhand:
+        assert isinstance(secret, str), "long syntax: compose ignores uid/gid/mode for files"
+        assert set(secrets[secret]) == {"file"}
+    chown = re.search(rf"chown {uid.group(1)}:{uid.group(1)} ([\w ]+)\n", text)
+    chmod = re.search(r"chmod 0400 ([\w ]+?)( &&|\n)", text)
+    assert chown and chmod, "the compose file says how to make them the image's"
+    assert set(chown.group(1).split()) == set(chmod.group(1).split()) == deckhand
+    assert "mode 0600" not in text
 
 
 def test_dockerfile_pins_its_base_installs_dependencies_before_code_and_runs_as_non_root(

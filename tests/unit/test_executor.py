@@ -1,11 +1,23 @@
 import threading
 from pathlib import Path
+from typing import Any
 
 from agents.config import Config
 from agents.plan.model import Plan
 from agents.plan.targets import resolve
 from agents.run.executor import NotReplicated, ReplicaWaits
-from agents.run.record import Event, EventKind, HostResult, Phase, Run, RunStatus, StepStatus
+from agents.run.judgment import MemoryJudge, awaiting
+from agents.run.record import (
+    Decision,
+    Event,
+    EventKind,
+    HostResult,
+    Phase,
+    Run,
+    RunStatus,
+    StepStatus,
+    Verdict,
+)
 from tests.fixtures.builders import (
     SHELL_TOOLS,
     fan_out_events,
@@ -16,6 +28,7 @@ from tests.fixtures.builders import (
 )
 from tests.fixtures.polling import wait_until
 from tools.inventory import LOCAL_HOST
+from tools.inventory import Judgment as JudgmentConfig
 from tools.runners.base import CancelToken
 
 # Two steps that can only both succeed if they run at the same time: each announces it
@@ -415,3 +428,115 @@ def test_a_takeover_mid_rollback_fails_closed_on_a_host_with_no_process_group(
     assert resumed.status is RunStatus.ROLLBACK_FAILED
     assert "no record of its process group" in (resumed.rollback["undo"].error or "")
     assert not (tmp_path / "web-1" / "changes").exists()  # the undo was not run again
+
+
+def _deploy_taken_over(config: Config, *, running: tuple[str, ...] = ()) -> tuple[Plan, Run]:
+    """The fleet deploy (one host per batch) as a dead worker left it: web-1 done (and
+    ``running`` hosts started, not ended), the step still marked running."""
+    plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
+                                                    "params": {"environment": "fleet"}}])
+    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
+                       status=RunStatus.RUNNING)
+    run.apply(Event(kind=EventKind.RUN_STARTED, run_id=run.id))
+    for event in fan_out_events(run.id, "deploy", ["web-1"]):
+        run.apply(event)
+    for host in running:
+        for event in fan_out_events(run.id, "deploy", [host], running=[host])[1:]:
+            run.apply(event)
+    return plan, run
+
+
+def _changes(tmp_path: Path) -> list[list[str]]:
+    return [(p.read_text().split() if (p := tmp_path / h / "changes").exists() else [])
+            for h in ("web-1", "web-2", "web-3")]
+
+
+def test_a_takeover_between_batches_goes_on_with_the_pending_hosts_only(
+        tmp_path: Path) -> None:
+    """Issue 39.3: every started host's command had ended (a hold between batches): the
+    not-idempotent step is not failed; the hosts done are not run again."""
+    config = fleet_config(tmp_path, 1)
+    plan, run = _deploy_taken_over(config)
+    events: list[Event] = []
+    resumed = make_executor(config).execute(plan, run, listeners=[
+        lambda e, r: events.append(e)])
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.reason
+    assert _changes(tmp_path) == [[], ["x"], ["x"]]  # web-1 was done before: not again
+    announced = [e.hosts for e in events if e.kind is EventKind.HOSTS_STARTING]
+    assert announced == [["web-2"], ["web-3"]]
+    assert resumed.steps["deploy"].hosts["web-1"].status is StepStatus.SUCCEEDED
+    assert resumed.changed_hosts == ["web-1", "web-2", "web-3"]
+
+
+def test_a_takeover_fails_a_not_idempotent_step_only_for_a_command_still_running(
+        tmp_path: Path) -> None:
+    config = fleet_config(tmp_path, 1)
+    plan, run = _deploy_taken_over(config, running=("web-2",))
+    resumed = make_executor(config).execute(plan, run)
+    assert resumed.status is RunStatus.ROLLED_BACK
+    error = resumed.steps["deploy"].error or ""
+    assert "was running on web-2 when its worker" in error and "not idempotent" in error
+    assert _changes(tmp_path) == [["undo"], ["undo"], []]  # both undone, web-3 untouched
+
+
+def test_a_go_no_go_hold_taken_over_is_the_same_hold(tmp_path: Path) -> None:
+    """The hold the dead worker entered is waited for again — its name, its ``since`` and
+    so its deadline — not announced anew; a decision made meanwhile decides it."""
+    config = fleet_config(tmp_path, 1)
+    config.inventory.environments["fleet"].rollout.judgment = JudgmentConfig(
+        after_batches=[1], timeout=1800, on_timeout="rollback")
+    plan, run = _deploy_taken_over(config)
+    clock = [1_000_000.0]
+    held = awaiting(run, "deploy", config.inventory.environments["fleet"].rollout.judgment,
+                    1, 3, now=clock[0] - 600)  # entered ten minutes before the takeover
+    run.apply(Event(kind=EventKind.JUDGMENT_AWAITED, run_id=run.id, step_id="deploy",
+                    judgment=held.model_dump(mode="json")))
+    judge = MemoryJudge()
+    judge.settle(held.hold, Decision(verdict=Verdict.CONTINUE, actor="carol", via="cli"))
+    executor = make_executor(config)
+    executor.deps.clock = lambda: clock[0]
+    events: list[Event] = []
+    resumed = executor.execute(plan, run, judge=judge,
+                               listeners=[lambda e, r: events.append(e)])
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.reason
+    assert EventKind.JUDGMENT_AWAITED not in [e.kind for e in events]  # not a new hold
+    (decided,) = resumed.judgments
+    assert decided.since == held.since and decided.decision is not None
+    assert decided.decision.actor == "carol"
+    assert _changes(tmp_path) == [[], ["x"], ["x"]]
+
+
+class _StoppedAfter:
+    """A Hold whose store says "stopped" once ``after`` has appeared (as a Stop clicked
+    then): its pause never holds."""
+
+    def __init__(self, after: Path, token: CancelToken):
+        self.after, self.token = after, token
+
+    def paused(self) -> None:
+        return None
+
+    def stopped(self) -> str | None:
+        if self.after.exists():
+            self.token.cancel("cancelled by alice")
+        return self.token.reason if self.token.cancelled else None
+
+    def wait(self, until: Any) -> None:
+        return None
+
+
+def test_a_stop_read_in_the_start_gate_keeps_the_command_from_running(tmp_path: Path) -> None:
+    """The last look before a command runs reads the stop: a host whose command was about
+    to run does not run it, and is not counted as changed."""
+    config = fleet_config(tmp_path, 3)
+    plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
+                                                    "params": {"environment": "fleet"}}])
+    token = CancelToken()
+    (tmp_path / "web-1").mkdir()
+    (tmp_path / "web-1" / "changes").write_text("before\n")  # there: "stopped" from now on
+    run = make_executor(config).execute(plan, cancel=token,
+                                        hold=_StoppedAfter(tmp_path / "web-1" / "changes", token))
+    assert run.status is RunStatus.CANCELLED, run.reason
+    assert "not started: cancelled by alice" in (run.steps["deploy"].hosts["web-2"].error or "")
+    assert run.changed_hosts == []
+    assert _changes(tmp_path) == [["before"], [], []]

@@ -62,3 +62,20 @@ def test_a_drain_gives_up_once_the_store_fails_for_the_whole_wait() -> None:
     watch_drain(Probe(lambda: None, deadline=0.5, clock=clock), wait=2,
                 give_up=given_up.append, clock=clock, every=0)
     assert given_up == ["down"]
+
+
+def test_a_drain_says_when_an_outage_starts_and_ends_before_it_gives_up() -> None:
+    clock = Clock()
+    answers = iter([None, "down", None, "down", "down", "down", "down"])
+    said: list[str] = []
+
+    class Probe(StoreProbe):
+        def problem(self) -> str | None:
+            clock.now += 1
+            return next(answers)
+
+    watch_drain(Probe(lambda: None, deadline=0.5, clock=clock), wait=2,
+                give_up=lambda why: said.append(f"gave up: {why}"), clock=clock, every=0,
+                troubled=lambda why: said.append(f"troubled: {why}"),
+                recovered=lambda: said.append("recovered"))
+    assert said == ["troubled: down", "recovered", "troubled: down", "gave up: down"]

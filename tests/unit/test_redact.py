@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
-from tools.redact import MASK, Redactor, redact_text
+from tools.redact import MASK, Redactor, redact_text, url_secrets
 
 SHAPES = [
     "xoxb-1111111111-2222222222-AbCdEfGh", "ghp_" + "a1" * 18, "github_pat_" + "B2" * 20,
@@ -81,3 +82,56 @@ def test_a_reload_widens_one_redactor_instead_of_chaining_one_per_reload() -> No
     assert widened("new&amp;secret&lt;value") == MASK  # escaped as Slack writes it, too
     assert widened._values == first.including(
         Redactor(["new-secret-value", "new&secret<value"]))._values
+
+
+def test_log_records_keep_their_arguments_for_formatters_that_read_them(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """uvicorn's access formatter unpacks a record's five arguments: a record the door
+    emptied of them was a "--- Logging error ---" traceback instead of the line."""
+    caplog.set_level(logging.INFO)
+    access = '%s - "%s %s HTTP/%s" %d'
+    log = logging.getLogger("deckhand.unit")
+    log.info(access, "127.0.0.1:5", "POST", "/mcp", "1.1", 200)
+    log.info(access, "127.0.0.1:5", "GET", "/x?token=xoxb-1111111111-22222222", "1.1", 200)
+    clean, secret = caplog.records[-2:]
+    assert clean.args == ("127.0.0.1:5", "POST", "/mcp", "1.1", 200)
+    assert isinstance(secret.args, tuple) and len(secret.args) == 5
+    assert secret.getMessage() == f'127.0.0.1:5 - "GET /x?token={MASK} HTTP/1.1" 200'
+    log.info("a %s", ["mutable", "xoxb-1111111111-22222222"])  # its text could change: none
+    assert caplog.records[-1].args is None and MASK in caplog.records[-1].getMessage()
+
+
+def test_an_unreadable_secret_file_never_makes_common_words_secret(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 39.8: "SLACK_BOT_TOKEN_FILE: cannot read /run/secrets/slack_bot_token
+    (Permission denied)" was logged as "SLACK_BOT_TOKEN_FILE: [REDACTED] read [REDACTED]":
+    the variable's value (a path) was learned as a secret for its name, and the
+    ``…TOKEN…: value`` rule took "cannot" for a token. A *_FILE variable's secret is what
+    the file holds; its path and the words after its name are not."""
+    readable = tmp_path / "deploy_token"
+    readable.write_text("file-held-secret-123\n")
+    monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", "/run/secrets/slack_bot_token")  # unreadable
+    monkeypatch.setenv("DEPLOY_TOKEN_FILE", str(readable))
+    monkeypatch.setenv("REDIS_URL_FILE", str(tmp_path / "missing"))
+    redact = Redactor.from_env()
+    said = ("bad environment setting(s):\n  SLACK_BOT_TOKEN_FILE: cannot read "
+            "/run/secrets/slack_bot_token (Permission denied): it is owned by uid 0\n"
+            f"  DEPLOY_TOKEN_FILE={readable} token_path: /etc/x REDIS_URL_FILE: cannot read")
+    assert redact(said) == said
+    assert redact("deploy with file-held-secret-123") == f"deploy with {MASK}"
+    assert redact("token: abc123 DEPLOY_TOKEN=abc123") == f"token: {MASK} DEPLOY_TOKEN={MASK}"
+
+
+def test_a_redis_url_is_secret_for_its_password_not_its_address(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's address (``where``) was "[REDACTED]" in every banner whenever REDIS_URL
+    had no password: the whole URL was the secret, though nothing in it was."""
+    monkeypatch.setenv("REDIS_URL", "redis+sentinel://s1:26379,s2:26379/deckhand/0")
+    assert Redactor.from_env()("store: redis+sentinel://s1:26379,s2:26379/deckhand/0") == \
+        "store: redis+sentinel://s1:26379,s2:26379/deckhand/0"
+    monkeypatch.setenv("REDIS_URL", "redis://:pa%2Fss-w0rd@redis:6379/0")
+    redact = Redactor.from_env()
+    assert redact("redis://redis:6379/0 pa/ss-w0rd pa%2Fss-w0rd") == \
+        f"redis://redis:6379/0 {MASK} {MASK}"
+    assert url_secrets("unix:///run/redis.sock?db=0&password=s3cret-pw") == \
+        ["unix:///run/redis.sock?db=0&password=s3cret-pw", "s3cret-pw", "s3cret-pw"]

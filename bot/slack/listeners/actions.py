@@ -10,6 +10,7 @@ from typing import Any
 from slack_bolt import Ack, App, Respond
 
 from agents.errors import ApprovalRefused
+from agents.ids import short_id
 from agents.plan.yaml import plan_to_yaml
 from agents.run.record import Run, RunStatus, Verdict
 from bot.slack import blocks as bk
@@ -21,9 +22,11 @@ from bot.slack.work import Tell
 
 def register(app: App, bot: Bot) -> None:
     @app.action(bk.ActionId.APPROVE)
-    def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+    def approve(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+                respond: Respond) -> None:
         value = bk.parse_button_value(action["value"])
-        bot.work.submit("Approve", lambda: _approve(bot, body, *value), tell=bot.teller(body))
+        tell = bot.teller(body, respond)  # a refusal: the response_url, never rate-limited
+        bot.work.submit("Approve", lambda: _approve(bot, body, tell, *value), tell=tell)
         ack()
 
     @app.action(bk.ActionId.ROLLBACK_TO)
@@ -70,6 +73,13 @@ _STEERS: dict[str, tuple[str, Callable[[Bot], Callable[..., Run]]]] = {
     bk.ActionId.PAUSE: ("Pause", lambda bot: bot.pause),
     bk.ActionId.RESUME: ("Resume", lambda bot: bot.resume)}
 """The buttons that steer a running run: the job's name and the Bot method it calls."""
+CONFIRMED = {
+    "Stop": "⏹️ Stopping run `{run}`: running commands are killed, nothing new starts, and "
+            "the rollback undoes what it changed. The thread follows it.",
+    "Pause": "⏸️ Run `{run}` is paused: running commands finish, nothing new starts until "
+             "someone resumes it.",
+    "Resume": "▶️ Run `{run}` resumes."}
+"""What the clicker hears, privately, once a control took effect."""
 
 
 def _steer_listener(bot: Bot, name: str,
@@ -77,8 +87,11 @@ def _steer_listener(bot: Bot, name: str,
     def listener(ack: Ack, body: dict[str, Any], action: dict[str, Any],
                  respond: Respond) -> None:
         run_id, user = str(action["value"]), body["user"]["id"]
-        bot.work.submit(name, lambda: steer(bot)(run_id, user=user),
-                        tell=bot.teller(body, respond))
+
+        def job() -> None:
+            run = steer(bot)(run_id, user=user)
+            bot.confirm(body, respond, CONFIRMED[name].format(run=short_id(run.id)))
+        bot.work.submit(name, job, tell=bot.teller(body, respond))
         ack()
     return listener
 
@@ -94,12 +107,12 @@ def _judge_listener(bot: Bot, verdict: Verdict) -> Callable[..., None]:
     return judge
 
 
-def _approve(bot: Bot, body: dict[str, Any], run_id: str, version: int, plan_hash: str
-             ) -> None:
+def _approve(bot: Bot, body: dict[str, Any], tell: Tell, run_id: str, version: int,
+             plan_hash: str) -> None:
     try:
         bot.approve(run_id, version, plan_hash, user=body["user"]["id"], origin=_origin(body))
     except ApprovalRefused as exc:
-        bot.tell(body, f"🚫 Not approved: {exc}")
+        tell(f"🚫 Not approved: {exc}")
         if not body.get("channel"):  # clicked in the App Home: show it as it is now
             bot.changed(bot.store.runs.get(run_id))
 

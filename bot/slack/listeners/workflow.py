@@ -3,13 +3,17 @@
 It posts the plan for approval exactly like ``/deploy`` and completes the step with the
 run's outcome when the run ends (``functions.completeSuccess`` when it succeeded,
 ``functions.completeError`` when it was rejected, failed, rolled back or could not start).
-The step's completion handles live in this replica's memory: the embedded worker that runs
-the plan tells ``Bot.changed`` when it ends.
+The step's completion handles live in the memory of the replica that received the step;
+that replica watches its waiting runs in the store (every ``WATCH_EVERY`` seconds, and at
+once when its relay says one changed), so the step completes whichever process runs the
+plan and whichever replica says its thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +25,10 @@ from bot.slack.bot import Bot
 from bot.slack.listeners.common import first_delivery
 from tools.errors import DeckhandError
 
+log = logging.getLogger("deckhand.slack.workflow")
+
 FUNCTION = "deploy_with_deckhand"
+WATCH_EVERY = 2.0
 
 
 @dataclass
@@ -35,6 +42,10 @@ class Steps:
         with self.lock:
             self.pending[run.id] = (complete, fail)
 
+    def waiting(self) -> list[str]:
+        with self.lock:
+            return list(self.pending)
+
     def ended(self, run: Run) -> tuple[Complete, Fail] | None:
         if not run.status.terminal:
             return None
@@ -45,6 +56,8 @@ class Steps:
 def register(app: App, bot: Bot) -> None:
     steps = Steps()
     bot.watchers.append(lambda run: _finish(bot, steps, run))
+    threading.Thread(target=_watch, args=(bot, steps), daemon=True,
+                     name="workflow-steps").start()
 
     @app.function(FUNCTION)
     def deploy_step(event: dict[str, Any], inputs: dict[str, Any], complete: Complete,
@@ -72,6 +85,17 @@ def _start(bot: Bot, steps: Steps, request: str, user: str, channel: str,
         return
     steps.wait_for(run, complete, fail)
     _finish(bot, steps, bot.store.runs.get(run.id))  # it may have ended already
+
+
+def _watch(bot: Bot, steps: Steps) -> None:
+    """Complete this replica's waiting steps whose runs ended, wherever they ran."""
+    while True:
+        time.sleep(WATCH_EVERY)
+        for run_id in steps.waiting():
+            try:
+                _finish(bot, steps, bot.store.runs.get(run_id))
+            except DeckhandError as exc:  # the store is away: the next look finds it
+                log.warning("workflow step of %s: %s", run_id, exc)
 
 
 def _finish(bot: Bot, steps: Steps, run: Run) -> None:
