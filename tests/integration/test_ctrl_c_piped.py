@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agents.config import load_config
 from agents.run.record import RunStatus, StepStatus
+from agents.services import build_services
 from agents.store import Store
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet
+from tests.integration.test_store import submit
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = {"web-a": "staging-1", "web-b": "prod-1"}
@@ -33,7 +36,8 @@ HOSTS = {"web-a": "staging-1", "web-b": "prod-1"}
 
 def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
     """Staging is two sshd hosts; `ship` switches each host's `current` from `old` to `new`
-    about 5 s after it starts (killable until then), `back` points it at `old` again."""
+    about 5 s after it starts, or once the test creates `go` (killable until then); `back`
+    points it at `old` again."""
     hosts = {}
     for name, real in HOSTS.items():
         work = tmp_path / name
@@ -45,14 +49,15 @@ def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
                       "environments": {"staging": {"hosts": list(HOSTS)}}},
         "tools": {
             "switch": {"description": "start, wait, then switch current to the new release",
-                       "command": "touch {host.dir}/started; i=0; while [ $i -lt 100 ]; do "
-                                  "sleep 0.05; i=$((i+1)); done; ln -sfn new {host.dir}/current",
+                       "command": "touch {host.dir}/started; i=0; while [ $i -lt 100 ] && "
+                                  "[ ! -e {vars.go} ]; do sleep 0.05; i=$((i+1)); done; "
+                                  "ln -sfn new {host.dir}/current",
                        "target": "environment", "mutates": True, "rollback": "back"},
             "back": {"description": "switch current back to the old release",
                      "command": "ln -sfn old {host.dir}/current; "
                                 "echo back {host.name} >> {vars.log}",
                      "target": "environment", "mutates": True}},
-        "vars": {"log": str(tmp_path / "log.txt")},
+        "vars": {"log": str(tmp_path / "log.txt"), "go": str(tmp_path / "go")},
         "playbooks": [{"name": "ship", "match": ["^ship$"], "goal": "ship it to staging",
                        "steps": [{"id": "switch", "tool": "switch",
                                   "params": {"environment": "staging"}}],
@@ -65,16 +70,18 @@ def _config(tmp_path: Path, fleet: SSHFleet) -> Path:
 
 
 class Pipeline:
-    """`deckhand run ship --yes 2>&1 | tee log` in a process group of its own."""
+    """`deckhand run ship --yes 2>&1 | tee log` (or ``argv``'s command) in a process group
+    of its own."""
 
-    def __init__(self, tmp_path: Path, config: Path, redis_url: str | None) -> None:
+    def __init__(self, tmp_path: Path, config: Path, redis_url: str | None,
+                 argv: tuple[str, ...] = ("run", "ship", "--yes")) -> None:
         env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
             "PYTHONPATH": str(ROOT), "COLUMNS": "200", "DECKHAND_STATE_DIR": str(tmp_path / "state")}
         if redis_url:
             env["REDIS_URL"] = redis_url
         self.env = env
         self.deckhand = subprocess.Popen(
-            [sys.executable, "-m", "bot.launch", "run", "ship", "--yes", "--config", str(config)],
+            [sys.executable, "-m", "bot.launch", *argv, "--config", str(config)],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, process_group=0)
         assert self.deckhand.stdout is not None
@@ -162,3 +169,27 @@ def test_ctrl_c_to_the_group_of_a_piped_run_without_redis(tmp_path: Path,
         capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["status"] == "cancelled"
+
+
+def test_ctrl_c_to_a_piped_worker_drains_its_run_to_the_end(
+        tmp_path: Path, store: Store, sshd_hosts: SSHFleet, redis_url: str) -> None:
+    """The other process that runs steps: `deckhand worker 2>&1 | tee log`, Ctrl-C to the
+    group mid-run. A worker drains — it finishes the run in hand, then exits 0 — and the dead
+    pipe under its "draining" line changes nothing of that."""
+    config = _config(tmp_path, sshd_hosts)
+    services = build_services(load_config(config), store=store)
+    run = submit(services, services.make_plan("ship", requested_by="alice", face="cli"))
+    pipeline = Pipeline(tmp_path, config, redis_url, argv=("worker", "--name", "piped"))
+    try:
+        wait_until(lambda: all((tmp_path / n / "started").exists() for n in HOSTS),
+                   what="both hosts' switch to start")
+        pipeline.ctrl_c()
+        assert pipeline.tee.wait(10) == -signal.SIGINT
+        (tmp_path / "go").touch()  # the run in hand may end now
+        assert pipeline.deckhand.wait(60) == 0  # drained, not killed by its own output
+    finally:
+        pipeline.close()
+    final = store.runs.get(run.id)
+    assert final.status is RunStatus.SUCCEEDED, final.reason
+    for name in HOSTS:
+        assert os.readlink(tmp_path / name / "current") == "new", name
