@@ -264,6 +264,7 @@ def build_services(config: Config, settings: Settings | None = None, *,
     if store is None:
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
         store = Store.connect(url)
+        store.replica_wait = settings.replica_wait
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     store.redact_with(redact)  # the store's door knows the config's secrets too
     activate(redact)  # and so do the process's log, terminal and span doors

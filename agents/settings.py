@@ -39,6 +39,11 @@ class Settings(BaseModel):
         default=60.0, gt=0, alias="DECKHAND_SCHEDULE_LEASE",
         description="seconds a claimed occurrence may go without its replica's heartbeat "
                     "before another replica takes it over")
+    replica_wait: float = Field(
+        default=30.0, ge=0, alias="DECKHAND_REPLICA_WAIT",
+        description="seconds a mutating start waits, past its first WAIT, for a Redis "
+                    "replica to confirm its record before it fails (a rollback then goes "
+                    "ahead, said in the record)")
 
     openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")

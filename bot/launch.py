@@ -33,8 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         gc.freeze()  # what start-up built lives until exit: never scan it again
         gc.enable()
-    try:
-        return cli_main(list(args))
+    try:  # a process's own command line: its output is guarded (a dead pipe never stops
+        # a rollback), as for `python -m bot.cli`
+        return cli_main(list(args), own_process=argv is None)
     finally:
         gc.freeze()  # exit's own collection would walk every object once more, for nothing
 

@@ -36,14 +36,15 @@ from typing import Any
 
 from agents.errors import StoreError
 from agents.plan.model import Plan
-from agents.run.executor import Deferred
+from agents.run.executor import Deferred, NotReplicated, ReplicaWaits
 from agents.run.record import HOST_EVENTS, Event, EventKind, HostChange, Run
 from agents.store import AuditLog, Leases, LostOwnership, Plans, RunFeed, Write
 from tools.runners.base import CancelToken
 
 AUDITED = {EventKind.STEP_FINISHED, EventKind.REPLANNED, EventKind.ROLLBACK_STARTED,
            EventKind.ROLLBACK_FINISHED, EventKind.GATE_JUDGED, EventKind.RUN_PAUSED,
-           EventKind.RUN_RESUMED, EventKind.JUDGMENT_AWAITED, EventKind.RUN_FINISHED}
+           EventKind.RUN_RESUMED, EventKind.JUDGMENT_AWAITED, EventKind.REPLICA_WAIT,
+           EventKind.RUN_FINISHED}
 UNRECORDED = {EventKind.STEP_OUTPUT, EventKind.STEP_RETRY}
 """Events that change nothing in the record (output lives in host tails)."""
 
@@ -87,8 +88,8 @@ class RunRecorder:
             return lambda: self._write_hosts(run.id, changes)
         if event.kind in AUDITED:  # taken now, written after the record that it follows
             data: dict[str, Any] = {k: v for k, v in (
-                ("gate", event.gate), ("pause", event.pause),
-                ("judgment", event.judgment)) if v is not None}  # the figures it was shown
+                ("gate", event.gate), ("pause", event.pause), ("judgment", event.judgment),
+                ("wait", event.wait)) if v is not None}  # the figures it was shown
             with self._outbox:
                 self._audits.append(self.audit_log.write(
                     event.kind.value, actor=self.worker, run_id=run.id, step=event.step_id,
@@ -144,13 +145,17 @@ class RunRecorder:
             log.warning("the store is back: the run's kept writes have landed")
         return not self._lost
 
-    def durable(self, what: str) -> str | None:
+    def durable(self, what: str, waits: ReplicaWaits | None = None) -> str | None:
         """None once everything recorded so far is in Redis and on a replica (where there
         are replicas); else why not, for the host that then does not start.
 
         A primary with no replica connected now (a single node, or a replica just promoted
         whose old primary is gone) is not waited for: no failover can lose what it holds.
-        A stalled replica still counts as connected, so it stops the command.
+        A stalled replica still counts as connected, so it stops the command — after a
+        bounded wait (``replica_wait``): right after a failover the promoted primary's
+        replica may take a few seconds to sync, and the start waits for it (``waits`` puts
+        the wait in the record) rather than fail at the first WAIT. A timeout is a
+        ``NotReplicated`` (a rollback goes ahead on one: see the executor).
         """
         if self.pending:
             with contextlib.suppress(StoreError):  # still away: said below
@@ -161,12 +166,44 @@ class RunRecorder:
         if unsaved is not None:
             return f"its start could not be recorded in Redis ({unsaved})"
         # every noun shares one connection: this WAIT covers the audit entries and plans too
-        if not self.leases.replicate(what) and self.leases.replica_count(fresh=True) > 0:
-            return (f"replication to a Redis replica timed out: no replica confirmed within "
-                    f"{self.leases.replicate_timeout:g}s that its start is recorded, and a "
-                    f"failover could lose that record — check the replica (INFO replication), "
-                    f"then run it again")
-        return None
+        if self.leases.replicate(what) or self.leases.replica_count(fresh=True) == 0:
+            return None
+        return self._wait_for_replica(what, waits)
+
+    def _wait_for_replica(self, what: str, waits: ReplicaWaits | None) -> str | None:
+        """The first WAIT timed out with a replica there: WAIT again until one confirms,
+        none is left to wait for, the run is stopped or ``replica_wait`` has passed."""
+        bound = self.leases.replica_wait
+        deadline = time.monotonic() + bound
+        outcome = "timed_out"
+        if bound > 0 and waits is not None:
+            waits.waiting(what, bound)
+        try:
+            while time.monotonic() < deadline:
+                if self._lost or (waits is not None and waits.stopped()):
+                    outcome = "stopped"
+                    break
+                try:
+                    if self.leases.replicate(what):
+                        outcome = "confirmed"
+                        return None
+                    if self.leases.replica_count(fresh=True) == 0:
+                        outcome = "no_replica"  # none left that a failover could promote
+                        return None
+                except StoreError:  # mid-failover: the store retries; so do we, bounded
+                    time.sleep(0.2)
+        finally:
+            if bound > 0 and waits is not None:
+                waits.waited(outcome)
+        if self._lost:
+            return "this worker lost the run to another worker"
+        if outcome == "stopped":
+            return "the run was stopped while its start waited for a Redis replica"
+        waited = self.leases.replicate_timeout + bound
+        return NotReplicated(
+            f"replication to a Redis replica timed out: no replica confirmed within "
+            f"{waited:g}s that its start is recorded, and a failover could lose that record "
+            f"— check the replica (INFO replication), then run it again")
 
     def _write_record(self, run: Run, *, said: tuple[str, dict[str, Any]]) -> None:
         """The whole record (which includes every host change so far) with what the run

@@ -264,6 +264,38 @@ def deploy_line(environment: str, deploy: Deploy) -> dict[str, Any]:
             "deploy": deploy.model_dump(mode="json")}
 
 
+# -- the embedded store's record ------------------------------------------------------------
+
+KEPT_RUNS = "runs.jsonl"
+"""In the state directory: every run executed on the in-process store (no REDIS_URL), one
+``run`` line each, as an archive holds it — that store ends with its process, and the
+terminal that showed the run may be gone (a dead ``| tee``). ``deckhand runs show RUN``
+without REDIS_URL reads it."""
+
+
+def kept_runs(state_dir: Path) -> Path:
+    return state_dir / KEPT_RUNS
+
+
+def keep_run(store: Store, run_id: str, path: Path) -> None:
+    """Append run ``run_id`` as the store has it now (journal folded in), with its plan's
+    versions and its own audit entries, to ``path`` and fsync it; OSError if it cannot."""
+    run = store.runs.get(run_id)
+    line = {"kind": "run", "id": run.id, "run": run.model_dump(mode="json"),
+            "plans": [p.model_dump(mode="json") for p in store.plans.versions(run.plan_id)],
+            "audit": [e.__dict__ for e in store.audit.entries(run_id=run.id, limit=100_000)]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existed = path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "ab") as file:
+        torn = existed and path.stat().st_size and not _ends_with_newline(path)
+        file.write((b"\n" if torn else b"") + _line(line))  # never glued onto a torn line
+        file.flush()
+        os.fsync(file.fileno())
+    if not existed:
+        _fsync_dir(path.parent)
+
+
 # -- one process at a time ------------------------------------------------------------------
 
 def run_exclusively(retention: Retention, *, locks: Locks, audit: AuditLog, owner: str,

@@ -22,7 +22,15 @@ from agents import logcontext
 from agents.engine.fence import LeaseFence
 from agents.engine.pause import PauseSwitch
 from agents.engine.recorder import RunRecorder
-from agents.engine.retention import SLICE, Retention, RetentionReport, due, run_exclusively
+from agents.engine.retention import (
+    SLICE,
+    Retention,
+    RetentionReport,
+    due,
+    keep_run,
+    kept_runs,
+    run_exclusively,
+)
 from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
 from agents.readiness import Liveness
 from agents.run.executor import Listener
@@ -314,6 +322,20 @@ class Worker:
                 close = getattr(front_end, "close", None)
                 if close is not None:
                     close()
+            self.keep(run.id)
+
+    def keep(self, run_id: str) -> None:
+        """On the in-process store (no REDIS_URL), which ends with this process, append the
+        run's record to the state directory's ``runs.jsonl`` (``retention.keep_run``)."""
+        state_dir = self.services.config.state_dir
+        if not self.store.embedded or state_dir is None:
+            return
+        path = kept_runs(state_dir)
+        try:
+            keep_run(self.store, run_id, path)
+        except (OSError, StoreError) as exc:
+            log.error("run %s: could not keep its record in %s (%s); it ends with this "
+                      "process", run_id, path, exc)
 
     def _stop_leftovers(self, run: Run) -> None:
         """Taking a run over: stop what the dead worker's commands left running, on every

@@ -35,6 +35,7 @@ from agents.run.record import (
     Judgment,
     Pause,
     Phase,
+    ReplicaWait,
     Run,
     RunStatus,
     StepState,
@@ -57,11 +58,35 @@ Listener = Callable[[Event, Run], Deferred | None]
 not be ordered with other hosts' events goes in the callable it may return, which runs once
 the lock is released and before the emitting thread carries on (so what it writes about a
 host's start has landed before the command starts)."""
-Durable = Callable[[str], str | None]
+
+
+class NotReplicated(str):
+    """Why a start is not durable when the one reason is that no Redis replica confirmed
+    its record within the bounded wait (the record is on the primary). A forward step does
+    not start; a rollback goes ahead, said in the record (``_Execution._durable``)."""
+
+
+class ReplicaWaits(Protocol):
+    """What ``Durable`` tells the run while a start waits for a replica, and asks it."""
+
+    def waiting(self, what: str, seconds: float) -> None:
+        """``what`` waits for a replica, at most ``seconds`` more."""
+
+    def waited(self, outcome: str) -> None:
+        """That wait ended: confirmed, no_replica (none left to wait for), timed_out or
+        stopped."""
+
+    def stopped(self) -> bool:
+        """Whether to stop waiting (the run was stopped: nothing new starts)."""
+
+
+Durable = Callable[[str, ReplicaWaits], str | None]
 """The one check every mutating start crosses: None once everything recorded so far (that
 it may start there, and its process group) is durable (or there is nothing to wait for),
-else why it is not — the command then does not start there. Asked for every batch, every
-retry, and by each command's start gate; its argument says what is waited for, for logs."""
+else why it is not — the command then does not start there, unless it is a rollback and
+the reason a ``NotReplicated``. Asked for every batch, every retry, and by each command's
+start gate; its first argument says what is waited for, for logs and the record; a wait for
+a replica is told to (and may be stopped by) its second."""
 MayStart = Callable[[str], str | None]
 """Right before any command starts (each batch, each attempt): blocks while the worker
 cannot vouch for its lease on the run (see ``agents.engine.fence``); None once it may
@@ -148,7 +173,7 @@ class Executor:
         targets = resolve(plan, self.deps.catalog, self.deps.inventory)
         run = run or Run.for_plan(plan, targets, status=RunStatus.APPROVED)  # caller approved
         execution = _Execution(self, plan, run, cancel or CancelToken(),
-                               [*self.listeners, *listeners], durable or _nothing_to_wait_for,
+                               [*self.listeners, *listeners], durable or _always_durable,
                                may_start or _nothing_to_wait_for, hold or _NoHold())
         execution.judge = judge or execution.judge
         parent = tracing.context_of(run.meta.get("traceparent") or plan.planner.traceparent)
@@ -214,6 +239,8 @@ class _Execution:
         self.ran = False
         """Whether any command of this run may have run (a refused start did not)."""
         self.judge: Judge = MemoryJudge()
+        self.replica_waiters = 0
+        """Starts waiting for a replica now (one REPLICA_WAIT in the record for them all)."""
         self.resumed: dict[str, dict[str, HostResult]] = {}
         """Steps an earlier worker left between hosts (its commands had all ended): per
         step, the hosts whose command ended there. They are not run again; the rollout goes
@@ -587,11 +614,35 @@ class _Execution:
                   mutating=True)
         # every batch, already-changed hosts and rollback included: a record lost in a
         # failover would let a takeover run the step there again while this copy runs
-        problem = self.durable(f"the start of {step.id} on {len(names)} host(s)")
+        problem = self._durable(f"the start of {step.id} on {len(names)} host(s)", phase)
         if problem is None:
             return []
         return [self._not_started({"step_id": step.id, "phase": phase, "host": name}, problem)
                 for name in names]
+
+    def _durable(self, what: str, phase: Phase) -> str | None:
+        """``durable`` for a start in ``phase``. The replication gate holds a forward step
+        back; it does not hold a rollback back: a rollback start no replica confirmed within
+        the bounded wait (its record is on the primary only) goes ahead, and the record says
+        so (``meta.unreplicated``). What the gate protects is the record that a command
+        started, so that a takeover after a failover neither misses a changed host nor runs
+        the command again; a rollback's host is already recorded as changed, so losing its
+        start can only make a takeover run the rollback there again — what a rollback is
+        for. Refusing it instead leaves the host on the new version for certain. Any other
+        reason (the store unreachable, the run another worker's) stops a rollback too."""
+        problem = self.durable(what, _ReplicaWaits(self, phase))
+        if phase is Phase.PLAN or not isinstance(problem, NotReplicated):
+            return problem
+        fenced = self.may_start(what)  # after the wait: the run is still this worker's
+        if fenced is not None:
+            return fenced
+        now = time.time()
+        log.warning("run %s: %s goes ahead without a replica's confirmation: %s", self.run.id,
+                    what, problem)
+        self.emit(EventKind.REPLICA_WAIT, phase=phase, status="unconfirmed", error=problem,
+                  wait=ReplicaWait(what=what, since=now, until=now,
+                                   outcome="unconfirmed").model_dump())
+        return None
 
     def _not_started(self, ids: dict[str, Any], problem: str) -> _HostOutcome:
         error = f"{ids['host']}: not started: {problem}"
@@ -775,7 +826,8 @@ class _Execution:
         self.emit(EventKind.HOST_STARTED, attempt=attempt, mutating=tool.mutates, **ids)
         if not tool.mutates or attempt == 1:
             return None
-        return self.durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}")
+        return self._durable(f"attempt {attempt} of {ids['step_id']} on {ids['host']}",
+                             ids["phase"])
 
     def _invoke(self, host: Host, tool: Tool, command: str, watch: _OutputWatch,
                 token: CancelToken, ids: dict[str, Any]
@@ -791,7 +843,8 @@ class _Execution:
             if not tool.mutates:
                 return None
             try:  # its process group on a replica before it may change anything
-                return self.durable(f"the process group of {ids['step_id']} on {host.name}")
+                return self._durable(f"the process group of {ids['step_id']} on "
+                                     f"{host.name}", ids["phase"])
             except DeckhandError as exc:
                 return str(exc)
 
@@ -822,6 +875,39 @@ class _Execution:
                                     f"{source}, which did not produce it")
             resolved[key] = outputs[name]
         return resolved
+
+
+class _ReplicaWaits:
+    """A start's wait for a replica, in the record as one REPLICA_WAIT however many hosts'
+    starts wait at once: the first to wait says "waiting", the last to end how it ended. A
+    forward step stops waiting when the run is stopped; a rollback waits out its bound."""
+
+    def __init__(self, execution: _Execution, phase: Phase):
+        self.execution, self.phase = execution, phase
+
+    def waiting(self, what: str, seconds: float) -> None:
+        ex = self.execution
+        with ex.lock:  # emitted under it: "waiting" and its end stay in order
+            ex.replica_waiters += 1
+            if ex.replica_waiters == 1:
+                now = time.time()
+                ex.emit(EventKind.REPLICA_WAIT, phase=self.phase, status="waiting",
+                        wait=ReplicaWait(what=what, since=now, until=now + seconds).model_dump())
+
+    def waited(self, outcome: str) -> None:
+        ex = self.execution
+        with ex.lock:
+            ex.replica_waiters = max(ex.replica_waiters - 1, 0)
+            if ex.replica_waiters == 0:
+                wait = ex.run.replica_wait
+                ex.emit(EventKind.REPLICA_WAIT, phase=self.phase, status=outcome,
+                        wait=wait.model_copy(update={"outcome": outcome}).model_dump()
+                        if wait is not None else None)
+
+    def stopped(self) -> bool:
+        """A forward step's wait ends with a stop (the store's, read now); a rollback's
+        never does (``Hold.stopped``: a rollback's commands are never stopped)."""
+        return self.phase is Phase.PLAN and self.execution.hold.stopped() is not None
 
 
 class _OutputWatch:
@@ -921,6 +1007,10 @@ def _finish(work: Deferred, event: Event) -> None:
 
 
 def _nothing_to_wait_for(what: str) -> str | None:
+    return None
+
+
+def _always_durable(what: str, waits: ReplicaWaits) -> str | None:
     return None
 
 

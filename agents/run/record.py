@@ -110,6 +110,12 @@ class EventKind(StrEnum):
     """The rollout holds for a go/no-go decision after a batch (``Event.judgment``)."""
     JUDGMENT_DECIDED = "judgment_decided"
     """Continue or Roll back was decided (by someone, or by the timeout)."""
+    REPLICA_WAIT = "replica_wait"
+    """A mutating start waits, bounded, for a Redis replica to confirm its record (after a
+    failover, the promoted primary's replica syncing): ``status`` ``waiting`` (``Event.wait``
+    says what and until when), then how it ended — ``confirmed``, ``no_replica`` (none
+    left that a failover could promote), ``timed_out``, ``stopped``, or ``unconfirmed``: a
+    rollback that went ahead without a confirmation (``meta.unreplicated`` names it)."""
     RUN_FINISHED = "run_finished"
 
 
@@ -147,6 +153,8 @@ class Event(BaseModel):
     """RUN_PAUSED: the Pause (as JSON)."""
     judgment: dict[str, Any] | None = None
     """JUDGMENT_AWAITED / _DECIDED: the Judgment (as JSON)."""
+    wait: dict[str, Any] | None = None
+    """REPLICA_WAIT: the ReplicaWait (as JSON)."""
 
     def describe(self) -> str:
         """One human line for logs and audit."""
@@ -301,6 +309,20 @@ class Pause(BaseModel):
     """What waits for the resume (a step, a rollout batch), once the run is held."""
 
 
+class ReplicaWait(BaseModel):
+    """A mutating start held until a Redis replica confirms that its record is there (see
+    ``agents.engine.recorder``), at most until ``until``; then it fails ("not started"), or
+    a rollback goes ahead unconfirmed."""
+
+    what: str
+    """What waits: "the start of deploy on 3 host(s)", "the process group of undo on web-1"."""
+    since: float
+    until: float
+    outcome: str | None = None
+    """How it ended (an event's status): confirmed, no_replica, timed_out, stopped,
+    unconfirmed."""
+
+
 class Approval(BaseModel):
     user: str
     via: str | None = None
@@ -351,6 +373,8 @@ class Run(BaseModel):
     """The pause holding the run now (nothing new starts until it is resumed)."""
     judgments: list[Judgment] = Field(default_factory=list)
     """Every go/no-go hold of this run, in order (the last may still wait)."""
+    replica_wait: ReplicaWait | None = None
+    """A start waiting for a Redis replica now (faces say "waiting for a Redis replica")."""
     seq: int = 0
     """How many events this record has folded in: host changes with a higher ``seq`` are
     newer than the record and still apply to it."""
@@ -458,6 +482,7 @@ def _run_started(run: Run, ev: Event) -> None:
     if run.status not in (RunStatus.RUNNING, RunStatus.ROLLING_BACK):
         run.move(RunStatus.RUNNING)
     run.started_at = run.started_at or ev.at
+    run.replica_wait = None  # a dead worker's wait is not this execution's
 
 
 def _step_started(run: Run, ev: Event) -> None:
@@ -563,6 +588,14 @@ def _run_finished(run: Run, ev: Event) -> None:
     run.finished_at = ev.at
     run.reason = run.reason or ev.error
     run.paused = None
+    run.replica_wait = None
+
+
+def _replica_wait(run: Run, ev: Event) -> None:
+    wait = ReplicaWait.model_validate(ev.wait) if ev.wait is not None else None
+    run.replica_wait = wait if ev.status == "waiting" else None
+    if ev.status == "unconfirmed" and wait is not None:  # every face shows these writes
+        run.meta.setdefault("unreplicated", []).append(f"rollback: {wait.what}")
 
 
 def _run_paused(run: Run, ev: Event) -> None:
@@ -589,4 +622,5 @@ _APPLY = {
     EventKind.JUDGMENT_AWAITED: _judgment,
     EventKind.JUDGMENT_DECIDED: _judgment,
     EventKind.RUN_FINISHED: _run_finished,
+    EventKind.REPLICA_WAIT: _replica_wait,
 }

@@ -61,6 +61,10 @@ from tools.redact import redact_text
 CAS_RETRIES = 100
 CREATE_RETRIES = 10
 """Fresh ids tried before a create gives up (one retry is already a once-in-ages event)."""
+REPLICA_WAIT = 30.0
+"""Seconds a mutating start waits on, past its first WAIT, for a replica to confirm its
+record before it fails (DECKHAND_REPLICA_WAIT): a failover's promoted primary may need a
+few seconds before its replica has synced."""
 REPLICA_CHECK_EVERY = 30.0
 EMBEDDED = "in-process fakeredis"
 GROUP = "workers"
@@ -307,6 +311,7 @@ class RedisBase:
         self.where = where
         self.ids = ids
         self.replicate_timeout = 2.0
+        self.replica_wait = REPLICA_WAIT
         self._replicas: tuple[float, int] | None = None
 
     def redact_with(self, redact: Callable[[str], str]) -> None:
@@ -526,6 +531,10 @@ class Part:
     @property
     def replicate_timeout(self) -> float:
         return self.db.replicate_timeout
+
+    @property
+    def replica_wait(self) -> float:
+        return self.db.replica_wait
 
     def commit(self, writes: Sequence[Write]) -> None:
         self.db.commit(writes)

@@ -63,8 +63,11 @@ def _config_error_text(exc: ConfigError) -> str:
     return str(exc)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # a real process (not a test calling main): output can never be fatal
+def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) -> int:
+    """Run one command. ``own_process`` (default: ``argv`` is None) says this is the
+    process's own command line — the ``deckhand`` entry point, ``python -m bot.cli`` — not a
+    test calling ``main`` in its process: output then can never be fatal (guard_output)."""
+    if argv is None if own_process is None else own_process:
         guard_output()
     parser = build_parser(_command_word(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)

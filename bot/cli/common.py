@@ -123,7 +123,8 @@ def embedded_store_note() -> None:
     if Settings().redis_url is not None:
         return
     text = ("REDIS_URL is not set, so this command uses an embedded store that lives only for "
-            "this one process — it cannot see runs from `deckhand run`, `serve` or `worker`. "
+            "this one process — it cannot see runs from `serve` or `worker`, and of `deckhand "
+            "run`'s only what it kept in its state directory (`runs show RUN`). "
             "To share one store, start Redis and set REDIS_URL (e.g. export "
             "REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
     if json_logging():  # `audit ship --log-format json`: a log line like every other

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from agents import tracing
 from agents.engine.retention import JOB as RETENTION_JOB
+from agents.engine.retention import kept_runs
 from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import AmbiguousId, ApprovalRefused, NotFound
@@ -31,7 +32,7 @@ from agents.readiness import StoreProbe
 from agents.run.gates import gate_lines
 from agents.run.judgment import judgment_lines
 from agents.run.record import Run
-from agents.run.unreplicated import unreplicated_note
+from agents.run.unreplicated import replica_wait_line, unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import AuditLog, Locks, Plans, Runs
@@ -246,9 +247,14 @@ def _runs(args: argparse.Namespace, console: Console) -> int:
 
 def _show_run(args: argparse.Namespace, console: Console, services: Services) -> int:
     store = services.store
-    if args.archive is not None:
-        run, plan = read_archived(args.archive, args.run_id)
-        console.print(f"from the archive {args.archive} (trimmed from Redis)", highlight=False)
+    kept = _kept_runs(services)
+    source = args.archive if args.archive is not None else kept
+    if source is not None:
+        run, plan = read_archived(source, args.run_id)
+        if not args.json:  # --json prints the run and nothing else
+            console.print(f"from the archive {source} (trimmed from Redis)" if source is
+                          args.archive else f"from {source} (runs kept by deckhand run "
+                          f"without REDIS_URL)", highlight=False, soft_wrap=True)
     else:
         run, plan = _stored_run(args.run_id, runs=store.runs, locks=store.locks,
                                 plans=store.plans)
@@ -262,6 +268,9 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     console.print(summary(plan, run))
     if run.paused is not None:
         console.print(Text(pause_line(run)), soft_wrap=True)
+    waiting = replica_wait_line(run)
+    if waiting:
+        console.print(Text(f"⏳ {waiting}"), soft_wrap=True)
     for line in gate_lines(run):  # every measured value against its threshold
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in judgment_lines(run):  # go/no-go between batches: decided, or waiting
@@ -285,6 +294,16 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
         console.print(f"timeline: {args.timeline} ({drawn.width}×{drawn.height}, "
                       f"{len(drawn.bars)} bars)")
     return 0
+
+
+def _kept_runs(services: Services) -> Path | None:
+    """Without REDIS_URL: the state directory's record of the runs executed on the
+    in-process store (``retention.keep_run``), if there is one."""
+    state_dir = services.config.state_dir
+    if not services.store.embedded or state_dir is None:
+        return None
+    path = kept_runs(state_dir)
+    return path if path.exists() else None
 
 
 def pause_line(run: Run) -> str:

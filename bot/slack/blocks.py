@@ -26,7 +26,7 @@ from agents.run.gates import where as gate_where
 from agents.run.judgment import waiting_line
 from agents.run.record import GateCheck, Pause, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
-from agents.run.unreplicated import unreplicated_note
+from agents.run.unreplicated import replica_wait_line, unreplicated_note
 
 Block = dict[str, Any]
 
@@ -328,7 +328,7 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
     blocks = [section(f"{emoji} *Run `{short_id(run.id)}` — {run.status.value.replace('_', ' ')}*"
                       f"{took}")]
     lines = [_step_line(s.id, run.steps[s.id]) for s in plan.steps]
-    blocks += _pack_lines(lines, budget=MAX_BLOCKS - 5, more_hint="steps")
+    blocks += _pack_lines(lines, budget=MAX_BLOCKS - 6, more_hint="steps")
     started = [r for r in plan.rollback if run.rollback[r.id].status is not StepStatus.PENDING]
     if started or run.status is RunStatus.ROLLING_BACK:
         rollback = [_step_line(r.id, run.rollback[r.id]) for r in plan.rollback]
@@ -337,6 +337,9 @@ def status_blocks(plan: Plan, run: Run) -> list[Block]:
         blocks.insert(1, context(pause_text(run.paused)))
     if run.awaiting is not None:  # the decision's buttons are on its own message
         blocks.append(context(f"⏸️ {escape(waiting_line(run.awaiting))}"))
+    replica = replica_wait_line(run)
+    if replica:  # a start waiting for a Redis replica (after a failover, one syncing)
+        blocks.append(context(f"⏳ {escape(replica)}"))
     if run.status in STOPPABLE:
         blocks.append({"type": "actions", "elements": [*pause_buttons(run), stop_button(run)]})
     if run.finished_at is not None and outputs_of(run):

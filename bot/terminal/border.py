@@ -18,6 +18,7 @@ import yaml
 from rich.segment import Segment
 
 from bot.terminal.door import RedactingConsole
+from bot.terminal.output import silence
 from tools.visible import INVISIBLE, visible
 
 __all__ = ["INVISIBLE", "TerminalConsole", "visible", "yaml_for_terminal"]
@@ -36,6 +37,14 @@ class TerminalConsole(RedactingConsole):
     """The terminal's one door: a rich Console whose text is redacted as it is laid out
     (``door.RedactingConsole``) and can never carry a control sequence or bidi override
     that deckhand did not make (see the module docstring)."""
+
+    def on_broken_pipe(self) -> None:
+        """The reader of this console's pipe is gone (``… | tee log`` died with a Ctrl-C).
+        rich would point stdout at /dev/null and raise SystemExit(1) — in the middle of a
+        rollback; here the console goes quiet, its own stream is silenced (logged once, see
+        ``bot.terminal.output``) and whatever was under way carries on."""
+        self.quiet = True
+        silence(self.file, "the terminal's output pipe closed (BrokenPipeError)")
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(

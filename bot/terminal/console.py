@@ -7,7 +7,9 @@ and ``deckhand demo``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -23,7 +25,7 @@ from rich.text import Text
 
 from agents import tracing
 from agents.engine.worker import Worker
-from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid
+from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid, StoreError
 from agents.ids import short_id
 from agents.plan.diff import diff_plans
 from agents.plan.dryrun import LABEL as DRY_LABEL
@@ -40,6 +42,8 @@ from bot.terminal.judgment import GoNoGoPrompt
 from bot.terminal.keys import HINT, TerminalKeys, terminal_keys
 from bot.terminal.render import diff_text, live_view, plan_table, summary
 
+log = logging.getLogger("deckhand.terminal")
+
 Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
 Confirm = Callable[[str], str]
@@ -50,6 +54,35 @@ Confirm = Callable[[str], str]
 class NoAnswer(EOFError):
     """The decision prompt met the end of its input: nobody decided, so the run is
     cancelled (said so), never approved and never recorded as someone's rejection."""
+
+_PRESS_POLL = 0.05
+"""Seconds between looks at the Ctrl-C count while a run executes here."""
+
+
+class _Presses:
+    """Ctrl-C presses while a run executes here: SIGINT's handler only counts them (it can
+    never raise in the middle of the code handling an earlier one). Only on the main thread
+    and where SIGINT was Python's KeyboardInterrupt (not ignored, not someone else's)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.counting = False
+
+    def __enter__(self) -> _Presses:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self._pressed)
+            self.counting = True
+        return self
+
+    def _pressed(self, signum: int, frame: object) -> None:
+        self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if self.counting:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.counting = False
+
 
 class ExitCode(IntEnum):
     """How ``deckhand run`` (and ``approve``) end; documented in the README."""
@@ -355,7 +388,15 @@ class ConsoleFlow:
     def _run_interruptibly(self, worker: Worker, run_id: str,
                            listener: Callable[[Event, Run], None]) -> Run | None:
         """Execute here; the first Ctrl-C cancels (running steps stop, rollback runs) and
-        waits for it, a second one says what stopping now leaves behind, and exits."""
+        waits for it, a second one says what stopping now leaves behind, and exits.
+
+        This thread never leaves while the run's thread works, whatever the terminal does:
+        once it returned, the interpreter would start shutting down under the rollback
+        ("cannot schedule new futures after interpreter shutdown"). So a Ctrl-C is not a
+        KeyboardInterrupt here, which could surface anywhere (between two checks, inside
+        the handling of the first one): SIGINT only counts a press (``_Presses``), and this
+        loop acts on it; a store that cannot take the stop, or a terminal that is gone, is
+        said and logged, and the wait goes on."""
         box: dict[str, Run | None] = {}
         done = threading.Event()  # not thread.is_alive(): after a KeyboardInterrupt cut a
         # join() short, CPython may report a running thread as dead
@@ -366,38 +407,60 @@ class ConsoleFlow:
             finally:
                 done.set()
 
-        # not a daemon: the interpreter must not end the rollback by exiting
-        threading.Thread(target=work, name=f"run-{run_id}").start()
-        interrupted = False
-        while not done.is_set():
-            try:
-                done.wait(0.2)
-            except KeyboardInterrupt:
-                if interrupted:
-                    self._abandon(run_id)
-                interrupted = True
-                # the first stop is audited with it (via: terminal); one already asked (a
-                # Stop in Slack), or a run that just ended, is left as it is
-                with contextlib.suppress(ApprovalRefused):
-                    self.services.store.runs.request_cancel(run_id, user=self.user,
-                                                            via="terminal")
-                with contextlib.suppress(OSError):  # no one to read it: the rollback goes on
-                    self.console.print("[magenta]Cancelling: running steps are stopped, "
-                                       "then rollback runs. Wait for it (Ctrl-C again to "
-                                       "abandon it).[/]")
+        with _Presses() as presses:
+            # not a daemon: the interpreter must not end the rollback by exiting
+            threading.Thread(target=work, name=f"run-{run_id}").start()
+            handled = 0
+            while not done.is_set():
+                try:
+                    done.wait(_PRESS_POLL if presses.counting else 0.2)
+                except KeyboardInterrupt:  # SIGINT not ours to count (not the main thread)
+                    presses.count += 1
+                if presses.count > handled:
+                    if handled:
+                        self._abandon(worker, run_id)
+                    handled = presses.count
+                    self._cancel(run_id)
         return box.get("run")
 
-    def _abandon(self, run_id: str) -> None:
+    def _cancel(self, run_id: str) -> None:
+        """Ask the run's worker (this process) to stop it, through the store as every face
+        does, and say so where anyone may still read it."""
+        try:  # the first stop is audited with it (via: terminal); one already asked (a
+            # Stop in Slack), or a run that just ended, is left as it is
+            self.services.store.runs.request_cancel(run_id, user=self.user, via="terminal")
+        except ApprovalRefused:  # stopping already, or ended meanwhile: nothing to add
+            return
+        except StoreError as exc:  # its worker stops it all the same once its lease lapses
+            log.error("run %s: Ctrl-C could not reach the store (%s); the run stops once "
+                      "its lease cannot be renewed", run_id, exc)
+            return
+        self._say("[magenta]Cancelling: running steps are stopped, then rollback runs. "
+                  "Wait for it (Ctrl-C again to abandon it).[/]")
+
+    def _say(self, text: str) -> None:
+        """Print, if anyone can read it: a closed pipe or a lost terminal never ends the
+        wait for a rollback (TerminalConsole silences such a stream itself)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.console.print(text)
+
+    def _abandon(self, worker: Worker, run_id: str) -> None:
         if self._keys is not None:  # os._exit skips every finally: give the terminal back
             self._keys.close()
-        run = self.services.store.runs.get(run_id)
-        hosts = ", ".join(run.changed_hosts) or "none yet"
-        self.console.print(f"Stopping now: run {run_id} is {run.status.value} and its "
-                           f"rollback will not finish here. Hosts it changed: {hosts}; they "
-                           f"may serve the new version. `deckhand runs show {run_id}` shows "
-                           f"what ran; with REDIS_URL another worker takes the run over "
-                           f"when its lease ends.", style="bold red", markup=False)
-        self.console.file.flush()
+        worker.keep(run_id)  # on the in-process store: what ran, kept past this exit
+        try:
+            run = self.services.store.runs.get(run_id)
+            state, hosts = run.status.value, ", ".join(run.changed_hosts) or "none yet"
+        except StoreError:
+            state, hosts = "in an unknown state (the store does not answer)", "unknown"
+        with contextlib.suppress(OSError, ValueError):  # said if anyone can read it
+            self.console.print(f"Stopping now: run {run_id} is {state} and its "
+                               f"rollback will not finish here. Hosts it changed: {hosts}; "
+                               f"they may serve the new version. `deckhand runs show "
+                               f"{run_id}` shows what ran; with REDIS_URL another worker "
+                               f"takes the run over when its lease ends.", style="bold red",
+                               markup=False)
+            self.console.file.flush()
         os._exit(EXIT_ABANDONED)
 
     def _prompt_confirm(self, word: str) -> str:

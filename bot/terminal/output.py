@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 log = logging.getLogger("deckhand.terminal")
 
@@ -56,7 +56,7 @@ class GuardedStream:
         silence(self._stream, f"{self._name} failed ({exc.__class__.__name__}: {exc})")
 
 
-def silence(stream: TextIO, why: str) -> None:
+def silence(stream: IO[str], why: str) -> None:
     """Point ``stream``'s file descriptor at /dev/null (once), and log why."""
     try:
         fd = stream.fileno()

@@ -15,6 +15,7 @@ from agents.plan.model import Plan, PlannerInfo, RollbackStep, Step, format_para
 from agents.plan.targets import PlanTargets
 from agents.run.record import Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, tally
+from agents.run.unreplicated import replica_wait_line
 
 STATUS_STYLE = {
     StepStatus.PENDING: ("·", "dim"),
@@ -134,6 +135,8 @@ def live_view(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None,
     """The live status table, with the pause in force and ``hint`` (which keys do what)
     on a line each below it."""
     lines = [Text(paused_line(run), "bold yellow")] if run.paused is not None else []
+    waiting = replica_wait_line(run)
+    lines += [Text(f"⏳ {waiting}", "yellow")] if waiting else []
     lines += [Text(hint, "dim")] if hint else []
     table = status_table(plan, run, hosts)
     return Group(table, *lines) if lines else table

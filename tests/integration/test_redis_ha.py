@@ -121,7 +121,7 @@ def _change_run(tmp_path: Path, store: Store) -> tuple[Worker, Run]:
 def test_a_mutating_command_starts_only_once_a_replica_has_its_record(
         tmp_path: Path, sentinel_group: SentinelGroup) -> None:
     store = Store.connect(sentinel_group.url)
-    store.replicate_timeout = 0.5
+    store.replicate_timeout = store.replica_wait = 0.5  # refused after 1 s of waiting
     changes = tmp_path / "web-1" / "changes"  # what the deploy writes on its host
     worker, run = _change_run(tmp_path, store)
     sentinel_group.pause_replica()

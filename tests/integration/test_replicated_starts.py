@@ -93,7 +93,7 @@ def _step_two_refused(store: Store, run_id: str) -> bool:
 def test_a_replica_stopped_mid_run_holds_the_next_batch_on_a_changed_host(
         tmp_path: Path, sentinel_group: SentinelGroup, sshd_hosts: SSHFleet) -> None:
     store = Store.connect(sentinel_group.url)
-    store.replicate_timeout = 0.5
+    store.replicate_timeout = store.replica_wait = 0.5  # refused after 1 s of waiting
     services = build_services(host_config(tmp_path, sshd_hosts), store=store)
     run = submit(services, one_hold_two(), approvers=("bob",))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
@@ -121,7 +121,8 @@ def _spawn_worker(config: Config, url: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "bot.cli", "worker", "--config", str(config.path), "--name",
          "doomed", "--lease", "1", "--claim-after", "1"],
-        env={**os.environ, "REDIS_URL": url}, stdout=subprocess.DEVNULL,
+        env={**os.environ, "REDIS_URL": url, "DECKHAND_REPLICA_WAIT": "0.5"},
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
 
 

@@ -5,6 +5,7 @@ from typing import Any
 from agents.config import Config
 from agents.plan.model import Plan
 from agents.plan.targets import resolve
+from agents.run.executor import NotReplicated, ReplicaWaits
 from agents.run.judgment import MemoryJudge, awaiting
 from agents.run.record import (
     Decision,
@@ -223,7 +224,7 @@ def _change_fleet(script: str = "true") -> dict:
 def test_a_mutating_start_waits_for_its_batch_then_its_process_group(tmp_path: Path) -> None:
     asked: list[tuple[str, list[str]]] = []
 
-    def durable(what: str) -> str | None:  # what is on the hosts when each wait is asked
+    def durable(what: str, waits: object) -> str | None:  # what is on the hosts at each wait
         asked.append((what, sorted(h for h in ("web-1", "web-2", "web-3")
                                    if (tmp_path / h / "changes").exists())))
         return None
@@ -246,7 +247,7 @@ def test_a_mutating_start_waits_for_its_batch_then_its_process_group(tmp_path: P
 def test_every_batch_and_the_rollback_wait_on_already_changed_hosts(tmp_path: Path) -> None:
     asked: list[str] = []
 
-    def durable(what: str) -> str | None:
+    def durable(what: str, waits: object) -> str | None:
         asked.append(what)
         return None
 
@@ -270,7 +271,7 @@ def test_every_batch_and_the_rollback_wait_on_already_changed_hosts(tmp_path: Pa
 def test_a_mutating_retry_waits_before_it_starts(tmp_path: Path) -> None:
     asked: list[str] = []
 
-    def durable(what: str) -> str | None:
+    def durable(what: str, waits: object) -> str | None:
         asked.append(what)
         return None
 
@@ -286,7 +287,7 @@ def test_a_mutating_retry_waits_before_it_starts(tmp_path: Path) -> None:
 
 
 def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> None:
-    def durable(what: str) -> str | None:
+    def durable(what: str, waits: object) -> str | None:
         return "replication to a Redis replica timed out"
 
     plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
@@ -303,6 +304,68 @@ def test_a_batch_whose_start_is_not_durable_does_not_start(tmp_path: Path) -> No
     assert not any((tmp_path / h).exists() for h in ("web-1", "web-2", "web-3"))
 
 
+def _deploy_then_fail() -> Plan:
+    """deploy changes every fleet host; again fails on the first one: rollback undoes all."""
+    return make_plan([_change_fleet(), {"id": "again", "tool": "change", "depends_on": ["deploy"],
+                                        "params": {"environment": "fleet", "label": "y",
+                                                   "script": "exit 1"}}],
+                     rollback=[{"id": "undo", "tool": "undo", "params": {"environment": "fleet"}}])
+
+
+def test_a_rollback_no_replica_confirmed_goes_ahead_and_the_record_says_so(
+        tmp_path: Path) -> None:
+    def durable(what: str, waits: object) -> str | None:  # forward starts are confirmed
+        return NotReplicated("replication to a Redis replica timed out") if "undo" in what \
+            else None
+
+    run = make_executor(fleet_config(tmp_path)).execute(_deploy_then_fail(), durable=durable)
+    assert run.status is RunStatus.ROLLED_BACK, run.reason
+    assert {h: r.status for h, r in run.rollback["undo"].hosts.items()} == dict.fromkeys(
+        ["web-1", "web-2", "web-3"], StepStatus.SUCCEEDED)
+    assert all((tmp_path / h / "changes").read_text().splitlines()[-1] == "undo"
+               for h in ("web-1", "web-2", "web-3"))
+    first, *gates = run.meta["unreplicated"]  # the batch, then each host's start gate
+    assert first == "rollback: the start of undo on 3 host(s)"
+    assert sorted(gates) == [f"rollback: the process group of undo on web-{i}" for i in (1, 2, 3)]
+    assert run.replica_wait is None
+
+
+def test_a_rollback_refused_for_another_reason_than_a_replica_does_not_start(
+        tmp_path: Path) -> None:
+    def durable(what: str, waits: object) -> str | None:  # e.g. the store unreachable
+        return "its start could not be recorded in Redis" if "undo" in what else None
+
+    run = make_executor(fleet_config(tmp_path)).execute(_deploy_then_fail(), durable=durable)
+    assert run.status is RunStatus.ROLLBACK_FAILED, run.reason
+    assert "not started: its start could not be recorded" in (run.rollback["undo"].error or "")
+    assert "unreplicated" not in run.meta
+
+
+def test_starts_waiting_for_a_replica_are_one_wait_in_the_record(tmp_path: Path) -> None:
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def listener(event: Event, run: Run) -> None:
+        if event.kind is EventKind.REPLICA_WAIT:
+            wait = run.replica_wait
+            seen.append((event.status or "", wait.what if wait else None,
+                         (event.wait or {}).get("outcome")))
+
+    def durable(what: str, waits: ReplicaWaits) -> str | None:
+        if what.startswith("the process group of deploy"):  # three hosts wait at once
+            waits.waiting(what, 30)
+            waits.waited("confirmed")
+        return None
+
+    plan = make_plan([_change_fleet()])
+    run = make_executor(fleet_config(tmp_path)).execute(plan, durable=durable,
+                                                        listeners=[listener])
+    assert run.status is RunStatus.SUCCEEDED and run.replica_wait is None
+    statuses = [status for status, _, _ in seen]  # overlapping waits: one in the record
+    assert statuses == ["waiting", "confirmed"] * (len(statuses) // 2) and statuses
+    assert (seen[0][1] or "").startswith("the process group of deploy on web-")
+    assert seen[-1] == ("confirmed", None, "confirmed")
+
+
 def test_a_daemon_holding_the_output_open_is_named_in_the_timeout(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     plan = make_plan([{"id": "start", "tool": "sh_fast_timeout",
@@ -312,7 +375,7 @@ def test_a_daemon_holding_the_output_open_is_named_in_the_timeout(tmp_path: Path
     assert "timed out after 0.5s" in error and ">/dev/null 2>&1 &" in error, error
 def test_a_refused_process_group_record_keeps_the_command_from_running(
         tmp_path: Path) -> None:
-    def durable(what: str) -> str | None:
+    def durable(what: str, waits: object) -> str | None:
         return "no replica confirmed" if what.startswith("the process group") else None
 
     plan = make_plan([_change_fleet()], rollback=[{"id": "undo", "tool": "undo",
