@@ -147,7 +147,8 @@ def _between(org: OrgWide, services: dict[str, Config],
     out += [Problem(doc.where(("channels", channel)),
                     f"channel {channel} names unknown service {service!r} (known: {known})")
             for channel, service in org.channels.items() if service not in declared]
-    if org.policy is not None:  # its rules go by environment name, across every service
+    if org.policy is not None and set(services) == declared:  # (else: knock-on problems)
+        # its rules go by environment name, across every service
         out += [Problem(doc.where(("policy", *where)), message)
                 for where, message in policy_problems(org.policy, environments)]
     return out
