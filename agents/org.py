@@ -71,9 +71,10 @@ def load_org(path: Path | str) -> Org:
     origins: dict[str, tuple[Path, Located]] = {}
     loaded_from: dict[Path, str] = {}
     for key, body in org.services.items():
-        name, here = str(key), doc.where(("services", key))
+        name = str(key)
+        here = doc.where(("services", name))
         problems += _name_problems(name, here)
-        source = _source(name, body, path, doc, here, loaded_from, problems)
+        source = _source(key, body, path, doc, here, loaded_from, problems)
         if source is None:
             continue
         loaded, found = load_service(name, *source, org)
@@ -96,13 +97,14 @@ def _name_problems(name: str, here: str) -> list[Problem]:
     return []
 
 
-def _source(name: str, body: Any, main: Path, doc: Located, here: str,
+def _source(key: Any, body: Any, main: Path, doc: Located, here: str,
             loaded_from: dict[Path, str], problems: list[Problem]
             ) -> tuple[Path, Located] | None:
-    """Where service ``name`` is written: its own file (relative to the main config), or
-    the main config's node ``services.NAME``. None (a problem said why) if neither."""
+    """Where service ``key`` is written: its own file (relative to the main config), or
+    the main config's node ``services.KEY``. None (a problem said why) if neither."""
+    name = str(key)
     if isinstance(body, dict):
-        return main, doc.under(("services", name))
+        return main, doc.under(("services", key))
     if not isinstance(body, str) or not body.strip():
         problems.append(Problem(here, "must be the path of the service's config file "
                                       "(relative to this file) or an inline mapping"))

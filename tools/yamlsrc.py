@@ -55,10 +55,16 @@ class Located:
         """The node at ``root`` as a document of its own: its paths are relative to
         ``root``, its locations still the whole file's (``file:line root.path``). Duplicate
         keys stay the whole document's problems, reported once."""
-        data = self.data
-        for key in root:
-            data = data[key]
-        return _Under(data, self.source, self.lines, text_starts=self.text_starts, root=root)
+        data, path = self.data, []
+        part: str | int
+        for key in root:  # ``lines`` name mapping keys as text; a YAML key may be 1
+            if isinstance(data, list):
+                data, part = data[int(key)], int(key)
+            else:
+                data, part = next((v, str(k)) for k, v in data.items() if str(k) == str(key))
+            path.append(part)
+        return _Under(data, self.source, self.lines, text_starts=self.text_starts,
+                      root=tuple(path))
 
 
 @dataclass

@@ -261,12 +261,17 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     args.config = given_config(args.config, args.config_flag)
     org = load_org(args.config)  # every service file, each problem at its file:line
     configs = list(org.services.values())
-    if org.split:
-        console.print(f"[green]{args.config} is valid:[/] {len(configs)} service(s): "
-                      f"{escape(', '.join(org.services))}", soft_wrap=True)
-    for config in configs:
-        place = f"  {config.name} ({config.path})" if org.split else str(args.config)
-        console.print(f"[green]{escape(place)}{'' if org.split else ' is valid'}:[/] "
+    if not org.split:
+        config = configs[0]
+        console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
+                      f"{len(config.inventory.hosts)} hosts, "
+                      f"{len(config.inventory.environments)} environments, "
+                      f"{len(config.playbooks)} playbooks")
+    else:
+        console.print(f"[green]{escape(str(args.config))} is valid:[/] {len(configs)} "
+                      f"service(s): {escape(', '.join(org.services))}", soft_wrap=True)
+    for config in configs if org.split else []:
+        console.print(f"[green]  {escape(f'{config.name} ({config.path})')}:[/] "
                       f"{len(config.catalog.tools)} tools, {len(config.inventory.hosts)} "
                       f"hosts, {len(config.inventory.environments)} environments, "
                       f"{len(config.playbooks)} playbooks", soft_wrap=True)
