@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
 from agents.history.retention import RetentionSettings
-from agents.plan.model import PLACEHOLDER, Plan
+from agents.plan.model import PLACEHOLDER, SERVICE_PATTERN, Plan
 from agents.plan.validation import PlanChecker
 from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
@@ -24,13 +25,30 @@ from agents.state_dir import resolve_state_dir
 from tools import gantz
 from tools.catalog import Catalog, Tool, unknown_tool_message
 from tools.errors import ConfigError, Problem
-from tools.inventory import Inventory
+from tools.inventory import Environment, Inventory, SSHSettings
 from tools.shell import ShellRefused, refusals_in
 from tools.sinks import SinkSettings
 from tools.yamlsrc import Located, load_yaml_file
 
 SECTIONS = {"vars", "tools", "inventory", "policy", "playbooks", "secrets", "history",
             "retention", "planner", "state_dir", "audit"}
+"""A config without ``services:`` (one service; ``service:`` and ``owners`` besides)."""
+SERVICE_SECTIONS = frozenset({"service", "vars", "tools", "inventory", "policy", "playbooks",
+                              "secrets", "history", "owners"})
+"""A service's config: a file named under ``services:``, or an inline mapping there."""
+MAIN_SECTIONS = frozenset({"services", "legacy_service", "channels", "owners_map", "vars",
+                           "inventory", "policy", "secrets", "retention", "planner",
+                           "state_dir", "audit"})
+"""A main config with ``services:``: what is organisation-wide (docs/services.md 1.1)."""
+ROLE_SECTIONS = {"single": frozenset(SECTIONS | {"service", "owners"}),
+                 "service": SERVICE_SECTIONS, "main": MAIN_SECTIONS}
+ORG_INVENTORY = frozenset({"known_hosts", "ssh"})
+"""The main config's ``inventory``: one SSH pool and known_hosts file for every service."""
+NOT_YET = {"owners": "who may approve comes from policy until owners land",
+           "owners_map": "it maps owners, which land in the same step"}
+"""Sections of the services design (issue 40) that a later step brings: refused now, since
+nothing would enforce them (an ignored `owners` would let anyone the policy allows in)."""
+SERVICE_NAME = re.compile(SERVICE_PATTERN)
 BUILTIN_SCOPES = ("host.", "vars.")
 
 
@@ -64,16 +82,39 @@ class Config:
     """Whether the file writes anything under ``{state_dir}``."""
     audit: AuditSettings = field(default_factory=AuditSettings)
     """``audit.sink``: shipped by ``deckhand worker`` or ``deckhand audit ship``."""
+    name: str = ""
+    """The service's name (docs/services.md): its key under ``services:``, else the file's
+    ``service:``, else the file's stem (lowercased, other characters ``-``)."""
+    key: str | None = None
+    """The name records and store keys carry; None for the legacy service (a config without
+    ``services:``, or the one ``legacy_service:`` names), whose records carry none."""
+    main_path: Path | None = None
+    """The main config this service was loaded from (what a reload reads again); None: the
+    file at ``path`` is the whole config."""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or service_name_of(self.path)
+
+
+def service_name_of(path: Path) -> str:
+    """A config's service name from its file's stem: lowercased, other characters ``-``."""
+    return re.sub(r"[^a-z0-9_-]", "-", path.stem.lower())
 
 
 def load_config(path: Path | str) -> Config:
-    """Load and check a config file; ConfigError lists every problem with its location.
+    """Load and check a config file without ``services:`` (one service, as before
+    services); ConfigError lists every problem with its location. A main config with
+    ``services:`` is loaded by ``agents.org.load_org``, as every face does.
 
     Every part is checked, even after another part failed, so one pass shows everything;
     checks that would only repeat an earlier problem (knock-on errors) are skipped.
     """
     path = Path(path).resolve()
-    doc = load_yaml_file(path)
+    return single_config(path, load_yaml_file(path))
+
+
+def single_config(path: Path, doc: Located) -> Config:
+    """The one service of the config file at ``path`` (parsed as ``doc``)."""
     loader = _Loader(path, doc)
     config = loader.build()
     if loader.problems or config is None:
@@ -81,50 +122,212 @@ def load_config(path: Path | str) -> Config:
     return config
 
 
+@dataclass
+class OrgWide:
+    """What a main config with ``services:`` holds for every service (docs/services.md 1.1),
+    as each service's ``Config`` takes it."""
+
+    path: Path
+    state_dir: Path
+    """The organisation's ``{state_dir}``: a service's is ``services/NAME`` in it."""
+    services: dict[Any, Any] = field(default_factory=dict)
+    """Name -> a path (relative to the main config) or an inline mapping, as written."""
+    legacy: str | None = None
+    channels: dict[str, str] = field(default_factory=dict)
+    vars: dict[str, Any] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
+    retention: RetentionSettings | None = None
+    prompts: PromptSet = field(default_factory=PromptSet)
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    known_hosts: str | None = None
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    policy: Policy | None = None
+    """The main config's ``policy`` (None: not written)."""
+    policy_at: str = ""
+    uses_state_dir: bool = False
+
+
+def load_main(path: Path, doc: Located) -> tuple[OrgWide, list[Problem]]:
+    """The organisation-wide sections of the main config at ``path`` (which has
+    ``services:``), and every problem with them."""
+    loader = _Loader(path, doc, role="main")
+    return loader.build_main(), loader.problems
+
+
+def load_service(name: str, path: Path, doc: Located, org: OrgWide
+                 ) -> tuple[Config | None, list[Problem]]:
+    """Service ``name`` of ``org``: ``doc`` is its file at ``path``, or the main config's
+    node ``services.NAME`` (``Located.under``) for an inline one."""
+    loader = _Loader(path, doc, role="service", org=org, name=name)
+    config = loader.build()
+    return (None if loader.problems else config), loader.problems
+
+
 Where = tuple[str | int, ...]
 
 
 class _Loader:
-    def __init__(self, path: Path, doc: Located):
+    """One file's (or inline mapping's) sections. ``role``: ``single`` (a config without
+    ``services:``), ``main`` (the organisation-wide part of one with it) or ``service``
+    (one of its services, built over ``org``); it decides which sections belong."""
+
+    def __init__(self, path: Path, doc: Located, *, role: str = "single",
+                 org: OrgWide | None = None, name: str | None = None):
         self.path, self.doc, self.tools_doc = path, doc, doc
+        self.role, self.org = role, org
         self.tools_prefix: Where = ("tools",)
         self.problems: list[Problem] = list(doc.problems)
         self.broken_tools: set[str] = set()
-        raw = doc.data.get("state_dir") if isinstance(doc.data, dict) else None
-        self.state_dir = resolve_state_dir(path.parent, str(raw) if raw else None)
+        self.name = name or service_name_of(path)
+        if org is not None:  # two services' local hosts never share a directory
+            self.state_dir = (org.state_dir if name == org.legacy
+                              else org.state_dir / "services" / self.name)
+        else:
+            raw = doc.data.get("state_dir") if isinstance(doc.data, dict) else None
+            self.state_dir = resolve_state_dir(path.parent, str(raw) if raw else None)
         self.dirs = {"{config_dir}": str(path.parent), STATE_DIR: str(self.state_dir)}
 
     def build(self) -> Config | None:
         data = self.doc.data
         if not isinstance(data, dict):
-            self._add(self.doc, (), "the config must be a YAML mapping of sections")
+            what = "a service's config" if self.role == "service" else "the config"
+            self._add(self.doc, (), f"{what} must be a YAML mapping of sections")
             return None
-        for key in data:
-            if key not in SECTIONS:
-                self._add(self.doc, (key,), f"unknown section (expected one of "
-                                             f"{', '.join(sorted(SECTIONS))})")
-        config_vars = self._vars(_expand(data.get("vars") or {}, self.dirs))
+        self._sections(data)
+        org = self.org
+        own_vars = self._vars(_expand(data.get("vars") or {}, self.dirs))
+        config_vars = {**org.vars, **own_vars} if org else own_vars  # the service's win
         tools = self._tools(data.get("tools") or {})
         inventory = self._inventory(_expand(data.get("inventory") or {}, self.dirs))
-        policy = self._model(Policy, data.get("policy") or {}, ("policy",))
+        policy, own_policy = self._policy(data)
         playbooks = self._playbooks(data.get("playbooks") or [])
         history = self._model(HistorySettings,
                               _expand(data.get("history") or {}, self.dirs),
                               ("history",))
+        secrets = self._secrets(data.get("secrets") or [])
+        if org is None:
+            retention = self._retention(data.get("retention"))
+            prompts = PromptSet(self._prompts(_expand(data.get("planner") or {}, self.dirs)))
+            audit = self._model(AuditSettings, _expand(data.get("audit") or {}, self.dirs),
+                                ("audit",)) or AuditSettings()
+            uses_state_dir = STATE_DIR in str(data)
+        else:
+            retention, prompts, audit = org.retention, org.prompts, org.audit
+            secrets = [*org.secrets, *secrets]
+            uses_state_dir = org.uses_state_dir or STATE_DIR in str(data)
         config = Config(self.path, Catalog(tools or {}), inventory or Inventory(),
                         policy or Policy(require_rollback=False), [b for _, b in playbooks],
-                        config_vars, self._secrets(data.get("secrets") or []),
-                        history or HistorySettings(), self._retention(data.get("retention")),
-                        PromptSet(self._prompts(_expand(data.get("planner") or {},
-                                                        self.dirs))),
-                        self.state_dir, STATE_DIR in str(data),
-                        self._model(AuditSettings, _expand(data.get("audit") or {}, self.dirs),
-                                    ("audit",))
-                        or AuditSettings())
+                        config_vars, secrets, history or HistorySettings(), retention,
+                        prompts, self.state_dir, uses_state_dir, audit,
+                        name=self._name(data), key=self._key(),
+                        main_path=org.path if org else None)
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
-                          policy=policy is not None, playbooks=playbooks)
+                          policy=own_policy and policy is not None, playbooks=playbooks)
         return config
+
+    def build_main(self) -> OrgWide:
+        """The organisation-wide sections (``role`` main); services are loaded apart."""
+        data = self.doc.data
+        self._sections(data)
+        org = OrgWide(self.path, self.state_dir,
+                      vars=self._vars(_expand(data.get("vars") or {}, self.dirs)),
+                      secrets=self._secrets(data.get("secrets") or []),
+                      retention=self._retention(data.get("retention")),
+                      prompts=PromptSet(self._prompts(_expand(data.get("planner") or {},
+                                                              self.dirs))),
+                      audit=self._model(AuditSettings,
+                                        _expand(data.get("audit") or {}, self.dirs),
+                                        ("audit",)) or AuditSettings(),
+                      uses_state_dir=STATE_DIR in str({k: v for k, v in data.items()
+                                                       if k != "services"}))
+        services = data.get("services")
+        if not isinstance(services, dict) or not services:
+            self._add(self.doc, ("services",), "must map each service's name to its config "
+                      "file (relative to this file) or an inline mapping of its sections")
+        else:
+            org.services = services
+        self._org_inventory(_expand(data.get("inventory") or {}, self.dirs), org)
+        if "policy" in data:
+            org.policy = self._model(Policy, data.get("policy") or {}, ("policy",))
+            org.policy_at = self.doc.where(("policy",))
+        legacy = data.get("legacy_service")
+        if legacy is not None and not isinstance(legacy, str):
+            self._add(self.doc, ("legacy_service",), "must be the name of one service")
+        org.legacy = legacy if isinstance(legacy, str) else None
+        channels = data.get("channels") or {}
+        if not isinstance(channels, dict) or not all(isinstance(v, str)
+                                                     for v in channels.values()):
+            self._add(self.doc, ("channels",), "must map Slack channel ids to service names")
+        else:
+            org.channels = {str(k): v for k, v in channels.items()}
+        return org
+
+    def _org_inventory(self, raw: Any, org: OrgWide) -> None:
+        """The main config's ``inventory``: only ``known_hosts`` and ``ssh``."""
+        if not isinstance(raw, dict):
+            self._add(self.doc, ("inventory",), "must be a mapping (known_hosts, ssh)")
+            return
+        for key in raw:
+            if key not in ORG_INVENTORY:
+                self._add(self.doc, ("inventory", key), f"inventory.{key} belongs in a "
+                          f"service's config; the main config's inventory holds only "
+                          f"known_hosts and ssh (one SSH pool for every service)")
+        inventory: Inventory | None = self._model(
+            Inventory, {k: v for k, v in raw.items() if k in ORG_INVENTORY}, ("inventory",))
+        if inventory is not None:
+            org.known_hosts, org.ssh = inventory.known_hosts, inventory.ssh
+
+    def _sections(self, data: dict[Any, Any]) -> None:
+        """Each section must belong in this kind of file; where it belongs is said."""
+        allowed = ROLE_SECTIONS[self.role]
+        for key in data:
+            if key not in allowed:
+                self._add(self.doc, (key,), _misplaced(str(key), self.role))
+            elif key in NOT_YET:
+                self._add(self.doc, (key,), f"`{key}` is not supported yet: it lands in a "
+                          f"later step of services (issue 40); {NOT_YET[key]}")
+
+    def _policy(self, data: dict[Any, Any]) -> tuple[Policy | None, bool]:
+        """The policy this config runs under, and whether this file wrote it. Until policy
+        layers land (docs/services.md 1.4), a service takes the main config's policy or
+        writes its own, never both: nothing would merge them, so refusing fails closed."""
+        org = self.org
+        if org is None or "policy" in data:
+            raw = data.get("policy") or {}
+            if org is not None and isinstance(raw, dict) and "break_glass" in raw:
+                self._add(self.doc, ("policy", "break_glass"), "policy.break_glass belongs "
+                          "in the main config (a service adding granters would loosen the "
+                          "organisation's freezes)")
+            if org is not None and org.policy is not None:
+                self._add(self.doc, ("policy",), f"the main config has a policy too "
+                          f"({org.policy_at}): a service's policy over the organisation's "
+                          f"is not supported yet (policy layers land in a later step of "
+                          f"issue 40); write the rules in one place")
+            return self._model(Policy, raw, ("policy",)), True
+        return (org.policy.model_copy(deep=True) if org.policy else Policy()), False
+
+    def _name(self, data: dict[Any, Any]) -> str:
+        """The service's name; a ``service:`` that is no name, or disagrees with the main
+        config's key, is a problem at its line."""
+        given = data.get("service")
+        if given is None:
+            return self.name
+        if not isinstance(given, str) or not SERVICE_NAME.match(given):
+            self._add(self.doc, ("service",), f"{given!r} is not a service name: lowercase "
+                      f"letters, digits, - and _, starting with a letter (at most 63)")
+            return self.name
+        if self.role == "service" and given != self.name:
+            self._add(self.doc, ("service",), f"says service {given!r}, but the main config "
+                      f"({self.org.path if self.org else ''}) names it {self.name!r}")
+            return self.name
+        return given
+
+    def _key(self) -> str | None:
+        """What records carry: nothing for the legacy service (section 3)."""
+        if self.org is None or self.name == self.org.legacy:
+            return None
+        return self.name
 
     def _vars(self, raw: Any) -> dict[str, Any]:
         if not isinstance(raw, dict):
@@ -209,6 +412,11 @@ class _Loader:
         return None if problems else tools
 
     def _inventory(self, raw: Any) -> Inventory | None:
+        if self.org is not None and isinstance(raw, dict):
+            for key in ORG_INVENTORY & set(raw):
+                self._add(self.doc, ("inventory", key), f"inventory.{key} belongs in the main "
+                          f"config (one SSH pool for every service), not in a service")
+            raw = {k: v for k, v in raw.items() if k not in ORG_INVENTORY}
         inventory: Inventory | None = self._model(Inventory, raw, ("inventory",),
                                                   context={"defer_references": True})
         if inventory is not None:
@@ -216,6 +424,13 @@ class _Loader:
                                   *inventory.alias_problems(),
                                   *inventory.judgment_problems()]:
                 self._add(self.doc, ("inventory", *path), message)
+            if self.org is not None:
+                inventory.known_hosts, inventory.ssh = self.org.known_hosts, self.org.ssh
+                for env in inventory.environments:  # keys and text split at ':' and '/'
+                    if ":" in env or "/" in env:
+                        self._add(self.doc, ("inventory", "environments", env),
+                                  f"environment {env!r}: with services, environment names "
+                                  f"may not contain ':' or '/'")
         return inventory
 
     def _playbooks(self, raw: Any) -> list[tuple[int, Playbook]]:
@@ -245,14 +460,16 @@ class _Loader:
                      playbooks: list[tuple[int, Playbook]]) -> None:
         if config.history.retention_days is not None and config.retention is None \
                 and "retention" not in self.doc.data:
-            self._add(self.doc, ("history", "retention_days"), "needs a retention section "
-                      "with export: the file old deploys are exported to before they are "
-                      "trimmed")
+            where = "" if self.org is None else " in the main config"
+            self._add(self.doc, ("history", "retention_days"), f"needs a retention section"
+                      f"{where} with export: the file old deploys are exported to before "
+                      f"they are trimmed")
         for name, tool in config.catalog.tools.items():
             for path, problem in _tool_problems(tool, config, inventory=inventory):
                 self._add(self.tools_doc, (*self.tools_prefix, name, *path), problem)
         if inventory and policy:
-            for path, problem in _policy_problems(config.policy, config.inventory):
+            for path, problem in policy_problems(config.policy,
+                                                  config.inventory.environments):
                 self._add(self.doc, ("policy", *path), problem)
         if not (tools and inventory):
             return  # every step would report knock-on "unknown tool/environment" problems
@@ -267,6 +484,23 @@ class _Loader:
 
     def _add(self, doc: Located, path: Where, message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))
+
+
+def _misplaced(section: str, role: str) -> str:
+    """Why ``section`` does not belong in a file of ``role``, and where it does."""
+    if section == "services" and role == "single":
+        return ("`services:` makes this a main config: it is loaded with "
+                "agents.org.load_org, as every deckhand command does")
+    if role == "main" and section in SERVICE_SECTIONS:
+        return (f"`{section}` belongs in a service's config (a file or an inline mapping "
+                f"under `services:`), not beside `services:`")
+    if role == "service" and section in MAIN_SECTIONS:
+        return (f"`{section}` is organisation-wide: it belongs in the main config, not in "
+                f"a service")
+    if role == "single" and section in MAIN_SECTIONS:
+        return f"`{section}` belongs beside `services:`, in a main config"
+    expected = sorted(ROLE_SECTIONS[role] - NOT_YET.keys())
+    return f"unknown section (expected one of {', '.join(expected)})"
 
 
 def _tool_problems(tool: Tool, config: Config, *, inventory: bool) -> list[tuple[Where, str]]:
@@ -292,10 +526,11 @@ def _tool_problems(tool: Tool, config: Config, *, inventory: bool) -> list[tuple
     return out
 
 
-def _policy_problems(policy: Policy, inventory: Inventory) -> list[tuple[Where, str]]:
-    """Unknown environment names in the policy: a typo would quietly fall back to the
-    default rule (or turn the promotion check off), so each one is an error."""
-    known = inventory.environments
+def policy_problems(policy: Policy, known: Mapping[str, Environment]
+                    ) -> list[tuple[Where, str]]:
+    """Unknown environment names in the policy (``known``: the environments it may name):
+    a typo would quietly fall back to the default rule (or turn the promotion check off),
+    so each one is an error. Paths are within the ``policy`` section."""
     hint = f"(known: {', '.join(sorted(known)) or 'none configured'})"
     aliases = {a: n for n, env in known.items() for a in env.aliases}
     out: list[tuple[Where, str]] = [

@@ -5,6 +5,8 @@ Extends the tree in ``tools.errors``:
     DeckhandError
     ├── ConfigError, ToolError ...     (tools.errors)
     ├── SettingsInvalid                an environment variable's value is not acceptable
+    ├── ManyServices                   a config of several services, given to a face that
+    │                                  serves one (until multi-service support lands)
     ├── PlanError                      a plan cannot be made or is not acceptable
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
@@ -33,6 +35,11 @@ from tools.errors import DeckhandError
 
 class SettingsInvalid(DeckhandError):
     """An environment variable deckhand reads has a value it cannot use."""
+
+
+class ManyServices(DeckhandError):
+    """A config with several services was given to a face that serves one (issue 40: the
+    faces learn several services in later steps); the message names them."""
 
 
 class PlanError(DeckhandError):

@@ -103,6 +103,7 @@ class Services:
             plan.planner.traceparent = tracing.current_traceparent()
             if limit:  # part of the plan and its hash: approvers see the narrowed hosts
                 plan.limit = list(limit)
+            plan.service = self.config.key  # the config's, whatever a planner said
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
         blocked = self.frozen(self.targets(plan).environments)

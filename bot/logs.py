@@ -138,5 +138,5 @@ def announce(console: Any, message: str, *, level: int = logging.INFO) -> None:
     if json_logging():
         logging.getLogger("deckhand").log(level, message)
     else:
-        console.print(message, markup=False, highlight=False, soft_wrap=True,
-                      style="red" if level >= logging.ERROR else None)
+        console.print(message, markup=False, highlight=False, soft_wrap=True, emoji=False,
+                      style="red" if level >= logging.ERROR else None)  # `a:b:` stays text

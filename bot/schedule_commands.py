@@ -178,7 +178,8 @@ def _add(ctx: _Ctx, words: list[str]) -> ScheduleReply:
     opts = _add_options(words)
     spec, cron, request = split_spec(opts.words)
     schedule = Schedule(spec=spec, cron=cron, timezone=_zone_name(ctx, opts.tz),
-                        request=request, channel=_channel(opts.channel) or ctx.channel,
+                        request=request, service=ctx.services.config.key,
+                        channel=_channel(opts.channel) or ctx.channel,
                         created_by=ctx.user, created_by_groups=ctx.user_groups,
                         created_at=ctx.now, armed_at=ctx.now)
     if schedule.next_fire(ctx.now) is None:

@@ -51,6 +51,32 @@ class Located:
         dotted = ".".join(str(p) for p in parts)
         return f"{self.source}:{start + line - 1} {dotted}"
 
+    def under(self, root: PathKey) -> Located:
+        """The node at ``root`` as a document of its own: its paths are relative to
+        ``root``, its locations still the whole file's (``file:line root.path``). Duplicate
+        keys stay the whole document's problems, reported once."""
+        data, path = self.data, []
+        part: str | int
+        for key in root:  # ``lines`` name mapping keys as text; a YAML key may be 1
+            if isinstance(data, list):
+                data, part = data[int(key)], int(key)
+            else:
+                data, part = next((v, str(k)) for k, v in data.items() if str(k) == str(key))
+            path.append(part)
+        return _Under(data, self.source, self.lines, text_starts=self.text_starts,
+                      root=tuple(path))
+
+
+@dataclass
+class _Under(Located):
+    root: PathKey = ()
+
+    def where(self, path: Iterable[str | int]) -> str:
+        return super().where((*self.root, *path))
+
+    def where_in_text(self, path: Iterable[str | int], line: int) -> str:
+        return super().where_in_text((*self.root, *path), line)
+
 
 def load_yaml(text: str, source: str) -> Located:
     """Parse ``text``; a syntax error becomes a ConfigError naming the line."""

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from agents.config import load_config
 from agents.errors import StoreError
+from agents.org import load_org
 from agents.policy.diff import policy_diff
 from agents.services import Services, build_services
 from tools.errors import ConfigError, DeckhandError
@@ -38,7 +38,7 @@ class ConfigReload:
     def __init__(self, services: Services, *, actor: str, path: Path | None = None,
                  adopt: Iterable[Adopt] = (), after: Iterable[After] = ()):
         self.services, self.actor = services, actor
-        self.path = path or services.config.path
+        self.path = path or services.config.main_path or services.config.path
         self.adopt = list(adopt)
         self._asked = threading.Event()
         self._lock = threading.Lock()
@@ -73,7 +73,7 @@ class ConfigReload:
         if the store cannot audit the change (who may approve never changes unrecorded)."""
         with self._lock:
             try:
-                config = load_config(self.path)
+                config = load_org(self.path).only()
                 fresh = build_services(config, self.services.settings,
                                        store=self.services.store)
             except DeckhandError as exc:

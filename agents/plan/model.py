@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from agents.ids import new_id
 from agents.plan import graph
@@ -26,6 +33,8 @@ MAX_REQUEST = 2000
 """Longest request any front end may plan: what reaches the model is never silently cut."""
 ANSWER_LIMIT = 8192
 """Characters of a model's answer kept with the plan it became."""
+SERVICE_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+"""A service's name (docs/services.md 1.1): no ``:`` or ``/``, so keys and text split."""
 
 
 class Success(BaseModel):
@@ -165,12 +174,25 @@ class Plan(BaseModel):
     created_at: float = Field(default_factory=time.time)
     limit: list[str] = Field(default_factory=list, max_length=50)
     """Hosts, groups or environments the run is narrowed to (``--limit``; agents.plan.limit)."""
+    service: str | None = Field(default=None, pattern=SERVICE_PATTERN)
+    """The service the plan is for (docs/services.md); None: the legacy service (a config
+    without ``services:``). Set by ``make_plan``, never by a planner."""
+
+    @model_serializer(mode="wrap")
+    def _without_legacy_service(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A legacy plan is written without ``service``: a previous release (``extra=
+        "forbid"``) still reads it, and refuses another service's plan."""
+        data = handler(self)
+        if self.service is None and isinstance(data, dict):
+            data.pop("service", None)
+        return data
 
     @property
     def hash(self) -> str:
-        """sha256 of the canonical content (goal, steps, rollback; the limit when there is
-        one, so existing plans keep their hash). Approvals bind to it."""
-        fields = {"goal", "steps", "rollback"} | ({"limit"} if self.limit else set())
+        """sha256 of the canonical content (goal, steps, rollback; the limit and the
+        service when there are, so existing plans keep their hash). Approvals bind to it."""
+        fields = ({"goal", "steps", "rollback"} | ({"limit"} if self.limit else set())
+                  | ({"service"} if self.service is not None else set()))
         body = self.model_dump(include=fields, mode="json")
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

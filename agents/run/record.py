@@ -343,6 +343,9 @@ class Run(BaseModel):
     plan_version: int
     plan_hash: str
     goal: str = ""
+    service: str | None = None
+    """The plan's service (docs/services.md); None: the legacy service (a config without
+    ``services:``), and every record written before services."""
     environments: list[str] = Field(default_factory=list)
     hosts: list[str] = Field(default_factory=list)
     reach: dict[str, list[str]] = Field(default_factory=dict)
@@ -389,7 +392,7 @@ class Run(BaseModel):
                                  if plan.planner.trace_root else {}),
                               **fields.get("meta", {})}
         run = cls(plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
-                  goal=plan.goal, requested_by=plan.requested_by,
+                  goal=plan.goal, service=plan.service, requested_by=plan.requested_by,
                   requested_via=plan.requested_via, plan_versions=[plan.version],
                   steps={s.id: StepState(id=s.id) for s in plan.steps},
                   rollback={r.id: StepState(id=r.id) for r in plan.rollback}, **fields)

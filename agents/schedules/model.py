@@ -60,10 +60,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agents.errors import ScheduleError
 from agents.ids import new_id
@@ -423,6 +423,9 @@ class Schedule(BaseModel):
     """The standard 5-field cron expression it means."""
     timezone: str = "UTC"
     request: str
+    service: str | None = None
+    """The service the request is planned for (docs/services.md); None: the legacy
+    service, and every schedule written before services (the field is then not written)."""
     channel: str | None = None
     created_by: str
     created_by_groups: list[str] = Field(default_factory=list)
@@ -444,6 +447,14 @@ class Schedule(BaseModel):
     plan_problem: str | None = None
     """Why the request no longer plans (or validates) under the current config; cleared by
     the next occurrence that plans."""
+
+    @model_serializer(mode="wrap")
+    def _without_legacy_service(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A legacy schedule is written as before services: without ``service``."""
+        data = handler(self)
+        if self.service is None and isinstance(data, dict):
+            data.pop("service", None)
+        return data
 
     @property
     def zone(self) -> ZoneInfo:

@@ -13,7 +13,8 @@ from typing import TypeAlias
 from rich.console import Console
 from rich.markup import escape
 
-from agents.config import Config, load_config
+from agents.config import Config
+from agents.org import load_org
 from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.logs import json_logging
@@ -92,8 +93,10 @@ def given_config(positional: Path | None, flag: str | Path | None) -> Path:
 
 
 def config_for(args: argparse.Namespace) -> Config:
-    """The loaded config for the command line's ``--config`` (or the discovered one)."""
-    return load_config(find_config(getattr(args, "config", None)))
+    """The loaded config for the command line's ``--config`` (or the discovered one): its
+    one service (ManyServices, one line, for a config of several: the faces serve one
+    until multi-service support lands)."""
+    return load_org(find_config(getattr(args, "config", None))).only()
 
 
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:

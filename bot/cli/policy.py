@@ -12,8 +12,9 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from agents.config import Config, load_config
+from agents.config import Config
 from agents.errors import PlanError
+from agents.org import load_org
 from agents.plan.model import Plan
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
@@ -76,7 +77,7 @@ def _load(path: Path, name: str) -> Config:
     naming the file and field of the first problem otherwise."""
     file = path / DEFAULT_NAME if path.is_dir() else path
     try:
-        return load_config(file)
+        return load_org(file).only()
     except ConfigError as exc:
         first, more = exc.problems[0], len(exc.problems) - 1
         also = f" (and {more} more: `deckhand check {file}` lists them)" if more else ""

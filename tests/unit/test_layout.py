@@ -86,6 +86,7 @@ AGENT_FLOORS = (
     ("history", "policy"),
     ("config", "store"),
     ("planning",),
+    ("org",),
     ("evaluation", "services"),
     ("engine",),
 )

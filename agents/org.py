@@ -1,0 +1,187 @@
+"""An organisation's services (docs/services.md): the main config's ``services:`` loaded
+into one ``Config`` per service, or a config without it as its one (legacy) service.
+
+Every problem of every service file, and every problem between services (names,
+duplicates, shared hosts, channels), is collected into one ``ConfigError``, each at its
+file:line. Until the faces learn several services (later steps of issue 40), they take
+``Org.only()``, which refuses an organisation of more than one service in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.config import (
+    SERVICE_NAME,
+    Config,
+    OrgWide,
+    load_main,
+    load_service,
+    policy_problems,
+    single_config,
+)
+from agents.errors import ManyServices
+from tools.errors import ConfigError, Problem
+from tools.inventory import Environment, Host
+from tools.yamlsrc import Located, load_yaml_file
+
+REQUEST_WORDS = frozenset({"to", "of", "in", "for", "on", "all", "previous", "deploy",
+                           "status"})
+"""Words requests use around names: a service named so could not be told apart (2.1)."""
+
+
+@dataclass
+class Org:
+    """Every service deckhand serves from one main config."""
+
+    path: Path
+    services: dict[str, Config]
+    legacy: str | None = None
+    """The service that owns records written without a service (section 3): the only one
+    of a config without ``services:``, else the one ``legacy_service:`` names, if any."""
+    channels: dict[str, str] = field(default_factory=dict)
+    """A channel's default service (``channels:``; read by the faces in a later step)."""
+    split: bool = False
+    """Whether the file has ``services:`` (False: the file itself is the one service)."""
+
+    def only(self) -> Config:
+        """The one service; ManyServices when there are several (the faces serve one
+        until multi-service support lands)."""
+        if len(self.services) == 1:
+            return next(iter(self.services.values()))
+        raise ManyServices(
+            f"{self.path.name} has {len(self.services)} services "
+            f"({', '.join(self.services)}): deckhand serves one service per config until "
+            f"multi-service support lands in a later step (issue 40); `deckhand check` "
+            f"validates them all")
+
+
+def load_org(path: Path | str) -> Org:
+    """Load the config at ``path`` and, with ``services:``, every service it names; one
+    ConfigError lists every problem of every file."""
+    path = Path(path).resolve()
+    doc = load_yaml_file(path)
+    if not isinstance(doc.data, dict) or "services" not in doc.data:
+        config = single_config(path, doc)
+        return Org(path, {config.name: config}, legacy=config.name)
+    org, problems = load_main(path, doc)
+    services: dict[str, Config] = {}
+    origins: dict[str, tuple[Path, Located]] = {}
+    loaded_from: dict[Path, str] = {}
+    for key, body in org.services.items():
+        name = str(key)
+        here = doc.where(("services", name))
+        problems += _name_problems(name, here)
+        source = _source(key, body, path, doc, here, loaded_from, problems)
+        if source is None:
+            continue
+        loaded, found = load_service(name, *source, org)
+        problems += found
+        if loaded is not None:
+            services[name], origins[name] = loaded, source
+    problems += _between(org, services, origins, doc)
+    if problems:
+        raise ConfigError(problems)
+    return Org(path, services, legacy=org.legacy, channels=org.channels, split=True)
+
+
+def _name_problems(name: str, here: str) -> list[Problem]:
+    if not SERVICE_NAME.match(name):
+        return [Problem(here, f"{name!r} is not a service name: lowercase letters, digits, "
+                              f"- and _, starting with a letter (at most 63)")]
+    if name in REQUEST_WORDS:
+        return [Problem(here, f"{name!r} is a word requests use ({', '.join(sorted(REQUEST_WORDS))}"
+                              f"): name the service otherwise")]
+    return []
+
+
+def _source(key: Any, body: Any, main: Path, doc: Located, here: str,
+            loaded_from: dict[Path, str], problems: list[Problem]
+            ) -> tuple[Path, Located] | None:
+    """Where service ``key`` is written: its own file (relative to the main config), or
+    the main config's node ``services.KEY``. None (a problem said why) if neither."""
+    name = str(key)
+    if isinstance(body, dict):
+        return main, doc.under(("services", key))
+    if not isinstance(body, str) or not body.strip():
+        problems.append(Problem(here, "must be the path of the service's config file "
+                                      "(relative to this file) or an inline mapping"))
+        return None
+    file = (main.parent / Path(body).expanduser()).resolve()
+    if file == main:
+        problems.append(Problem(here, "names the main config itself; give the service's "
+                                      "own file, or its sections inline"))
+        return None
+    if file in loaded_from:
+        problems.append(Problem(here, f"loads the same file as service {loaded_from[file]!r} "
+                                      f"({file}); each service has its own"))
+        return None
+    loaded_from[file] = name
+    try:
+        return file, load_yaml_file(file)
+    except ConfigError as exc:  # said where the main config names it, and what is wrong
+        problems += [Problem(here, f"{p.where}: {p.message}" if p.where else p.message)
+                     for p in exc.problems]
+        return None
+
+
+def _between(org: OrgWide, services: dict[str, Config],
+             origins: dict[str, tuple[Path, Located]], doc: Located) -> list[Problem]:
+    """What no one service can see: names that are also environments, hosts two services
+    share, channels and ``legacy_service`` naming no service, the main policy's names."""
+    declared = {str(name) for name in org.services}  # one that failed was said already
+    known = ", ".join(sorted(declared))
+    out: list[Problem] = []
+    environments: dict[str, Environment] = {}
+    for name, config in services.items():
+        for env_name, env in config.inventory.environments.items():
+            environments.setdefault(env_name, env)
+            out += [Problem(doc.where(("services", word)), f"service {word!r} is also an "
+                            f"environment (or alias) of {name}: requests could not tell "
+                            f"them apart") for word in (env_name, *env.aliases)
+                    if word in declared]
+    out += _shared_hosts(services, origins)
+    if org.legacy is not None and org.legacy not in declared:
+        out.append(Problem(doc.where(("legacy_service",)),
+                           f"unknown service {org.legacy!r} (known: {known})"))
+    out += [Problem(doc.where(("channels", channel)),
+                    f"channel {channel} names unknown service {service!r} (known: {known})")
+            for channel, service in org.channels.items() if service not in declared]
+    if org.policy is not None and set(services) == declared:  # (else: knock-on problems)
+        # its rules go by environment name, across every service
+        out += [Problem(doc.where(("policy", *where)), message)
+                for where, message in policy_problems(org.policy, environments)]
+    return out
+
+
+def _shared_hosts(services: dict[str, Config],
+                  origins: dict[str, tuple[Path, Located]]) -> list[Problem]:
+    """A host in two services (by name; an SSH host also by address and port): its rules
+    and locks would be two services' at once, which lands in a later step."""
+    seen: dict[object, tuple[str, str]] = {}
+    out: list[Problem] = []
+    for name, config in services.items():
+        doc = origins[name][1]
+        for host_name, host in config.inventory.hosts.items():
+            for identity in _identities(host_name, host):
+                first = seen.setdefault(identity, (name, host_name))
+                if first[0] == name:
+                    continue
+                also = (f"host {first[1]!r} of service {first[0]}" if first[1] != host_name
+                        else f"a host of service {first[0]} too")
+                out.append(Problem(doc.where(("inventory", "hosts", host_name)),
+                                   f"host {host_name!r} is {also}: hosts shared between "
+                                   f"services are not supported yet (a later step of issue "
+                                   f"40); give each service its own hosts"))
+                break
+    return out
+
+
+def _identities(name: str, host: Host) -> list[object]:
+    """What makes two inventory entries one machine (docs/services.md 1.2)."""
+    found: list[object] = [("name", name)]
+    if host.connection == "ssh":
+        found.append(("ssh", host.address, host.port))
+    return found
