@@ -145,7 +145,8 @@ class ThreadRelay:
         synced = 0.0
         while True:
             self._renew(run_id)
-            entries = self.feed.read(run_id, after=cursor, block=self._block(writer))
+            # wait for a new entry at most the state messages' cadence (and at most 1 s)
+            entries = self.feed.read(run_id, after=cursor, block=min(self.interval, 1.0))
             for entry in entries:
                 if not self._perform(run_id, entry, writer):
                     break  # its thread is not posted yet: wait for it
@@ -162,10 +163,6 @@ class ThreadRelay:
                 return
             if self.feed.db.embedded and not entries:
                 self._wait(min(self.interval, 0.2))
-
-    def _block(self, writer: ThreadWriter) -> float:
-        """How long to wait for a new entry: the state messages' cadence (at most 1 s)."""
-        return min(self.interval, 1.0)
 
     def _perform(self, run_id: str, entry: FeedEntry, writer: ThreadWriter) -> bool:
         """Say ``entry`` (unless said before) and move the cursor past it; False if its
