@@ -41,6 +41,8 @@ log = logging.getLogger("deckhand.slack.relay")
 
 ACTIVE = (RunStatus.RUNNING, RunStatus.ROLLING_BACK)
 """A run whose status message is refreshed while nothing new is in its feed."""
+READ_WAIT = 0.25
+"""Seconds a read waits for a run's next entry: how soon a stopping relay lets go."""
 FINAL_STATUS_WAIT = 15.0
 """Seconds the summary waits for the final status edit to land (it lands later otherwise)."""
 THREAD_GRACE = 120.0
@@ -145,24 +147,24 @@ class ThreadRelay:
         synced = 0.0
         while True:
             self._renew(run_id)
-            # wait for a new entry at most the state messages' cadence (and at most 1 s)
-            entries = self.feed.read(run_id, after=cursor, block=min(self.interval, 1.0))
+            entries = self.feed.read(run_id, after=cursor, block=READ_WAIT)
+            if self.feed.db.embedded and not entries:  # fakeredis cannot block
+                self._wait(READ_WAIT)
             for entry in entries:
                 if not self._perform(run_id, entry, writer):
                     break  # its thread is not posted yet: wait for it
                 cursor = entry.id
+            if time.monotonic() - synced < self.interval:
+                continue  # the state messages (and the look at the record) are not due
+            synced = time.monotonic()
             run = self.runs.get(run_id)
             slack = run.meta.get("slack")
-            if slack and (entries or not writer.shows_all() or run.status in ACTIVE) \
-                    and time.monotonic() - synced >= self.interval:
+            if slack and (entries or not writer.shows_all() or run.status in ACTIVE):
                 writer.sync(run, slack, send=self._once)
-                synced = time.monotonic()
             ended = writer.finished or run.status not in ACTIVE
             if not entries and ended and (writer.shows_all() or not slack) \
                     and self.feed.settle(run_id, cursor=cursor, relay=self.name):
                 return
-            if self.feed.db.embedded and not entries:
-                self._wait(min(self.interval, 0.2))
 
     def _perform(self, run_id: str, entry: FeedEntry, writer: ThreadWriter) -> bool:
         """Say ``entry`` (unless said before) and move the cursor past it; False if its

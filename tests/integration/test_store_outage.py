@@ -124,6 +124,10 @@ def test_a_redis_outage_longer_than_the_lease_fences_commands_and_loses_nothing(
         own_redis.start()
         wait_until(lambda: store.runs.get(run.id).status.terminal, timeout=30,
                    what="the run's end to land in Redis")
+        # its audit entries land after the record: the copy is compared once they have
+        wait_until(lambda: any(e.action == "run_finished"
+                               for e in store.audit.entries(run_id=run.id)), timeout=30,
+                   what="the run's last audit entry")
         wait_until(lambda: once(siem.received()) == stream_keys(store), timeout=30,
                    what="the worker's shipper to send every entry to the SIEM")
     finally:
