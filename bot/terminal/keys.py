@@ -90,11 +90,13 @@ class TerminalKeys:
         self._previous_tstp: Any = None
 
     def __enter__(self) -> TerminalKeys:
+        # the handler first: once the keys are read (and their hint shown), a Ctrl-Z must
+        # find it, or the stop would leave the terminal in cbreak mode
+        if threading.current_thread() is threading.main_thread():  # where signals land
+            self._previous_tstp = signal.signal(signal.SIGTSTP, self._suspend)
         with self._lock:
             self._entered = True
             self._start()
-        if threading.current_thread() is threading.main_thread():  # where signals land
-            self._previous_tstp = signal.signal(signal.SIGTSTP, self._suspend)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

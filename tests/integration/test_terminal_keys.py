@@ -107,9 +107,13 @@ def terminal() -> Iterator[Terminal]:
 def _deckhand_run(config: Path, redis_url: str, *, stdin: int, stdout: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT),
            "TERM": "xterm-256color", "COLUMNS": "200"}
+    # a process group of its own, whose parent (pytest) is in another one of the session:
+    # never an orphaned group, where the kernel discards a Ctrl-Z (SIGTSTP) — as it would
+    # for pytest's own group when whatever started pytest has exited
     return subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "ship", "--yes",
                              "--user", "alice", "--config", str(config)],
-                            stdin=stdin, stdout=stdout, stderr=stdout, env=env, cwd=ROOT)
+                            stdin=stdin, stdout=stdout, stderr=stdout, env=env, cwd=ROOT,
+                            process_group=0)
 
 
 def _actions(store: Store, run_id: str) -> list[tuple[str, str | None]]:
