@@ -62,11 +62,7 @@ def test_a_failure_is_announced_and_rolled_back_from_another_process(
 
 
 def test_pause_on_one_replica_resume_on_the_other(topology: Topology) -> None:
-    for name in ("pause-1", "pause-2", "pause-3"):
-        (topology.host(name) / "wait").touch()
-    ts = topology.request("v1.0.0 to pause")
-    run_id = topology.approve(ts)
-    wait_until(lambda: topology.starts("pause-1"), what="batch 1 to start")
+    ts, run_id = topology.deploy_holding("pause", "pause-1", "pause-2", "pause-3")
     topology.click("pause_run", run_id, user="UCAROL", replica=0)
     wait_until(lambda: any("paused" in t for t in topology.answers("UCAROL")),
                what="the pause confirmed to its clicker")
@@ -112,11 +108,7 @@ def test_a_go_no_go_is_decided_on_either_replica_and_loses_its_buttons(
 
 
 def test_a_stop_wins_once_and_nothing_starts_after_it(topology: Topology) -> None:
-    for name in ("stop-1", "stop-2", "stop-3"):
-        (topology.host(name) / "wait").touch()
-    ts = topology.request("v1.0.0 to stop")
-    run_id = topology.approve(ts)
-    wait_until(lambda: topology.starts("stop-1"), what="batch 1 to start")
+    ts, run_id = topology.deploy_holding("stop", "stop-1", "stop-2", "stop-3")
     acked = topology.click("stop_run", run_id, user="UCAROL", replica=0)
     topology.click("stop_run", run_id, user="UBOB", replica=1)  # a second Stop
     # either may land first (two replicas, each its own work queue): the first wins
@@ -162,11 +154,7 @@ def test_a_429_storm_delays_the_thread_but_drops_nothing(topology: Topology) -> 
 
 
 def test_a_pause_survives_the_death_of_its_worker(topology: Topology) -> None:
-    for name in ("kill-1", "kill-2", "kill-3"):
-        (topology.host(name) / "wait").touch()
-    ts = topology.request("v1.0.0 to kill")
-    run_id = topology.approve(ts)
-    wait_until(lambda: topology.starts("kill-1"), what="batch 1 to start")
+    ts, run_id = topology.deploy_holding("kill", "kill-1", "kill-2", "kill-3")
     topology.click("pause_run", run_id, user="UCAROL", replica=0)
     wait_until(lambda: topology.store.runs.pause_requested(run_id), what="the pause")
     (topology.host("kill-1") / "go").touch()
@@ -208,10 +196,7 @@ def test_a_go_no_go_survives_the_death_of_its_worker(topology: Topology) -> None
 
 
 def test_a_pause_outlives_a_redis_outage_longer_than_the_lease(topology: Topology) -> None:
-    (topology.host("outage-1") / "wait").touch()
-    ts = topology.request("v1.0.0 to outage")
-    run_id = topology.approve(ts)
-    wait_until(lambda: topology.starts("outage-1"), what="batch 1 to start")
+    ts, run_id = topology.deploy_holding("outage", "outage-1")
     topology.click("pause_run", run_id, user="UCAROL", replica=1)
     wait_until(lambda: topology.store.runs.pause_requested(run_id), what="the pause")
     (topology.host("outage-1") / "go").touch()
