@@ -100,9 +100,9 @@ def config_for(args: argparse.Namespace) -> Config:
 
 
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
-    """``--user`` and ``--confirm``: the terminal trusts its operator (see the README)."""
+    """``--user`` and ``--confirm``: the terminal trusts its operator (see docs/start.md)."""
     parser.add_argument("--user", default=getpass.getuser(),
-                        help=f"{who} (default: your login name; trusted, see README)")
+                        help=f"{who} (default: your login name; trusted, see docs/start.md)")
     parser.add_argument("--confirm", action="append", default=[], metavar="NAME",
                         help="type NAME (an environment, or `local`) for a policy `confirm` "
                              "without a prompt; repeat for several")
