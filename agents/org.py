@@ -22,7 +22,7 @@ from agents.config import (
     policy_problems,
     single_config,
 )
-from agents.errors import ManyServices
+from agents.errors import ManyServices, ServiceUnknown
 from tools.errors import ConfigError, Problem
 from tools.inventory import Environment, Host
 from tools.yamlsrc import Located, load_yaml_file
@@ -30,6 +30,46 @@ from tools.yamlsrc import Located, load_yaml_file
 REQUEST_WORDS = frozenset({"to", "of", "in", "for", "on", "all", "previous", "deploy",
                            "status"})
 """Words requests use around names: a service named so could not be told apart (2.1)."""
+
+
+HostId = tuple[str, ...]
+"""A host's identity: ``("name", NAME)``, and for an SSH host also ``("ssh", ADDRESS, PORT)``."""
+
+
+@dataclass(frozen=True)
+class OrgIndex:
+    """What the faces need to know about every service without touching its ``Config``
+    (docs/services.md 1.2), computed once per load."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    """Lowercased service name -> its name."""
+    hosts: dict[HostId, list[tuple[str, str]]] = field(default_factory=dict)
+    """Host identity -> every (service, environment) that lists it."""
+    owned: dict[str, list[str]] = field(default_factory=dict)
+    """A Slack user or group id of an owner -> the services it owns."""
+    scopes: list[tuple[str, str]] = field(default_factory=list)
+    """Every (service, environment)."""
+
+    @classmethod
+    def of(cls, services: dict[str, Config]) -> OrgIndex:
+        index = cls()
+        for name, config in services.items():
+            index.names[name.lower()] = name
+            index.scopes.extend((name, env) for env in config.inventory.environments)
+            for env_name, env in config.inventory.environments.items():
+                for host in env.hosts:
+                    found = config.inventory.hosts.get(host)
+                    for identity in _identities(host, found) if found else [("name", host)]:
+                        index.hosts.setdefault(identity, []).append((name, env_name))
+            who = config.owners.approvers if config.owners else None
+            for owner in [*who.users, *who.groups] if who else []:
+                index.owned.setdefault(owner, []).append(name)
+        return index
+
+    def owned_by(self, user: str, groups: list[str] | None = None) -> list[str]:
+        """The services ``user`` (or one of ``groups``) owns, in config order."""
+        found = [s for who in [user, *(groups or [])] for s in self.owned.get(who, [])]
+        return list(dict.fromkeys(found))
 
 
 @dataclass
@@ -45,6 +85,22 @@ class Org:
     """A channel's default service (``channels:``; read by the faces in a later step)."""
     split: bool = False
     """Whether the file has ``services:`` (False: the file itself is the one service)."""
+    index: OrgIndex = field(default_factory=OrgIndex)
+
+    def __post_init__(self) -> None:
+        if not self.index.names:
+            self.index = OrgIndex.of(self.services)
+
+    def service_of(self, key: str | None) -> Config:
+        """The service a record names (None: the legacy one); ServiceUnknown otherwise,
+        never another service's config."""
+        name = self.legacy if key is None else key
+        if name is None or name not in self.services:
+            said = "records from before services" if key is None else f"service {key!r}"
+            raise ServiceUnknown(f"{said}: not a service of {self.path.name} (known: "
+                                 f"{', '.join(self.services)}); nothing is done under "
+                                 f"another service's rules")
+        return self.services[name]
 
     def only(self) -> Config:
         """The one service; ManyServices when there are several (the faces serve one
@@ -160,7 +216,7 @@ def _shared_hosts(services: dict[str, Config],
                   origins: dict[str, tuple[Path, Located]]) -> list[Problem]:
     """A host in two services (by name; an SSH host also by address and port): its rules
     and locks would be two services' at once, which lands in a later step."""
-    seen: dict[object, tuple[str, str]] = {}
+    seen: dict[HostId, tuple[str, str]] = {}
     out: list[Problem] = []
     for name, config in services.items():
         doc = origins[name][1]
@@ -179,9 +235,9 @@ def _shared_hosts(services: dict[str, Config],
     return out
 
 
-def _identities(name: str, host: Host) -> list[object]:
+def _identities(name: str, host: Host) -> list[HostId]:
     """What makes two inventory entries one machine (docs/services.md 1.2)."""
-    found: list[object] = [("name", name)]
+    found: list[HostId] = [("name", name)]
     if host.connection == "ssh":
-        found.append(("ssh", host.address, host.port))
+        found.append(("ssh", str(host.address), str(host.port)))
     return found
