@@ -23,6 +23,8 @@ from agents.config import (
     single_config,
 )
 from agents.errors import ManyServices, ServiceUnknown
+from agents.policy.layers import winners
+from agents.policy.rules import Policy
 from tools.errors import ConfigError, Problem
 from tools.inventory import Environment, Host
 from tools.yamlsrc import Located, load_yaml_file
@@ -86,6 +88,8 @@ class Org:
     split: bool = False
     """Whether the file has ``services:`` (False: the file itself is the one service)."""
     index: OrgIndex = field(default_factory=OrgIndex)
+    policy: Policy | None = None
+    """The main config's own ``policy`` (every service's base layer); None: not written."""
 
     def __post_init__(self) -> None:
         if not self.index.names:
@@ -140,7 +144,8 @@ def load_org(path: Path | str) -> Org:
     problems += _between(org, services, origins, doc)
     if problems:
         raise ConfigError(problems)
-    return Org(path, services, legacy=org.legacy, channels=org.channels, split=True)
+    return Org(path, services, legacy=org.legacy, channels=org.channels, split=True,
+               policy=org.policy)
 
 
 def _name_problems(name: str, here: str) -> list[Problem]:
@@ -241,3 +246,25 @@ def _identities(name: str, host: Host) -> list[HostId]:
     if host.connection == "ssh":
         found.append(("ssh", str(host.address), str(host.port)))
     return found
+
+
+def policy_notes(org: Org) -> list[str]:
+    """For ``deckhand check``: each service's owners; per service and environment, which
+    layer wins each field several layers set (docs/services.md 1.4); and the environments
+    no organisation rule names, which fall to its default (rules match names, section 6)."""
+    out: list[str] = []
+    for name, config in org.services.items():
+        label = f"{name}/" if org.split else ""
+        if config.owners is not None:
+            out.append(f"{name}: owners {config.owners.approvers.describe()} approve its runs, "
+                       f"within every environment's rules ({config.owners.source})")
+        for env in config.inventory.environments:
+            out += [f"{label}{env}: {line}" for line in winners(config.policy, env)]
+        if org.policy is not None and org.policy.environments:
+            default = ("its default" if "default" in org.policy.model_fields_set
+                       else "nothing of the organisation's")
+            out += [f"{name}/{env}: no organisation rule of that name, so {default} applies "
+                    f"(organisation rules match names)"
+                    for env in config.inventory.environments
+                    if env not in org.policy.environments]
+    return out

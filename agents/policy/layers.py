@@ -198,7 +198,8 @@ def _approvers_line(rules: list[Layer]) -> str:
 
 def _numeric(name: str, pick: Callable[[Iterable[float]], float], rules: list[Layer]
              ) -> list[str]:
-    values = [(source, getattr(r, name)) for source, r in rules if _sets(r, name)]
+    values = [(source, getattr(r, name)) for i, (source, r) in enumerate(rules)
+              if i == 0 or _sets(r, name)]  # the service's own rule always has its say
     if len({v for _, v in values}) < 2:
         return []
     best = pick(v for _, v in values)
@@ -208,7 +209,8 @@ def _numeric(name: str, pick: Callable[[Iterable[float]], float], rules: list[La
 
 
 def _flag(name: str, strict: object, rules: list[Layer]) -> list[str]:
-    values = [(source, getattr(r, name)) for source, r in rules if _sets(r, name)]
+    values = [(source, getattr(r, name)) for i, (source, r) in enumerate(rules)
+              if i == 0 or _sets(r, name)]
     if len({v for _, v in values}) < 2:
         return []
     wins = next(source for source, v in values if v == strict)
