@@ -64,7 +64,8 @@ def resolve(owners: Owners, *, where: str, base: Path, owners_map: dict[str, lis
         return None, [Problem(where, "names no owner: list users or groups, or give a "
                                      "catalog file (delete `owners` for no owners rule)")]
     users, groups = list(owners.users), list(owners.groups)
-    sources, problems = [where.split(" ")[0]], []
+    sources: list[str] = [where.split(" ")[0]]
+    problems: list[Problem] = []
     if owners.catalog is not None:
         found, at, problems = _catalog_owner(base / owners.catalog, where)
         for slack_id in owners_map.get(found, []) if found else []:

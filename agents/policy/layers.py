@@ -159,9 +159,10 @@ def _promotion(own: Written, org: Written, environments: Sequence[str]
     mine = own.policy.promotion
     if not mine or _is_subsequence(theirs, mine):
         return []
+    at = org.at(("promotion",)) if org.at else "the main config"
     return [(("promotion",), f"{' -> '.join(mine)} does not keep the organisation's order "
-             f"{' -> '.join(theirs)} ({org.at(('promotion',)) if org.at else 'main config'}): a service may add stages, "
-             f"never skip or reorder one")]
+             f"{' -> '.join(theirs)} ({at}): a service may add stages, never skip or "
+             f"reorder one")]
 
 
 def _is_subsequence(short: Sequence[str], long: Sequence[str]) -> bool:
