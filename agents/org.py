@@ -144,8 +144,10 @@ def load_org(path: Path | str) -> Org:
     problems += _between(org, services, origins, doc)
     if problems:
         raise ConfigError(problems)
+    index = OrgIndex.of(services)
+    share_layers(services, index)
     return Org(path, services, legacy=org.legacy, channels=org.channels, split=True,
-               policy=org.policy)
+               policy=org.policy, index=index)
 
 
 def _name_problems(name: str, here: str) -> list[Problem]:
@@ -234,8 +236,10 @@ def _shared_hosts(services: dict[str, Config],
                         else f"a host of service {first[0]} too")
                 out.append(Problem(doc.where(("inventory", "hosts", host_name)),
                                    f"host {host_name!r} is {also}: hosts shared between "
-                                   f"services are not supported yet (a later step of issue "
-                                   f"40); give each service its own hosts"))
+                                   f"services are not supported yet: both services' rules "
+                                   f"would apply, but their runs could change it at once "
+                                   f"until host locks land (issue 40, step 4); give each "
+                                   f"service its own hosts"))
                 break
     return out
 
@@ -268,3 +272,45 @@ def policy_notes(org: Org) -> list[str]:
                     for env in config.inventory.environments
                     if env not in org.policy.environments]
     return out
+
+
+def share_layers(services: dict[str, Config], index: OrgIndex) -> None:
+    """A host two services list gets every service's layers (docs/services.md 2.5): each
+    environment of S listing a host that web/production lists too takes web/production's
+    rule, its layers (organisation, owners) and its freezes, named ``web/production: …``.
+
+    Per environment, not yet per host: until plan targets name the other service's scopes
+    (``PlanTargets.shared``), every run of that environment answers to them — stricter than
+    the design, never looser. (Loading still refuses shared hosts until host locks land.)
+    """
+    before = {name: config.policy.model_copy(deep=True) for name, config in services.items()}
+    for name, config in services.items():
+        for env_name, env in config.inventory.environments.items():
+            for other, theirs in _sharing(name, env.hosts, config, index):
+                _take(config.policy, env_name, f"{other}/{theirs}", before[other], theirs)
+
+
+def _sharing(name: str, hosts: list[str], config: Config, index: OrgIndex
+             ) -> list[tuple[str, str]]:
+    """Other services' (service, environment) that list one of ``hosts``."""
+    found = [scope for host in hosts if host in config.inventory.hosts
+             for identity in _identities(host, config.inventory.hosts[host])
+             for scope in index.hosts.get(identity, []) if scope[0] != name]
+    return list(dict.fromkeys(found))
+
+
+def _take(policy: Policy, env: str, label: str, theirs: Policy, their_env: str) -> None:
+    """Copy ``theirs``'s rules over ``their_env`` into ``policy``'s scope ``env``."""
+    own = theirs.for_env(their_env)
+    source = theirs.sources.get(their_env) or (
+        f"policy.environments.{their_env}" if their_env in theirs.environments
+        else "policy.default")
+    layers = policy.layers.setdefault(env, [*policy.layers_of(env)])
+    known = {s for s, _ in layers} | {policy.sources.get(env, "")}
+    for where, rule in [(source, own), *theirs.layers_of(their_env)]:
+        if where not in known:  # the organisation's rule, once
+            layers.append((f"{label}: {where}", rule))
+            known.add(where)
+    policy.freeze += [w.model_copy(update={"environments": [env],
+                                           "reason": f"{label}: {w.reason}"})
+                      for w in theirs.freeze if their_env in w.environments]

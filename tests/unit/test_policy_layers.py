@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agents.config import load_config
-from agents.org import Org, load_org, policy_notes
+from agents.org import Org, OrgIndex, load_org, policy_notes, share_layers
 from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.freeze import frozen
 from agents.policy.rules import UNSCOPED, Policy
@@ -285,3 +285,32 @@ def test_check_notes_name_which_layer_wins(tmp_path: Path) -> None:
     assert any(n.startswith("api: owners <@U1> approve its runs") for n in notes)
     assert ("web/staging: no organisation rule of that name, so nothing of the "
             "organisation's applies (organisation rules match names)") in notes
+
+
+def test_a_shared_host_takes_every_services_layers(tmp_path: Path) -> None:
+    """The policy half of step 4: loading still refuses shared hosts (no host locks yet), so
+    the layering is shown on two services loaded apart and indexed together."""
+    box = "{address: 10.0.0.5, port: 2222}"
+    api = write(tmp_path / "api.yml", service("api").replace("api-3: {connection: local}", f"box: {box}")
+                .replace("[api-2, api-3]", "[api-2, box]") + "owners: {users: [U1]}\n")
+    web = write(tmp_path / "web.yml", service("web").replace("web-3: {connection: local}", f"shop: {box}")
+                .replace("[web-2, web-3]", "[web-2, shop]") + "owners: {users: [U2]}\n"
+                "policy:\n  environments: {production: {approvers: {anyone: true}, "
+                "min_approvals: 2}}\n  freeze: [{environments: [production], reason: sale, "
+                "start: '2030-01-01T00:00:00', end: '2030-01-02T00:00:00'}]\n")
+    services = {"api": load_config(api), "web": load_config(web)}
+    index = OrgIndex.of(services)
+    assert index.hosts[("ssh", "10.0.0.5", "2222")] == [("api", "production"),
+                                                         ("web", "production")]
+    share_layers(services, index)
+    policy = services["api"].policy
+    assert not policy.may_approve("U1", [], ["production"])  # api's owner, not web's
+    assert not policy.may_approve("U2", [], ["production"])  # web's owner, not api's
+    assert policy.may_approve("U1", [], ["staging"])  # no shared host there
+    assert policy.strictest(["production"]).min_approvals == 2
+    assert reason(policy, "production") == "web/production: sale"
+    assert [line.source for line in eligibility(of_scopes(["production"]), policy).lines] == [
+        "policy.default (production has no entry)", "owners: api.yml:9",
+        "web/production: policy.environments.production", "web/production: owners: web.yml:9"]
+    assert services["web"].policy.strictest(["production"]).min_approvals == 2
+    assert not services["web"].policy.may_approve("U2", [], ["production"])  # api's too
