@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
 from agents.history.retention import RetentionSettings
-from agents.owners import Owners, Resolved, entity_ref
-from agents.owners import resolve as resolve_owners
 from agents.plan.model import PLACEHOLDER, SERVICE_PATTERN, Plan
 from agents.plan.validation import PlanChecker
 from agents.policy.layers import Written, layered
+from agents.policy.owners import Owners, Resolved, entity_ref
+from agents.policy.owners import resolve as resolve_owners
 from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
 from agents.requests.phrasing import CaptureError, Phrasing
