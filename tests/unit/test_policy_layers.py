@@ -13,6 +13,7 @@ import pytest
 
 from agents.config import load_config
 from agents.org import Org, OrgIndex, load_org, policy_notes, share_layers
+from agents.policy.diff import policy_diff
 from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.freeze import frozen
 from agents.policy.rules import UNSCOPED, Policy
@@ -314,3 +315,15 @@ def test_a_shared_host_takes_every_services_layers(tmp_path: Path) -> None:
         "web/production: policy.environments.production", "web/production: owners: web.yml:9"]
     assert services["web"].policy.strictest(["production"]).min_approvals == 2
     assert not services["web"].policy.may_approve("U2", [], ["production"])  # api's too
+
+
+def test_policy_diff_sees_owners_not_the_lines_they_moved_to(tmp_path: Path) -> None:
+    old = load_config(write(tmp_path / "a" / "deckhand.yml", service("app")))
+    owned = load_config(write(tmp_path / "b" / "deckhand.yml",
+                              service("app", "owners: {users: [U1]}\n")))
+    moved = load_config(write(tmp_path / "c" / "deckhand.yml",
+                              "owners: {users: [U1]}\n" + service("app")))
+    added = policy_diff((old.policy, old.inventory), (owned.policy, owned.inventory))
+    assert added.changed and any("owners: deckhand.yml" in line for line in added.lines())
+    same = policy_diff((owned.policy, owned.inventory), (moved.policy, moved.inventory))
+    assert not same.changed, same.lines()
