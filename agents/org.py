@@ -23,6 +23,7 @@ from agents.config import (
     single_config,
 )
 from agents.errors import ManyServices, ServiceUnknown
+from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.layers import winners
 from agents.policy.rules import Policy
 from tools.errors import ConfigError, Problem
@@ -264,6 +265,10 @@ def policy_notes(org: Org) -> list[str]:
                        f"within every environment's rules ({config.owners.source})")
         for env in config.inventory.environments:
             out += [f"{label}{env}: {line}" for line in winners(config.policy, env)]
+            answer = eligibility(of_scopes([env]), config.policy)
+            if answer.nobody:
+                out.append(f"{label}{env}: nobody is allowed by every layer, so no plan "
+                           f"touching it can be approved: {answer.who()}")
         if org.policy is not None and org.policy.environments:
             default = ("its default" if "default" in org.policy.model_fields_set
                        else "nothing of the organisation's")

@@ -327,3 +327,14 @@ def test_policy_diff_sees_owners_not_the_lines_they_moved_to(tmp_path: Path) -> 
     assert added.changed and any("owners: deckhand.yml" in line for line in added.lines())
     same = policy_diff((owned.policy, owned.inventory), (moved.policy, moved.inventory))
     assert not same.changed, same.lines()
+
+
+def test_check_says_when_the_layers_leave_nobody(tmp_path: Path) -> None:
+    org = org_of(tmp_path, "{environments: {production: {approvers: {users: [U1, U2]}}}}",
+                 api_extra="owners: {users: [U3]}\n")
+    notes = policy_notes(org)
+    assert ("api/production: nobody is allowed by every layer, so no plan touching it can "
+            "be approved: only someone allowed by every rule (production: <@U1>, <@U2>; "
+            "production: <@U3>)") in notes
+    assert not any(n.startswith(("api/staging: nobody", "web/")) and "nobody is" in n
+                   for n in notes)
