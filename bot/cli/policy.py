@@ -19,7 +19,7 @@ from agents.plan.model import Plan
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
 from agents.policy.rules import Policy
-from agents.services import Services
+from agents.services import Services, build_services
 from bot.cli.common import (
     DEFAULT_NAME,
     Commands,
@@ -91,8 +91,8 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         raise PlanError("name a run (deckhand policy explain RUN) or a plan file (--plan FILE)")
     if args.run_id is not None:
         embedded_store_note()
-    services, org = run_services(args) if args.run_id is not None else (services_for(args),
-                                                                         None)
+    services, org = run_services(args) if args.run_id is not None else (
+        _plan_services(args), None)
     try:
         answer, title, environments, policy = _answer(args, services, org)
         counts = _counts(services, policy, environments, args.user) if args.user else []
@@ -140,6 +140,16 @@ def _answer(args: argparse.Namespace, services: Services, org: Org | None
             subject.environments, policy)
 
 
+def _plan_services(args: argparse.Namespace) -> Services:
+    """Services for the service a plan file names (``service:``, as `deckhand plan
+    --format yaml` writes it), else for the config's one service."""
+    plan = _read_plan(args.plan, requested_by="")
+    if plan.service is None:
+        return services_for(args)
+    org = load_org(given_config(None, getattr(args, "config", None)))
+    return build_services(org.service_of(plan.service))
+
+
 def _read_plan(path: Path, *, requested_by: str) -> Plan:
     try:
         body = yaml.safe_load(path.read_text())
@@ -147,7 +157,7 @@ def _read_plan(path: Path, *, requested_by: str) -> Plan:
         raise PlanError(f"cannot read the plan file {path}: {exc}") from exc
     if not isinstance(body, dict):
         raise PlanError(f"{path}: a plan is a mapping with goal, steps and rollback")
-    keep = {k: body[k] for k in ("goal", "steps", "rollback") if k in body}
+    keep = {k: body[k] for k in ("goal", "steps", "rollback", "service") if k in body}
     try:
         return Plan.model_validate({**keep, "requested_by": requested_by})
     except ValidationError as exc:

@@ -128,3 +128,17 @@ def test_policy_explain_names_each_layer(org_path: Path, store: Store,
             "production wins over services/web.yml:21 policy.environments.production") \
         in checked
     assert "policy: web: owners webby approve its runs" in checked
+
+
+def test_policy_explain_a_plan_file_of_a_service(org_path: Path, store: Store,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    services = build_services(load_org(org_path).services["web"], store=store)
+    plan = services.make_plan("ship v1.2.3 to production", requested_by="dev", face="cli")
+    file = org_path.parent / "plan.json"
+    file.write_text(plan.model_dump_json())
+    capsys.readouterr()
+    assert main(["policy", "explain", "--plan", str(file), "--requested-by", "dev",
+                 "--config", str(org_path)]) == 0
+    out = capsys.readouterr().out
+    assert "production: webby (1 needed) — owners: services/web.yml:1" in out
+
