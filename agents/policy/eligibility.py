@@ -60,6 +60,13 @@ class RuleLine:
     source: str
     why: str
     rule: EnvPolicy
+    layer: str = ""
+    """Which layer over the scope this is (``organisation``, ``owners``, ``web/production``);
+    empty for the scope's own rule."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope} ({self.layer})" if self.layer else self.scope
 
     def describe(self, *, exclude: str | None = None) -> str:
         count = self.rule.min_approvals
@@ -157,7 +164,7 @@ class Eligibility:
         for line in self.lines:
             if not line.rule.approvers.anyone:
                 text = _names(line.rule.approvers, exclude=exclude)
-                scopes.setdefault(text, []).append(line.scope)
+                scopes.setdefault(text, []).append(line.label)
         if not scopes:
             return "anyone" + (f" except {exclude}" if exclude else "")
         parts = [f"{', '.join(dict.fromkeys(where))}: {text}" for text, where in scopes.items()]
@@ -263,7 +270,7 @@ def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:
             hosts = subject.reach.get(scope, [])
             why = f"touches {', '.join(hosts)}" if hosts else f"changes {scope}"
             own = [_env_line(scope, why, policy)]
-        out += own + [RuleLine(scope, source, why, rule)
+        out += own + [RuleLine(scope, source, why, rule, layer=source.split(": ")[0])
                       for source, rule in policy.layers_of(scope)]
     return out
 

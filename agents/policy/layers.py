@@ -18,6 +18,9 @@ from agents.policy.freeze import FreezeWindow
 from agents.policy.limits import Limits
 from agents.policy.rules import NEUTRAL, OTHER_SCOPES, UNSCOPED, Approvers, EnvPolicy, Layer, Policy
 
+ORGANISATION = "organisation"
+"""How the organisation's layers are named (``organisation: deckhand.yml:14 policy.…``)."""
+
 Where = tuple[str | int, ...]
 At = Callable[[Where], str]
 """Where a path inside a ``policy`` section is written: ``services/api.yml:12 policy.x``."""
@@ -112,7 +115,11 @@ def _org_rules(org: Written, scope: str, environments: Sequence[str]) -> list[La
     """The organisation's layer over ``scope``: its rule of that name, else its default
     (written ones only); outside every environment, its ``unscoped`` rule, else every
     rule of the service's environments."""
-    o, at = org.policy, org.at or (lambda path: ".".join(("policy", *map(str, path))))
+    o, where = org.policy, org.at or (lambda path: ".".join(("policy", *map(str, path))))
+
+    def at(path: Where) -> str:
+        return f"{ORGANISATION}: {where(path)}"
+
     if scope == UNSCOPED:
         if o.unscoped is not None:
             return [(at(("unscoped",)), as_layer(o.unscoped))]

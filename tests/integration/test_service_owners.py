@@ -97,7 +97,8 @@ def test_an_owner_of_api_is_refused_on_web(org_path: Path, store: Store) -> None
     assert [e.actor for e in refused] == ["apiowner", "outsider"]
     assert refused[0].details["rule"] == (
         "you are not allowed to approve this plan. Who can: only someone allowed by every "
-        "rule (production: apiowner, webby, outsider; production: webby) — by name: webby")
+        "rule (production (organisation): apiowner, webby, outsider; production (owners): "
+        "webby) — by name: webby")
 
     assert approve(org_path, run, "webby") == 0
     stored = store.runs.get(run.id)
@@ -116,16 +117,16 @@ def test_policy_explain_names_each_layer(org_path: Path, store: Store,
     assert out[1:4] == [
         "production: anyone except dev (1 needed) — services/web.yml:21 "
         "policy.environments.production, touches web-2",
-        "production: apiowner, webby, outsider (1 needed, not the requester) — deckhand.yml:5 "
-        "policy.environments.production, touches web-2",
+        "production: apiowner, webby, outsider (1 needed, not the requester) — organisation: "
+        "deckhand.yml:5 policy.environments.production, touches web-2",
         "production: webby (1 needed) — owners: services/web.yml:1, "
         "services/catalog-info.yaml:4 (group:default/team-web), touches web-2"]
     assert out[-1].startswith("apiowner may approve: no: you are not allowed")
 
     assert main(["check", str(org_path)]) == 0
     checked = capsys.readouterr().out
-    assert ("policy: web/production: self_approval no — deckhand.yml:5 policy.environments."
-            "production wins over services/web.yml:21 policy.environments.production") \
+    assert ("policy: web/production: self_approval no — organisation: deckhand.yml:5 policy."
+            "environments.production wins over services/web.yml:21 policy.environments.production") \
         in checked
     assert "policy: web: owners webby approve its runs" in checked
 

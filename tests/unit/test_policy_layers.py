@@ -105,7 +105,7 @@ def test_approvers_every_layer_must_allow(tmp_path: Path) -> None:
     answer = eligibility(of_scopes(["production"]), anyone.services["api"].policy)
     assert [line.source for line in answer.lines] == [
         "services/api.yml:9 policy.environments.production",
-        "deckhand.yml:2 policy.environments.production"]
+        "organisation: deckhand.yml:2 policy.environments.production"]
 
 
 def test_default_and_unscoped_both_layers_apply(tmp_path: Path) -> None:
@@ -278,10 +278,11 @@ def test_check_notes_name_which_layer_wins(tmp_path: Path) -> None:
                            "min_approvals: 2}}}",
                  P % "approval_ttl: 60", api_extra="owners: {users: [U1]}\n")
     notes = policy_notes(org)
-    assert ("api/production: min_approvals 2 — deckhand.yml:2 policy.environments.production "
-            "wins over services/api.yml:10 policy.environments.production (1)") in notes
+    assert ("api/production: min_approvals 2 — organisation: deckhand.yml:2 policy.environments."
+            "production wins over services/api.yml:10 policy.environments.production (1)") in notes
     assert ("api/production: approval_ttl 60s — services/api.yml:10 policy.environments."
-            "production wins over deckhand.yml:2 policy.environments.production (3600s)") \
+            "production wins over organisation: deckhand.yml:2 policy.environments.production "
+            "(3600s)") \
         not in notes  # the organisation did not write a ttl: it has no say
     assert any(n.startswith("api: owners <@U1> approve its runs") for n in notes)
     assert ("web/staging: no organisation rule of that name, so nothing of the "
@@ -335,6 +336,6 @@ def test_check_says_when_the_layers_leave_nobody(tmp_path: Path) -> None:
     notes = policy_notes(org)
     assert ("api/production: nobody is allowed by every layer, so no plan touching it can "
             "be approved: only someone allowed by every rule (production: <@U1>, <@U2>; "
-            "production: <@U3>)") in notes
+            "production (owners): <@U3>)") in notes
     assert not any(n.startswith(("api/staging: nobody", "web/")) and "nobody is" in n
                    for n in notes)
