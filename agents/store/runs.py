@@ -76,6 +76,8 @@ class Runs(Part):
         pipe.set(self.keys.run(run_id), stored.record_json())
         pipe.zadd(self.keys.runs(), {run_id: run.created_at})
         pipe.zadd(self.keys.run_ids(), {run_id: 0})
+        if run.service is not None:  # the legacy service's runs are the rest of ``runs``
+            pipe.zadd(self.keys.runs_of(run.service), {run_id: run.created_at})
         index_open(pipe, self.keys, stored)
         pipe.execute()
         return True
@@ -254,7 +256,8 @@ class Runs(Part):
             if not isinstance(grant, Grant):
                 raise ApprovalRefused(grant)
             glass = grant is Grant.BREAK_GLASS
-            counted = self.limits.counted(policy, run.environments, run_id=run_id, user=user)
+            counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
+                                          user=user)
             run.approvals.append(Approval(user=user, via=face, at=self.clock(),
                                           plan_version=plan_version, plan_hash=plan_hash,
                                           break_glass=glass))
