@@ -3,7 +3,9 @@
 Each :class:`Violation` names the key at fault and, when one is safe, the repair: indexes
 and pointers are rebuilt from the records, a stuck run is queued again, a lock or queue
 entry left by an ended run is released, a host journal left by an ended run is folded into
-its record. A record (run, plan version, schedule) is never deleted. The check reads the
+its record. Locks and index members are read in both shapes (``ENV`` for the legacy
+service, ``S:ENV``), host locks too; given the config's services, what names another
+service is reported. A record (run, plan version, schedule) is never deleted. The check reads the
 whole keyspace (SCAN), so it is for operators, not hot paths; with traffic running,
 re-check before acting on a violation that vanished meanwhile.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -56,8 +58,13 @@ class _Queue:
 class StoreCheck:
     """Finds (and optionally repairs) every violation of the store's invariants."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, *, services: Collection[str | None] | None = None):
+        """``services``: the service keys an organisation's config knows (None among them
+        when it names a ``legacy_service``); keys and records of any other service are then
+        violations. Leave it None for a config without ``services:``, whose environment
+        names may contain ``:`` and whose records are all the legacy service's."""
         self.store, self.r, self.keys = store, store.r, store.keys
+        self.services = None if services is None else set(services)
 
     def violations(self) -> list[Violation]:
         with self.store.errors():
@@ -65,7 +72,8 @@ class StoreCheck:
             queue = self._queue()
             return [*self._index(runs), *self._open_index(runs), *self._plans(),
                     *self._active(runs, queue), *self._locks(runs), *self._runs_of(runs),
-                    *self._queue_entries(runs, queue), *self._journals(runs)]
+                    *self._queue_entries(runs, queue), *self._journals(runs),
+                    *self._unknown_services(runs)]
 
     def orphaned(self, runs: Iterable[Run]) -> list[Violation]:
         """Active runs among ``runs`` with no live worker, no queue entry and no place in
@@ -218,6 +226,25 @@ class StoreCheck:
                 if run.id not in indexed:
                     yield Violation(self.keys.run(run.id), f"is missing from {service}'s "
                                     f"index of runs", partial(self._index_of, service, run))
+
+    def _unknown_services(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """Index members and runs of a service the config lacks (or without a service,
+        when it names no legacy one): reported, never repaired — a record is evidence,
+        and a lock such a run holds is released by ``_locks`` once the run has ended."""
+        if self.services is None:
+            return
+        for index in (self.keys.locks(), self.keys.history_environments()):
+            for member in sorted(text(m) for m in self.r.smembers(index)):
+                service, _ = split_member(member)
+                if service not in self.services:
+                    yield Violation(index, f"lists {member}, {_whose(service)}")
+        counts: dict[str | None, int] = defaultdict(int)
+        for run in runs.values():
+            counts[run.service] += run.service not in self.services
+        for service, count in sorted(counts.items(), key=lambda c: c[0] or ""):
+            if count:
+                key = self.keys.runs() if service is None else self.keys.runs_of(service)
+                yield Violation(key, f"holds {count} run(s) {_whose(service)}")
 
     def _index_of(self, service: str, run: Run) -> str:
         self.r.zadd(self.keys.runs_of(service), {run.id: run.created_at})
@@ -381,6 +408,12 @@ class StoreCheck:
                 pipe.xdel(self.keys.queue(), *entry_ids)
                 pipe.execute()
         return f"deleted {len(entry_ids)} finished entries"
+
+
+def _whose(service: str | None) -> str:
+    if service is None:
+        return "of no service, and the config names no legacy_service to own them"
+    return f"of service {service}, which the config lacks"
 
 
 class _EnvLocks:

@@ -193,6 +193,17 @@ def test_a_named_services_run_is_indexed_with_its_creation(store: Store,
     assert client.keys("dh:runs:svc:*") == [b"dh:runs:svc:api"]  # the legacy run: none
 
 
+def test_a_services_runs_stored_before_its_index_are_indexed_once(
+        store: Store, client: redis.Redis) -> None:
+    store.runs.create(a_run("run-api", "api"))
+    client.delete("dh:runs:svc:api")  # as step 1 stored it: `service`, no index
+    store.runs.create(a_run("run-web", "web"))
+    assert [r.id for r in store.runs.of_service("api")] == ["run-api"]
+    assert client.get("dh:runs:svc:complete") == b"1"
+    assert [r.id for r in store.runs.of_service("web")] == ["run-web"]
+    assert store.runs.of_service("docs") == []
+
+
 def test_check_store_reads_and_repairs_qualified_and_host_locks(store: Store,
                                                                 client: redis.Redis) -> None:
     live = store.runs.create(a_run("run-live", "web", RunStatus.RUNNING))
@@ -217,3 +228,20 @@ def test_check_store_reads_and_repairs_qualified_and_host_locks(store: Store,
     assert client.keys("dh:lock:api:*") == [] and not client.exists("dh:hostlock:local:box")
     assert client.get("dh:lock:web:production") and client.get(f"dh:hostlock:{HOST}")
     assert client.zscore("dh:runs:svc:web", live.id) is not None
+
+
+def test_check_store_reports_keys_and_runs_of_services_the_config_lacks(
+        store: Store, client: redis.Redis) -> None:
+    store.runs.create(a_run("run-gone", "gone", RunStatus.SUCCEEDED))
+    store.runs.create(a_run("run-old", None, RunStatus.SUCCEEDED))
+    store.history.record("gone", "run-gone", [deploy("run-gone", "production", "v1", 1)])
+    store.history.record("api", "run-api", [deploy("run-api", "production", "v1", 1)])
+    assert StoreCheck(store).violations() == []  # one service: nothing is foreign
+    found = {(v.key, v.problem) for v in StoreCheck(store, services=["api"]).violations()}
+    assert found == {
+        ("dh:history:envs", "lists gone:production, of service gone, which the config lacks"),
+        ("dh:runs:svc:gone", "holds 1 run(s) of service gone, which the config lacks"),
+        ("dh:runs", "holds 1 run(s) of no service, and the config names no legacy_service "
+                    "to own them")}
+    assert {v.key for v in StoreCheck(store, services=[None, "api", "gone"]).violations()} \
+        == set()
