@@ -84,8 +84,10 @@ IdFactory = Callable[[str], str]
 """Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
 
 
-UNSCRUBBED = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT", "FCALL", "FUNCTION"})
-"""Commands whose arguments are code, not data (deckhand's store sends none of them)."""
+UNSCRUBBED = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT", "FCALL", "FUNCTION",
+                        "MGET", "EXISTS", "WATCH"})
+"""Commands whose arguments are code, not data (deckhand's store sends none of them), or
+only key names read (an MGET of every ``where`` key is 600 names: nothing to redact)."""
 
 
 def scrub_args(redact: Callable[[str], str], args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -16,6 +16,7 @@ from agents.store._redis import Part, scope_member, split_member
 HISTORY_READ = 500
 """Deploys read to answer "what did this host run before" and "which versions were here"."""
 _DEPLOYS: TypeAdapter[list[Deploy]] = TypeAdapter(list[Deploy])
+_WHERES: TypeAdapter[list[Where]] = TypeAdapter(list[Where])
 KEEP_NEWEST = 50
 """Deploys per environment that history retention never trims, however old."""
 
@@ -71,8 +72,12 @@ class History(Part):
             scopes = [scope for scope in scopes if scope[0] in wanted]
         with self.errors():
             raws = self.r.mget([self.keys.deployed(*scope) for scope in scopes]) if scopes else []
-        return [_where(raw, service, env) for (service, env), raw in zip(scopes, raws,
-                                                                          strict=True)]
+        found = iter(_WHERES.validate_json(b"[" + b",".join(r for r in raws if r) + b"]"))
+        states = [next(found) if raw else Where(environment=env)  # parsed in one pass
+                  for (_, env), raw in zip(scopes, raws, strict=True)]
+        for state, (service, _) in zip(states, scopes, strict=True):
+            state.service = service
+        return states
 
     def environments(self, service: str | None) -> list[str]:
         """The environments ``service`` has deployed to, by name."""
