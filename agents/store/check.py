@@ -5,9 +5,9 @@ and pointers are rebuilt from the records, a stuck run is queued again, a lock o
 entry left by an ended run is released, a host journal left by an ended run is folded into
 its record. Locks and index members are read in both shapes (``ENV`` for the legacy
 service, ``S:ENV``), host locks too; given the config's services, what names another
-service is reported. A record (run, plan version, schedule) is never deleted. The check reads the
-whole keyspace (SCAN), so it is for operators, not hot paths; with traffic running,
-re-check before acting on a violation that vanished meanwhile.
+service is reported. A record (run, plan version, schedule) is never deleted. The check
+reads the whole keyspace (SCAN), so it is for operators, not hot paths; with traffic
+running, re-check before acting on a violation that vanished meanwhile.
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ class LockInfo:
     """Whose environment (None: the legacy service's)."""
     host: bool = False
 
+    @classmethod
+    def naming(cls, locked: str, service: str | None = None, *,
+               host: bool = False) -> LockInfo:
+        """What a lock is on, before reading who holds it (``_lock_info`` fills that in)."""
+        return cls(locked, "", "", 0.0, service, host)
+
     @property
     def scope(self) -> str:
         """What is locked, as people read it: ``api/production``, ``production``, ``host …``."""
@@ -83,9 +89,9 @@ class Locks(Part):
     def _held(self, service: str | None, environments: Iterable[str],
               hosts: Iterable[str]) -> list[tuple[str, LockInfo]]:
         """Each lock's key beside a template naming what it locks, sorted by key."""
-        envs = [(self.keys.lock(service, e), LockInfo(e, "", "", 0.0, service))
+        envs = [(self.keys.lock(service, e), LockInfo.naming(e, service))
                 for e in set(environments)]
-        ids = [(self.keys.host_lock(h), LockInfo(h, "", "", 0.0, None, host=True))
+        ids = [(self.keys.host_lock(h), LockInfo.naming(h, host=True))
                for h in set(hosts)]
         return sorted(envs + ids, key=lambda pair: pair[0])
 
@@ -158,7 +164,7 @@ class Locks(Part):
     def get(self, service: str | None, environment: str) -> LockInfo | None:
         """Who holds ``service``'s ``environment`` lock, or None if it is free."""
         with self.errors():
-            return _lock_info(LockInfo(environment, "", "", 0.0, service),
+            return _lock_info(LockInfo.naming(environment, service),
                               self.r.get(self.keys.lock(service, environment)))
 
     def all(self) -> list[LockInfo]:
@@ -171,7 +177,7 @@ class Locks(Part):
             scopes = [split_member(m) for m in members]
             keys = [self.keys.lock(s, e) for s, e in scopes]
             values = self.r.mget(keys) if keys else []
-        infos = [_lock_info(LockInfo(e, "", "", 0.0, s), v)
+        infos = [_lock_info(LockInfo.naming(e, s), v)
                  for (s, e), v in zip(scopes, values, strict=True)]
         return [i for i in infos if i is not None]
 
@@ -182,7 +188,7 @@ class Locks(Part):
     def host(self, host: str) -> LockInfo | None:
         """Who holds the lock on shared host ``host``, or None if it is free."""
         with self.errors():
-            return _lock_info(LockInfo(host, "", "", 0.0, host=True),
+            return _lock_info(LockInfo.naming(host, host=True),
                               self.r.get(self.keys.host_lock(host)))
 
     def hosts(self) -> list[LockInfo]:
@@ -190,7 +196,7 @@ class Locks(Part):
         with self.errors():
             ids = sorted(text(m) for m in self.r.smembers(self.keys.host_locks()))
             values = self.r.mget([self.keys.host_lock(h) for h in ids]) if ids else []
-        infos = [_lock_info(LockInfo(h, "", "", 0.0, host=True), v)
+        infos = [_lock_info(LockInfo.naming(h, host=True), v)
                  for h, v in zip(ids, values, strict=True)]
         return [i for i in infos if i is not None]
 
