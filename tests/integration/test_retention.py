@@ -58,10 +58,13 @@ class Clock:
         return self
 
 
-def make_run(store: Store, status: RunStatus, *, leftovers: bool = False) -> Run:
-    """A run in ``status`` with audit entries, written at the store's clock; a finished one
-    settles its queue entry and lease unless ``leftovers`` (what a crash leaves)."""
-    plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+def make_run(store: Store, status: RunStatus, *, leftovers: bool = False,
+             service: str | None = None) -> Run:
+    """A run in ``status`` (of ``service``) with audit entries, written at the store's
+    clock; a finished one settles its queue entry and lease unless ``leftovers`` (what a
+    crash leaves)."""
+    plan = make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}])
+    plan = store.plans.save(plan.model_copy(update={"service": service}))
     store.plans.save(plan.revised(goal="v2"))
     run = Run.for_plan(plan, NO_TARGETS, created_at=store.clock())
     run.environments = ["staging"]
@@ -212,6 +215,27 @@ def test_history_retention_trims_old_deploys_but_never_where_or_the_newest(
     kept = store.history.recent(None, "staging", limit=100)
     assert len(kept) == 50 and kept[0].version == "v1.0.59"
     assert store.history.current(None, "staging").hosts["web-1"].version == "v1.0.59"
+
+
+def test_retention_trims_every_services_history_and_its_index_of_runs(
+        tmp_path: Path, store: Store, client: redis.Redis, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    store.clock = Clock().ago(OLD)
+    old = make_run(store, S.SUCCEEDED, service="api")
+    for service in ("api", None):
+        for n in range(55):
+            store.history.record(service, f"run-{service}-{n:04d}",
+                                 [_deploy(old, time.time() - OLD + n, version=f"v1.0.{n}")])
+    make_config(tmp_path, RETENTION + "history: {retention_days: 30}\n")
+    assert main(["retention", "--config", str(tmp_path / "deckhand.yml")]) == 0
+
+    deploys = [line for line in archive(tmp_path / "archive.jsonl") if line["kind"] == "deploy"]
+    assert sorted((d.get("service", ""), d["deploy"]["version"]) for d in deploys) == sorted(
+        (s, f"v1.0.{n}") for s in ("api", "") for n in range(5))  # 50 newest kept each
+    assert len(store.history.recent("api", "staging", limit=100)) == 50
+    assert len(store.history.recent(None, "staging", limit=100)) == 50
+    assert client.zcard("dh:runs:svc:api") == 0 and not client.exists(f"dh:run:{old.id}")
 
 
 def test_one_process_at_a_time_and_workers_run_it_when_due(
