@@ -248,11 +248,11 @@ def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, An
         ("audit --run", lambda: store.audit.entries(run_id=some),
          lambda: [f for _, f in client.xrange(store.keys.audit())
                   if f[b"run_id"] == some.encode()]),
-        ("App Home locks", store.locks,
+        ("App Home locks", store.locks.all,
          lambda: list(client.scan_iter(store.keys.lock(None, "*")))),
         ("runs show PREFIX", lambda: store.runs.find(short_id(some)), None),
         ("history production", lambda: store.history.recent(None, "production", limit=20), None),
-        ("where", store.deployed_states, None),
+        ("where", store.history.matrix, None),
         ("stats production", lambda: stats(
             store.history.facts_since(None, "production", now - 30 * DAY), environment="production",
             now=now, days=30), lambda: stats(
