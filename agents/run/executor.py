@@ -24,6 +24,7 @@ from agents import logcontext, tracing
 from agents.plan.limit import allowed_hosts
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
+from agents.run.explain import explaining
 from agents.run.gates import gate_check, stop_reason
 from agents.run.hold_watch import HoldWatch, JudgeGates
 from agents.run.judgment import Judge, MemoryJudge, applies, awaiting, hold_of, wait_for
@@ -1076,9 +1077,9 @@ def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
                      "kept its output open: start daemons with `>/dev/null 2>&1 &`)")
         return f"{what}; {_kill_outcome(result, host)}"
     if result.exit_code != success.exit_code:
-        last = _last_line(result.tail)
+        why = explaining(result.tail)
         return f"exit code {result.exit_code} (expected {success.exit_code})" + (
-            f": {last}" if last else "")
+            f": {why}" if why else "")
     if not watch.matched_success:
         return f"output never matched {watch.unmatched[0]!r}"
     return None
@@ -1090,8 +1091,3 @@ def _kill_outcome(result: CommandResult, host: str) -> str:
         return "the process was killed"
     return (f"it may still be running on host {host}: the kill was not confirmed "
             f"({result.unconfirmed_kill})")
-
-
-def _last_line(text: str, limit: int = 300) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:limit] if lines else ""
