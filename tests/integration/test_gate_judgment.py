@@ -7,6 +7,7 @@ Prometheus scraping a loopback endpoint whose series the test sets.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,18 @@ def test_each_batch_is_gated_before_its_go_no_go_and_the_last_one_too(
     assert 'series="b"} = 0.995' in slack, slack
     assert main(["runs", "show", run.id, "--config", str(deploy.tmp_path / "deckhand.yml")]) == 0
     assert 'series="b"} = 0.995' in capsys.readouterr().out
+    assert main(["runs", "show", run.id, "--json",
+                 "--config", str(deploy.tmp_path / "deckhand.yml")]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    [gate] = shown["gates"]
+    assert (gate["name"], gate["after_batch"], gate["batches"], gate["ok"]) == \
+        ("ratio", 1, 3, True)
+    assert {(s["series"].rsplit(", ", 1)[-1], s["value"]) for s in gate["samples"]} == {
+        ('series="a"}', "1"), ('series="b"}', "0.995")}
+    [hold] = shown["holds"]
+    assert (hold["hold"], hold["awaiting"], hold["decision"], hold["hosts_done"]) == \
+        ("ship/1", True, None, ["prod-1"])
+    assert hold["deadline"] == hold["since"] + 1800 and 'series="b"} = 0.995' in hold["gates"][0]
 
     # a pause asked during the hold holds batch 2: no gate is skipped; Continue judged the
     # gate again before anything started (the figures seen at the hold do not carry it)
@@ -158,7 +171,8 @@ def _showing(deploy: Deploy, text: str) -> Run:
 
 
 def test_a_metric_that_turns_bad_during_a_hold_ends_it_in_a_rollback(
-        start: Any, scraped: tuple[Metrics, Prometheus]) -> None:
+        start: Any, scraped: tuple[Metrics, Prometheus],
+        capsys: pytest.CaptureFixture[str]) -> None:
     expose(scraped[0], scraped[1], a="1", b="0.995")
     deploy = start(recheck="0.3s")
     run = _held_after(deploy, 1)
@@ -177,6 +191,11 @@ def test_a_metric_that_turns_bad_during_a_hold_ends_it_in_a_rollback(
     assert "gate ratio failed after batch 1 of 3" in (final.steps["ship"].error or "")
     judged = deploy.audited("judged")  # the gate's decision, audited like a click
     assert [(e.details["via"], e.details["decision"]) for e in judged] == [("gate", "rollback")]
+    assert main(["runs", "show", final.id, "--json",
+                 "--config", str(deploy.tmp_path / "deckhand.yml")]) == 0
+    [hold] = json.loads(capsys.readouterr().out)["holds"]
+    assert (hold["awaiting"], hold["decision"]["via"], hold["recheck"]) == (False, "gate", 0.3)
+    assert hold["measured_at"] is not None and 'series="b"} = 0.5 ✗' in hold["gates"][0]
 
 
 def test_a_hold_shows_current_figures_and_continue_judges_again(
