@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from agents.errors import StoreError
 from agents.run.record import Phase, Run
-from agents.store import Store
+from agents.store import AuditLog, RunFeed, Runs
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST, Host
 from tools.runners.base import Runner
@@ -62,16 +62,16 @@ def leftovers(run: Run) -> list[Leftover]:
 class RetryKills:
     """Retries the kills of ended runs' leftovers (see the module)."""
 
-    def __init__(self, store: Store, *, runner_for: Callable[[Host], Runner],
-                 hosts: Callable[[], dict[str, Host]], actor: str,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.store, self.runner_for, self.hosts = store, runner_for, hosts
-        self.actor, self.clock = actor, clock
+    def __init__(self, *, runs: Runs, audit: AuditLog, feed: RunFeed,
+                 runner_for: Callable[[Host], Runner], hosts: Callable[[], dict[str, Host]],
+                 actor: str, clock: Callable[[], float] = time.time) -> None:
+        self.runs, self.audit, self.feed = runs, audit, feed
+        self.runner_for, self.hosts, self.actor, self.clock = runner_for, hosts, actor, clock
 
     def sweep(self) -> list[str]:
         """One pass over recent ended runs; what it did, one line each."""
         done = []
-        for run in self.store.runs.recent(limit=SCAN):
+        for run in self.runs.recent(limit=SCAN):
             if not run.status.terminal or run.finished_at is None:
                 continue
             for left in leftovers(run):
@@ -105,8 +105,8 @@ class RetryKills:
             if result is not None and result.pid == left.pid:
                 result.pid = None
 
-        self.store.runs.update(run.id, forget)
-        self.store.audit.record("leftover_stopped", actor=self.actor, run_id=run.id,
+        self.runs.update(run.id, forget)
+        self.audit.record("leftover_stopped", actor=self.actor, run_id=run.id,
                                 plan_id=run.plan_id, step=left.step, host=left.host,
                                 pid=left.pid, outcome="stopped", later=True)
         self._say(run, left, "stopped", (
@@ -125,10 +125,10 @@ class RetryKills:
             said.append(record.meta.get(left.key) == what)
             record.meta[left.key] = what
 
-        self.store.runs.update(run.id, mark)
+        self.runs.update(run.id, mark)
         if said and said[0]:
             return None
-        self.store.audit.record("leftover_stopped", actor=self.actor, run_id=run.id,
+        self.audit.record("leftover_stopped", actor=self.actor, run_id=run.id,
                                 plan_id=run.plan_id, step=left.step, host=left.host,
                                 pid=left.pid, outcome=what, later=True)
         self._say(run, left, what, text)
@@ -136,7 +136,7 @@ class RetryKills:
 
     def _say(self, run: Run, left: Leftover, what: str, text: str) -> None:
         try:
-            self.store.run_feed.append(run.id, "say", {"text": text,
+            self.feed.append(run.id, "say", {"text": text,
                                                        "key": f"{left.key}:{what}"},
                                        pending=bool(run.meta.get("slack")))
         except StoreError as exc:  # the record and the audit have it; the thread waits

@@ -227,7 +227,8 @@ class Worker:
         answer takes its connect timeout, which must not keep queued runs waiting."""
         if self._killing is not None and self._killing.is_alive():
             return
-        retry = RetryKills(self.store, runner_for=self.services.runners.for_host,
+        retry = RetryKills(runs=self.store.runs, audit=self.store.audit,
+                           feed=self.store.run_feed, runner_for=self.services.runners.for_host,
                            hosts=lambda: self.services.config.inventory.hosts, actor=self.name)
 
         def sweep() -> None:

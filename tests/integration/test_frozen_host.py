@@ -189,8 +189,8 @@ def test_what_an_unconfirmed_kill_left_running_is_killed_once_the_host_answers(
         assert freezer.pgid is not None
         assert pool.inventory is not None
         inventory = pool.inventory
-        retry = RetryKills(store, runner_for=pool.for_host, hosts=lambda: inventory.hosts,
-                           actor="w2")
+        retry = RetryKills(runs=store.runs, audit=store.audit, feed=store.run_feed,
+                           runner_for=pool.for_host, hosts=lambda: inventory.hosts, actor="w2")
         assert retry.sweep() == [f"run {ran.id}: deploy on prod-1 (process group "
                                  f"{freezer.pgid}): unconfirmed"]
         assert retry.sweep() == []  # said once, not every sweep
