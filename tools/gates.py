@@ -99,7 +99,8 @@ class PrometheusGate(BaseModel):
     count: int = Field(default=1, ge=1, le=100)
     failure_limit: int = Field(default=0, ge=0)
     stale_after: float = Field(default=300.0, gt=0, description=(
-        "a sample measured longer ago than this (seconds) fails as stale"))
+        "seconds: a series whose data is older than this fails as stale — judged from the "
+        "samples' own time (the newest sample of each series the query reads)"))
 
     _url = field_validator("url")(_http_url)
 
