@@ -56,9 +56,9 @@ class HoldWatch:
         threading.Thread(target=watch, daemon=True, name=f"hold-watch-{self.held.hold}").start()
 
     def proposed(self) -> Decision | None:
-        """Roll back, once a gate failed while holding (with on_gate_failure: rollback)."""
-        with self._lock:
-            return self._proposal
+        """Roll back, once a gate failed while holding (with on_gate_failure: rollback).
+        Read without the lock: the hold's poll never waits for a judgment being recorded."""
+        return self._proposal
 
     def stop(self) -> Judgment:
         """Stop judging; nothing is shown or recorded after this returns. The hold as last
@@ -85,9 +85,14 @@ class HoldWatch:
             if self._stopped or self._token.cancelled or not checks:
                 return False
             for check in checks:  # a failure, and a recovery from one, go in the record
-                if check.ok == (check.name in self._failing):
-                    self._judged(check)
-                    (self._failing.discard if check.ok else self._failing.add)(check.name)
+                was_failing = check.name in self._failing
+                if check.ok and was_failing:
+                    self._failing.discard(check.name)
+                elif not check.ok and not was_failing:
+                    self._failing.add(check.name)
+                else:
+                    continue
+                self._judged(check)
             self.held = self.held.model_copy(update={"gates": [figure(c) for c in checks],
                                                      "measured_at": self._clock()})
             self._shown(self.held)
