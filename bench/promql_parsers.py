@@ -6,11 +6,22 @@ For each checker, printed: how many of the accepted queries it refuses (a false 
 stops a deploy whose gate is right) and how many of the refused ones it accepts (a gate
 that fails only once a batch has deployed), naming each; and the time per query.
 
-    PYTHONPATH=$PWD python bench/promql_parsers.py   # promql-parser must be importable
+    PYTHONPATH=$PWD python bench/promql_parsers.py [--old FILE]
+
+``tools.promql`` is the promql-parser wrapper now; ``--old FILE`` also judges another
+checker module with a ``check(query)`` (the hand-written parser it replaced:
+``git show a60c420:tools/promql.py > /tmp/old_promql.py``). Measured on 2 shared cores,
+Prometheus 2.42: 73 queries, 29 accepted; promql-parser refuses 0 of the 29 and accepts 2
+of the 44 refused (``info``, ``sort_by_label``: Prometheus 3), 6 µs/query (28 with its
+1 ms import in the first call); the hand-written parser refused 0 and accepted 23 of the
+44, 14 µs/query.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import sys
 import tempfile
 import time
 import urllib.error
@@ -47,6 +58,23 @@ def local(query: str) -> bool:
         return False
 
 
+def module_checker(path: str) -> Callable[[str], bool]:
+    """``check`` of the module at ``path``: True unless it raises ValueError."""
+    spec = importlib.util.spec_from_file_location("old_promql", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["old_promql"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+
+    def checks(query: str) -> bool:
+        try:
+            module.check(query)
+            return True
+        except ValueError:
+            return False
+    return checks
+
+
 def package(query: str) -> bool:
     import promql_parser
 
@@ -70,6 +98,9 @@ def judge(name: str, check: Callable[[str], bool], truth: dict[str, bool]) -> No
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--old", help="another checker module to judge (a file path)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server = Prometheus(Path(tmp), {})
         try:
@@ -78,8 +109,10 @@ def main() -> None:
         finally:
             server.stop()
     print(f"{len(truth)} queries, Prometheus accepts {sum(truth.values())}")
-    judge("tools.promql", local, truth)
-    judge("promql-parser", package, truth)
+    judge("tools.promql (promql-parser)", local, truth)
+    judge("promql-parser, directly", package, truth)
+    if args.old:
+        judge(f"{args.old}", module_checker(args.old), truth)
 
 
 if __name__ == "__main__":
