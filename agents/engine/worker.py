@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from agents import logcontext
 from agents.engine.fence import LeaseFence
+from agents.engine.leftovers import RetryKills
 from agents.engine.pause import PauseSwitch
 from agents.engine.recorder import RunRecorder
 from agents.engine.retention import (
@@ -77,6 +78,7 @@ class Worker:
         self.services = services
         self.listener_factories = list(listener_factories)
         self._swept = float("-inf")
+        self._killing: threading.Thread | None = None
         # The whole Store: a run's life here spans seven nouns (queue entry, lease, environment
         # locks, plan, run record, audit, go/no-go judgments); each heartbeat renews lease,
         # locks and queue entry together, and the sweeps hand it to StoreCheck and Retention,
@@ -113,6 +115,7 @@ class Worker:
                 self.expire_stale()
                 self.reconcile()
                 self.retain()
+                self.retry_kills()
             return False
         entry_id, run_id = entry
         _, done = self._process(run_id, entry_id, [])
@@ -217,6 +220,25 @@ class Worker:
                                     problem=violation.problem, outcome=outcome)
             done.append(run_id)
         return done
+
+    def retry_kills(self) -> None:
+        """Kill again what ended runs' unconfirmed kills may have left running
+        (``agents.engine.leftovers``), on a thread of its own: a host that still does not
+        answer takes its connect timeout, which must not keep queued runs waiting."""
+        if self._killing is not None and self._killing.is_alive():
+            return
+        retry = RetryKills(runs=self.store.runs, audit=self.store.audit,
+                           feed=self.store.run_feed, runner_for=self.services.runners.for_host,
+                           hosts=lambda: self.services.config.inventory.hosts, actor=self.name)
+
+        def sweep() -> None:
+            try:
+                retry.sweep()
+            except StoreError as exc:
+                log.error("worker %s: retrying unconfirmed kills: %s", self.name, exc)
+
+        self._killing = threading.Thread(target=sweep, daemon=True, name="retry-kills")
+        self._killing.start()
 
     def retain(self) -> RetentionReport | None:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
