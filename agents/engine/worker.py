@@ -226,7 +226,8 @@ class Worker:
             return None
         history_days = self.services.config.history.retention_days
         try:
-            retention = Retention.configured(self.store, settings, history_days=history_days)
+            retention = Retention.configured(self.store, settings, history_days=history_days,
+                                             sink=self.services.config.audit.sink is not None)
             report = run_exclusively(retention, locks=self.store.locks, audit=self.store.audit,
                                      owner=self.name, budget=SLICE)
         except RetentionError as exc:
