@@ -38,6 +38,7 @@ from agents.run.record import Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from agents.store.check import ACTIVE, StoreCheck
+from agents.store.checkpoints import CHECKPOINT, signing_key
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
@@ -45,6 +46,8 @@ from tools.runners.base import CancelToken
 log = logging.getLogger("deckhand.worker")
 
 SWEEP_EVERY = 30.0
+CHECKPOINT_JOB = "audit-checkpoint"
+CHECKPOINT_LEASE = 30.0
 """Seconds between sweeps for unapproved plans to expire, when the queue is idle."""
 
 ListenerFactory = Callable[[Run], Listener | None]
@@ -112,6 +115,7 @@ class Worker:
                 self._swept = time.monotonic()
                 self.expire_stale()
                 self.reconcile()
+                self.checkpoint()
                 self.retain()
             return False
         entry_id, run_id = entry
@@ -217,6 +221,26 @@ class Worker:
                                     problem=violation.problem, outcome=outcome)
             done.append(run_id)
         return done
+
+    def checkpoint(self) -> bool:
+        """With a key (``DECKHAND_AUDIT_KEY_FILE``): sign the audit chain's head every
+        ``audit.checkpoint_every`` seconds, one process at a time across replicas; a chain
+        whose newest entry is a checkpoint already needs none. True if one was written."""
+        key = signing_key(self.services.settings.audit_key)
+        locks, every = self.store.locks, self.services.config.audit.checkpoint_every
+        done = locks.job_done_at(CHECKPOINT_JOB)
+        if key is None or (done is not None and locks.clock() - done < every):
+            return False
+        if not locks.take_job(CHECKPOINT_JOB, owner=self.name, ttl=CHECKPOINT_LEASE):
+            return False
+        try:
+            written = self.store.audit.newest_action() not in (None, CHECKPOINT)
+            if written:
+                self.store.audit.checkpoint(key, actor=self.name)
+            locks.mark_job_done(CHECKPOINT_JOB, locks.clock())
+        finally:
+            locks.release_job(CHECKPOINT_JOB, owner=self.name)
+        return written
 
     def retain(self) -> RetentionReport | None:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
