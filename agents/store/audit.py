@@ -99,6 +99,8 @@ class AuditLog(Part):
                 resume = Resume.read(text(self.r.get(self.keys.audit_verified()) or b""), key)
             report = verify(self.r, self.keys, seals=seals,
                             resume=(resume.stream_id, resume.hash) if resume else None)
+            if resume is not None and report.resumed and seals.last is None:
+                seals.last = (resume.stream_id, resume.hash)  # verified before: still signed
             if report.ok and key is not None and seals.last is not None:
                 self.r.set(self.keys.audit_verified(), Resume(*seals.last).signed(key))
         return report, seals

@@ -122,9 +122,9 @@ class Seals:
         if self.key is None:
             return ("unsigned: no key (DECKHAND_AUDIT_KEY_FILE), so the chain is only as "
                     "strong as Redis access")
-        newest = f", the newest at entry {self.last[0]}" if self.last else ""
-        foreign = f", {self.foreign} by another key" if self.foreign else ""
-        return (f"{self.checkpoints} signed checkpoints verified{newest}{foreign}; "
+        foreign = f" ({self.foreign} by another key)" if self.foreign else ""
+        upto = f"signed up to entry {self.last[0]}" if self.last else "nothing signed yet"
+        return (f"{self.checkpoints} signed checkpoints verified{foreign}, {upto}; "
                 f"{self.unsigned} entries after it not signed yet")
 
     def _unsigned(self, fields: dict[str, str]) -> None:

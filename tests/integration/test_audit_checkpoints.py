@@ -122,6 +122,7 @@ def test_verify_resumes_from_the_last_verified_checkpoint(
     assert code == 0 and (f"intact: 3 linked entries after the checkpoint verified before "
                           f"({checkpoint_id})") in out
     assert "run copies not checked (--full checks them)" in out
+    assert f"signed up to entry {checkpoint_id}; 3 entries after it not signed yet" in out
     code, out = run(capsys, "audit", "verify", "--full", "--config", env["config"])
     assert code == 0 and "intact: 9 linked entries, 0 run copies" in out
 
