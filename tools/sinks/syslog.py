@@ -15,6 +15,9 @@ What each transport guarantees (the shipper acknowledges a batch only when ``sen
   answer of its own; this is the strongest receipt it can give.
 - ``udp://`` — one datagram each (RFC 5426), no receipt: a lost datagram cannot be told.
 
+``tls:`` encrypts RELP (rsyslog's ``imrelp`` with ``tls="on"``), verifying the collector's
+certificate; a client certificate is presented when given.
+
 Held means handed to the collector: what it does on its own crash is its queue's business
 (rsyslog: a disk-assisted queue).
 """
@@ -24,12 +27,13 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import ssl
 import struct
 import termios
 import urllib.parse
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tools.errors import SinkError
 from tools.sinks.relp import RelpError, RelpSession
@@ -43,6 +47,37 @@ RECEIPT_MAX = 1 << 16
 """Bytes read from a TCP collector before its end of stream (it should send none)."""
 
 
+class SyslogTls(BaseModel):
+    """RELP over TLS: the collector's certificate is verified (against ``ca_file``, else
+    the system's CAs, and the address's host name or IP); a client certificate if asked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ca_file: str | None = Field(default=None, description="PEM CA bundle the collector's "
+                                                          "certificate must chain to")
+    cert_file: str | None = Field(default=None, description="client certificate (PEM)")
+    key_file: str | None = Field(default=None, description="its private key (PEM)")
+
+    @model_validator(mode="after")
+    def _pair(self) -> SyslogTls:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file needs cert_file (the client certificate it belongs to)")
+        return self
+
+    def context(self) -> ssl.SSLContext:
+        """The client context; SinkError naming the file that cannot be used."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file is not None:
+                context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            files = ", ".join(f for f in (self.ca_file, self.cert_file, self.key_file) if f)
+            reason = getattr(exc, "strerror", None) or exc
+            raise SinkError(f"audit sink syslog tls: cannot use {files or 'the system CAs'} "
+                            f"({reason}); fix the paths under audit.sink.syslog.tls") from exc
+        return context
+
+
 class SyslogSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +85,14 @@ class SyslogSettings(BaseModel):
                                      "udp://HOST:PORT (no receipt)")
     facility: str = Field(default="local0", description="one of " + ", ".join(FACILITIES))
     timeout: float = Field(default=10.0, gt=0, le=300)
+    tls: SyslogTls | None = Field(default=None, description="RELP over TLS (relp:// only)")
+
+    @model_validator(mode="after")
+    def _tls_over_relp(self) -> SyslogSettings:
+        if self.tls is not None and not self.address.startswith("relp://"):
+            raise ValueError("tls is offered over relp:// (acknowledged and encrypted); "
+                             "point address at the collector's RELP TLS input")
+        return self
 
     @field_validator("address")
     @classmethod
@@ -79,9 +122,11 @@ class Syslog:
         self.host = socket.gethostname()[:255] or "-"
         self.secrets: list[str] = []
         self._relp: RelpSession | None = None
+        self._tls = settings.tls.context() if settings.tls is not None else None
 
     def describe(self) -> str:
-        return f"syslog {self.scheme}://{self.target[0]}:{self.target[1]}"
+        tls = " over TLS" if self._tls is not None else ""
+        return f"syslog {self.scheme}://{self.target[0]}:{self.target[1]}{tls}"
 
     def send(self, lines: list[str]) -> None:
         frames = [self.message(line) for line in lines]
@@ -110,7 +155,7 @@ class Syslog:
 
     def _relp_session(self) -> RelpSession:
         if self._relp is None:
-            self._relp = RelpSession(self.target, timeout=self.timeout)
+            self._relp = RelpSession(self.target, timeout=self.timeout, tls=self._tls)
         return self._relp
 
     def _tcp(self, frames: list[bytes]) -> None:
