@@ -227,9 +227,11 @@ class Worker:
         ``audit.checkpoint_every`` seconds, one process at a time across replicas; a chain
         whose newest entry is a checkpoint already needs none. True if one was written."""
         key = signing_key(self.services.settings.audit_key)
+        if key is None:
+            return False
         locks, every = self.store.locks, self.services.config.audit.checkpoint_every
         done = locks.job_done_at(CHECKPOINT_JOB)
-        if key is None or (done is not None and locks.clock() - done < every):
+        if done is not None and locks.clock() - done < every:
             return False
         if not locks.take_job(CHECKPOINT_JOB, owner=self.name, ttl=CHECKPOINT_LEASE):
             return False
