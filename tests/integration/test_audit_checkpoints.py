@@ -22,6 +22,7 @@ from agents.store import Store
 from agents.store.chain import copy_fields, entry_hash
 from agents.store.checkpoints import CHECKPOINT
 from bot.cli import main
+from tests.fixtures.siem_standin import SiemStandin
 from tests.integration.test_audit_chain import CHAIN, STREAM, cli, entries
 
 KEY = "0123456789abcdef" * 4
@@ -182,6 +183,21 @@ def test_a_copy_s_checkpoints_are_checked_with_the_key(
     code, out = run(capsys, "audit", "verify", "--copy", str(copy), "--config", env["config"])
     assert code == 1 and (f"BROKEN at entry {lines[3]['stream_id']} ({CHECKPOINT} by "
                           in out and "signature does not verify" in out), out
+
+
+def test_checkpoints_reach_the_sink_and_verify_in_its_copy(
+        env: dict[str, str], store: Store, siem: SiemStandin, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    write(store, 3)
+    assert run(capsys, "audit", "checkpoint", "--config", env["config"])[0] == 0
+    config = Path(env["config"])
+    config.write_text(config.read_text() + f"  sink: {{webhook: {{url: \"{siem.url}\"}}}}\n")
+    assert run(capsys, "audit", "ship", "--once", "--config", str(config))[0] == 0
+    copy = tmp_path / "siem.jsonl"
+    copy.write_text("".join(json.dumps(line) + "\n" for line in siem.received()))
+    assert [line["action"] for line in siem.received()][-1] == CHECKPOINT
+    code, out = run(capsys, "audit", "verify", "--copy", str(copy), "--config", str(config))
+    assert code == 0 and "1 signed checkpoints verified" in out
 
 
 def test_check_says_an_unsigned_chain_is_as_strong_as_redis_access(
