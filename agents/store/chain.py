@@ -24,8 +24,8 @@ before it (one removed or inserted before it), an entry with no link after the c
 (inserted), or a newest entry that is not the recorded head (added, or the newest removed).
 A run's own list holds copies: each must match its hash and be in the stream (unless
 retention deleted it there). Anyone who can write Redis can still rebuild the whole chain
-from scratch: an export (``deckhand audit export``, retention's archive) is the copy to
-compare against.
+from scratch: signed checkpoints (``checkpoints``, a key outside Redis) and a copy kept
+elsewhere (the sink's, ``deckhand audit export``, retention's archive) are what find that.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def verify(r: Any, keys: Keys, *, seals: Observer | None = None,
              else "the chain's genesis")
     if resume is not None and _still(r, keys, resume):
         expected, last = resume[1], resume[0]
-        report.resumed = newest = last
+        report.resumed, newest = last, f"entry {last}"
     while True:  # again from the newest checked entry while others append meanwhile
         for stream_id, fields in _walk(r, keys, f"({last}" if last else "-"):
             if "hash" not in fields and _id(stream_id) <= _id(meta["legacy_upto"]):
