@@ -12,7 +12,8 @@ What each transport guarantees (the shipper acknowledges a batch only when ``sen
   sent: the collector closing its end after reading everything (a clean end of stream, and
   every byte acknowledged by its host) is the receipt. A collector stopped with the batch
   unread resets the connection instead, and the batch is sent again. Plain syslog has no
-  answer of its own; this is the strongest receipt it can give.
+  answer of its own; this is the strongest receipt it can give (a collector that keeps the
+  connection open after the half-close fails every batch at ``timeout``: a growing lag).
 - ``udp://`` — one datagram each (RFC 5426), no receipt: a lost datagram cannot be told.
 
 ``tls:`` encrypts RELP (rsyslog's ``imrelp`` with ``tls="on"``), verifying the collector's
