@@ -1,7 +1,9 @@
 """The syslog sink against a real collector (Debian's rsyslogd on loopback), stopped and
 started again while entries are being written and shipped: over RELP (every message
 answered) and over plain TCP (the collector's clean close is the receipt), nothing is lost,
-repeats carry the same stream id and hash, and the collector's copy verifies."""
+repeats carry the same stream id and hash, and the collector's copy verifies. RELP over
+TLS delivers to a collector whose certificate verifies, and sends nothing to one that does
+not."""
 
 from __future__ import annotations
 
