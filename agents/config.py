@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
@@ -57,6 +57,11 @@ class AuditSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sink: SinkSettings | None = None
+    checkpoint_every: float = Field(
+        default=600.0, ge=10, le=86_400,
+        description="seconds between the signed checkpoints workers write (with "
+                    "DECKHAND_AUDIT_KEY_FILE); `audit verify` fails on entries left unsigned "
+                    "for twice as long")
 
 
 @dataclass

@@ -21,8 +21,9 @@ from agents.secret_files import secrets_from_files
 from tools.redact import url_secrets
 
 SECRETS = ["REDIS_URL", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN",
-           "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS"]
+           "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS", "DECKHAND_AUDIT_KEY"]
 """Settings that may also come from a file named by NAME_FILE (agents.secret_files)."""
+AUDIT_KEY_MIN = 32
 
 
 class Settings(BaseModel):
@@ -77,6 +78,10 @@ class Settings(BaseModel):
         description="link to a trace in your tracing UI, with {trace_id}")
     mcp_tokens: SecretStr | None = Field(default=None, alias="DECKHAND_MCP_TOKENS",
                                          description="USER=TOKEN,… for `deckhand mcp --http`")
+    audit_key: SecretStr | None = Field(
+        default=None, alias="DECKHAND_AUDIT_KEY",
+        description="the key that signs the audit chain's checkpoints, kept outside Redis "
+                    "(usually DECKHAND_AUDIT_KEY_FILE=/run/secrets/audit-key)")
 
     def __init__(self, **values: Any):
         """From the environment (NAME, or NAME_FILE for secrets), ``values`` (by alias or
@@ -89,6 +94,15 @@ class Settings(BaseModel):
             lines = [f"  {_variable(self, err['loc'])}: {err['msg']}" for err in exc.errors()]
             raise SettingsInvalid("bad environment setting(s):\n" + "\n".join(lines)
                                   + "\nfix or unset them and try again") from None
+
+    @field_validator("audit_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < AUDIT_KEY_MIN:
+            raise ValueError(f"must hold at least {AUDIT_KEY_MIN} characters of randomness "
+                             f"(the file DECKHAND_AUDIT_KEY_FILE names, or the variable); "
+                             f"make one with `openssl rand -hex 32 > FILE`")
+        return value
 
     @field_validator("trace_url")
     @classmethod
@@ -104,7 +118,7 @@ class Settings(BaseModel):
         """Every secret value, for the redactor (of REDIS_URL, its password: the address
         is no secret, and is shown as the store's ``where``)."""
         fields = (self.openai_api_key, self.slack_bot_token, self.slack_app_token,
-                  self.slack_signing_secret, self.mcp_tokens)
+                  self.slack_signing_secret, self.mcp_tokens, self.audit_key)
         url = url_secrets(self.redis_url.get_secret_value()) if self.redis_url else []
         return [*url, *(f.get_secret_value() for f in fields if f is not None)]
 

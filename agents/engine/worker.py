@@ -39,6 +39,7 @@ from agents.run.record import Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from agents.store.check import ACTIVE, StoreCheck
+from agents.store.checkpoints import CHECKPOINT, signing_key
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
@@ -46,6 +47,8 @@ from tools.runners.base import CancelToken
 log = logging.getLogger("deckhand.worker")
 
 SWEEP_EVERY = 30.0
+CHECKPOINT_JOB = "audit-checkpoint"
+CHECKPOINT_LEASE = 30.0
 """Seconds between sweeps for unapproved plans to expire, when the queue is idle."""
 
 ListenerFactory = Callable[[Run], Listener | None]
@@ -114,6 +117,7 @@ class Worker:
                 self._swept = time.monotonic()
                 self.expire_stale()
                 self.reconcile()
+                self.checkpoint()
                 self.retain()
                 self.retry_kills()
             return False
@@ -240,6 +244,28 @@ class Worker:
         self._killing = threading.Thread(target=sweep, daemon=True, name="retry-kills")
         self._killing.start()
 
+    def checkpoint(self) -> bool:
+        """With a key (``DECKHAND_AUDIT_KEY_FILE``): sign the audit chain's head every
+        ``audit.checkpoint_every`` seconds, one process at a time across replicas; a chain
+        whose newest entry is a checkpoint already needs none. True if one was written."""
+        key = signing_key(self.services.settings.audit_key)
+        if key is None:
+            return False
+        locks, every = self.store.locks, self.services.config.audit.checkpoint_every
+        done = locks.job_done_at(CHECKPOINT_JOB)
+        if done is not None and locks.clock() - done < every:
+            return False
+        if not locks.take_job(CHECKPOINT_JOB, owner=self.name, ttl=CHECKPOINT_LEASE):
+            return False
+        try:
+            written = self.store.audit.newest_action() not in (None, CHECKPOINT)
+            if written:
+                self.store.audit.checkpoint(key, actor=self.name)
+            locks.mark_job_done(CHECKPOINT_JOB, locks.clock())
+        finally:
+            locks.release_job(CHECKPOINT_JOB, owner=self.name)
+        return written
+
     def retain(self) -> RetentionReport | None:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
         enough to keep queued runs waiting, and one process at a time across replicas."""
@@ -248,7 +274,8 @@ class Worker:
             return None
         history_days = self.services.config.history.retention_days
         try:
-            retention = Retention.configured(self.store, settings, history_days=history_days)
+            retention = Retention.configured(self.store, settings, history_days=history_days,
+                                             sink=self.services.config.audit.sink is not None)
             report = run_exclusively(retention, locks=self.store.locks, audit=self.store.audit,
                                      owner=self.name, budget=SLICE)
         except RetentionError as exc:

@@ -248,6 +248,10 @@ class Keys:
         """The audit stream's hash chain: genesis, head, trimmed head (``chain``)."""
         return self("audit", "chain")
 
+    def audit_verified(self) -> str:
+        """Where the last successful verify left off, signed (``checkpoints.Resume``)."""
+        return self("audit", "verified")
+
     def dedupe(self, key: str) -> str:
         return self("dedupe", key)
 

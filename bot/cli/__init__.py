@@ -41,7 +41,7 @@ from bot.cli.common import (
     given_config,
     services_for,
 )
-from bot.cli.health import report_audit_sink, report_redis
+from bot.cli.health import report_audit_key, report_audit_sink, report_redis
 from bot.logs import announce, configure_logging, requested_format
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
@@ -296,6 +296,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     redis = report_redis(console, settings)
     if redis == 0:
         report_audit_sink(console, configs[0], settings)  # organisation-wide
+        report_audit_key(console, settings)
     schedules = _report_schedules(console, org.only(), settings) if redis == 0 and len(
         configs) == 1 else 0
     if redis == 0 and len(configs) > 1 and settings.redis_url is not None:
