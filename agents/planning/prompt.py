@@ -169,13 +169,24 @@ def _restrict_tools(node: Any, tools: list[str]) -> None:
 
 
 def parse_wire(content: str, model: type[BaseModel]) -> Any:
-    """Parse the model's answer (tolerating a code fence or a <think> block) into ``model``.
+    """Parse the model's answer (tolerating a code fence, a <think> block or prose around
+    one JSON object) into ``model``.
 
     Raises:
         ValueError: the text is not JSON (json.JSONDecodeError) or breaks the model
             (pydantic.ValidationError).
     """
-    return model.model_validate(json.loads(_unfenced(_THINK.sub("", content).strip())))
+    text = _unfenced(_THINK.sub("", content).strip())
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        # A model asked in the prompt alone often wraps the object in prose: take the span
+        # from the first { to the last } (find/rfind: linear on hostile input).
+        start, end = text.find("{"), text.rfind("}")
+        if start < 0 or end <= start:
+            raise
+        data = json.loads(text[start:end + 1])
+    return model.model_validate(data)
 
 
 def _unfenced(text: str) -> str:

@@ -1,0 +1,206 @@
+"""A team's own model server (issue 44): a wrong model name, a server without structured
+output, per-endpoint settings from the config — through the real openai client against the
+stand-in behaving that way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from agents.config import Config, load_config
+from agents.errors import ModelNotServed, ModelRejected, ModelTimeout, PlannerError
+from agents.planning.llm import LLMPlanner, RetryPolicy
+from agents.planning.prompt import plan_to_wire
+from agents.requests.playbooks import PlaybookPlanner
+from agents.settings import Settings
+from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, Reply
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REQUEST = "put v2.3.1 on staging"
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    return load_config(EXAMPLES / "deckhand.yml")
+
+
+def planner_for(config: Config, standin: OpenAIStandin, *, model: str = "standin-model",
+                timeout: float = 5.0, **options: Any) -> LLMPlanner:
+    client = openai.OpenAI(api_key=API_KEY, base_url=standin.base_url, timeout=timeout,
+                           max_retries=0)
+    return LLMPlanner(config, client=client, model=model,
+                      retry=RetryPolicy(attempts=3, sleep=_no_sleep), **options)
+
+
+def _no_sleep(seconds: float) -> None:
+    raise AssertionError(f"nothing here may be retried (asked to wait {seconds} s)")
+
+
+def staging_answer(config: Config) -> dict[str, Any]:
+    return plan_to_wire(PlaybookPlanner(config.playbooks).plan("deploy v2.3.1 to staging",
+                                                               requested_by="gold"))
+
+
+def formats(standin: OpenAIStandin) -> list[str | None]:
+    return [(r.response_format or {}).get("type") for r in standin.requests]
+
+
+# -- a wrong model name -------------------------------------------------------------------
+
+
+def test_wrong_model_is_named_with_what_the_server_serves(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    openai_standin.serve(["gemma3-270m", "qwen2.5-0.5b"])
+    planner = planner_for(config, openai_standin, model="gemma3")
+
+    with pytest.raises(ModelNotServed) as err:
+        planner.plan(REQUEST, requested_by="U1")
+
+    message = str(err.value)
+    assert "has no model 'gemma3'; it serves: gemma3-270m, qwen2.5-0.5b" in message
+    assert "planner.model" in message
+    # one chat request: the 400 was not misread as a refused format and tried again
+    assert formats(openai_standin) == ["json_schema"]
+    assert openai_standin.listings == 1 and planner.format == "json_schema"
+
+
+def test_a_400_without_models_api_says_the_servers_own_words(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    """FastAPI-shaped error body, no /models: the message is the server's, not 'Error code'."""
+    openai_standin.reply(Reply(status=400, body={"detail": "Model gemma3 is not loaded"}))
+    planner = planner_for(config, openai_standin, model="gemma3")
+
+    with pytest.raises(ModelRejected) as err:
+        planner.plan(REQUEST, requested_by="U1")
+
+    assert "refused the request (HTTP 400): Model gemma3 is not loaded" in str(err.value)
+    assert formats(openai_standin) == ["json_schema"]
+
+
+def test_a_400_with_no_message_for_a_served_model_tries_the_next_format(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    """No words to go by: the model checks out at /models, so the format is what it refused."""
+    openai_standin.serve(["standin-model"])
+    openai_standin.reply(Reply(status=400, raw=b"", content_type="text/plain"))
+    openai_standin.reply_json(staging_answer(config))
+    planner = planner_for(config, openai_standin)
+
+    plan = planner.plan(REQUEST, requested_by="U1")
+
+    assert plan.steps and formats(openai_standin) == ["json_schema", "json_object"]
+
+
+# -- no structured output -----------------------------------------------------------------
+
+
+def test_a_server_without_structured_output_is_asked_in_the_prompt(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    openai_standin.refuse_formats({"json_schema", "json_object"})
+    chatty = f"Sure! Here is the plan:\n{json.dumps(staging_answer(config))}\nHope it helps."
+    openai_standin.reply_content(chatty)
+    openai_standin.reply_content(json.dumps(staging_answer(config)))
+    planner = planner_for(config, openai_standin)
+
+    first = planner.plan(REQUEST, requested_by="U1")
+    planner.plan(REQUEST, requested_by="U1")
+
+    assert [s.tool for s in first.steps] == [s.tool for s in PlaybookPlanner(
+        config.playbooks).plan("deploy v2.3.1 to staging", requested_by="g").steps]
+    # refused twice, then the prompt alone; the next plan starts there
+    assert formats(openai_standin) == ["json_schema", "json_object", None, None]
+    assert "response_format" not in openai_standin.requests[-1].body
+    assert "matching this JSON schema" in openai_standin.requests[-1].messages[0]["content"]
+    assert planner.format == "prompt"
+
+
+def test_prompt_mode_answers_are_validated_and_repaired(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    bad = staging_answer(config)
+    bad["steps"][0]["params"] = [{"name": "version", "value": "2.3.1"}]
+    openai_standin.reply_content("```json\n" + json.dumps(bad) + "\n```")
+    openai_standin.reply_content(json.dumps(staging_answer(config)))
+    planner = planner_for(config, openai_standin, format="prompt")
+
+    plan = planner.plan(REQUEST, requested_by="U1")
+
+    assert plan.planner.repairs == 1 and formats(openai_standin) == [None, None]
+
+
+def test_a_server_refusing_even_the_prompt_mode_says_why(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    openai_standin.reply_error(400, "response_format is not supported")
+    planner = planner_for(config, openai_standin, format="prompt")
+
+    with pytest.raises(ModelRejected, match="HTTP 400.*response_format is not supported"):
+        planner.plan(REQUEST, requested_by="U1")
+
+
+# -- per-endpoint settings in the config ---------------------------------------------------
+
+
+def endpoint_config(tmp_path: Path, standin: OpenAIStandin, **planner: Any) -> Config:
+    text = (EXAMPLES / "deckhand.yml").read_text()
+    body = json.dumps({"base_url": standin.base_url, **planner})
+    path = tmp_path / "deckhand.yml"
+    (tmp_path / "tools.yml").write_text((EXAMPLES / "tools.yml").read_text())
+    path.write_text(f"{text}\nplanner: {body}\n")
+    return load_config(path)
+
+
+def test_the_configs_endpoint_wins_over_the_environment(
+        tmp_path: Path, openai_standin: OpenAIStandin) -> None:
+    config = endpoint_config(tmp_path, openai_standin, model="gemma3-270m", timeout=7,
+                             max_tokens=300, format="json_object", retries=0)
+    settings = Settings(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+                        OPENAI_MODEL="other", OPENAI_TIMEOUT=60)
+    openai_standin.reply_json(staging_answer(config))
+
+    planner = LLMPlanner.from_settings(config, settings)
+    planner.plan(REQUEST, requested_by="U1")
+
+    sent = openai_standin.requests[0].body
+    assert sent["model"] == "gemma3-270m" and sent["max_tokens"] == 300
+    assert sent["response_format"] == {"type": "json_object"}
+    assert planner.retry.attempts == 1 and planner.client.timeout == 7
+
+
+def test_a_timeout_from_the_config_is_not_retried(
+        tmp_path: Path, openai_standin: OpenAIStandin) -> None:
+    config = endpoint_config(tmp_path, openai_standin, timeout=0.2, retries=3)
+    openai_standin.reply_error(200, "never in time", delay=30)
+    openai_standin.reply_error(200, "never in time", delay=30)
+    planner = LLMPlanner.from_settings(config, Settings(OPENAI_API_KEY=API_KEY,
+                                                        OPENAI_MODEL="standin-model"))
+    planner.retry = RetryPolicy(attempts=4, sleep=_no_sleep)
+
+    with pytest.raises(ModelTimeout, match="within 0.2 s; not asked again"):
+        planner.plan(REQUEST, requested_by="U1")
+    assert len(openai_standin.requests) == 1
+
+
+def test_a_bad_planner_key_is_a_config_error_naming_it(tmp_path: Path,
+                                                       openai_standin: OpenAIStandin) -> None:
+    from tools.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        endpoint_config(tmp_path, openai_standin, fromat="prompt")
+    assert "has no key fromat" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        endpoint_config(tmp_path, openai_standin, format="yaml")
+    assert "planner.format" in str(err.value) and "json_schema" in str(err.value)
+
+
+def test_repairs_are_carried_by_the_error_when_no_plan_comes(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    bad = staging_answer(config)
+    bad["steps"][0]["params"] = [{"name": "version", "value": "2.3.1"}]
+    for _ in range(3):
+        openai_standin.reply_json(bad)
+
+    with pytest.raises(PlannerError) as err:
+        planner_for(config, openai_standin).plan(REQUEST, requested_by="U1")
+    assert err.value.repairs == 2 and type(err.value) is PlannerError
