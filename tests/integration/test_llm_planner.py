@@ -14,7 +14,6 @@ import pytest
 
 from agents.config import Config, load_config
 from agents.errors import (
-    ModelNotServed,
     ModelOverloaded,
     ModelRejected,
     ModelTimeout,
@@ -332,7 +331,7 @@ def test_429_with_a_long_retry_after_gives_up_at_once(
         planner: LLMPlanner, openai_standin: OpenAIStandin, sleeps: list[float]) -> None:
     openai_standin.reply_error(429, "quota", headers={"retry-after": "3600"})
 
-    with pytest.raises(PlannerError, match="asks to wait 3600 s"):
+    with pytest.raises(ModelOverloaded, match="asks to wait 3600 s"):
         planner.plan("put v2.3.1 on staging", requested_by="U1")
     assert sleeps == []
 
@@ -342,7 +341,7 @@ def test_500s_until_giving_up(planner: LLMPlanner, openai_standin: OpenAIStandin
     for _ in range(3):
         openai_standin.reply_error(500, "boom")
 
-    with pytest.raises(PlannerError) as err:
+    with pytest.raises(ModelOverloaded) as err:
         planner.plan("put v2.3.1 on staging", requested_by="U1")
 
     assert "failed with HTTP 500 3 attempt(s) in a row" in str(err.value)
@@ -355,7 +354,7 @@ def test_connection_refused_gives_a_clear_error(config: Config, sleeps: list[flo
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         planner = make_planner(config, f"http://127.0.0.1:{port}/v1", sleeps)
-        with pytest.raises(PlannerError, match="cannot reach the LLM endpoint .*OPENAI_BASE_URL"):
+        with pytest.raises(ModelUnreachable, match="cannot reach the LLM endpoint .*BASE_URL"):
             planner.plan("put v2.3.1 on staging", requested_by="U1")
     assert len(sleeps) == 2
 
@@ -383,7 +382,7 @@ def test_wrong_key_is_not_retried_and_not_echoed(config: Config, openai_standin:
                            base_url=openai_standin.base_url)
     planner = LLMPlanner(config, client=client, model="m", retry=RetryPolicy(sleep=sleeps.append))
 
-    with pytest.raises(PlannerError) as err:
+    with pytest.raises(ModelRejected) as err:
         planner.plan("put v2.3.1 on staging", requested_by="U1")
 
     assert "refused the API key (HTTP 401); check OPENAI_API_KEY" in str(err.value)
@@ -558,7 +557,7 @@ def test_llm_failure_lists_what_the_playbooks_can_do(config: Config,
     planner.llm.retry = RetryPolicy(attempts=1)
     openai_standin.reply_error(503, "overloaded")
 
-    with pytest.raises(PlannerError) as err:
+    with pytest.raises(ModelOverloaded) as err:
         planner.plan("roll the api back on prod-2", requested_by="U1")
 
     message = str(err.value)
