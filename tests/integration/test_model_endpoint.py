@@ -5,6 +5,9 @@ stand-in behaving that way."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +20,13 @@ from agents.planning.llm import LLMPlanner, RetryPolicy
 from agents.planning.prompt import plan_to_wire
 from agents.requests.playbooks import PlaybookPlanner
 from agents.settings import Settings
+from agents.store import Store
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, Reply
+from tests.fixtures.otlp import Receiver
+from tests.fixtures.polling import wait_until
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 REQUEST = "put v2.3.1 on staging"
 
 
@@ -204,3 +211,31 @@ def test_repairs_are_carried_by_the_error_when_no_plan_comes(
     with pytest.raises(PlannerError) as err:
         planner_for(config, openai_standin).plan(REQUEST, requested_by="U1")
     assert err.value.repairs == 2 and type(err.value) is PlannerError
+
+
+# -- a model failure is no refusal: the face, the audit and the trace say which it was ------
+
+
+def test_a_wrong_model_is_a_failure_in_the_output_the_audit_and_the_trace(
+        sample_config: Config, redis_url: str, store: Store, otlp: Receiver,
+        openai_standin: OpenAIStandin) -> None:
+    openai_standin.serve(["gemma3-270m"])
+    env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": API_KEY, "OPENAI_MODEL": "gemma3",
+           "OPENAI_BASE_URL": openai_standin.base_url}
+    done = subprocess.run([sys.executable, "-m", "bot.cli", "plan", "restart the api on prod-2",
+                           "--config", str(sample_config.path)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0
+    assert ("No plan: the planner's model gave no answer (ModelNotServed); this is not a "
+            "refusal.") in said
+    assert "has no model 'gemma3'; it serves: gemma3-270m" in said
+    entries = [e for e in store.audit.entries(limit=50) if e.action.startswith("plan_")]
+    assert [(e.action, e.details["error"]) for e in entries] == [("plan_failed",
+                                                                  "ModelNotServed")]
+    (root,) = wait_until(lambda: otlp.named("deckhand.request"), what="the request's root")
+    assert (root.status, root.status_message) == (2, "failed: ModelNotServed")
+    (chat,) = otlp.named("chat gemma3")
+    assert chat.attributes["error.type"] == "ModelNotServed"
