@@ -497,15 +497,49 @@ class LLMPlanner:
                                  f"permissions")
         served = self.served_models() if code in (400, 404, 422) else None
         if served is not None and self.model not in served:
-            listed = ", ".join(served[:20]) or "nothing"
-            return ModelNotServed(f"{where} has no model {self.model!r}; it serves: {listed}. "
-                                  f"Set planner.model (or OPENAI_MODEL) to one of them")
+            return self._not_served(served)
         words = f": {said}" if said else " and said nothing more"
         if code == 404:
             return ModelRejected(f"{where} has no chat completions API or no model "
                                  f"{self.model!r} (HTTP 404){words}; check planner.base_url "
                                  f"and planner.model")
         return ModelRejected(f"{where} refused the request (HTTP {code}){words}")
+
+    def probe(self) -> str:
+        """Ask the endpoint once whether it answers and serves the model: its model list,
+        or where it has none, a one-token call. What to tell, or a ModelError saying why not
+        (no retry: ``deckhand check`` asks, it does not insist)."""
+        where = f"the LLM endpoint {self.endpoint}"
+        try:
+            served: list[str] | None = [m.id for m in self.client.models.list()]
+        except openai.APIStatusError:
+            served = None  # no /models here: a one-token call says as much
+        except openai.APIConnectionError as exc:
+            raise self._unanswered(exc) from exc
+        if served is not None:
+            if self.model not in served:
+                raise self._not_served(served)
+            return f"{where} answers and serves {self.model}"
+        try:
+            self.client.chat.completions.create(
+                model=self.model, max_tokens=1, temperature=TEMPERATURE,
+                messages=[{"role": "user", "content": "Answer OK."}])
+        except openai.APIStatusError as exc:
+            raise self._status_error(exc, self.redact(server_message(exc))[:300]) from exc
+        except openai.APIConnectionError as exc:
+            raise self._unanswered(exc) from exc
+        return f"{where} answered a one-token call to {self.model} (it lists no models)"
+
+    def _unanswered(self, exc: openai.APIConnectionError) -> ModelError:
+        if isinstance(exc, openai.APITimeoutError):
+            return ModelTimeout(self._gave_up(exc, 1))
+        return ModelUnreachable(self._gave_up(exc, 1))
+
+    def _not_served(self, served: list[str]) -> ModelNotServed:
+        listed = ", ".join(served[:20]) or "nothing"
+        return ModelNotServed(f"the LLM endpoint {self.endpoint} has no model {self.model!r}; "
+                              f"it serves: {listed}. Set planner.model (or OPENAI_MODEL) to "
+                              f"one of them")
 
     def served_models(self) -> list[str] | None:
         """The model names the endpoint lists at ``/models``, or None when it cannot say

@@ -435,6 +435,24 @@ def excerpt(content: str, limit: int = MAX_REFUSED_CHARS) -> str:
     return f"{content[:limit]}… ({len(content) - limit} more characters cut)"
 
 
+CHARS_PER_TOKEN = 3.5
+"""For estimates only: JSON and English run 3.5-4 characters a token in common tokenizers
+(a 174,880-character prompt was about 45k tokens on gemma3); 3.5 errs towards not fitting."""
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens ``text`` is (no tokenizer: that would need the model's files)."""
+    return int(-(-len(text) // CHARS_PER_TOKEN))
+
+
+def largest_plan_prompt(config: Config, redact: Callable[[str], str] = lambda t: t) -> str:
+    """The longest prompt a plan request can send: the system message, a request of the
+    longest length allowed, a refused answer's excerpt and a repair message."""
+    return "\n".join((system_prompt(config, WirePlan, redact),
+                      plan_request(config.prompts, "x" * MAX_REQUEST_CHARS),
+                      "x" * MAX_REFUSED_CHARS, repair_message(config.prompts, ["x" * 300])))
+
+
 def repair_message(prompts: PromptSet, problems: list[str]) -> str:
     listed = "\n".join(f"- {clean_text(p, 300)}" for p in problems[:20])
     more = f"\n(and {len(problems) - 20} more)" if len(problems) > 20 else ""

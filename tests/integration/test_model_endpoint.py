@@ -17,10 +17,11 @@ import pytest
 from agents.config import Config, load_config
 from agents.errors import ModelNotServed, ModelRejected, ModelTimeout, PlannerError
 from agents.planning.llm import LLMPlanner, RetryPolicy
-from agents.planning.prompt import plan_to_wire
+from agents.planning.prompt import estimate_tokens, largest_plan_prompt, plan_to_wire
 from agents.requests.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from agents.store import Store
+from bot.cli import main
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, Reply
 from tests.fixtures.otlp import Receiver
 from tests.fixtures.polling import wait_until
@@ -239,3 +240,59 @@ def test_a_wrong_model_is_a_failure_in_the_output_the_audit_and_the_trace(
     assert (root.status, root.status_message) == (2, "failed: ModelNotServed")
     (chat,) = otlp.named("chat gemma3")
     assert chat.attributes["error.type"] == "ModelNotServed"
+
+
+# -- deckhand check: the prompt against the context, the endpoint asked once -----------------
+
+
+def check(path: Path, standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch,
+          capsys: pytest.CaptureFixture[str], *, model: str) -> tuple[int, str]:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("OPENAI_MODEL", model)
+    code = main(["check", str(path)])
+    return code, " ".join(capsys.readouterr().out.split())
+
+
+def test_check_says_when_the_prompt_cannot_fit_and_the_model_is_not_served(
+        tmp_path: Path, openai_standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = endpoint_config(tmp_path, openai_standin, context_tokens=4096, max_tokens=1024)
+    openai_standin.serve(["gemma3-270m"])
+
+    code, out = check(config.path, openai_standin, monkeypatch, capsys, model="gemma3")
+
+    prompt = largest_plan_prompt(config)
+    assert code == 1
+    assert (f"planner prompt: up to {len(prompt):,} characters, about "
+            f"{estimate_tokens(prompt):,} tokens, plus 1,024 for the answer") in out
+    assert "more than planner.context_tokens 4,096" in out
+    assert "has no model 'gemma3'; it serves: gemma3-270m" in out
+    assert openai_standin.listings == 1 and openai_standin.requests == []  # asked once
+
+
+def test_check_with_a_model_that_fits_and_is_served(
+        tmp_path: Path, openai_standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = endpoint_config(tmp_path, openai_standin, context_tokens=32768)
+    openai_standin.serve(["gemma3-270m"])
+
+    code, out = check(config.path, openai_standin, monkeypatch, capsys, model="gemma3-270m")
+
+    assert code == 0, out
+    assert "fits planner.context_tokens 32,768" in out
+    assert "answers and serves gemma3-270m" in out
+
+
+def test_check_asks_a_server_without_a_model_list_for_one_token(
+        tmp_path: Path, openai_standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = endpoint_config(tmp_path, openai_standin)
+    openai_standin.reply_content("OK")
+
+    code, out = check(config.path, openai_standin, monkeypatch, capsys, model="tiny")
+
+    assert code == 0, out
+    assert "answered a one-token call to tiny (it lists no models)" in out
+    assert "set planner.context_tokens to have it checked" in out
+    assert [r.body["max_tokens"] for r in openai_standin.requests] == [1]
