@@ -115,6 +115,8 @@ class _Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     repairs: int = 0
+    tools_note: str = ""
+    """Which tools of a large catalog were left out of the prompt ('' when none were)."""
     response_model: str | None = None
     answer: str = ""
     started: float = field(default_factory=time.perf_counter)
@@ -222,7 +224,8 @@ class LLMPlanner:
             return self._checked(lambda: Plan.model_validate({**_wire_body(wire),
                                                               "requested_by": requested_by}))
 
-        plan, usage = self._converse("plan", WirePlan, user, build)
+        tools = prompt.tools_for(self.config, request)
+        plan, usage = self._converse("plan", WirePlan, user, build, tools)
         return plan.model_copy(update={"planner": self._info(usage)})
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
@@ -239,7 +242,8 @@ class LLMPlanner:
             return self._checked(lambda: plan.revised(**_wire_body(wire),
                                                       requested_by=requested_by))
 
-        revised, usage = self._converse("modify", WirePlan, user, build)
+        tools = prompt.tools_for(self.config, f"{instruction} {_tool_names(plan)}")
+        revised, usage = self._converse("modify", WirePlan, user, build, tools)
         note = f"modified: {prompt.clean_text(instruction, 200)}"
         return revised.model_copy(update={"planner": self._info(usage, note)})
 
@@ -268,7 +272,8 @@ class LLMPlanner:
             return self._checked(lambda: plan.revised(**_replan_body(wire, done),
                                                       requested_by=requested_by))
 
-        revised, usage = self._converse("replan", WireReplan, user, build)
+        tools = prompt.tools_for(self.config, _tool_names(plan))
+        revised, usage = self._converse("replan", WireReplan, user, build, tools)
         if revised is None:
             return None
         note = f"replanned after run {run.id}"
@@ -283,24 +288,27 @@ class LLMPlanner:
             prompt=usage.prompt, prompt_version=usage.prompt_version, temperature=TEMPERATURE,
             seed=self.seed, prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens, latency_ms=usage.latency_ms,
-            repairs=usage.repairs, note=self.redact(note),
+            repairs=usage.repairs,
+            note=self.redact("; ".join(filter(None, (note, usage.tools_note)))),
             answer=prompt.excerpt(self.redact(usage.answer), ANSWER_LIMIT))
 
     # -- the conversation -------------------------------------------------------------------
 
     def _converse(self, operation: str, answer: type[W], user: str,
-                  build: Callable[[W], T]) -> tuple[T, _Usage]:
+                  build: Callable[[W], T], tools: prompt.ToolChoice) -> tuple[T, _Usage]:
         """Ask, check, and send problems back until an answer builds or repairs run out."""
         prompts = self.config.prompts
         # The user message is redacted whole: a plan to change may hold what a model wrote.
-        asked: list[Message] = [
-            {"role": "system", "content": prompt.system_prompt(self.config, answer, self.redact)},
-            {"role": "user", "content": self.redact(user)}]
+        system = prompt.system_prompt(self.config, answer, self.redact, tools)
+        asked: list[Message] = [{"role": "system", "content": system},
+                                {"role": "user", "content": self.redact(user)}]
         messages, problems = list(asked), []
-        usage = _Usage(operation, prompts.version(operation))
+        usage = _Usage(operation, prompts.version(operation), tools_note=tools.note())
+        if usage.tools_note:
+            log.info("%s: %s", operation, usage.tools_note)
         for attempt in range(self.max_repairs + 1):
             try:
-                completion = self._call(messages, answer, usage, attempt)
+                completion = self._call(messages, answer, usage, attempt, tools.sent)
             except ModelError as exc:  # no answer now; the repairs made still happened
                 exc.repairs = usage.repairs
                 raise
@@ -325,7 +333,7 @@ class LLMPlanner:
                            repairs=usage.repairs)
 
     def _call(self, messages: list[Message], answer: type[BaseModel], usage: _Usage,
-              attempt: int) -> ChatCompletion:
+              attempt: int, tools: list[str]) -> ChatCompletion:
         """One model call, as an OpenTelemetry GenAI span: names and counts; the text only
         when the operator opted in, redacted and bounded."""
         with tracing.span(f"chat {self.model}", {
@@ -334,10 +342,12 @@ class LLMPlanner:
                 "gen_ai.request.max_tokens": self.max_tokens, "gen_ai.request.seed": self.seed,
                 "deckhand.prompt.name": usage.prompt,
                 "deckhand.prompt.version": usage.prompt_version,
-                "deckhand.planner.attempt": attempt},
+                "deckhand.planner.attempt": attempt,
+                "deckhand.prompt.tools": len(tools),
+                "deckhand.prompt.tools_left_out": len(self.config.catalog.tools) - len(tools)},
                 kind=SpanKind.CLIENT) as span:  # semconv: a call to a remote model
             try:
-                completion = self._complete(messages, answer)
+                completion = self._complete(messages, answer, tools)
             except ModelError as exc:  # semconv's error.type: which failure, never a refusal
                 span.set_attribute("error.type", type(exc).__name__)
                 raise
@@ -363,23 +373,25 @@ class LLMPlanner:
 
     # -- HTTP -------------------------------------------------------------------------------
 
-    def _complete(self, messages: list[Message], answer: type[BaseModel]) -> ChatCompletion:
+    def _complete(self, messages: list[Message], answer: type[BaseModel],
+                  tools: list[str]) -> ChatCompletion:
         """One completion in the current format; a 400 or 422 that refuses the format moves
         to the next one (and stays there: no more sending what is refused)."""
         while True:
             try:
                 with self._openai_errors():
-                    return self._create(messages, self._response_format(answer))
+                    return self._create(messages, self._response_format(answer, tools))
             except _FormatRefused as refused:
                 following = FORMATS[FORMATS.index(self.format) + 1]
                 log.warning("%s refused response_format %s (%s); asking for %s", self.endpoint,
                             self.format, refused.said or "no message", following)
                 self.format = following
 
-    def _response_format(self, answer: type[BaseModel]) -> dict[str, Any] | None:
+    def _response_format(self, answer: type[BaseModel], tools: list[str]
+                         ) -> dict[str, Any] | None:
         """What ``response_format`` says in the current format (None: the prompt alone)."""
         if self.format == "json_schema":
-            schema = prompt.strict_schema(answer, tools=list(self.config.catalog.tools))
+            schema = prompt.strict_schema(answer, tools=tools)
             return {"type": "json_schema",
                     "json_schema": {"name": answer.__name__.lower(), "strict": True,
                                     "schema": schema}}
@@ -653,6 +665,11 @@ def _declined(wire: WirePlan) -> None:
         raise _Refused(["cannot_plan must be null when you return steps; to decline, "
                         "return no steps"])
     raise NoPlanFound(f"the planner will not plan this: {wire.cannot_plan}")
+
+
+def _tool_names(plan: Plan) -> str:
+    """The tools a plan uses, as words: a change to it can need them again."""
+    return " ".join([*(s.tool for s in plan.steps), *(r.tool for r in plan.rollback)])
 
 
 def _wire_body(wire: WirePlan) -> dict[str, Any]:

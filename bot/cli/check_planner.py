@@ -21,7 +21,7 @@ even while it generates)."""
 def planner_findings(configs: list[Config], settings: Settings
                      ) -> tuple[list[str], list[str]]:
     """(problems, notes), a line each."""
-    from agents.planning.prompt import estimate_tokens, largest_plan_prompt
+    from agents.planning.prompt import TOOLS_IN_FULL, estimate_tokens, largest_plan_prompt
 
     endpoint = configs[0].planner.over(settings)  # organisation-wide: one endpoint
     problems, notes = [], []
@@ -31,6 +31,9 @@ def planner_findings(configs: list[Config], settings: Settings
         tokens, budget = estimate_tokens(prompt), endpoint.max_tokens
         size = (f"{of}planner prompt: up to {len(prompt):,} characters, about {tokens:,} "
                 f"tokens, plus {budget:,} for the answer (planner.max_tokens)")
+        if len(config.catalog.tools) > TOOLS_IN_FULL:
+            size += (f" (all {len(config.catalog.tools)} tools, sent only when a request "
+                     f"names none; otherwise at most {TOOLS_IN_FULL} it names)")
         if endpoint.context_tokens is None:
             notes.append(f"{size}; set planner.context_tokens to have it checked against the "
                          f"model's context")

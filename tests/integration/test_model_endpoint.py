@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,13 @@ import pytest
 from agents.config import Config, load_config
 from agents.errors import ModelNotServed, ModelRejected, ModelTimeout, PlannerError
 from agents.planning.llm import LLMPlanner, RetryPolicy
-from agents.planning.prompt import estimate_tokens, largest_plan_prompt, plan_to_wire
+from agents.planning.prompt import (
+    TOOLS_IN_FULL,
+    estimate_tokens,
+    largest_plan_prompt,
+    plan_to_wire,
+    tools_for,
+)
 from agents.requests.playbooks import PlaybookPlanner
 from agents.settings import Settings
 from agents.store import Store
@@ -296,3 +303,52 @@ def test_check_asks_a_server_without_a_model_list_for_one_token(
     assert "answered a one-token call to tiny (it lists no models)" in out
     assert "set planner.context_tokens to have it checked" in out
     assert [r.body["max_tokens"] for r in openai_standin.requests] == [1]
+
+
+# -- a large catalog: only the tools a request can need, and what was left out ----------------
+
+
+def large_catalog(tmp_path: Path, extra: int = 60) -> Config:
+    """The examples' tools plus ``extra`` read-only report tools: past TOOLS_IN_FULL."""
+    tools = (EXAMPLES / "tools.yml").read_text()
+    tools += "".join(f"\n  report_{n}:\n    description: Print inventory report {n} of the "
+                     f"billing ledger.\n    command: \"echo {n}\"\n    target: local\n"
+                     for n in range(extra))
+    (tmp_path / "tools.yml").write_text(tools)
+    path = tmp_path / "deckhand.yml"
+    path.write_text((EXAMPLES / "deckhand.yml").read_text())
+    return load_config(path)
+
+
+def test_a_large_catalog_sends_the_tools_a_request_names_and_says_what_it_left_out(
+        tmp_path: Path, openai_standin: OpenAIStandin) -> None:
+    config = large_catalog(tmp_path)
+    assert len(config.catalog.tools) > TOOLS_IN_FULL
+    openai_standin.reply_json(staging_answer(config))
+    planner = planner_for(config, openai_standin)
+
+    plan = planner.plan("deploy v2.3.1 to staging, test it and tell the team",
+                        requested_by="U1")
+
+    sent = openai_standin.requests[0]
+    schema = json.dumps(sent.response_format)
+    tools = sorted(set(re.findall(r'"enum": \[([^\]]*)\]', schema)[0].replace('"', "")
+                       .replace(" ", "").split(",")))
+    assert {"deploy", "rollback", "notify_team", "run_tests"} <= set(tools)  # rollback: undo
+    assert not [t for t in tools if t.startswith("report_")]
+    system = sent.messages[0]["content"]
+    left_out = len(config.catalog.tools) - len(tools)
+    assert f"({left_out} other tools of this service are not listed" in system
+    assert "- report_7:" not in system and "- deploy:" in system
+    assert f"sent {len(tools)} of {len(config.catalog.tools)} tools; left out: " in \
+        plan.planner.note
+    assert "report_0" in plan.planner.note
+
+
+def test_a_request_naming_no_tool_gets_the_whole_catalog(
+        tmp_path: Path, openai_standin: OpenAIStandin) -> None:
+    config = large_catalog(tmp_path)
+    choice = tools_for(config, "zzz qqq")
+    assert choice.sent == sorted(config.catalog.tools) and choice.left_out == []
+    small = load_config(EXAMPLES / "deckhand.yml")
+    assert tools_for(small, "deploy").left_out == []  # a small catalog is always sent whole
