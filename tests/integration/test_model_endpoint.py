@@ -26,12 +26,14 @@ from agents.planning.prompt import (
     tools_for,
 )
 from agents.requests.playbooks import PlaybookPlanner
-from agents.settings import Settings
+from agents.settings import PlannerEndpoint, Settings
 from agents.store import Store
 from bot.cli import main
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin, Reply
 from tests.fixtures.otlp import Receiver
 from tests.fixtures.polling import wait_until
+from tests.fixtures.slack_standin import SlackStandin
+from tests.fixtures.slack_world import start_world
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -352,3 +354,26 @@ def test_a_request_naming_no_tool_gets_the_whole_catalog(
     assert choice.sent == sorted(config.catalog.tools) and choice.left_out == []
     small = load_config(EXAMPLES / "deckhand.yml")
     assert tools_for(small, "deploy").left_out == []  # a small catalog is always sent whole
+
+
+def test_slack_tells_a_model_failure_as_no_refusal(
+        sample_config: Config, store: Store, slack_standin: SlackStandin,
+        openai_standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    openai_standin.serve(["gemma3-270m"])
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    sample_config.planner = PlannerEndpoint(base_url=openai_standin.base_url, model="gemma3",
+                                            retries=0)
+    world = start_world(sample_config, store, slack_standin)
+    try:
+        world.deploy("the api somewhere nice")
+        told = world.standin.wait_for(lambda: world.told("1"), what="the failure, told")
+    finally:
+        world.runtime.stop()
+
+    said = " ".join(" ".join(told).split())
+    assert "No plan: the planner's model gave no answer (ModelNotServed); this is not a " \
+           "refusal." in said
+    assert "has no model 'gemma3'; it serves: gemma3-270m" in said
+    actions = [e.action for e in store.audit.entries(limit=50)]
+    assert "plan_failed" in actions and "plan_refused" not in actions
+    assert store.runs.recent() == []  # nothing stored to approve
