@@ -507,10 +507,16 @@ class LLMPlanner:
         if code == 403:
             return ModelRejected(f"{where} denied access (HTTP 403); check the key's "
                                  f"permissions")
-        served = self.served_models() if code in (400, 404, 422) else None
+        # Asked only when the words could be about the model: a server that lists another
+        # name may still answer to any (llama.cpp), and then a 400 is about something else.
+        about_model = not said or "model" in said.lower()
+        served = self.served_models() if code in (400, 404, 422) and about_model else None
         if served is not None and self.model not in served:
             return self._not_served(served)
         words = f": {said}" if said else " and said nothing more"
+        if "context" in said.lower():
+            words += ("; the prompt may not fit the model's context: set "
+                      "planner.context_tokens and run `deckhand check`")
         if code == 404:
             return ModelRejected(f"{where} has no chat completions API or no model "
                                  f"{self.model!r} (HTTP 404){words}; check planner.base_url "
@@ -518,8 +524,8 @@ class LLMPlanner:
         return ModelRejected(f"{where} refused the request (HTTP {code}){words}")
 
     def probe(self) -> str:
-        """Ask the endpoint once whether it answers and serves the model: its model list,
-        or where it has none, a one-token call. What to tell, or a ModelError saying why not
+        """Ask the endpoint whether it answers and serves the model: its model list, and
+        where that does not name it, a one-token call. What to tell, or a ModelError saying why not
         (no retry: ``deckhand check`` asks, it does not insist)."""
         where = f"the LLM endpoint {self.endpoint}"
         try:
@@ -528,19 +534,24 @@ class LLMPlanner:
             served = None  # no /models here: a one-token call says as much
         except openai.APIConnectionError as exc:
             raise self._unanswered(exc) from exc
-        if served is not None:
-            if self.model not in served:
-                raise self._not_served(served)
+        if served is not None and self.model in served:
             return f"{where} answers and serves {self.model}"
+        # Not listed, or no list: one token says whether the name is served (llama.cpp's
+        # server lists its own alias, yet answers to any name).
         try:
             self.client.chat.completions.create(
                 model=self.model, max_tokens=1, temperature=TEMPERATURE,
                 messages=[{"role": "user", "content": "Answer OK."}])
         except openai.APIStatusError as exc:
+            if served is not None:
+                raise self._not_served(served) from exc
             raise self._status_error(exc, self.redact(server_message(exc))[:300]) from exc
         except openai.APIConnectionError as exc:
             raise self._unanswered(exc) from exc
-        return f"{where} answered a one-token call to {self.model} (it lists no models)"
+        if served is None:
+            return f"{where} answered a one-token call to {self.model} (it lists no models)"
+        return (f"{where} answered a one-token call to {self.model}, though it lists only "
+                f"{', '.join(served[:20]) or 'nothing'} (it does not check the name)")
 
     def _unanswered(self, exc: openai.APIConnectionError) -> ModelError:
         if isinstance(exc, openai.APITimeoutError):

@@ -111,6 +111,22 @@ def test_a_400_with_no_message_for_a_served_model_tries_the_next_format(
     assert plan.steps and formats(openai_standin) == ["json_schema", "json_object"]
 
 
+def test_a_400_about_the_context_is_not_read_as_a_wrong_model(
+        config: Config, openai_standin: OpenAIStandin) -> None:
+    """llama.cpp lists its own alias and answers to any name: its 400s are about the request."""
+    openai_standin.serve(["/models/gemma.gguf"], any_name=True)
+    openai_standin.reply_error(400, "the request exceeds the available context size, try "
+                                    "increasing it")
+    planner = planner_for(config, openai_standin, model="gemma3")
+
+    with pytest.raises(ModelRejected) as err:
+        planner.plan(REQUEST, requested_by="U1")
+
+    assert "(HTTP 400): the request exceeds the available context size" in str(err.value)
+    assert "set planner.context_tokens and run `deckhand check`" in str(err.value)
+    assert openai_standin.listings == 0 and formats(openai_standin) == ["json_schema"]
+
+
 # -- no structured output -----------------------------------------------------------------
 
 
@@ -277,7 +293,9 @@ def test_check_says_when_the_prompt_cannot_fit_and_the_model_is_not_served(
             f"{estimate_tokens(prompt):,} tokens, plus 1,024 for the answer") in out
     assert "more than planner.context_tokens 4,096" in out
     assert "has no model 'gemma3'; it serves: gemma3-270m" in out
-    assert openai_standin.listings == 1 and openai_standin.requests == []  # asked once
+    # its list first; a name it does not list, one token (llama.cpp answers any name)
+    assert openai_standin.listings == 1
+    assert [r.body["max_tokens"] for r in openai_standin.requests] == [1]
 
 
 def test_check_with_a_model_that_fits_and_is_served(
@@ -291,6 +309,20 @@ def test_check_with_a_model_that_fits_and_is_served(
     assert code == 0, out
     assert "fits planner.context_tokens 32,768" in out
     assert "answers and serves gemma3-270m" in out
+
+
+def test_check_accepts_a_server_that_answers_a_name_it_does_not_list(
+        tmp_path: Path, openai_standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = endpoint_config(tmp_path, openai_standin)
+    openai_standin.serve(["/models/gemma.gguf"], any_name=True)
+    openai_standin.reply_content("OK")
+
+    code, out = check(config.path, openai_standin, monkeypatch, capsys, model="gemma3")
+
+    assert code == 0, out
+    assert ("answered a one-token call to gemma3, though it lists only /models/gemma.gguf "
+            "(it does not check the name)") in out
 
 
 def test_check_asks_a_server_without_a_model_list_for_one_token(
