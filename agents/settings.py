@@ -142,13 +142,17 @@ class PlannerEndpoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str | None = None
-    model: str | None = None
-    timeout: float | None = Field(default=None, gt=0, description="seconds per model call")
+    base_url: str | None = Field(default=None, description="the OpenAI-compatible API "
+                                 "(else OPENAI_BASE_URL, else OpenAI's)")
+    model: str | None = Field(default=None, description="the model's name on that server "
+                              "(else OPENAI_MODEL)")
+    timeout: float | None = Field(default=None, gt=0, description="seconds per model call "
+                                  "(else OPENAI_TIMEOUT, 60)")
     max_tokens: int = Field(default=2048, gt=0, description="completion tokens per call")
     context_tokens: int | None = Field(default=None, gt=0,
                                        description="the model's context window, in tokens")
-    format: PlannerFormat = "json_schema"
+    format: PlannerFormat = Field(default="json_schema", description="the answer format "
+                                  "asked first; a server that refuses one gets the next")
     retries: int = Field(default=3, ge=0, le=10,
                          description="retries of a 429, 5xx or refused connection; a "
                                      "timeout is never retried (the server works on)")
