@@ -409,3 +409,19 @@ def test_slack_tells_a_model_failure_as_no_refusal(
     actions = [e.action for e in store.audit.entries(limit=50)]
     assert "plan_failed" in actions and "plan_refused" not in actions
     assert store.runs.recent() == []  # nothing stored to approve
+
+
+def test_the_main_configs_endpoint_is_every_services(tmp_path: Path) -> None:
+    """One endpoint for the organisation: each service's Config carries the main file's."""
+    from agents.org import load_org
+
+    (tmp_path / "deckhand.yml").write_text(
+        "services:\n"
+        "  docs:\n"
+        "    tools: {publish: {description: publish the docs, command: echo hi}}\n"
+        "    inventory: {hosts: {d1: {connection: local}}, environments: {live: {hosts: [d1]}}}\n"
+        "planner: {base_url: 'http://127.0.0.1:8080/v1', model: gemma3-270m, format: prompt,\n"
+        "          context_tokens: 8192}\n")
+    (docs,) = load_org(tmp_path / "deckhand.yml").services.values()
+    assert (docs.planner.model, docs.planner.format, docs.planner.context_tokens) == (
+        "gemma3-270m", "prompt", 8192)
