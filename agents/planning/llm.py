@@ -525,8 +525,8 @@ class LLMPlanner:
 
     def probe(self) -> str:
         """Ask the endpoint whether it answers and serves the model: its model list, and
-        where that does not name it, a one-token call. What to tell, or a ModelError saying why not
-        (no retry: ``deckhand check`` asks, it does not insist)."""
+        where that does not name it, a one-token call. What to tell, or a ModelError saying
+        why not (no retry: ``deckhand check`` asks, it does not insist)."""
         where = f"the LLM endpoint {self.endpoint}"
         try:
             served: list[str] | None = [m.id for m in self.client.models.list()]
@@ -543,7 +543,7 @@ class LLMPlanner:
                 model=self.model, max_tokens=1, temperature=TEMPERATURE,
                 messages=[{"role": "user", "content": "Answer OK."}])
         except openai.APIStatusError as exc:
-            if served is not None:
+            if served is not None and exc.status_code in (400, 404, 422):
                 raise self._not_served(served) from exc
             raise self._status_error(exc, self.redact(server_message(exc))[:300]) from exc
         except openai.APIConnectionError as exc:
