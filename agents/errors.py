@@ -13,7 +13,13 @@ Extends the tree in ``tools.errors``:
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   ├── FreezeRefused              an environment the plan touches is frozen
     │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
-    │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
+    │   └── PlannerError               the LLM never gave a valid plan (``repairs`` made)
+    │       └── ModelError             the model gave no answer: its endpoint failed
+    │           ├── ModelUnreachable   connection refused or unreachable
+    │           ├── ModelTimeout       no answer in time (not retried: the work runs on)
+    │           ├── ModelNotServed     the server has no such model
+    │           ├── ModelRejected      the server refused the request (4xx: key, body …)
+    │           └── ModelOverloaded    5xx or 429 until the retries ran out
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     ├── EvaluationError                an evaluation cannot run as asked (planner, recordings)
     ├── RetentionError                 the archive cannot be written, or another process trims
@@ -100,7 +106,44 @@ class NoPlanFound(PlanError):
 
 
 class PlannerError(PlanError):
-    """The LLM planner failed (endpoint errors, or no valid plan after repairs)."""
+    """The LLM planner failed: no valid plan after repairs, or (ModelError) no answer.
+
+    ``repairs``: answers sent back to the model before giving up (what ``deckhand eval``
+    counts, since no plan carries them)."""
+
+    def __init__(self, message: str, *, repairs: int = 0):
+        super().__init__(message)
+        self.repairs = repairs
+
+    def with_note(self, note: str) -> PlannerError:
+        """The same error (class and repairs) with ``note`` added on a line of its own."""
+        return type(self)(f"{self}\n{note}", repairs=self.repairs)
+
+
+class ModelError(PlannerError):
+    """The model gave no answer: its endpoint failed. Never a refusal: nobody said no;
+    the thread, the audit and the trace name the class (``ModelTimeout`` …)."""
+
+
+class ModelUnreachable(ModelError):
+    """The endpoint could not be reached (refused or unreachable connection)."""
+
+
+class ModelTimeout(ModelError):
+    """The endpoint did not answer in time; not retried, since the server is still working."""
+
+
+class ModelNotServed(ModelError):
+    """The endpoint has no model by the configured name; the message lists those it serves."""
+
+
+class ModelRejected(ModelError):
+    """The endpoint refused the request (a 4xx: the key, the body, no usable answer format);
+    the message quotes the server's own words."""
+
+
+class ModelOverloaded(ModelError):
+    """The endpoint kept failing (5xx) or rate limiting (429) until the retries ran out."""
 
 
 class ScheduleError(DeckhandError):

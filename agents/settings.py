@@ -141,3 +141,39 @@ def _variable(settings: BaseModel, loc: tuple[int | str, ...]) -> str:
     name = str(loc[0]) if loc else "?"
     field = type(settings).model_fields.get(name)
     return (field.alias if field is not None and field.alias else name)
+
+
+PlannerFormat = Literal["json_schema", "json_object", "prompt"]
+"""How the planner asks for JSON: a strict schema, any JSON object, or only in the prompt
+(extracted from whatever text comes back). A server that refuses one gets the next."""
+
+
+class PlannerEndpoint(BaseModel):
+    """The config's ``planner:`` endpoint: the model server a team runs (or rents) and how to
+    talk to it. A key left out comes from the environment (``OPENAI_BASE_URL``,
+    ``OPENAI_MODEL``, ``OPENAI_TIMEOUT``) or its default; the key itself stays a secret in
+    ``OPENAI_API_KEY``, never in the file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(default=None, description="the OpenAI-compatible API "
+                                 "(else OPENAI_BASE_URL, else OpenAI's)")
+    model: str | None = Field(default=None, description="the model's name on that server "
+                              "(else OPENAI_MODEL)")
+    timeout: float | None = Field(default=None, gt=0, description="seconds per model call "
+                                  "(else OPENAI_TIMEOUT, 60)")
+    max_tokens: int = Field(default=2048, gt=0, description="completion tokens per call")
+    context_tokens: int | None = Field(default=None, gt=0,
+                                       description="the model's context window, in tokens")
+    format: PlannerFormat = Field(default="json_schema", description="the answer format "
+                                  "asked first; a server that refuses one gets the next")
+    retries: int = Field(default=3, ge=0, le=10,
+                         description="retries of a 429, 5xx or refused connection; a "
+                                     "timeout is never retried (the server works on)")
+
+    def over(self, settings: Settings) -> PlannerEndpoint:
+        """This endpoint with what the config leaves out taken from ``settings``."""
+        return self.model_copy(update={
+            "base_url": self.base_url or settings.openai_base_url,
+            "model": self.model or settings.openai_model,
+            "timeout": self.timeout or settings.openai_timeout})

@@ -293,6 +293,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     _report_charts(console)
     gates = max(_report_gates(console, config) for config in configs)
     settings = Settings()
+    gates = max(gates, _report_planner(console, configs, settings))
     redis = report_redis(console, settings)
     if redis == 0:
         report_audit_sink(console, configs[0], settings)  # organisation-wide
@@ -330,6 +331,19 @@ def _report_gates(console: Console, config: Config) -> int:
     for line in notes:
         console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
     return 1 if problems else 0
+
+def _report_planner(console: Console, configs: list[Config], settings: Settings) -> int:
+    """The largest prompt against the model's context; the endpoint, asked once (1 if the
+    prompt cannot fit or the model is not served)."""
+    from bot.cli.check_planner import planner_findings
+
+    problems, notes = planner_findings(configs, settings)
+    for line in problems:
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+    for line in notes:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return 1 if problems else 0
+
 
 def _report_charts(console: Console) -> None:
     from bot import charts
