@@ -24,7 +24,8 @@ sink's cursor, see ``feed``), ``audit:chain``
 (zset: runs a relay has not caught up with; see ``run_feed``), ``home:viewers`` (zset: who
 opened their App Home lately),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
-completed).
+completed), ``manlock:[S:]ENV`` and ``manlocks`` (environments locked by a person, see
+``manual_locks``).
 
 Every byte deckhand writes passes one door (:class:`RedactingRedis`): each command's
 arguments after its key are redacted (JSON stays valid JSON) on the client and on every
@@ -285,6 +286,14 @@ class Keys:
     def job_note(self, name: str) -> str:
         """What job ``name`` last left for others to read (retention: where runs went)."""
         return self("job", name, "note")
+
+    def manual_lock(self, service: str | None, environment: str) -> str:
+        """An environment locked by a person (``manual_locks``): service first, if named."""
+        return self("manlock", *((environment,) if service is None else (service, environment)))
+
+    def manual_locks(self) -> str:
+        """Which (service, environment) may have a lock by hand (set of ``[S ]ENV``)."""
+        return self("manlocks")
 
     def run_companions(self, run_id: str) -> list[str]:
         """Every key named after one run besides its record (``run:ID``). Retention deletes

@@ -1,0 +1,140 @@
+"""Locking an environment by hand, from every face (``deckhand lock``, ``.lock`` in Slack):
+the same policy as approving there (who may approve it may lock and unlock it; the holder
+may always lift their own), a reason always, an expiry if asked. The lock itself, and the
+refusals it causes, live in ``agents.store.manual_locks``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from agents.errors import ManualLockRefused, NotFound
+from agents.ids import short_id
+from agents.policy.eligibility import eligibility, of_scopes
+from agents.run.record import Run, RunStatus
+from agents.services import Services
+from agents.store.manual_locks import ManualLock
+
+MAX_REASON = 300
+_PART = re.compile(r"(\d+)\s*([smhdw])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_UNDER_WAY = (RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class LockAsked:
+    """What the person asked: the environment as typed, why, and until when (None: until
+    unlocked)."""
+
+    environment: str
+    reason: str
+    until: float | None = None
+
+
+def lock(services: Services, asked: LockAsked, *, user: str, groups: Iterable[str] = (),
+         face: str) -> str:
+    """Lock ``asked.environment`` for ``user`` and say what that means (ManualLockRefused:
+    not an approver there, or someone else holds it)."""
+    env = known_environment(services, asked.environment)
+    reason = " ".join(asked.reason.split())
+    if not reason:
+        raise ManualLockRefused("a lock needs a reason (--reason \"db migration\"): it is "
+                                "what everyone refused is told")
+    if len(reason) > MAX_REASON:
+        raise ManualLockRefused(f"the reason is {len(reason)} characters; at most "
+                                f"{MAX_REASON}")
+    now = services.clock()
+    if asked.until is not None and asked.until <= now:
+        raise ManualLockRefused("the expiry is in the past; give --for 2h or a later --until")
+    _may(services, env, user, groups, "lock")
+    held = ManualLock(env, user, reason, now, asked.until, services.config.key, face)
+    services.store.manual_locks.take(held, face=face)
+    return f"🔒 {held.describe()}. {_meaning(services, env)}"
+
+
+def unlock(services: Services, environment: str, *, user: str, groups: Iterable[str] = (),
+           face: str) -> str:
+    """Lift the lock on ``environment``: its holder, or anyone who may approve there."""
+    env = known_environment(services, environment)
+    store = services.store.manual_locks
+    held = store.get(env, service=services.config.key)
+    if held is None:
+        raise ManualLockRefused(f"{env} is not locked; nothing to unlock")
+    if held.holder != user:
+        _may(services, env, user, groups, "unlock")
+    store.release(env, service=services.config.key, by=user, face=face)
+    whose = "" if held.holder == user else \
+        f" (it was held by {held.holder} since {held.since_text}: {held.reason})"
+    return f"🔓 {env} is unlocked by {user}{whose}. New plans and approvals there may go ahead."
+
+
+def _may(services: Services, env: str, user: str, groups: Iterable[str], verb: str) -> None:
+    answer = eligibility(of_scopes([env], requested_by=""), services.config.policy)
+    if not answer.allows(user, list(groups)):
+        raise ManualLockRefused(f"only someone who may approve {env} may {verb} it. Who can: "
+                                f"{answer.who()}")
+
+
+def _meaning(services: Services, env: str) -> str:
+    """What the lock does, and the runs it does not stop."""
+    under_way = [r for r in services.store.runs.recent(limit=200, statuses=_UNDER_WAY)
+                 if env in r.environments]
+    text = (f"New plans and approvals in {env} are refused until it is unlocked "
+            f"(`deckhand unlock {env}` or `.unlock {env}`)")
+    if under_way:
+        text += (f"; a run already approved or running is not stopped: "
+                 f"{_listed(under_way)}")
+    return text + "."
+
+
+def _listed(runs: list[Run]) -> str:
+    return ", ".join(f"{short_id(r.id)} ({r.status.value})" for r in runs[:5])
+
+
+def known_environment(services: Services, typed: str) -> str:
+    """The environment ``typed`` names (a name or an alias), or NotFound listing them."""
+    environments = services.config.inventory.environments
+    if typed in environments:
+        return typed
+    aliases = {a: name for name, e in environments.items() for a in e.aliases}
+    if typed.lower() in aliases:
+        return aliases[typed.lower()]
+    raise NotFound(f"no environment {typed!r}; known: {', '.join(environments) or 'none'}")
+
+
+def parse_expiry(*, for_: str | None, until: str | None, now: float) -> float | None:
+    """``--for 2h`` (s, m, h, d, w; ``1h30m``) or ``--until`` an ISO 8601 time (UTC unless
+    it says otherwise) as an epoch, or None for a lock until unlocked."""
+    if for_ and until:
+        raise ManualLockRefused("give --for or --until, not both")
+    if for_:
+        return now + _seconds(for_)
+    if until:
+        return _moment(until).timestamp()
+    return None
+
+
+def _seconds(text: str) -> float:
+    compact = text.strip().lower().replace(" ", "")
+    parts = _PART.findall(compact)
+    if not parts or "".join(n + u for n, u in parts) != compact:
+        raise ManualLockRefused(f"--for {text!r} is not a duration; write e.g. 30m, 2h, "
+                                f"1h30m or 1d")
+    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ManualLockRefused("--for must be longer than 0")
+    return float(seconds)
+
+
+def _moment(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ManualLockRefused(f"--until {text!r} is not a time; write ISO 8601, e.g. "
+                                f"2026-12-01T18:00Z") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+__all__ = ["LockAsked", "known_environment", "lock", "parse_expiry", "unlock"]
