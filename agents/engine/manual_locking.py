@@ -6,7 +6,8 @@ refusals it causes, live in ``agents.store.manual_locks``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -36,7 +37,32 @@ class LockAsked:
 def lock(services: Services, asked: LockAsked, *, user: str, groups: Iterable[str] = (),
          face: str) -> str:
     """Lock ``asked.environment`` for ``user`` and say what that means (ManualLockRefused:
-    not an approver there, or someone else holds it)."""
+    not an approver there, or someone else holds it; audited)."""
+    with _refusal_audited(services, "lock", user, face, asked.environment):
+        return _lock(services, asked, user=user, groups=groups, face=face)
+
+
+def unlock(services: Services, environment: str, *, user: str, groups: Iterable[str] = (),
+           face: str) -> str:
+    """Lift the lock on ``environment``: its holder, or anyone who may approve there (a
+    refusal is audited)."""
+    with _refusal_audited(services, "unlock", user, face, environment):
+        return _unlock(services, environment, user=user, groups=groups, face=face)
+
+
+@contextmanager
+def _refusal_audited(services: Services, what: str, user: str, face: str,
+                     environment: str) -> Iterator[None]:
+    try:
+        yield
+    except (ManualLockRefused, NotFound) as exc:
+        services.store.audit.refused(what, actor=user, face=face, rule=str(exc),
+                                     environment=environment)
+        raise
+
+
+def _lock(services: Services, asked: LockAsked, *, user: str, groups: Iterable[str],
+          face: str) -> str:
     env = known_environment(services, asked.environment)
     reason = " ".join(asked.reason.split())
     if not reason:
@@ -54,9 +80,8 @@ def lock(services: Services, asked: LockAsked, *, user: str, groups: Iterable[st
     return f"🔒 {held.describe()}. {_meaning(services, env)}"
 
 
-def unlock(services: Services, environment: str, *, user: str, groups: Iterable[str] = (),
-           face: str) -> str:
-    """Lift the lock on ``environment``: its holder, or anyone who may approve there."""
+def _unlock(services: Services, environment: str, *, user: str, groups: Iterable[str],
+            face: str) -> str:
     env = known_environment(services, environment)
     store = services.store.manual_locks
     held = store.get(env, service=services.config.key)
@@ -137,4 +162,48 @@ def _moment(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-__all__ = ["LockAsked", "known_environment", "lock", "parse_expiry", "unlock"]
+
+
+LOCK_VERBS = {"lock": "lock", ".lock": "lock", "!lock": "lock",
+              "unlock": "unlock", ".unlock": "unlock", "!unlock": "unlock"}
+"""The words that lock or unlock by hand in chat (branch-deploy's ``.lock``, hubot's ``!``)."""
+
+
+def said_in_chat(services: Services, words: list[str], *, user: str, groups: Iterable[str],
+                 face: str) -> str:
+    """``lock ENV --reason "…" [--for 2h | --until TIME]`` or ``unlock ENV``, as split by
+    the chat face (the verb first, as in ``LOCK_VERBS``); a reason may also follow ENV
+    without ``--reason``. What to say back (ManualLockRefused: why not)."""
+    verb, rest = LOCK_VERBS[words[0].lower()], words[1:]
+    if not rest:
+        raise ManualLockRefused(f"which environment? e.g. `.{verb} production"
+                                + (' --reason "db migration"`' if verb == "lock" else "`"))
+    if verb == "unlock":
+        return unlock(services, rest[0], user=user, groups=groups, face=face)
+    flags, loose = _flags(rest[1:])
+    reason = flags.get("reason") or " ".join(loose)
+    until = parse_expiry(for_=flags.get("for"), until=flags.get("until"), now=services.clock())
+    return lock(services, LockAsked(rest[0], reason, until), user=user, groups=groups,
+                face=face)
+
+
+def _flags(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``--reason R --for 2h`` → ({reason: R, for: 2h}, words that are no flag)."""
+    flags: dict[str, str] = {}
+    loose: list[str] = []
+    at = iter(words)
+    for word in at:
+        name = word.removeprefix("--")
+        if word.startswith("--") and name in ("reason", "for", "until"):
+            value = next(at, None)
+            if value is None:
+                raise ManualLockRefused(f"{word} needs a value, e.g. {word} "
+                                        + {"reason": '"db migration"', "for": "2h",
+                                           "until": "2026-12-01T18:00Z"}[name])
+            flags[name] = value
+        elif word.startswith("--"):
+            raise ManualLockRefused(f"unknown option {word}; a lock takes --reason, --for "
+                                    f"and --until")
+        else:
+            loose.append(word)
+    return flags, loose
