@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -27,6 +27,7 @@ from agents.run.judgment import waiting_line
 from agents.run.record import GateCheck, Pause, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import replica_wait_line, unreplicated_note
+from agents.store.manual_locks import ManualLock
 
 Block = dict[str, Any]
 
@@ -189,8 +190,9 @@ def diff_blocks(diff: PlanDiff) -> list[Block]:
     return [section(trim("\n".join(lines), MAX_SECTION - 100)), {"type": "divider"}]
 
 
-def where_text(states: list[Where]) -> str:
-    """``/deckhand where``: each environment's version, then any host that differs."""
+def where_text(states: list[Where], held: Sequence[ManualLock] = ()) -> str:
+    """``/deckhand where``: each environment's version, then any host that differs; then
+    each environment locked by hand."""
     lines = []
     for state in states:
         if not state.hosts:
@@ -200,7 +202,10 @@ def where_text(states: list[Where]) -> str:
                      f"{since} ({len(state.hosts)} host(s))")
         lines += [f"   ⚠️ drift: {escape(host)} serves `{escape(version or 'unknown')}`"
                   for host, version in sorted(state.drift.items())]
-    return "\n".join(lines) or "No deploys recorded yet."
+    lines = lines or ["No deploys recorded yet."]
+    lines += [f"🔒 *{escape(lock.environment)}* held by {mention(lock.holder, lock.via)} since "
+              f"{lock.since_text}, {lock.until_text}: {escape(lock.reason)}" for lock in held]
+    return "\n".join(lines)
 
 
 def history_text(environment: str, deploys: list[Deploy]) -> str:

@@ -19,6 +19,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from agents.engine.control import Control, steer
+from agents.engine.manual_locking import said_in_chat
 from agents.errors import ApprovalRefused
 from agents.faces import Face
 from agents.ids import short_id
@@ -218,6 +219,19 @@ class Bot:
         run = self.store.runs.update(run.id, lambda r: r.meta.update(slack=slack))
         self.changed(run)
         return run
+
+    # -- locks by hand ----------------------------------------------------------------------
+
+    def lock_by_hand(self, words: list[str], *, user: str) -> str:
+        """``lock ENV --reason …`` / ``unlock ENV`` as said in Slack: what to tell the channel
+        (escaped; ManualLockRefused says why not, audited)."""
+        said = said_in_chat(self.services, words, user=user,
+                            groups=self.directory.groups_of(user), face="slack")
+        return bk.escape(said)
+
+    def announce(self, channel: str, text: str) -> None:
+        """Say ``text`` (escaped already) in ``channel`` for everyone."""
+        self.client.chat_postMessage(channel=channel, text=bk.trim(text, 3000))
 
     # -- buttons ----------------------------------------------------------------------------
 

@@ -1,16 +1,16 @@
-"""Slash commands: /deploy REQUEST and /deckhand runs|status|cancel|help."""
+"""Slash commands: /deploy REQUEST and /deckhand runs|status|where|cancel|lock|unlock|help."""
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
+from agents.engine.manual_locking import LOCK_VERBS
 from agents.ids import short_id
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
-from bot.slack.listeners.common import first_delivery
+from bot.slack.listeners.common import first_delivery, split_words
 from bot.slack.listeners.schedules import schedule_reply
 from bot.slack.work import BUSY
 
@@ -38,7 +38,9 @@ def register(app: App, bot: Bot) -> None:
 
         def reply() -> None:
             answered = answer(bot, text, user=user, channel=channel)
-            if isinstance(answered, list):
+            if isinstance(answered, ForEveryone):  # a lock is news for the whole channel
+                respond(text=bk.trim(answered, 3900), response_type="in_channel")
+            elif isinstance(answered, list):
                 respond(blocks=answered, text="deckhand", response_type="ephemeral")
             else:
                 respond(text=bk.trim(answered, 3900), response_type="ephemeral")
@@ -52,8 +54,10 @@ def register(app: App, bot: Bot) -> None:
 
 def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Block]:
     """The reply to ``/deckhand TEXT`` (ephemeral)."""
-    words = _split(text)
+    words = split_words(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
+    if verb in LOCK_VERBS:
+        return ForEveryone(bot.lock_by_hand(words, user=user))
     if verb == "runs":
         return _runs_text(bot)
     if verb == "status" and args:
@@ -64,7 +68,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
     if verb == "where":
         env = args[0] if args else None
         states = ([bot.store.history.current(env)] if env else bot.store.history.everywhere())
-        return bk.where_text(states)
+        held = bot.store.manual_locks.all(service=bot.services.config.key)
+        return bk.where_text(states, [lock for e, lock in held.items() if env in (None, e)])
     if verb == "history" and args:
         live = bot.store.history.current(args[0]).version
         return bk.history_blocks(args[0], bot.store.history.recent(args[0], limit=10), live)
@@ -74,6 +79,10 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
         rest = text.strip()[len(words[0]):].strip()  # raw: the schedule parser quotes itself
         return schedule_reply(bot, rest, user=user, channel=channel)
     return help_text(bot, user)
+
+
+class ForEveryone(str):
+    """A reply the whole channel should see (a lock taken or lifted), not only the asker."""
 
 
 def _runs_text(bot: Bot) -> str:
@@ -104,6 +113,8 @@ def help_text(bot: Bot, user: str) -> str:
              "`/deckhand history ENV` — the last deploys",
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
+             "• `/deckhand lock ENV --reason \"…\" [--for 2h]` · `/deckhand unlock ENV` — hold "
+             "an environment (approvers of it; `.lock` in a mention too)",
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]
     if approvable:
         lines.append(f"• You can approve plans for: {', '.join(approvable)}")
@@ -144,10 +155,3 @@ def _dry_run_flag(text: str) -> tuple[str, bool]:
     words = text.split()
     dry = "--dry-run" in words
     return " ".join(w for w in words if w != "--dry-run"), dry
-
-
-def _split(text: str) -> list[str]:
-    try:
-        return shlex.split(text)
-    except ValueError:
-        return text.split()

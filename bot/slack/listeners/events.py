@@ -1,5 +1,8 @@
 """Events: ``@deckhand deploy v2.3.1 to staging`` works like /deploy.
 
+``@deckhand lock production --reason "db migration"`` (``.lock``, ``unlock``) holds an
+environment by hand, said in the channel for everyone.
+
 ``@deckhand cancel`` (stop it, pause the deploy, resume…) acts on a run instead of planning
 one, under the same rules as the run's buttons: in a run's thread, on that run; elsewhere, on
 the one run of the person asking that has not ended, or it names theirs and asks which.
@@ -13,11 +16,12 @@ from typing import Any
 
 from slack_bolt import App
 
+from agents.engine.manual_locking import LOCK_VERBS
 from agents.ids import short_id
 from agents.requests.phrasing import normalize
 from agents.run.record import Run, RunStatus
 from bot.slack.bot import Bot
-from bot.slack.listeners.common import first_delivery
+from bot.slack.listeners.common import first_delivery, split_words
 from tools.errors import DeckhandError
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>")
@@ -37,6 +41,11 @@ def register(app: App, bot: Bot) -> None:
         if not text or not first_delivery(bot, f"evt:{body.get('event_id')}"):
             return
         user, channel = event["user"], event["channel"]
+        words = text.split(maxsplit=1)
+        if words[0].lower() in LOCK_VERBS:  # `@deckhand .lock production --reason "…"`
+            bot.work.submit("@deckhand lock", lambda: bot.announce(
+                channel, bot.lock_by_hand(split_words(text), user=user)), tell=bot.teller(body))
+            return
         control = _CONTROL.fullmatch(normalize(text))
         if control:
             verb = _VERBS[control.group("verb").lower()]
