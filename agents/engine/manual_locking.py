@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from agents.errors import ManualLockRefused, NotFound
 from agents.ids import short_id
 from agents.policy.eligibility import eligibility, of_scopes
+from agents.policy.freeze import Frozen
 from agents.run.record import Run, RunStatus
 from agents.services import Services
 from agents.store.manual_locks import ManualLock
@@ -207,3 +208,36 @@ def _flags(words: list[str]) -> tuple[dict[str, str], list[str]]:
         else:
             loose.append(word)
     return flags, loose
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """``.wcid`` (where can I deploy) for one environment, as one person sees it now."""
+
+    environment: str
+    may_approve: bool
+    held: ManualLock | None = None
+    frozen: Frozen | None = None
+    deploying: str | None = None
+    """The run holding the environment's run lock, if one is deploying there now."""
+
+    @property
+    def open(self) -> bool:
+        return self.held is None and self.frozen is None
+
+
+WCID = re.compile(r"[.!]?wcid|where can i deploy\??", re.IGNORECASE)
+"""branch-deploy's ``.wcid`` and its words."""
+
+
+def where_can_i_deploy(services: Services, *, user: str, groups: Iterable[str] = ()
+                       ) -> list[Outlook]:
+    """Each environment with its lock by hand, its freeze, the run deploying there and
+    whether ``user`` may approve there (the same answers a plan and an approval get)."""
+    store, policy = services.store, services.config.policy
+    held = store.manual_locks.all(service=services.config.key)
+    running = {info.environment: info.run_id for info in store.locks.all()}
+    listed = list(groups)
+    return [Outlook(env, eligibility(of_scopes([env]), policy).allows(user, listed),
+                    held.get(env), services.frozen([env]), running.get(env))
+            for env in services.config.inventory.environments]

@@ -20,6 +20,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents.engine.control import Control, steer
 from agents.engine.manual_locking import said_in_chat
+from agents.engine.manual_locking import where_can_i_deploy as outlook
 from agents.errors import ApprovalRefused
 from agents.faces import Face
 from agents.ids import short_id
@@ -228,6 +229,11 @@ class Bot:
         said = said_in_chat(self.services, words, user=user,
                             groups=self.directory.groups_of(user), face="slack")
         return bk.escape(said)
+
+    def where_can_i_deploy(self, user: str) -> str:
+        """``.wcid``: each environment open or why not, and whether ``user`` may approve."""
+        return bk.wcid_text(outlook(self.services, user=user,
+                                    groups=self.directory.groups_of(user)))
 
     def announce(self, channel: str, text: str) -> None:
         """Say ``text`` (escaped already) in ``channel`` for everyone."""

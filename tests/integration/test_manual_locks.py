@@ -226,3 +226,23 @@ def test_slack_lock_refuses_a_deploy_and_an_approval_until_unlocked(world: Slack
     actions = [(e.action, e.actor) for e in world.store.audit.entries(limit=50)]
     assert ("locked", "UBOB") in actions and ("unlocked", "UALICE") in actions
     assert ("refused", "UMALLORY") in actions
+
+
+def test_where_can_i_deploy_names_locks_and_who_may_approve(world: SlackWorld) -> None:
+    world.signer.command("/deckhand", "lock production --reason “db migration” --for 2h",
+                         user="UBOB", response_url=f"{world.standin.url}/response/b")
+    _said_in(world, "production is locked by UBOB")
+    world.signer.command("/deckhand", ".wcid", user="UMALLORY",
+                         response_url=f"{world.standin.url}/response/UMALLORY")
+    answer = world.standin.wait_for(lambda: next(
+        (t for t in world.told("UMALLORY") if "staging" in t), None), what="the .wcid answer")
+    lines = {line.split("*")[1]: line for line in answer.splitlines()}
+    assert lines["staging"].startswith("🟢 *staging* — open · you may not approve there")
+    assert lines["production"].startswith("🔒 *production* — locked by <@UBOB> since ")
+    assert "db migration" in lines["production"]  # curly quotes read as quotes
+    world.signer.event({"type": "app_mention", "user": "UCAROL", "channel": "CDEPLOY",
+                        "text": "<@UBOT> where can I deploy?", "ts": "2.2"}, event_id="EvWcid")
+    told = world.standin.wait_for(lambda: next(
+        (t for t in world.told("UCAROL") if "production" in t), None), what="the mention's answer")
+    assert "🟢 *staging* — open · you may approve there" in told  # UCAROL: staging's approver
+    assert world.store.manual_locks.get("production", service=None) is not None

@@ -6,7 +6,7 @@ from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
-from agents.engine.manual_locking import LOCK_VERBS
+from agents.engine.manual_locking import LOCK_VERBS, WCID
 from agents.ids import short_id
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
@@ -56,6 +56,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
     """The reply to ``/deckhand TEXT`` (ephemeral)."""
     words = split_words(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
+    if WCID.fullmatch(" ".join(text.split())):
+        return bot.where_can_i_deploy(user)
     if verb in LOCK_VERBS:
         return ForEveryone(bot.lock_by_hand(words, user=user))
     if verb == "runs":
@@ -114,7 +116,8 @@ def help_text(bot: Bot, user: str) -> str:
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
              "• `/deckhand lock ENV --reason \"…\" [--for 2h]` · `/deckhand unlock ENV` — hold "
-             "an environment (approvers of it; `.lock` in a mention too)",
+             "an environment (approvers of it; `.lock` in a mention too) · `/deckhand wcid` — "
+             "where can I deploy",
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]
     if approvable:
         lines.append(f"• You can approve plans for: {', '.join(approvable)}")

@@ -1,7 +1,8 @@
 """Events: ``@deckhand deploy v2.3.1 to staging`` works like /deploy.
 
 ``@deckhand lock production --reason "db migration"`` (``.lock``, ``unlock``) holds an
-environment by hand, said in the channel for everyone.
+environment by hand, said in the channel for everyone; ``@deckhand .wcid`` (where can I
+deploy) tells the asker each environment's lock and freeze and whether they may approve there.
 
 ``@deckhand cancel`` (stop it, pause the deploy, resume…) acts on a run instead of planning
 one, under the same rules as the run's buttons: in a run's thread, on that run; elsewhere, on
@@ -16,7 +17,7 @@ from typing import Any
 
 from slack_bolt import App
 
-from agents.engine.manual_locking import LOCK_VERBS
+from agents.engine.manual_locking import LOCK_VERBS, WCID
 from agents.ids import short_id
 from agents.requests.phrasing import normalize
 from agents.run.record import Run, RunStatus
@@ -42,6 +43,11 @@ def register(app: App, bot: Bot) -> None:
             return
         user, channel = event["user"], event["channel"]
         words = text.split(maxsplit=1)
+        if WCID.fullmatch(" ".join(text.split())):  # about the asker: told to them alone
+            bot.work.submit("@deckhand wcid", lambda: bot.ephemeral(
+                channel=channel, user=user, text=bot.where_can_i_deploy(user)),
+                tell=bot.teller(body))
+            return
         if words[0].lower() in LOCK_VERBS:  # `@deckhand .lock production --reason "…"`
             bot.work.submit("@deckhand lock", lambda: bot.announce(
                 channel, bot.lock_by_hand(split_words(text), user=user)), tell=bot.teller(body))
