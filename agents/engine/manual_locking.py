@@ -226,6 +226,8 @@ class Outlook:
         return self.held is None and self.frozen is None
 
 
+NOOP_VERBS = frozenset({".noop", "!noop", "noop"})
+"""branch-deploy's dry run: ``.noop v1.2.3 to staging`` (the request's checks, nothing changed)."""
 WCID = re.compile(r"[.!]?wcid|where can i deploy\??", re.IGNORECASE)
 """branch-deploy's ``.wcid`` and its words."""
 

@@ -246,3 +246,18 @@ def test_where_can_i_deploy_names_locks_and_who_may_approve(world: SlackWorld) -
         (t for t in world.told("UCAROL") if "production" in t), None), what="the mention's answer")
     assert "🟢 *staging* — open · you may approve there" in told  # UCAROL: staging's approver
     assert world.store.manual_locks.get("production", service=None) is not None
+
+
+def test_noop_is_a_dry_run_from_a_mention_and_the_command(world: SlackWorld) -> None:
+    world.signer.event({"type": "app_mention", "user": "UALICE", "channel": "CDEPLOY",
+                        "text": "<@UBOT> .noop v2.3.1 to staging", "ts": "3.3"},
+                       event_id="EvNoop")
+    assert "Dry run: " in _said_in(world, "Dry run: ")
+    world.signer.command("/deckhand", "!noop v2.3.1 to staging", user="UBOB",
+                         response_url=f"{world.standin.url}/response/UBOB")
+    assert "nothing was changed" in _said_in(world, "(nothing was changed)")
+    dry = world.standin.wait_for(lambda: len(e := [x for x in world.store.audit.entries(limit=50)
+                                                   if x.action == "dry_run"]) >= 2 and e,
+                                 what="two dry runs audited")
+    assert {e.actor for e in dry} == {"UALICE", "UBOB"}
+    assert not world.store.runs.recent(statuses=[RunStatus.QUEUED, RunStatus.RUNNING])

@@ -6,11 +6,11 @@ from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
-from agents.engine.manual_locking import LOCK_VERBS, WCID
+from agents.engine.manual_locking import LOCK_VERBS, NOOP_VERBS, WCID
 from agents.ids import short_id
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
-from bot.slack.listeners.common import first_delivery, split_words
+from bot.slack.listeners.common import deploy_request, first_delivery, split_words
 from bot.slack.listeners.schedules import schedule_reply
 from bot.slack.work import BUSY
 
@@ -60,6 +60,10 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
         return bot.where_can_i_deploy(user)
     if verb in LOCK_VERBS:
         return ForEveryone(bot.lock_by_hand(words, user=user))
+    if verb in NOOP_VERBS and args:  # a dry run: the plan and its checks follow in channel
+        request = deploy_request(text.strip()[len(words[0]):].strip())
+        run = bot.dry_run(request, user=user, channel=channel)
+        return f"Dry run `{short_id(run.id)}`: {run.status.value} (nothing was changed)."
     if verb == "runs":
         return _runs_text(bot)
     if verb == "status" and args:
@@ -117,7 +121,7 @@ def help_text(bot: Bot, user: str) -> str:
              + (" or may approve" if approvable else ""),
              "• `/deckhand lock ENV --reason \"…\" [--for 2h]` · `/deckhand unlock ENV` — hold "
              "an environment (approvers of it; `.lock` in a mention too) · `/deckhand wcid` — "
-             "where can I deploy",
+             "where can I deploy · `/deckhand .noop REQUEST` — a dry run",
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]
     if approvable:
         lines.append(f"• You can approve plans for: {', '.join(approvable)}")
@@ -135,7 +139,7 @@ def _submit_deploy(bot: Bot, command: dict[str, Any], respond: Respond, text: st
     user, channel = command["user_id"], command["channel_id"]
     request, glass = _break_glass_flag(text)
     request, dry = _dry_run_flag(request)
-    request = request if request.lower().startswith("deploy ") else f"deploy {request}"
+    request = deploy_request(request)
 
     def work() -> None:
         if dry:

@@ -43,3 +43,9 @@ def split_words(text: str) -> list[str]:
         return shlex.split(plain)
     except ValueError:
         return plain.split()
+
+
+def deploy_request(text: str) -> str:
+    """``v2.3.1 to staging`` → ``deploy v2.3.1 to staging`` (a request already saying
+    ``deploy`` stays as typed)."""
+    return text if text.lower().startswith("deploy ") else f"deploy {text}"
