@@ -104,14 +104,17 @@ def _may(services: Services, env: str, user: str, groups: Iterable[str], verb: s
 
 
 def _meaning(services: Services, env: str) -> str:
-    """What the lock does, and the runs it does not stop."""
-    under_way = [r for r in services.store.runs.recent(limit=200, statuses=_UNDER_WAY)
-                 if env in r.environments]
-    text = (f"New plans and approvals in {env} are refused until it is unlocked "
+    """What the lock does: the runs it does not stop, and those it keeps from starting."""
+    runs = [r for r in services.store.runs.recent(limit=200, statuses=_UNDER_WAY)
+            if env in r.environments]
+    running = [r for r in runs if r.status is RunStatus.RUNNING]
+    waiting = [r for r in runs if r.status is not RunStatus.RUNNING]
+    text = (f"New plans, approvals and starts in {env} are refused until it is unlocked "
             f"(`deckhand unlock {env}` or `.unlock {env}`)")
-    if under_way:
-        text += (f"; a run already approved or running is not stopped: "
-                 f"{_listed(under_way)}")
+    if running:
+        text += f"; a run already running is not stopped: {_listed(running)}"
+    if waiting:
+        text += f"; approved runs that have not started will not start: {_listed(waiting)}"
     return text + "."
 
 

@@ -15,7 +15,9 @@ import pytest
 
 from agents.config import Config
 from agents.engine.manual_locking import LockAsked, lock, said_in_chat, unlock
+from agents.engine.worker import Worker, WorkerOptions
 from agents.errors import ApprovalRefused, EnvironmentLocked, ManualLockRefused
+from agents.ids import short_id
 from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
@@ -74,12 +76,21 @@ def test_a_lock_refuses_plans_and_approvals_until_an_approver_unlocks(
     policy = services.config.policy
     waiting = _waiting(services, store)
     queued = _approve(store, _waiting(services, store), "bob", policy)
+    running = _approve(store, _waiting(services, store), "bob", policy)
+    store.runs.transition(running.id, RunStatus.RUNNING)  # as a worker would have
     assert queued.status is RunStatus.QUEUED
 
     said = lock(services, LockAsked("production", "db migration"), user="bob", face="cli")
     assert "production is locked by bob since 2026-11-30 12:00 UTC: db migration" in said
-    assert f"not stopped: {queued.id[:12]}" in said or "not stopped" in said
+    assert f"not stopped: {short_id(running.id)} (running)" in said
+    assert f"will not start: {short_id(queued.id)} (queued)" in said
     assert json.loads(store.r.get("dh:manlock:production"))["holder"] == "bob"
+    worker = Worker(services, store, name="w1", options=WorkerOptions(block=0.1))
+    assert worker.process(queued.id) is None  # approved before the lock: not started
+    after = store.runs.get(queued.id)
+    assert after.status is RunStatus.CANCELLED
+    assert (after.reason or "").startswith("not started: production is locked by bob")
+    assert store.runs.get(running.id).status is RunStatus.RUNNING  # not stopped
 
     clock.now += HOUR
     with pytest.raises(EnvironmentLocked, match="locked by bob since 2026-11-30 12:00 UTC: "
@@ -104,6 +115,7 @@ def test_a_lock_refuses_plans_and_approvals_until_an_approver_unlocks(
     actions = [(e["action"], e["actor"], e.get("what")) for e in entries]
     assert ("locked", "bob", None) in actions and ("unlocked", "carol", None) in actions
     assert ("refused", "mallory", "unlock") in actions
+    assert ("locked_out", "w1", None) in actions
     assert ("plan_refused", "alice", "plan") in actions and ("refused", "carol", "approve") in actions
     unlocked = next(e for e in entries if e["action"] == "unlocked")
     assert (unlocked["holder"], unlocked["reason"], unlocked["face"]) == ("bob", "db migration",
