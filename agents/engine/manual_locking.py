@@ -76,7 +76,8 @@ def _lock(services: Services, asked: LockAsked, *, user: str, groups: Iterable[s
     if asked.until is not None and asked.until <= now:
         raise ManualLockRefused("the expiry is in the past; give --for 2h or a later --until")
     _may(services, env, user, groups, "lock")
-    held = ManualLock(env, user, reason, now, asked.until, services.config.key, face)
+    held = ManualLock(env, holder=user, reason=reason, since=now, until=asked.until,
+                      service=services.config.key, via=face)
     services.store.manual_locks.take(held, face=face)
     return f"🔒 {held.describe()}. {_meaning(services, env)}"
 
@@ -90,7 +91,7 @@ def _unlock(services: Services, environment: str, *, user: str, groups: Iterable
         raise ManualLockRefused(f"{env} is not locked; nothing to unlock")
     if held.holder != user:
         _may(services, env, user, groups, "unlock")
-    store.release(env, service=services.config.key, by=user, face=face)
+    store.release(env, service=services.config.key, by=user, face=face, holder=held.holder)
     whose = "" if held.holder == user else \
         f" (it was held by {held.holder} since {held.since_text}: {held.reason})"
     return f"🔓 {env} is unlocked by {user}{whose}. New plans and approvals there may go ahead."

@@ -99,16 +99,19 @@ class ManualLocks(Part):
 
         return self.cas([key], attempt, busy=f"the lock by hand on {lock.environment}")
 
-    def release(self, environment: str, *, service: str | None, by: str,
-                face: str) -> ManualLock:
-        """Lift the lock on ``environment`` (who may is the caller's policy); returns the
-        lock lifted. ManualLockRefused when nothing holds it."""
+    def release(self, environment: str, *, service: str | None, by: str, face: str,
+                holder: str | None = None) -> ManualLock:
+        """Lift the lock on ``environment`` (who may is the caller's policy, checked against
+        ``holder``: a lock someone else took meanwhile stays); returns the lock lifted.
+        ManualLockRefused when nothing (or someone other than ``holder``) holds it."""
         key = self.key(service, environment)
 
         def attempt(pipe: Pipeline) -> ManualLock:
             held = self._read(pipe, key)
             if held is None:
                 raise ManualLockRefused(f"{environment} is not locked; nothing to unlock")
+            if holder is not None and held.holder != holder:
+                raise ManualLockRefused(f"{held.describe()} now (it changed hands); ask again")
             self.queue_writes(pipe, [
                 lambda p: p.delete(key),
                 lambda p: p.srem(self._index(), _member(service, environment)),
