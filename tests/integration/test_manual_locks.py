@@ -182,6 +182,8 @@ def test_the_cli_locks_refuses_shows_and_unlocks(sample_config: Config, redis_ur
     refused = capsys.readouterr()  # stderr once issue 43 §4 lands; stdout before
     said = refused.err + refused.out
     assert "locked by bob" in said and "db migration" in said
+    assert main(["where", *config]) == 0
+    assert "🔒 production is locked by bob since " in capsys.readouterr().out
     assert main(["where", "--json", *config]) == 0
     where = {e["environment"]: e["lock"] for e in json.loads(capsys.readouterr().out)}
     assert where["staging"] is None
@@ -258,6 +260,14 @@ def test_where_can_i_deploy_names_locks_and_who_may_approve(world: SlackWorld) -
         (t for t in world.told("UCAROL") if "production" in t), None), what="the mention's answer")
     assert "🟢 *staging* — open · you may approve there" in told  # UCAROL: staging's approver
     assert world.store.manual_locks.get("production", service=None) is not None
+    world.open_home("UCAROL")
+    home = world.standin.wait_for(lambda: next(
+        (c.text_of_blocks() for c in world.standin.of("views.publish")
+         if "held by" in c.text_of_blocks()), None), what="the Home with the lock")
+    assert "✋ held by <@UBOB> since " in home and "db migration" in home
+    world.signer.command("/deckhand", "where production", user="UCAROL",
+                         response_url=f"{world.standin.url}/response/UCAROL")
+    assert "db migration" in _said_in(world, "🔒 *production* held by <@UBOB> since")
 
 
 def test_noop_is_a_dry_run_from_a_mention_and_the_command(world: SlackWorld) -> None:
