@@ -225,10 +225,6 @@ class Outlook:
     deploying: str | None = None
     """The run holding the environment's run lock, if one is deploying there now."""
 
-    @property
-    def open(self) -> bool:
-        return self.held is None and self.frozen is None
-
 
 NOOP_VERBS = frozenset({".noop", "!noop", "noop"})
 """branch-deploy's dry run: ``.noop v1.2.3 to staging`` (the request's checks, nothing changed)."""
