@@ -263,6 +263,7 @@ def policy_notes(org: Org) -> list[str]:
         if config.owners is not None:
             out.append(f"{name}: owners {config.owners.approvers.describe()} approve its runs, "
                        f"within every environment's rules ({config.owners.source})")
+        out += _open_environments(label, config)
         for env in config.inventory.environments:
             out += [f"{label}{env}: {line}" for line in winners(config.policy, env)]
             answer = eligibility(of_scopes([env]), config.policy)
@@ -277,6 +278,23 @@ def policy_notes(org: Org) -> list[str]:
                     for env in config.inventory.environments
                     if env not in org.policy.environments]
     return out
+
+
+def _open_environments(label: str, config: Config) -> list[str]:
+    """Environments anyone may approve only because nothing was written (issue 41.6):
+    no entry, no written ``policy.default``, no layer naming approvers."""
+    policy = config.policy
+    if "default" in policy.model_fields_set:
+        return []  # written: open (or not) on purpose
+    open_ = [env for env in config.inventory.environments
+             if env not in policy.environments
+             and not any(not rule.approvers.anyone for _, rule in policy.layers.get(env, []))]
+    if not open_:
+        return []
+    return [f"{label}{', '.join(open_)}: OPEN — anyone may approve, the requester included, "
+            f"because no `policy.environments` entry and no `policy.default` says who. Write "
+            f"`policy.default: {{approvers: {{anyone: true}}}}` to keep that on purpose, or "
+            f"an entry naming the approvers"]
 
 
 def share_layers(services: dict[str, Config], index: OrgIndex) -> None:

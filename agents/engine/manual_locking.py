@@ -238,7 +238,7 @@ def where_can_i_deploy(services: Services, *, user: str, groups: Iterable[str] =
     whether ``user`` may approve there (the same answers a plan and an approval get)."""
     store, policy = services.store, services.config.policy
     held = store.manual_locks.all(service=services.config.key)
-    running = {info.environment: info.run_id for info in store.locks.all()}
+    running = {env: info.run_id for env, info in store.locks.of(services.config.key).items()}
     listed = list(groups)
     return [Outlook(env, eligibility(of_scopes([env]), policy).allows(user, listed),
                     held.get(env), services.frozen([env]), running.get(env))

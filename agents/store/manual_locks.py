@@ -3,7 +3,8 @@ who holds it, why, since when and until when. Not a run's lock (``locks``): noth
 under it; it refuses new plans and approvals in its environment until it is lifted or lapses.
 
 Keys take the service first (``manlock:ENV`` for the legacy service, ``manlock:S:ENV`` for
-a named one), with ``manlocks`` listing them (``S ENV`` or ``ENV``), so a listing never SCANs.
+a named one), with ``manlocks`` listing them (``S:ENV`` or ``ENV``, as ``locks`` does), so a
+listing never SCANs.
 An expiry is kept in the record and read against the store's clock (a test's injected one
 too); the key's TTL only cleans up some time after it lapsed.
 """
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass
 from redis.client import Pipeline
 
 from agents.errors import ManualLockRefused
-from agents.store._redis import Part, RedisBase, text
+from agents.store._redis import Part, RedisBase, scope_member, split_member
 from agents.store.audit import AuditLog
 
 GRACE = 86_400.0
@@ -90,7 +91,7 @@ class ManualLocks(Part):
             self.queue_writes(pipe, [
                 lambda p: p.set(key, json.dumps(lock.as_json()),
                                 px=None if ttl is None else int(ttl * 1000)),
-                lambda p: p.sadd(self._index(), _member(lock.service, lock.environment)),
+                lambda p: p.sadd(self._index(), scope_member(lock.service, lock.environment)),
                 self.audit.write("locked", actor=lock.holder, environment=lock.environment,
                                  service=lock.service, reason=lock.reason, until=lock.until,
                                  face=face, renewed=held is not None)])
@@ -114,7 +115,7 @@ class ManualLocks(Part):
                 raise ManualLockRefused(f"{held.describe()} now (it changed hands); ask again")
             self.queue_writes(pipe, [
                 lambda p: p.delete(key),
-                lambda p: p.srem(self._index(), _member(service, environment)),
+                lambda p: p.srem(self._index(), scope_member(service, environment)),
                 self.audit.write("unlocked", actor=by, environment=environment,
                                  service=service, holder=held.holder, reason=held.reason,
                                  since=held.since, face=face)])
@@ -141,10 +142,8 @@ class ManualLocks(Part):
     def all(self, *, service: str | None) -> dict[str, ManualLock]:
         """Every lock held now in ``service``, by environment."""
         with self.errors():
-            members = sorted(text(m) for m in self.r.smembers(self._index()))
-        envs = [m.split(" ")[-1] for m in members
-                if m.count(" ") == (0 if service is None else 1)
-                and (service is None or m.split(" ")[0] == service)]
+            scopes = [split_member(m) for m in self.r.smembers(self._index())]
+        envs = sorted(e for s, e in scopes if s == service)
         found = [lock for e in envs if (lock := self.get(e, service=service)) is not None]
         return {lock.environment: lock for lock in found}
 
@@ -159,10 +158,6 @@ class ManualLocks(Part):
 
     def _index(self) -> str:
         return self.keys.manual_locks()
-
-
-def _member(service: str | None, environment: str) -> str:
-    return environment if service is None else f"{service} {environment}"
 
 
 def _clock(at: float) -> str:

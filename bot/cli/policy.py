@@ -118,7 +118,8 @@ def _counts(services: Services, policy: Policy, environments: list[str], user: s
     store's count, the one the approval is checked against)."""
     limits = policy.limits
     capped = [(env, limits[env].runs_per_hour) for env in environments if env in limits]
-    return [f"{user} approved {len(services.store.limits.recent(env, user))} {env} run(s) in "
+    recent, key = services.store.limits.recent, services.config.key
+    return [f"{user} approved {len(recent(key, env, user))} {env} run(s) in "
             f"the last hour (limit {cap})" for env, cap in capped if cap is not None]
 
 
