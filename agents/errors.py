@@ -13,6 +13,7 @@ Extends the tree in ``tools.errors``:
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   ├── FreezeRefused              an environment the plan touches is frozen
     │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
+    │   ├── EnvironmentLocked          a person locked an environment the plan changes
     │   └── PlannerError               the LLM never gave a valid plan (``repairs`` made)
     │       └── ModelError             the model gave no answer: its endpoint failed
     │           ├── ModelUnreachable   connection refused or unreachable
@@ -30,6 +31,7 @@ Extends the tree in ``tools.errors``:
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
         │   ├── LimitReached           over a blast-radius limit (policy.limits)
+        │   ├── ManualLockRefused      a lock or unlock by hand that is not allowed now
         │   └── AlreadyStopping        a stop asked of a run someone already stopped
         ├── LockHeld                   the environment is locked by another run
         └── StoreUnavailable           Redis cannot be reached; nothing was written
@@ -95,6 +97,11 @@ def _merged(message: str, step_ids: list[str]) -> str:
 
 class FreezeRefused(PlanError):
     """An environment the plan touches is frozen; the message says until when and why."""
+
+
+class EnvironmentLocked(PlanError):
+    """A person locked an environment the plan changes (``deckhand lock``); the message
+    names who, why, since when and how it is lifted."""
 
 
 class BreakGlassRefused(PlanError):
@@ -194,6 +201,11 @@ class AlreadyStopping(ApprovalRefused):
     def __init__(self, message: str, *, by: str):
         super().__init__(message)
         self.by = by
+
+
+class ManualLockRefused(ApprovalRefused):
+    """A lock or unlock by hand refused: not an approver of the environment, someone else
+    holds it, nothing to unlock. The same policy as approving, so the same exit code."""
 
 
 class LockHeld(StoreError):

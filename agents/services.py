@@ -15,6 +15,7 @@ from agents import tracing
 from agents.config import Config
 from agents.errors import (
     BreakGlassRefused,
+    EnvironmentLocked,
     FreezeRefused,
     ModelError,
     PlanError,
@@ -132,6 +133,7 @@ class Services:
             plan.service = self.config.key  # the config's, whatever a planner said
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
+        self.refuse_if_locked(plan)
         blocked = self.frozen(self.targets(plan).environments)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
@@ -163,6 +165,16 @@ class Services:
         """The freeze that blocks a change to ``environments`` now, if any."""
         now = datetime.fromtimestamp(self.clock(), UTC)
         return frozen(self.config.policy.freeze, environments, now)
+
+    def refuse_if_locked(self, plan: Plan) -> None:
+        """EnvironmentLocked when a person locked an environment ``plan`` changes (a read-only
+        plan changes nothing, so it passes). Approvals meet the same lock in the store."""
+        if self.is_read_only(plan):
+            return
+        held = self.store.manual_locks.blocking(self.targets(plan).environments,
+                                                service=plan.service)
+        if held is not None:
+            raise EnvironmentLocked(held.refusal())
 
     def is_read_only(self, plan: Plan) -> bool:
         """The over-planning guard: one read-only tool call needs no approval."""

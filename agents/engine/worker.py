@@ -147,7 +147,7 @@ class Worker:
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
             return None, True
-        if run.status.terminal or self._frozen_out(run):
+        if run.status.terminal or self._frozen_out(run) or self._locked_out(run):
             return None, True
         if run.status is RunStatus.AWAITING_APPROVAL:
             # a revision waits for approval (its worker went right after the replan): it
@@ -182,6 +182,22 @@ class Worker:
             return False  # taken meanwhile: the claim decides
         self.store.audit.record("frozen", actor=self.name, run_id=run.id, plan_id=run.plan_id,
                                 environment=blocked.environment, until=blocked.until.isoformat())
+        return True
+
+    def _locked_out(self, run: Run) -> bool:
+        """A queued run whose environment a person locked (``deckhand lock``) does not start:
+        it may have waited behind another run's lock while the migration began."""
+        held = self.store.manual_locks.blocking(run.environments, service=run.service)
+        if run.status is not RunStatus.QUEUED or held is None:
+            return False
+        try:
+            self.store.runs.transition(run.id, RunStatus.CANCELLED, expect=[RunStatus.QUEUED],
+                                       reason=f"not started: {held.refusal()}")
+        except IllegalTransition:
+            return False  # taken meanwhile: the claim decides
+        self.store.audit.record("locked_out", actor=self.name, run_id=run.id,
+                                plan_id=run.plan_id, environment=held.environment,
+                                holder=held.holder)
         return True
 
     def _still_running(self, run_id: str) -> bool:

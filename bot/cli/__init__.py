@@ -156,6 +156,7 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
         hosts,
         init,
         judge,
+        locks,
         mcp,
         policy,
         retention,
@@ -167,7 +168,8 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
-            policy.register, completion.register, control.register, judge.register]
+            policy.register, completion.register, control.register, judge.register,
+            locks.register]
 
 
 def _add_demo(commands: Commands) -> None:
