@@ -268,10 +268,11 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     configs = list(org.services.values())
     if not org.split:
         config = configs[0]
-        console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
+        console.print(f"[green]{escape(str(args.config))} is valid:[/] "  # a path, whole
+                      f"{len(config.catalog.tools)} tools, "
                       f"{len(config.inventory.hosts)} hosts, "
                       f"{len(config.inventory.environments)} environments, "
-                      f"{len(config.playbooks)} playbooks")
+                      f"{len(config.playbooks)} playbooks", soft_wrap=True)
     else:
         console.print(f"[green]{escape(str(args.config))} is valid:[/] {len(configs)} "
                       f"service(s): {escape(', '.join(org.services))}", soft_wrap=True)
