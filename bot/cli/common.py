@@ -17,6 +17,8 @@ from agents.config import Config
 from agents.org import load_org
 from agents.services import Services, build_services
 from agents.settings import Settings
+from agents.store import Store
+from agents.store.local_server import find_binary, no_server_reason
 from bot.logs import json_logging
 from bot.terminal.border import TerminalConsole
 from bot.terminal.console import Confirm
@@ -121,15 +123,25 @@ def services_for(args: argparse.Namespace) -> Services:
     return build_services(config_for(args), Settings())
 
 
-def embedded_store_note() -> None:
-    """Say so (on stderr) when the store is the in-process one: it dies with this process."""
-    if Settings().redis_url is not None:
+def embedded_store_note(store: Store | None = None) -> None:
+    """Say so (on stderr) when the store is in-process (no REDIS_URL, and no server can run
+    for the state directory): it dies with this process. Without ``store``, judged from the
+    settings alone."""
+    settings = Settings()
+    if settings.redis_url is not None:
         return
-    text = ("REDIS_URL is not set, so this command uses an embedded store that lives only for "
-            "this one process — it cannot see runs from `serve` or `worker`, and of `deckhand "
-            "run`'s only what it kept in its state directory (`runs show RUN`). "
-            "To share one store, start Redis and set REDIS_URL (e.g. export "
-            "REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
+    if store is not None:
+        reason = store.in_process_reason if store.embedded else None
+    else:
+        reason = no_server_reason(find_binary(settings.redis_server),
+                                  mode=settings.embedded_store)
+    if reason is None:
+        return
+    text = (f"REDIS_URL is not set and {reason}, so this command uses an in-process store "
+            "that lives only for this one process — it sees no earlier command's runs or "
+            "history, nor runs from `serve` or `worker`; of `deckhand run`'s only what it "
+            "kept in its state directory (`runs show RUN`). Or start Redis and set REDIS_URL "
+            "(e.g. export REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
     if json_logging():  # `audit ship --log-format json`: a log line like every other
         logging.getLogger("deckhand").warning(text)
         return

@@ -56,7 +56,7 @@ def _where(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     states = _states(services, args.environment)
     if not any(s.hosts for s in states) and not args.json:
-        embedded_store_note()
+        embedded_store_note(services.store)
         console.print("No deploys recorded yet.", markup=False)
         return 0
     observed = _observe(services, states) if args.verify else None
@@ -121,7 +121,7 @@ def _history(args: argparse.Namespace, console: Console) -> int:
         print_json(history_json(deploys))
         return 0
     if not deploys:
-        embedded_store_note()
+        embedded_store_note(services.store)
         console.print(f"No deploys to {args.environment} recorded.", markup=False)
         return 0
     console.print(history_table(args.environment, deploys))
