@@ -181,6 +181,10 @@ class Services:
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
                                             self.store.history.versions)
+        if problems and self.store.in_process_reason:  # it saw no earlier command's deploys
+            problems.append(f"this store is in-process, so it saw no earlier command's "
+                            f"deploys: {self.store.in_process_reason}; or set REDIS_URL to a "
+                            f"Redis every deckhand process shares")
         if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
             nobody = unapprovable(self.targets(plan), self.config.policy,
                                   requested_by=plan.requested_by)

@@ -30,6 +30,8 @@ def main(argv: list[str]) -> int:
         fcntl.flock(watch, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # the server has its watcher already
+    os.ftruncate(watch, 0)
+    os.write(watch, str(os.getpid()).encode())  # who watches, for whoever must stop it
     sock, users = home / "redis.sock", home / "users.lock"
     tick = max(0.05, min(5.0, idle / 10))
     busy_at = time.time()

