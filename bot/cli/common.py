@@ -17,7 +17,6 @@ from agents.config import Config
 from agents.org import load_org
 from agents.services import Services, build_services
 from agents.settings import Settings
-from agents.store import Store
 from agents.store.local_server import find_binary, no_server_reason
 from bot.logs import json_logging
 from bot.terminal.border import TerminalConsole
@@ -123,18 +122,18 @@ def services_for(args: argparse.Namespace) -> Services:
     return build_services(config_for(args), Settings())
 
 
-def embedded_store_note(store: Store | None = None) -> None:
-    """Say so (on stderr) when the store is in-process (no REDIS_URL, and no server can run
-    for the state directory): it dies with this process. Without ``store``, judged from the
-    settings alone."""
+def embedded_store_note() -> None:
+    """Say so (on stderr) when this command's store will be in-process (no REDIS_URL, and
+    no server can run), judged from the settings alone (``in_process_note`` once the store
+    says why)."""
     settings = Settings()
-    if settings.redis_url is not None:
-        return
-    if store is not None:
-        reason = store.in_process_reason if store.embedded else None
-    else:
-        reason = no_server_reason(find_binary(settings.redis_server),
-                                  mode=settings.embedded_store)
+    if settings.redis_url is None:
+        in_process_note(no_server_reason(find_binary(settings.redis_server),
+                                         mode=settings.embedded_store))
+
+
+def in_process_note(reason: str | None) -> None:
+    """The store is in-process for ``reason`` (None: it is not): it dies with this process."""
     if reason is None:
         return
     text = (f"this command's store is in-process, so it lives only for this one process: "

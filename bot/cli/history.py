@@ -14,7 +14,7 @@ from agents.history.deploys import DAY, Deploy, Stats, Where, stats
 from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import Commands, add_config_arg, in_process_note, services_for
 from bot.cli.json_views import history_json, stats_json, where_json
 from bot.cli.run_views import print_json
 from tools.gitlog import GitRepo
@@ -56,7 +56,7 @@ def _where(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     states = _states(services, args.environment)
     if not any(s.hosts for s in states) and not args.json:
-        embedded_store_note(services.store)
+        in_process_note(services.store.in_process_reason)
         console.print("No deploys recorded yet.", markup=False)
         return 0
     observed = _observe(services, states) if args.verify else None
@@ -121,7 +121,7 @@ def _history(args: argparse.Namespace, console: Console) -> int:
         print_json(history_json(deploys))
         return 0
     if not deploys:
-        embedded_store_note(services.store)
+        in_process_note(services.store.in_process_reason)
         console.print(f"No deploys to {args.environment} recorded.", markup=False)
         return 0
     console.print(history_table(args.environment, deploys))
