@@ -195,8 +195,9 @@ class LocalServer:
                              stderr=log, start_new_session=True, close_fds=True)
 
     def _advice(self) -> str:
-        return ("set REDIS_URL to a Redis you run, or DECKHAND_EMBEDDED_STORE=memory for a "
-                "store that lives only as long as each command (no history)")
+        return (f"see {self.home / 'server.log'}; set REDIS_URL to a Redis you run, or "
+                f"DECKHAND_EMBEDDED_STORE=memory for a store that lives only as long as each "
+                f"command (no history)")
 
 
 def in_process_reason(state_dir: Path | None, binary: Path | None, *,

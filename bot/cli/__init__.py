@@ -84,6 +84,8 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
 
             hold_sighup()
     configure_tracing()
+    if _for_scripts(args):  # its error never lands in what a script reads (`| jq`)
+        console = TerminalConsole(stderr=True)
     try:
         return handler(args, console)
     except ConfigError as exc:
@@ -112,6 +114,13 @@ def _runs_for_good(args: argparse.Namespace) -> bool:
     """serve, worker, schedules serve, mcp and audit ship: processes that log (the others
     print their answer)."""
     return hasattr(args, "log_format") and getattr(args, "what", "ship") == "ship"
+
+
+def _for_scripts(args: argparse.Namespace) -> bool:
+    """``--json`` or ``--format json|yaml``: stdout is the answer alone (printed with
+    print_json / sys.stdout), so the console — errors, notes — writes to stderr."""
+    return getattr(args, "json", False) is True or getattr(args, "format", None) in (
+        "json", "yaml")
 
 
 def _error(console: Console, message: str) -> None:
