@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import socket
 import sys
 import time
@@ -33,12 +34,16 @@ def main(argv: list[str]) -> int:
     os.ftruncate(watch, 0)
     os.write(watch, str(os.getpid()).encode())  # who watches, for whoever must stop it
     sock, users = home / "redis.sock", home / "users.lock"
+    if not _answers(sock):
+        return 0  # stopped before this watcher got going
+    server = _server_pid(home)
     tick = max(0.05, min(5.0, idle / 10))
     busy_at = time.time()
     while True:
         time.sleep(tick)
-        if not _answers(sock):
-            return 0  # gone (killed, or stopped by hand): the next deckhand starts one
+        if not _answers(sock):  # gone (killed, or stopped by hand): the next deckhand starts
+            _stop_orphan(server, sock)  # one; a server whose socket was deleted is stopped
+            return 0
         if _stop_if_idle(sock, users, busy_at, idle):
             return 0
         busy_at = _busy_at(users, busy_at)
@@ -74,6 +79,27 @@ def _stop_if_idle(sock: Path, users: Path, busy_at: float, idle: float) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _server_pid(home: Path) -> int | None:
+    """The server's pid, as its pid file says (it is written as the server starts)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            return int((home / "server.pid").read_text().strip())
+        time.sleep(0.05)
+    return None
+
+
+def _stop_orphan(pid: int | None, sock: Path) -> None:
+    """SIGTERM ``pid`` if it is still the server of ``sock`` (the state directory was
+    removed under it: nobody could reach it again); it saves and exits."""
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        if str(sock).encode() in cmdline:
+            os.kill(pid, signal.SIGTERM)
 
 
 def _answers(sock: Path) -> bool:

