@@ -51,6 +51,7 @@ def test_planning_a_playbook_loads_no_model_client_scheduler_or_other_face(
              "if m in sys.modules])")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OPENAI_", "OTEL_", "DECKHAND_", "REDIS_"))}
+    env["DECKHAND_EMBEDDED_STORE"] = "memory"  # as the suite's other tests (conftest)
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
