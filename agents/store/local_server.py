@@ -122,6 +122,10 @@ class LocalServer:
         finally:
             os.close(fd)
 
+    def running(self) -> bool:
+        """Whether the server answers on its socket now (nothing is started)."""
+        return _ping(self.socket) is not None
+
     def close(self) -> None:
         if self._users is not None:
             os.close(self._users)

