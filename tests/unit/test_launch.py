@@ -27,6 +27,7 @@ HEAVY_OFF_THE_RUN_PATH = (
     "openai", "apscheduler", "http.client", "mcp", "slack_sdk", "slack_bolt", "waitress",
     "prometheus_client", "matplotlib", "bot.cli.eval", "bot.cli.schedules", "bot.mcp",
     "bot.slack", "bot.scheduler", "opentelemetry.sdk.trace",
+    "paramiko",  # issue 43.7: imported with the first SSH runner, not at start
     # optional extras our dependencies would load for features deckhand never uses
     # (tools.lean_imports), and pydantic-settings' asyncio/dotenv/cloud providers
     "numpy", "jsonpath_ng", "invoke", "opentelemetry.sdk.metrics", "pydantic_settings")
