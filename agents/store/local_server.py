@@ -96,18 +96,24 @@ class LocalServer:
     def open(self) -> str:
         """Join (or start) the server and return its URL; held until ``close()`` (or this
         process ends). StoreError says why the server could not start."""
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self._users is None:
-            self._users = _flock(self.home / "users.lock", fcntl.LOCK_SH, self.timeout)
-        os.utime(self.home / "users.lock")  # the watcher's idle clock starts again
-        if _ping(self.socket) == "PONG" and self._watched():
-            return self.url
         try:
-            self._start_if_down()
+            self._join()
+        except OSError as exc:  # e.g. another user's state directory (its files are 600)
+            self.close()
+            raise StoreError(f"the embedded store in {self.home}: {exc}; "
+                             f"{self._advice()}") from exc
         except StoreError:
             self.close()
             raise
         return self.url
+
+    def _join(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self._users is None:
+            self._users = _flock(self.home / "users.lock", fcntl.LOCK_SH, self.timeout)
+        os.utime(self.home / "users.lock")  # the watcher's idle clock starts again
+        if _ping(self.socket) != "PONG" or not self._watched():
+            self._start_if_down()
 
     def _start_if_down(self) -> None:
         """Under ``start.lock``: a server answering, and watched."""
