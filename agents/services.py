@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -180,7 +181,7 @@ class Services:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
-                                            self.store.history.versions)
+                                            partial(self.store.history.versions, plan.service))
         if problems and self.store.in_process_reason:  # it saw no earlier command's deploys
             problems.append(f"this store is in-process, so it saw no earlier command's "
                             f"deploys: {self.store.in_process_reason}; or set REDIS_URL to a "
@@ -212,7 +213,7 @@ class Services:
             return []
         env, version = target
         try:
-            live = self.store.history.current(env).version
+            live = self.store.history.current(plan.service, env).version
         except StoreError:
             live = None
         log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
@@ -231,7 +232,7 @@ class Services:
             plan = self.store.plans.get(run.plan_id, run.plan_version)  # the last replan's
             deploys = deploys_of(plan, run, self.config.catalog)
             if deploys:
-                self.store.history.record(run.id, deploys)
+                self.store.history.record(run.service, run.id, deploys)
         except StoreError as exc:
             log.error("run %s: could not record deployment history (%s)", run.id, exc)
 

@@ -43,6 +43,7 @@ from bot.cli.common import (
     add_user_args,
     confirmer,
     embedded_store_note,
+    run_services,
     services_for,
 )
 from bot.cli.drain import DRAIN_STORE_WAIT, leave_now, watch_store
@@ -369,10 +370,10 @@ def _audited_run(runs: Runs, typed: str) -> str:
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    services = services_for(args)
+    services, org = run_services(args)
     store = services.store
     run = store.runs.find(args.run_id)
-    policy = services.config.policy
+    policy = org.service_of(run.service).policy  # the run's service's rules, every layer
     problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
                                policy=policy, now=services.clock())
@@ -383,8 +384,8 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
         _refuse(store.audit, run.id, args.user, f"not confirmed: {typed}")
     # the rules changed, or another approval landed first: refused, audited by the store
     run = store.runs.approve(run.id, user=args.user, face="cli", plan_version=run.plan_version,
-                             plan_hash=run.plan_hash, policy=services.config.policy)
-    needed = approvals_needed(run, services.config.policy)
+                             plan_hash=run.plan_hash, policy=policy)
+    needed = approvals_needed(run, policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))
