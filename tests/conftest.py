@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.fixtures.slack_world",
     "tests.fixtures.openai_standin",
     "tests.fixtures.siem_standin",
+    "tests.fixtures.rsyslog",
     "tests.fixtures.prometheus",
     "tests.fixtures.topology",
 ]

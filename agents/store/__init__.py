@@ -1,7 +1,8 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
 ``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``feed`` (the audit sink's cursor),
 ``dedupe``, ``schedules``, ``limits``, ``judgments``, ``history``, ``proposals``, ``trimming``,
-``health``, ``run_feed`` (what a run has to say, for its Slack thread) and ``viewers``. One
+``health``, ``manual_locks`` (environments locked by a person), ``run_feed`` (what a run
+has to say, for its Slack thread) and ``viewers``. One
 module per kind of record; all of them go through ``_redis``: one
 connection with one key namer (``Keys``), one translation of redis-py's errors (``errors()``),
 one compare-and-set loop (``cas()``) and one WAIT (``replicate()``), so double clicks, Slack
@@ -30,6 +31,7 @@ from agents.store.leases import Leases, LostOwnership
 from agents.store.limits import ApprovalCounts
 from agents.store.local_server import LocalServer, find_binary, in_process_reason
 from agents.store.locks import LockInfo, Locks
+from agents.store.manual_locks import ManualLock, ManualLocks
 from agents.store.plans import Plans
 from agents.store.proposals import Proposal, Proposals
 from agents.store.queue import Queue
@@ -51,7 +53,9 @@ class Store(RedisBase):
         self.dedupe = Dedupe(self)
         self.queue = Queue(self)
         self.limits = ApprovalCounts(self)
-        self.runs = Runs(self, audit=self.audit, queue=self.queue, limits=self.limits)
+        self.manual_locks = ManualLocks(self, audit=self.audit)
+        self.runs = Runs(self, audit=self.audit, queue=self.queue, limits=self.limits,
+                         manual_locks=self.manual_locks)
         self.judgments = Judgments(self, runs=self.runs, audit=self.audit)
         self.plans = Plans(self)
         self.leases = Leases(self)
@@ -102,5 +106,6 @@ class Store(RedisBase):
 __all__ = ["CAS_RETRIES", "GROUP", "ApprovalCounts", "AuditEntry", "AuditFeed", "AuditLog",
            "Change", "Dedupe", "FeedEntry", "Finding", "Health", "History", "HomeViewers",
            "Judgments", "Keys", "Leases",
-           "LockInfo", "Locks", "LostOwnership", "Plans", "Proposal", "Proposals", "Queue",
+           "LockInfo", "Locks", "LostOwnership", "ManualLock", "ManualLocks",
+           "Plans", "Proposal", "Proposals", "Queue",
            "RelayState", "RunFeed", "Runs", "ScheduleBook", "Store", "Trimming", "Write"]

@@ -42,7 +42,7 @@ from bot.cli.common import (
     given_config,
     services_for,
 )
-from bot.cli.health import report_audit_sink, report_redis
+from bot.cli.health import report_audit_key, report_audit_sink, report_redis
 from bot.logs import announce, configure_logging, requested_format
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
@@ -162,7 +162,7 @@ EXTRA = {"init": "init", "runs": "runs", "audit": "runs", "approve": "runs",
          "hosts": "hosts", "serve": "serve", "schedules": "schedules",
          "retention": "retention", "mcp": "mcp", "eval": "eval", "policy": "policy",
          "cancel": "control", "pause": "control", "resume": "control", "stop": "control",
-         "judge": "judge"}
+         "judge": "judge", "lock": "locks", "unlock": "locks"}
 """The module that registers each other command: naming one, only it is imported (the
 others cost ~0.1 s of a read-only command's start); `completion`, help and an unknown word
 get them all (test_cli_first_hour keeps this true)."""
@@ -182,6 +182,7 @@ def _extra_commands(command: str | None = None) -> list[Callable[[Commands], Non
         hosts,
         init,
         judge,
+        locks,
         mcp,
         policy,
         retention,
@@ -193,7 +194,8 @@ def _extra_commands(command: str | None = None) -> list[Callable[[Commands], Non
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
-            policy.register, completion.register, control.register, judge.register]
+            policy.register, completion.register, control.register, judge.register,
+            locks.register]
 
 
 def _add_demo(commands: Commands) -> None:
@@ -319,9 +321,11 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     _report_charts(console)
     gates = max(_report_gates(console, config) for config in configs)
     settings = Settings()
+    gates = max(gates, _report_planner(console, configs, settings))
     redis = report_redis(console, settings, store_dir(configs[0]))
     if redis == 0:
         report_audit_sink(console, configs[0], settings)  # organisation-wide
+        report_audit_key(console, settings)
     schedules = _report_schedules(console, org.only(), settings) if redis == 0 and len(
         configs) == 1 else 0
     if redis == 0 and len(configs) > 1 and settings.redis_url is not None:
@@ -355,6 +359,19 @@ def _report_gates(console: Console, config: Config) -> int:
     for line in notes:
         console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
     return 1 if problems else 0
+
+def _report_planner(console: Console, configs: list[Config], settings: Settings) -> int:
+    """The largest prompt against the model's context; the endpoint, asked once (1 if the
+    prompt cannot fit or the model is not served)."""
+    from bot.cli.check_planner import planner_findings
+
+    problems, notes = planner_findings(configs, settings)
+    for line in problems:
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+    for line in notes:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return 1 if problems else 0
+
 
 def _report_charts(console: Console) -> None:
     from bot import charts

@@ -10,6 +10,7 @@ from rich.console import Console
 from agents.config import Config
 from agents.settings import Settings
 from agents.store import Health, Store
+from agents.store.checkpoints import signing_key
 from agents.store.feed import SINK_JOB
 from agents.store.local_server import LocalServer, find_binary, in_process_reason
 
@@ -54,6 +55,20 @@ def warn_about_redis(health: Health) -> None:
     for finding in health.findings():
         log.log(logging.ERROR if finding.level == "error" else logging.WARNING,
                 "Redis %s: %s", health.where, finding.message)
+
+
+def report_audit_key(console: Console, settings: Settings) -> None:
+    """Whether the audit chain's checkpoints are signed: without a key, anyone who can
+    write Redis can rebuild the chain and ``audit verify`` cannot tell."""
+    key = signing_key(settings.audit_key)
+    if key is not None:
+        console.print(f"audit chain: checkpoints signed with key {key.id} (from "
+                      f"DECKHAND_AUDIT_KEY_FILE)", markup=False, highlight=False, soft_wrap=True)
+        return
+    console.print("audit chain: unsigned — it is only as strong as access to Redis (anyone "
+                  "who can write it can rebuild the chain); set DECKHAND_AUDIT_KEY_FILE to "
+                  "a key kept outside Redis (`openssl rand -hex 32 > FILE`) to sign "
+                  "checkpoints", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def report_audit_sink(console: Console, config: Config, settings: Settings) -> None:

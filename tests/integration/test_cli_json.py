@@ -130,6 +130,23 @@ def test_where_verify_works_on_the_init_config(cli: Cli) -> None:
     assert production["hosts"] == [] and production["version"] is None
 
 
+def test_where_verify_reports_an_answer_it_could_not_read(cli: Cli) -> None:
+    config = cli.directory / "deckhand.yml"
+    original = config.read_text()
+    pattern = "  version_pattern: '^[\\w.-]+: (v\\S+)$'"
+    assert pattern in original
+    try:  # the host answers, but not in the form the pattern reads
+        config.write_text(original.replace(pattern, "  version_pattern: '^version=(\\S+)$'"))
+        [staging, _] = cli.json("where", "--verify", code=1)
+    finally:
+        config.write_text(original)
+    [host] = staging["hosts"]
+    observed = host["observed"]
+    assert observed["version"] is None
+    assert "status answered, but history.version_pattern '^version=(\\S+)$' found no " \
+        "version in its output (its last line: 'staging-1: v1.0.3')" in observed["problem"]
+
+
 def test_history_stats_hosts_and_schedules_as_json(cli: Cli) -> None:
     [deploy] = cli.json("history", "staging")
     assert (deploy["version"], deploy["outcome"], deploy["hosts"], deploy["rollback"]) == (
