@@ -12,6 +12,8 @@ Extends the tree in ``tools.errors``:
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   ├── FreezeRefused              an environment the plan touches is frozen
     │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
+    │   ├── UnknownService             a request or option names no known service, or two
+    │   │   └── WhichService           none named and nothing chooses one: the face asks
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     ├── EvaluationError                an evaluation cannot run as asked (planner, recordings)
@@ -44,6 +46,22 @@ class ManyServices(DeckhandError):
 
 class PlanError(DeckhandError):
     """A plan could not be produced or accepted."""
+
+
+class UnknownService(PlanError):
+    """A request or an option names a service the organisation lacks, or two services; the
+    message names the known ones. Raised before anything is planned."""
+
+
+class WhichService(UnknownService):
+    """The request names no service and nothing (option, environment, channel, the only
+    service) chooses one: nothing is planned, and the face asks which of ``names``."""
+
+    def __init__(self, names: list[str], *, request: str = ""):
+        self.names, self.request = names, request
+        super().__init__(f"which service? This organisation has {', '.join(names)}: name "
+                         f"one in the request (`deploy api v2.3.1`, `… of api`) or with "
+                         f"--service NAME (or DECKHAND_SERVICE)")
 
 
 class PlanInvalid(PlanError):

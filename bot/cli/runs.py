@@ -40,9 +40,11 @@ from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
     add_config_arg,
+    add_service_arg,
     add_user_args,
     confirmer,
     embedded_store_note,
+    service_of_run,
     services_for,
 )
 from bot.cli.drain import DRAIN_STORE_WAIT, leave_now, watch_store
@@ -135,6 +137,7 @@ def register(commands: Commands) -> None:
     approve.add_argument("run_id")
     add_user_args(approve, who="who approves")
     add_config_arg(approve)
+    add_service_arg(approve)
     approve.set_defaults(handler=_approve)
 
 
@@ -158,7 +161,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     _ship_audit(services, worker.name, stop)
     _drain_on_signals(stop, console, services.store.ping_primary, wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
-                     adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
+                     adopt=[lambda fresh: observe_planners(metrics, fresh)]
                      if metrics else [])
     announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
                       f"drains: the current run finishes, no new one starts; SIGHUP reloads "
@@ -199,12 +202,19 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
     from bot.metrics import Metrics
 
     metrics = Metrics()
-    metrics.observe_retries(services.planner)  # replans call the model from workers
+    observe_planners(metrics, services)  # replans call the model from workers
     metrics.watch_queue(services.store.queue)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
-    if services.config.audit.sink is not None:
+    if services.common.audit.sink is not None:
         metrics.watch_audit_sink(services.store.feed)
     return metrics
+
+
+def observe_planners(metrics: Metrics, services: Services) -> None:
+    """Count the retried model calls of every service's planner (built now, so a run's
+    replan is counted whichever service it is)."""
+    for name in services.org.services:
+        metrics.observe_retries(services.service(name).planner)
 
 
 def _ship_audit(services: Services, name: str, stop: threading.Event) -> None:
@@ -372,6 +382,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     store = services.store
     run = store.runs.find(args.run_id)
+    services = service_of_run(services, run)  # the run's rules, never another service's
     policy = services.config.policy
     problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
