@@ -149,12 +149,12 @@ class Worker:
             return None, True
         if run.status.terminal:
             return None, True
-        service = self._service_of(run)
-        if service is None or self._frozen_out(run, service):
-            return None, True
         if run.status is RunStatus.AWAITING_APPROVAL:
             # a revision waits for approval (its worker went right after the replan): it
             # stays held, with nothing to lock or run until an approval queues it again
+            return None, True
+        service = self._service_of(run)
+        if service is None or self._frozen_out(run, service):
             return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if run_id in self._active:  # ours, still executing: its own entry came back

@@ -1,0 +1,252 @@
+"""Services, step 3 (docs/services.md 2.1, 2.2, 2.7): two services with the same environment
+names, each on its own real sshd hosts, deployed from the CLI (``deckhand run … --service``,
+a name in the request, ``DECKHAND_SERVICE``) against a real redis-server. A failure rolls
+one service back while the other's hosts stay as they were; a request naming no service
+plans nothing; a worker never runs a run of a service it does not serve."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import redis
+
+from agents.engine.worker import Worker
+from agents.org import load_org
+from agents.run.record import Run, RunStatus
+from agents.services import build_services
+from agents.store import Store
+from bot.cli import main
+from tests.fixtures.sshd import SSHFleet
+
+VERSION = r"'^v\d+\.\d+\.\d+$'"
+SERVICE = """
+tools:
+  deploy:
+    description: put a version on every host of an environment, keeping the one before
+    command: >-
+      mkdir -p {{host.dir}} && if [ -f {{host.dir}}/version ]; then
+      cp {{host.dir}}/version {{host.dir}}/previous; fi && echo {{version}} > {{host.dir}}/version
+    target: environment
+    params: {{version: {{pattern: {version}}}}}
+    mutates: true
+    rollback: rollback
+  smoke:
+    description: every host answers with the version and is healthy
+    command: test "$(cat {{host.dir}}/version)" = {{version}} && test ! -e {{host.dir}}/broken
+    target: environment
+    params: {{version: {{pattern: {version}}}}}
+  rollback:
+    description: every host back to the version before
+    command: if [ -f {{host.dir}}/previous ]; then cp {{host.dir}}/previous {{host.dir}}/version; fi
+    target: environment
+    mutates: true
+  restart:
+    description: restart the service's workers
+    command: touch {{host.dir}}/restarted
+    target: environment
+inventory:
+  hosts:
+{hosts}
+  environments:
+    staging: {{hosts: [{name}-staging]}}
+    production: {{hosts: [{name}-prod], aliases: [prod]}}
+playbooks:
+  - name: deploy
+    match: ['^deploy (?P<version>v\\S+)$']
+    examples: ["deploy v1.2.3"]
+    goal: "Deploy {{version}} of {name}"
+    steps:
+      - {{id: deploy_staging, tool: deploy, params: {{environment: staging, version: "{{version}}"}}}}
+      - id: deploy_production
+        tool: deploy
+        params: {{environment: production, version: "{{version}}"}}
+        depends_on: [deploy_staging]
+      - id: smoke_production
+        tool: smoke
+        params: {{environment: production, version: "{{version}}"}}
+        depends_on: [deploy_production]
+    rollback:
+      - {{id: rollback_production, tool: rollback, params: {{environment: production}}}}
+      - {{id: rollback_staging, tool: rollback, params: {{environment: staging}}}}
+  - name: restart-{name}
+    match: ['^restart {name}$']
+    examples: ["restart {name}"]
+    goal: "Restart {name} in production"
+    steps: [{{id: restart, tool: restart, params: {{environment: production}}}}]
+"""
+HOSTS = {"api": ("staging-1", "prod-1"), "web": ("prod-2", "prod-3")}
+"""Each service's staging and production host: the fleet's sshd processes, none shared."""
+
+
+def write_org(root: Path, fleet: SSHFleet) -> Path:
+    for name, (staging, production) in HOSTS.items():
+        hosts = {f"{name}-staging": staging, f"{name}-prod": production}
+        lines = "\n".join(
+            f"    {host}: " + json.dumps(fleet.inventory_host(sshd, vars={
+                "dir": str(root / "hosts" / host)}))
+            for host, sshd in hosts.items())
+        (root / "services").mkdir(parents=True, exist_ok=True)
+        (root / "services" / f"{name}.yml").write_text(
+            SERVICE.format(name=name, hosts=lines, version=VERSION))
+    main_config = root / "deckhand.yml"
+    main_config.write_text(textwrap.dedent(f"""\
+        services:
+          api: services/api.yml
+          web: services/web.yml
+        state_dir: state
+        inventory:
+          known_hosts: {fleet.known_hosts}
+        """))
+    return main_config
+
+
+@pytest.fixture
+def org(tmp_path: Path, sshd_hosts: SSHFleet, redis_url: str, client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The two-service organisation; every CLI call shares the real redis-server."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.delenv("DECKHAND_SERVICE", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    return write_org(tmp_path, sshd_hosts)
+
+
+def on_hosts(root: Path) -> dict[str, str]:
+    """What each host's version file says ("-" if none)."""
+    out = {}
+    for name in ("api-staging", "api-prod", "web-staging", "web-prod"):
+        version = root / "hosts" / name / "version"
+        out[name] = version.read_text().strip() if version.exists() else "-"
+    return out
+
+
+def snapshot(root: Path, service: str) -> list[tuple[str, int, str]]:
+    """Every file of ``service``'s hosts with its mtime and content."""
+    found = sorted(p for p in (root / "hosts").rglob("*") if p.is_file()
+                   and p.relative_to(root / "hosts").parts[0].startswith(f"{service}-"))
+    return [(str(p), p.stat().st_mtime_ns, p.read_text()) for p in found]
+
+
+def runs_by_goal(store: Store) -> dict[str, Run]:
+    return {run.goal: run for run in store.runs.recent(limit=20)}
+
+
+def said(capsys: pytest.CaptureFixture[str]) -> str:
+    """What the command printed, on either stream (errors move to stderr: issue 43)."""
+    out = capsys.readouterr()
+    return out.out + out.err
+
+
+def run_cli(*argv: str, config: Path) -> int:
+    return main(["run", *argv, "--yes", "--user", "alice", "--config", str(config)])
+
+
+def test_two_services_deploy_from_the_cli_and_a_rollback_of_one_leaves_the_other(
+        org: Path, redis_url: str) -> None:
+    root = org.parent
+    assert run_cli("deploy v1.0.0", "--service", "api", config=org) == 0
+    assert run_cli("deploy web/v1.0.0", config=org) == 0  # the hubot spelling
+    assert on_hosts(root) == dict.fromkeys(["api-staging", "api-prod", "web-staging",
+                                            "web-prod"], "v1.0.0")
+    api_before = snapshot(root, "api")
+    (root / "hosts" / "web-prod" / "broken").write_text("disk full\n")
+    assert run_cli("deploy v2.0.0 of web", config=org) == 1  # smoke fails: rolled back
+    assert on_hosts(root)["web-prod"] == on_hosts(root)["web-staging"] == "v1.0.0"
+    assert snapshot(root, "api") == api_before  # not a file of api's touched
+    store = Store.connect(redis_url)
+    runs = runs_by_goal(store)
+    assert {goal: (run.service, run.status) for goal, run in runs.items()} == {
+        "Deploy v1.0.0 of api": ("api", RunStatus.SUCCEEDED),
+        "Deploy v1.0.0 of web": ("web", RunStatus.SUCCEEDED),
+        "Deploy v2.0.0 of web": ("web", RunStatus.ROLLED_BACK)}
+    failed = runs["Deploy v2.0.0 of web"]
+    # web's plan ran on web's hosts only, under web's inventory
+    assert set(failed.steps["deploy_production"].hosts) == {"web-prod"}
+    assert set(failed.rollback["rollback_production"].hosts) == {"web-prod"}
+    assert store.plans.get(failed.plan_id).service == "web"
+
+
+def test_deckhand_service_chooses_and_the_request_may_spell_the_service(
+        org: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = org.parent
+    monkeypatch.setenv("DECKHAND_SERVICE", "web")
+    assert run_cli("deploy v1.1.0", config=org) == 0
+    assert on_hosts(root) == {"api-staging": "-", "api-prod": "-", "web-staging": "v1.1.0",
+                              "web-prod": "v1.1.0"}
+    capsys.readouterr()
+    # a playbook that spells its service matches as typed; others without the name
+    assert main(["plan", "restart api", "--format", "json", "--config", str(org)]) == 2
+    assert "names service api but DECKHAND_SERVICE says web" in said(capsys)
+    monkeypatch.delenv("DECKHAND_SERVICE")
+    assert main(["plan", "restart api", "--format", "json", "--config", str(org)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["goal"], plan["service"]) == ("Restart api in production", "api")
+    assert main(["plan", "deploy v3.0.0 for api", "--format", "json",
+                 "--config", str(org)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["goal"], plan["service"]) == ("Deploy v3.0.0 of api", "api")
+    assert [s["params"] for s in plan["steps"]][1] == {"environment": "production",
+                                                      "version": "v3.0.0"}
+
+
+def test_a_request_naming_no_service_plans_nothing_and_lists_them(
+        org: Path, redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store.connect(redis_url)
+    assert run_cli("deploy v1.0.0", config=org) == 2
+    err = said(capsys)
+    assert "which service? This organisation has api, web" in err
+    assert run_cli("deploy webb v1.0.0", config=org) == 2
+    assert "'webb' is not a service (did you mean web?); known services: api, web" in \
+        said(capsys)
+    assert run_cli("deploy v1.0.0", "--service", "db", config=org) == 2
+    assert "--service names unknown service 'db'; known services: api, web" in \
+        said(capsys)
+    assert store.runs.recent(limit=5) == [] and client.keys("plan:*") == []
+    assert on_hosts(org.parent) == dict.fromkeys(["api-staging", "api-prod", "web-staging",
+                                                  "web-prod"], "-")
+    # the terminal asks, with the list, and plans for the answer
+    monkeypatch.setattr("sys.stdin", io.StringIO("web\n"))
+    assert main(["plan", "deploy v1.0.0", "--config", str(org)]) == 0
+    out = capsys.readouterr().out
+    assert "Which service? (api, web)" in out and "Deploy v1.0.0 of web" in out
+
+
+def test_where_can_i_deploy_is_answered_never_planned(
+        org: Path, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("where can I deploy api", config=org) == 0
+    out = capsys.readouterr().out
+    assert "Where api can be deployed" in out
+    assert "staging" in out and "production" in out and "open" in out
+    assert Store.connect(redis_url).runs.recent(limit=5) == []
+
+
+def test_a_worker_never_runs_a_run_of_a_service_it_does_not_serve(
+        org: Path, redis_url: str, store: Store) -> None:
+    both = build_services(load_org(org), store=store)
+    web = both.focus("web")
+    plan = web.make_plan("deploy v1.0.0", requested_by="alice", face="cli")
+    store.plans.save(plan)
+    run = store.runs.create(Run.for_plan(plan, web.targets(plan), status=RunStatus.QUEUED))
+    only_api = org.parent / "api-only.yml"
+    only_api.write_text(org.read_text().replace("  web: services/web.yml\n", ""))
+    worker = Worker(build_services(load_org(only_api), store=store), store, name="api-worker")
+    assert worker.process(run.id) is None
+    ended = store.runs.get(run.id)
+    assert ended.status is RunStatus.FAILED
+    assert ended.reason == (f"not run here: run {run.id} belongs to service web, which this "
+                            f"process's config does not have (known: api); it is not run "
+                            f"under another's")
+    assert on_hosts(org.parent)["web-prod"] == "-"
+    assert store.locks.all() == []
+    # the bundle that serves both runs it, under web's config
+    queued = store.runs.create(Run.for_plan(plan, web.targets(plan), status=RunStatus.QUEUED))
+    final = Worker(both, store, name="org-worker").process(queued.id)
+    assert final is not None and final.status is RunStatus.SUCCEEDED, final
+    assert on_hosts(org.parent) == {"api-staging": "-", "api-prod": "-",
+                                    "web-staging": "v1.0.0", "web-prod": "v1.0.0"}
+    both.close()
