@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -23,7 +24,7 @@ from agents.engine.retention import JOB as RETENTION_JOB
 from agents.engine.retention import kept_runs
 from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
-from agents.errors import AmbiguousId, ApprovalRefused, NotFound
+from agents.errors import AmbiguousId, ApprovalRefused, NotFound, UnknownService
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
 from agents.plan.model import Plan
@@ -268,6 +269,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     else:
         run, plan = _stored_run(args.run_id, runs=store.runs, locks=store.locks,
                                 plans=store.plans)
+    with contextlib.suppress(UnknownService):  # its hosts are its service's (if served)
+        services = services.for_run(run)
     if args.output is not None:
         return show_output(console, services, run, step=args.output, host=args.host,
                            as_json=args.json)
@@ -309,8 +312,10 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
 def _kept_runs(services: Services) -> Path | None:
     """Without REDIS_URL: the state directory's record of the runs executed on the
     in-process store (``retention.keep_run``), if there is one."""
-    state_dir = services.config.state_dir
-    if not services.store.embedded or state_dir is None:
+    if not services.store.embedded:
+        return None
+    state_dir = services.config.state_dir  # the service's (--service, with several)
+    if state_dir is None:
         return None
     path = kept_runs(state_dir)
     return path if path.exists() else None

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from agents.engine.reload import ConfigReload
 from agents.engine.worker import Worker
+from agents.errors import UnknownService
 from agents.org import load_org
 from agents.run.record import Run, RunStatus
 from agents.services import build_services
@@ -250,3 +252,22 @@ def test_a_worker_never_runs_a_run_of_a_service_it_does_not_serve(
     assert on_hosts(org.parent) == {"api-staging": "-", "api-prod": "-",
                                     "web-staging": "v1.0.0", "web-prod": "v1.0.0"}
     both.close()
+
+
+def test_a_reload_swaps_every_service_at_once_and_a_dropped_one_is_refused(
+        org: Path, store: Store) -> None:
+    services = build_services(load_org(org), store=store)
+    api, web = services.focus("api"), services.focus("web")
+    before = api.config
+    assert web.config.inventory.hosts.keys() == {"web-staging", "web-prod"}
+    org.write_text(org.read_text().replace("  web: services/web.yml\n", ""))
+    assert ConfigReload(services, actor="test").reload()
+    # every view of the bundle reads the new load: api rebuilt from it, web gone
+    assert api.config is not before and api.config.inventory.hosts.keys() == {
+        "api-staging", "api-prod"}
+    with pytest.raises(UnknownService, match="unknown service 'web'; known services: api"):
+        web.make_plan("deploy v1.0.0", requested_by="alice", face="cli")
+    [entry] = [e for e in store.audit.entries() if e.action == "config_reloaded"]
+    assert entry.details["policy_changed"] is True
+    assert entry.details["diff"] == ["service web removed"]
+    services.close()
