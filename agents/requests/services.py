@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from agents.errors import UnknownService, WhichService
@@ -49,15 +49,18 @@ class ServiceNames:
     names: tuple[str, ...]
     words: frozenset[str] = frozenset()
     """Environment names and aliases of every service (lowercase): never a near miss."""
+    lowered: Mapping[str, str] = field(default_factory=dict)
+    """Lowercased name -> name: one dictionary lookup per word, however many services."""
 
     @classmethod
     def of(cls, names: Iterable[str], words: Iterable[str] = ()) -> ServiceNames:
-        return cls(tuple(names), frozenset(w.lower() for w in words))
+        named = tuple(names)
+        return cls(named, frozenset(w.lower() for w in words),
+                   {name.lower(): name for name in named})
 
     def lookup(self, word: str) -> str | None:
         """The service ``word`` names (any case), or None."""
-        lowered = word.lower()
-        return next((name for name in self.names if name.lower() == lowered), None)
+        return self.lowered.get(word.lower())
 
     def known(self) -> str:
         return ", ".join(sorted(self.names)) or "none configured"
@@ -161,9 +164,8 @@ def _refuse_near_miss(tokens: list[str], names: ServiceNames) -> None:
 
 
 def _close(word: str, names: ServiceNames) -> str:
-    lowered = {name.lower(): name for name in names.names}
-    near = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.75)
-    return f" (did you mean {lowered[near[0]]}?)" if near else ""
+    near = difflib.get_close_matches(word.lower(), list(names.lowered), n=1, cutoff=0.75)
+    return f" (did you mean {names.lowered[near[0]]}?)" if near else ""
 
 
 def choose(picked: Picked, names: ServiceNames, *, given: str | None = None,
