@@ -79,9 +79,12 @@ playbooks:
     examples: ["restart {name}"]
     goal: "Restart {name} in production"
     steps: [{{id: restart, tool: restart, params: {{environment: production}}}}]
-"""
+{policy}"""
 HOSTS = {"api": ("staging-1", "prod-1"), "web": ("prod-2", "prod-3")}
 """Each service's staging and production host: the fleet's sshd processes, none shared."""
+POLICY = {"api": "", "web": "policy:\n  environments:\n    production: {approvers: {users: "
+                           "[alice, carol]}}\n"}
+"""api: anyone approves (the default); web's production: alice or carol only."""
 
 
 def write_org(root: Path, fleet: SSHFleet) -> Path:
@@ -93,7 +96,7 @@ def write_org(root: Path, fleet: SSHFleet) -> Path:
             for host, sshd in hosts.items())
         (root / "services").mkdir(parents=True, exist_ok=True)
         (root / "services" / f"{name}.yml").write_text(
-            SERVICE.format(name=name, hosts=lines, version=VERSION))
+            SERVICE.format(name=name, hosts=lines, version=VERSION, policy=POLICY[name]))
     main_config = root / "deckhand.yml"
     main_config.write_text(textwrap.dedent(f"""\
         services:
@@ -270,4 +273,23 @@ def test_a_reload_swaps_every_service_at_once_and_a_dropped_one_is_refused(
     [entry] = [e for e in store.audit.entries() if e.action == "config_reloaded"]
     assert entry.details["policy_changed"] is True
     assert entry.details["diff"] == ["service web removed"]
+    services.close()
+
+
+def test_an_approval_reads_the_runs_own_service(
+        org: Path, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    services = build_services(load_org(org), store=store)
+    web = services.focus("web")
+    plan = store.plans.save(web.make_plan("deploy v1.0.0", requested_by="alice", face="cli"))
+    run = store.runs.create(Run.for_plan(plan, web.targets(plan)))
+    approve = ["approve", run.id, "--config", str(org), "--confirm", "production"]
+    assert main([*approve, "--user", "carol", "--service", "api"]) == 2  # not api's run
+    assert "is service web's, not api's (as --service or DECKHAND_SERVICE says)" in \
+        said(capsys)
+    # bob may approve anything of api's, but web's production is alice's or carol's
+    assert main([*approve, "--user", "bob"]) == 3
+    assert "Who can: production: alice, carol" in said(capsys)
+    assert store.runs.get(run.id).status is RunStatus.AWAITING_APPROVAL
+    assert main([*approve, "--user", "carol"]) == 0
+    assert store.runs.get(run.id).status is RunStatus.QUEUED
     services.close()
