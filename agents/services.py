@@ -160,15 +160,20 @@ class Services:
         return self.focus(name), picked
 
     def for_run(self, run: Run) -> Services:
-        """The bundle focused on ``run``'s service: a run without one is the legacy
-        service's. UnknownService (fail closed) if this process does not serve it."""
+        """The bundle focused on ``run``'s service (see ``for_record``)."""
+        return self.for_record(run.service, what=f"run {run.id}")
+
+    def for_record(self, service: str | None, *, what: str) -> Services:
+        """The bundle focused on the service a record (run, schedule) names: one without
+        is the legacy service's. UnknownService (fail closed) if this process does not
+        serve it: a record is never acted on under another service's config."""
         org = self.org
-        name = run.service if run.service is not None else org.legacy
+        name = service if service is not None else org.legacy
         if name is None or name not in org.services:
-            said = run.service or "(none: written before services)"
-            raise UnknownService(f"run {run.id} belongs to service {said}, which this "
-                                 f"process's config does not have (known: "
-                                 f"{self.names.known()}); it is not run under another's")
+            said = service or "(none: written before services)"
+            raise UnknownService(f"{what} belongs to service {said}, which this process's "
+                                 f"config does not have (known: {self.names.known()}); "
+                                 f"never acted on under another service's")
         return self.focus(name)
 
     @property

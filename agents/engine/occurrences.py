@@ -105,7 +105,8 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     # its audit entry and the queue entry in one EXEC (approve_unattended).
     done = _Done(services.store, schedule, fire_time, manual)
     book = services.store.schedules
-    try:
+    try:  # planned, stored and approved under its own service's config
+        services = services.for_record(schedule.service, what=f"schedule {schedule.id}")
         plan = services.make_plan(schedule.request, requested_by=schedule.requester,
                               face="schedule")
     except PlanError as exc:

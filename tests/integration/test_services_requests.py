@@ -9,16 +9,19 @@ from __future__ import annotations
 import io
 import json
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import redis
 
+from agents.engine.occurrences import Outcome, run_occurrence
 from agents.engine.reload import ConfigReload
 from agents.engine.worker import Worker
 from agents.errors import UnknownService
 from agents.org import load_org
 from agents.run.record import Run, RunStatus
+from agents.schedules.model import Schedule
 from agents.services import build_services
 from agents.store import Store
 from bot.cli import main
@@ -244,8 +247,8 @@ def test_a_worker_never_runs_a_run_of_a_service_it_does_not_serve(
     ended = store.runs.get(run.id)
     assert ended.status is RunStatus.FAILED
     assert ended.reason == (f"not run here: run {run.id} belongs to service web, which this "
-                            f"process's config does not have (known: api); it is not run "
-                            f"under another's")
+                            f"process's config does not have (known: api); never acted on "
+                            f"under another service's")
     assert on_hosts(org.parent)["web-prod"] == "-"
     assert store.locks.all() == []
     # the bundle that serves both runs it, under web's config
@@ -292,4 +295,25 @@ def test_an_approval_reads_the_runs_own_service(
     assert store.runs.get(run.id).status is RunStatus.AWAITING_APPROVAL
     assert main([*approve, "--user", "carol"]) == 0
     assert store.runs.get(run.id).status is RunStatus.QUEUED
+    services.close()
+
+
+def test_a_schedule_plans_under_its_own_service_and_never_another(
+        org: Path, store: Store) -> None:
+    services = build_services(load_org(org), store=store)  # unfocused: it serves both
+    now = datetime.now(UTC)
+
+    def schedule(service: str) -> Schedule:
+        return store.schedules.create(Schedule(
+            spec="0 2 * * *", cron="0 2 * * *", request="deploy v1.0.0", service=service,
+            created_by="alice", created_at=now, armed_at=now))
+
+    done = run_occurrence(services, schedule("web"), now)
+    assert done.outcome is Outcome.AWAITING_APPROVAL and done.plan is not None
+    assert (done.plan.service, done.plan.goal) == ("web", "Deploy v1.0.0 of web")
+    ghost = schedule("db")
+    assert run_occurrence(services, ghost, now).outcome is Outcome.PLAN_FAILED
+    assert (store.schedules.get(ghost.id).plan_problem or "").endswith(
+        f"schedule {ghost.id} belongs to service db, which this process's config does not "
+        f"have (known: api, web); never acted on under another service's")
     services.close()
