@@ -435,14 +435,14 @@ def build_services(config: Config | Org, settings: Settings | None = None, *,
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
         store = Store.connect(url)
         store.replica_wait = settings.replica_wait
-    services = Services(settings, store, _Shared(generation(org, settings)),
+    services = Services(settings, store, _Shared(_generation(org, settings)),
                         single=not isinstance(config, Org))
     store.redact_with(services.redact)  # the store's door knows the config's secrets too
     activate(services.redact)  # and so do the process's log, terminal and span doors
     return services
 
 
-def generation(org: Org, settings: Settings) -> _Generation:
+def _generation(org: Org, settings: Settings) -> _Generation:
     """One load's runners (one pool over every service's hosts), redactor and names."""
     configs = list(org.services.values())
     secrets = [secret for config in configs for secret in config.secrets]

@@ -344,7 +344,11 @@ class Worker:
                 log.warning("run %s: this worker lost it to another worker; its own view of "
                             "the end (%s) is not recorded", run.id, final.status.value)
             elif final.status.terminal:
-                service.record_history(final)
+                try:
+                    service.record_history(final)
+                except UnknownService as exc:  # a reload dropped its service meanwhile
+                    log.error("run %s: its deploys are not recorded in history: %s",
+                              run.id, exc)
             return final
         finally:
             beat.stop()
@@ -360,8 +364,13 @@ class Worker:
         """On the in-process store (no REDIS_URL), which ends with this process, append the
         run's record to its service's state directory's ``runs.jsonl``
         (``retention.keep_run``)."""
-        state_dir = (service or self.services).config.state_dir
-        if not self.store.embedded or state_dir is None:
+        if not self.store.embedded:
+            return
+        try:
+            state_dir = (service or self.services).config.state_dir
+        except UnknownService:  # a reload dropped its service meanwhile: nowhere to keep it
+            return
+        if state_dir is None:
             return
         path = kept_runs(state_dir)
         try:
