@@ -112,11 +112,12 @@ def add_service_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def given_service(args: argparse.Namespace) -> tuple[str | None, str]:
-    """The service named by ``--service``, else $DECKHAND_SERVICE (or None), and by which."""
+    """The service named by ``--service``, else $DECKHAND_SERVICE (or None), and by which
+    (lowercased: service names are)."""
     flag = getattr(args, "service", None)
     if flag:
-        return flag, "--service"
-    return Settings().service or None, "DECKHAND_SERVICE"
+        return flag.strip().lower(), "--service"
+    return (Settings().service or "").strip().lower() or None, "DECKHAND_SERVICE"
 
 
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
