@@ -103,6 +103,21 @@ def config_for(args: argparse.Namespace) -> Config:
     return load_org(find_config(getattr(args, "config", None))).only()
 
 
+def service_config(args: argparse.Namespace) -> Config:
+    """The config of the service ``--service`` (or $DECKHAND_SERVICE) names, else of the
+    only one: UnknownService or WhichService, listing them, when neither says which."""
+    org = load_org(find_config(getattr(args, "config", None)))
+    name, given_by = given_service(args)
+    known = sorted(org.services)
+    if name is None and len(known) > 1:
+        raise WhichService(known)
+    config = org.services.get(name) if name is not None else org.only()
+    if config is None:
+        raise UnknownService(f"{given_by} names unknown service {name!r}; known services: "
+                             f"{', '.join(known)}")
+    return config
+
+
 def add_service_arg(parser: argparse.ArgumentParser) -> None:
     """``--service NAME``: which service of the organisation (default $DECKHAND_SERVICE;
     a request that names one needs neither). Absent unless given, like ``--config``."""

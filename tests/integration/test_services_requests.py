@@ -317,3 +317,17 @@ def test_a_schedule_plans_under_its_own_service_and_never_another(
         f"schedule {ghost.id} belongs to service db, which this process's config does not "
         f"have (known: api, web); never acted on under another service's")
     services.close()
+
+
+def test_hosts_check_takes_one_service_by_name(
+        org: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hosts", "--json", "--config", str(org)]) == 2  # several: which one?
+    assert "which service? This organisation has api, web" in said(capsys)
+    monkeypatch.setenv("DECKHAND_SERVICE", "web")
+    assert main(["hosts", "check", "production", "--json", "--config", str(org)]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["host"], row["ok"]) == ("web-prod", True)  # reached over its own sshd
+    assert main(["hosts", "--json", "--service", "api", "--config", str(org)]) == 0
+    assert {(h["host"], tuple(h["environments"])) for h in json.loads(
+        capsys.readouterr().out)} == {("api-staging", ("staging",)),
+                                      ("api-prod", ("production",))}
