@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from agents.schedules.model import Schedule
 from agents.services import build_services
 from agents.store import Store
 from bot.cli import main
+from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
 from tests.fixtures.sshd import SSHFleet
 
 VERSION = r"'^v\d+\.\d+\.\d+$'"
@@ -331,3 +333,19 @@ def test_hosts_check_takes_one_service_by_name(
     assert {(h["host"], tuple(h["environments"])) for h in json.loads(
         capsys.readouterr().out)} == {("api-staging", ("staging",)),
                                       ("api-prod", ("production",))}
+
+
+def test_the_model_is_told_only_the_chosen_services_hosts(
+        org: Path, openai_standin: OpenAIStandin, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_standin.base_url)
+    monkeypatch.setenv("OPENAI_MODEL", "standin-model")
+    openai_standin.reply_json({"cannot_plan": "no tool makes anything faster", "goal": "",
+                               "steps": [], "rollback": []})
+    assert main(["plan", "make web faster", "--format", "json", "--config", str(org)]) == 2
+    assert "no tool makes anything faster" in said(capsys)
+    [sent] = openai_standin.requests
+    told = json.dumps(sent.messages)
+    assert "web-prod" in told and "web-staging" in told and "make web faster" in told
+    assert not re.search(r"\bapi\b", told)  # nothing of the other service: hosts, playbooks
