@@ -349,3 +349,34 @@ def test_the_model_is_told_only_the_chosen_services_hosts(
     told = json.dumps(sent.messages)
     assert "web-prod" in told and "web-staging" in told and "make web faster" in told
     assert not re.search(r"\bapi\b", told)  # nothing of the other service: hosts, playbooks
+
+
+def test_eval_measures_one_services_planner(
+        org: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = org.parent / "cases.yml"
+    cases.write_text(textwrap.dedent("""\
+        cases:
+          - request: "please deploy 1.0.0"
+            kind: chain
+            steps:
+              - {id: deploy_staging, tool: deploy, params: {environment: staging, version: v1.0.0}}
+              - {id: deploy_production, tool: deploy, params: {environment: production, version: v1.0.0}, depends_on: [deploy_staging]}
+              - {id: smoke_production, tool: smoke, params: {environment: production, version: v1.0.0}, depends_on: [deploy_production]}
+            rollback:
+              - {id: rollback_production, tool: rollback, params: {environment: production}}
+              - {id: rollback_staging, tool: rollback, params: {environment: staging}}
+          - request: "restart api"
+            kind: chain
+            steps:
+              - {id: restart, tool: restart, params: {environment: production}}
+        """))
+    argv = ["eval", "--json", "--cases", str(cases), "--planner", "playbook",
+            "--config", str(org)]
+    assert main(argv) == 2 and "which service?" in said(capsys)
+    main([*argv, "--service", "api"])
+    [api] = json.loads(capsys.readouterr().out)["configurations"]
+    main([*argv, "--service", "web"])
+    [web] = json.loads(capsys.readouterr().out)["configurations"]
+    # web has no playbook that restarts api: its planner sees only web's
+    assert [c["passed"] for c in api["cases"]] == [True, True]
+    assert [c["passed"] for c in web["cases"]] == [True, False]
