@@ -380,3 +380,13 @@ def test_eval_measures_one_services_planner(
     # web has no playbook that restarts api: its planner sees only web's
     assert [c["passed"] for c in api["cases"]] == [True, True]
     assert [c["passed"] for c in web["cases"]] == [True, False]
+
+
+def test_a_schedule_added_from_the_cli_is_its_services(
+        org: Path, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    add = ["schedules", "add", "every day at 02:00", "deploy", "v1.0.0", "--user", "alice",
+           "--config", str(org)]
+    assert main(add) == 2 and "which service?" in said(capsys)
+    assert main([*add, "--service", "web"]) == 0, said(capsys)
+    [schedule] = store.schedules.all()
+    assert (schedule.service, schedule.request) == ("web", "deploy v1.0.0")
