@@ -7,12 +7,13 @@ Extends the tree in ``tools.errors``:
     ├── SettingsInvalid                an environment variable's value is not acceptable
     ├── ManyServices                   a config of several services, given to a face that
     │                                  serves one (until multi-service support lands)
+    ├── ServiceUnknown                 a record names a service the config does not have
     ├── PlanError                      a plan cannot be made or is not acceptable
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   ├── FreezeRefused              an environment the plan touches is frozen
     │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
-    │   ├── UnknownService             a request or option names no known service, or two
+    │   ├── ServiceNotChosen           a request or option names no known service, or two
     │   │   └── WhichService           none named and nothing chooses one: the face asks
     │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
@@ -44,16 +45,21 @@ class ManyServices(DeckhandError):
     faces learn several services in later steps); the message names them."""
 
 
+class ServiceUnknown(DeckhandError):
+    """A run or plan names a service the loaded config lacks: nothing is done under
+    another service's rules (fail closed); the message names the known ones."""
+
+
 class PlanError(DeckhandError):
     """A plan could not be produced or accepted."""
 
 
-class UnknownService(PlanError):
+class ServiceNotChosen(PlanError):
     """A request or an option names a service the organisation lacks, or two services; the
     message names the known ones. Raised before anything is planned."""
 
 
-class WhichService(UnknownService):
+class WhichService(ServiceNotChosen):
     """The request names no service and nothing (option, environment, channel, the only
     service) chooses one: nothing is planned, and the face asks which of ``names``."""
 

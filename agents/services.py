@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,8 +28,9 @@ from agents.errors import (
     FreezeRefused,
     PlanError,
     PlanInvalid,
+    ServiceNotChosen,
+    ServiceUnknown,
     StoreError,
-    UnknownService,
     WhichService,
 )
 from agents.history.deploys import changelog_lines, deploys_of, rollback_target_problems, shipped
@@ -130,8 +132,8 @@ class Services:
 
     def service(self, name: str | None = None) -> Service:
         """Service ``name`` (None: this view's, else the only or legacy one), built on
-        first use. UnknownService names the known ones; WhichService when several could
-        be meant."""
+        first use. ServiceUnknown names the known ones (a view focused on a service a
+        reload dropped); WhichService when several could be meant."""
         generation = self.shared.generation
         name = name or self.current or _default(generation.org)
         with generation.lock:
@@ -139,21 +141,21 @@ class Services:
             if built is None:
                 config = generation.org.services.get(name)
                 if config is None:
-                    raise UnknownService(f"unknown service {name!r}; known services: "
+                    raise ServiceUnknown(f"unknown service {name!r}; known services: "
                                          f"{generation.names.known()}")
                 built = generation.built[name] = _build(name, config, self.settings,
                                                         generation)
             return built
 
     def focus(self, name: str | None) -> Services:
-        """This bundle focused on service ``name`` (checked now: UnknownService)."""
+        """This bundle focused on service ``name`` (checked now: ServiceUnknown)."""
         chosen = self.service(name).name
         return replace(self, current=chosen)
 
     def for_request(self, request: str, *, given: str | None = None,
                     given_by: str = "--service") -> tuple[Services, Picked]:
         """The bundle focused on the service ``request`` names (else ``given``, else the
-        only one) and what was read; raised before anything is planned: UnknownService,
+        only one) and what was read; raised before anything is planned: ServiceNotChosen,
         WhichService (the face asks)."""
         picked = pick(request, self.names)
         name = choose(picked, self.names, given=given or self.current, given_by=given_by)
@@ -165,16 +167,13 @@ class Services:
 
     def for_record(self, service: str | None, *, what: str) -> Services:
         """The bundle focused on the service a record (run, schedule) names: one without
-        is the legacy service's. UnknownService (fail closed) if this process does not
+        is the legacy service's. ServiceUnknown (fail closed) if this process does not
         serve it: a record is never acted on under another service's config."""
-        org = self.org
-        name = service if service is not None else org.legacy
-        if name is None or name not in org.services:
-            said = service or "(none: written before services)"
-            raise UnknownService(f"{what} belongs to service {said}, which this process's "
-                                 f"config does not have (known: {self.names.known()}); "
-                                 f"never acted on under another service's")
-        return self.focus(name)
+        try:
+            config = self.org.service_of(service)
+        except ServiceUnknown as exc:
+            raise ServiceUnknown(f"{what}: {exc}") from None
+        return self.focus(config.name)
 
     @property
     def common(self) -> Config:
@@ -271,8 +270,8 @@ class Services:
         picked = pick(request, self.names)
         mine = self.service().name
         if picked.service not in (None, mine):
-            raise UnknownService(f"the request names service {picked.service}, but this "
-                                 f"plan is for {mine}: ask for it under {picked.service}")
+            raise ServiceNotChosen(f"the request names service {picked.service}, but this "
+                                   f"plan is for {mine}: ask for it under {picked.service}")
         playbooks = getattr(self.planner, "playbooks", None)
         if picked.rest == picked.typed or playbooks is None:
             return request
@@ -348,7 +347,7 @@ class Services:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
-                                            self.store.history.versions)
+                                            partial(self.store.history.versions, plan.service))
         if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
             nobody = unapprovable(self.targets(plan), self.config.policy,
                                   requested_by=plan.requested_by)
@@ -376,7 +375,7 @@ class Services:
             return []
         env, version = target
         try:
-            live = self.store.history.current(env).version
+            live = self.store.history.current(plan.service, env).version
         except StoreError:
             live = None
         log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
@@ -395,7 +394,7 @@ class Services:
             plan = self.store.plans.get(run.plan_id, run.plan_version)  # the last replan's
             deploys = deploys_of(plan, run, self.config.catalog)
             if deploys:
-                self.store.history.record(run.id, deploys)
+                self.store.history.record(run.service, run.id, deploys)
         except StoreError as exc:
             log.error("run %s: could not record deployment history (%s)", run.id, exc)
 
@@ -406,7 +405,7 @@ class Services:
         What already holds an old executor — a run executing — keeps it, with its catalog,
         inventory and runners; the old runners are not closed under it (idle connections
         close by themselves, ``RunnerPool``'s reaper). A focused view whose service is
-        gone answers UnknownService from then on."""
+        gone answers ServiceUnknown from then on."""
         self.shared.generation = fresh.shared.generation
 
     def close(self) -> None:

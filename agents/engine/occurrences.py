@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from agents.errors import ApprovalRefused, NotFound, PlanError
+from agents.errors import ApprovalRefused, NotFound, PlanError, ServiceUnknown
 from agents.faces import Face
 from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.model import Plan
@@ -109,13 +109,13 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
         services = services.for_record(schedule.service, what=f"schedule {schedule.id}")
         plan = services.make_plan(schedule.request, requested_by=schedule.requester,
                               face="schedule")
-    except PlanError as exc:
+    except (PlanError, ServiceUnknown) as exc:  # unknown: never under another's config
         book.flag(schedule.id, plan_problem=f"{schedule.local(fire_time)}: {exc}")
         return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}")
     book.flag(schedule.id, plan_problem=None)
     targets = services.targets(plan)
     envs = targets.environments
-    lock = _held_lock(services.store, envs)
+    lock = _held_lock(services.store, plan.service, envs)
     if lock is not None and services.config.policy.strictest(targets.scopes).lock == "refuse":
         return done(Outcome.SKIPPED_LOCKED, f"skipped: {lock.describe()}, and policy does not "
                     f"queue behind it", plan=plan, lock=lock)
@@ -158,9 +158,10 @@ class _Done:
         return f"; stands for {count + 1} occurrences, {count} missed one(s) coalesced into it"
 
 
-def _held_lock(store: Store, environments: Iterable[str]) -> LockInfo | None:
-    wanted = set(environments)
-    return next((lock for lock in store.locks.all() if lock.environment in wanted), None)
+def _held_lock(store: Store, service: str | None,
+               environments: Iterable[str]) -> LockInfo | None:
+    held = store.locks.of(service)
+    return next((held[env] for env in environments if env in held), None)
 
 
 def _lock_note(lock: LockInfo | None) -> str:

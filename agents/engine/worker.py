@@ -36,8 +36,8 @@ from agents.errors import (
     LockHeld,
     NotFound,
     RetentionError,
+    ServiceUnknown,
     StoreError,
-    UnknownService,
 )
 from agents.readiness import Liveness
 from agents.run.executor import Listener
@@ -178,7 +178,7 @@ class Worker:
         process does not serve it: never run under another service's config."""
         try:
             return self.services.for_run(run)
-        except UnknownService as exc:
+        except ServiceUnknown as exc:
             reason = f"not run here: {exc}"
         log.error("run %s: %s", run.id, reason)
         try:
@@ -217,7 +217,7 @@ class Worker:
         for run in self.store.runs.recent(limit=200, statuses=[RunStatus.AWAITING_APPROVAL]):
             try:
                 policy = self.services.for_run(run).config.policy
-            except UnknownService:
+            except ServiceUnknown:
                 continue  # not this process's to judge: a worker serving it expires it
             window = policy.strictest(run.environments).approval_ttl
             if now - self.store.plans.get(run.plan_id, run.plan_version).created_at <= window:
@@ -286,13 +286,13 @@ class Worker:
     def _lock(self, run: Run, service: Services) -> bool:
         rule = service.config.policy.strictest(run.environments)
         try:
-            self.store.locks.acquire(run.environments, run_id=run.id, worker=self.name,
-                                     ttl=self.options.lease)
+            self.store.locks.acquire(run.service, run.environments, run_id=run.id,
+                                     worker=self.name, ttl=self.options.lease)
             return True
         except LockHeld as exc:
             if rule.lock == "wait":
                 for env in run.environments:
-                    self.store.locks.wait_for(env, run.id)
+                    self.store.locks.wait_for(run.service, env, run.id)
                 self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
                                         reason=str(exc))
                 return False
@@ -303,9 +303,9 @@ class Worker:
             return False
 
     def _unlock(self, run: Run) -> None:
-        self.store.locks.release(run.environments, run_id=run.id)
+        self.store.locks.release(run.service, run.environments, run_id=run.id)
         for env in run.environments:
-            self.store.queue.wake_next(env)  # pops and queues in one EXEC
+            self.store.queue.wake_next(run.service, env)  # pops and queues in one EXEC
 
     # -- execution -------------------------------------------------------------------------
 
@@ -346,7 +346,7 @@ class Worker:
             elif final.status.terminal:
                 try:
                     service.record_history(final)
-                except UnknownService as exc:  # a reload dropped its service meanwhile
+                except ServiceUnknown as exc:  # a reload dropped its service meanwhile
                     log.error("run %s: its deploys are not recorded in history: %s",
                               run.id, exc)
             return final
@@ -368,7 +368,7 @@ class Worker:
             return
         try:
             state_dir = (service or self.services).config.state_dir
-        except UnknownService:  # a reload dropped its service meanwhile: nowhere to keep it
+        except ServiceUnknown:  # a reload dropped its service meanwhile: nowhere to keep it
             return
         if state_dir is None:
             return
@@ -471,7 +471,8 @@ class _Heartbeat:
                         outage.describe())
             self.audit(outage.action, run_id=self.run.id, seconds=round(outage.seconds, 1),
                        lease_lapsed=outage.lapsed, waiting=outage.waiting)
-        store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
+        store.locks.refresh(self.run.service, self.run.environments, run_id=self.run.id,
+                            ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
         # what runs now is killed within a beat; what would start next reads the store

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agents.errors import UnknownService, WhichService
+from agents.errors import ServiceNotChosen, WhichService
 from agents.requests.phrasing import normalize
 
 How = Literal["word", "slash", "of", "trailing", "where", "none"]
@@ -87,7 +87,7 @@ def pick(request: str, names: ServiceNames) -> Picked:
     """The service ``request`` names, if any.
 
     Raises:
-        UnknownService: two services are named, or a word is close to a service name but
+        ServiceNotChosen: two services are named, or a word is close to a service name but
             none is named (several services only); the message lists the known ones.
     """
     text = normalize(request)
@@ -98,8 +98,8 @@ def pick(request: str, names: ServiceNames) -> Picked:
     found = _named(tokens, names)
     services = sorted({service for _, service, _ in found})
     if len(services) > 1:
-        raise UnknownService(f"the request names {len(services)} services "
-                             f"({', '.join(services)}): name one service per request")
+        raise ServiceNotChosen(f"the request names {len(services)} services "
+                               f"({', '.join(services)}): name one service per request")
     if not found:
         _refuse_near_miss(tokens, names)
         return Picked(None, text, text, "none")
@@ -142,8 +142,8 @@ def _where(text: str, name: str | None, names: ServiceNames) -> Picked:
         return Picked(None, text, text, "where")
     service = names.lookup(name.strip(_PUNCTUATION))
     if service is None:
-        raise UnknownService(f"{name!r} is not a service{_close(name, names)}; known "
-                             f"services: {names.known()}")
+        raise ServiceNotChosen(f"{name!r} is not a service{_close(name, names)}; known "
+                               f"services: {names.known()}")
     return Picked(service, text, text, "where")
 
 
@@ -159,8 +159,8 @@ def _refuse_near_miss(tokens: list[str], names: ServiceNames) -> None:
             continue
         close = _close(word, names)
         if close:
-            raise UnknownService(f"{word!r} is not a service{close}; known services: "
-                                 f"{names.known()}")
+            raise ServiceNotChosen(f"{word!r} is not a service{close}; known services: "
+                                   f"{names.known()}")
 
 
 def _close(word: str, names: ServiceNames) -> str:
@@ -174,19 +174,19 @@ def choose(picked: Picked, names: ServiceNames, *, given: str | None = None,
     an environment variable, a channel's default), else the only one.
 
     Raises:
-        UnknownService: ``given`` is not a service, or disagrees with the request's.
+        ServiceNotChosen: ``given`` is not a service, or disagrees with the request's.
         WhichService: nothing chooses one (several services).
     """
     chosen = None
     if given:
         chosen = names.lookup(given)
         if chosen is None:
-            raise UnknownService(f"{given_by} names unknown service {given!r}"
-                                 f"{_close(given, names)}; known services: {names.known()}")
+            raise ServiceNotChosen(f"{given_by} names unknown service {given!r}"
+                                   f"{_close(given, names)}; known services: {names.known()}")
     if picked.service is not None:
         if chosen is not None and chosen != picked.service:
-            raise UnknownService(f"the request names service {picked.service} but {given_by} "
-                                 f"says {chosen}: name one service")
+            raise ServiceNotChosen(f"the request names service {picked.service} but {given_by} "
+                                   f"says {chosen}: name one service")
         return picked.service
     if chosen is not None:
         return chosen

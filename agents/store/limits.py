@@ -14,34 +14,37 @@ from agents.store._redis import Keys, Part, Write, text
 
 
 class ApprovalCounts(Part):
-    """Sorted sets ``limits:ENV:USER`` of run id -> when that person approved it."""
+    """Sorted sets ``limits:ENV:USER`` (``limits:S:ENV:USER`` for service S) of run id ->
+    when that person approved it."""
 
-    def recent(self, environment: str, user: str) -> list[float]:
-        """When ``user`` approved ``environment`` runs within the last hour."""
+    def recent(self, service: str | None, environment: str, user: str) -> list[float]:
+        """When ``user`` approved ``service``'s ``environment`` runs within the last hour."""
         with self.errors():
-            found = self.r.zrangebyscore(self.keys.approved_by(environment, user),
+            found = self.r.zrangebyscore(self.keys.approved_by(service, environment, user),
                                          f"({self.clock() - WINDOW}", "+inf", withscores=True)
         return [float(score) for _, score in found]
 
-    def counted(self, policy: Policy, environments: Iterable[str], *, run_id: str,
-                user: str) -> Write:
-        """The write that counts ``user``'s approval of ``run_id``; its ``prepare`` raises
-        LimitReached, before anything is written, when it is over a limit."""
+    def counted(self, policy: Policy, service: str | None, environments: Iterable[str], *,
+                run_id: str, user: str) -> Write:
+        """The write that counts ``user``'s approval of ``run_id`` (of ``service``'s
+        ``environments``); its ``prepare`` raises LimitReached, before anything is written,
+        when it is over a limit."""
         capped = {env: policy.limits[env].runs_per_hour for env in environments
                   if env in policy.limits and policy.limits[env].runs_per_hour is not None}
-        return _Count(self.keys, capped, run_id=run_id, user=user, now=self.clock())
+        return _Count(self.keys, service, capped, run_id=run_id, user=user, now=self.clock())
 
 
 class _Count:
     """One approval counted against each capped environment (a ``Write`` with prepare)."""
 
-    def __init__(self, keys: Keys, capped: dict[str, int | None], *, run_id: str, user: str,
-                 now: float):
-        self.keys, self.capped, self.run_id, self.user, self.now = keys, capped, run_id, user, now
+    def __init__(self, keys: Keys, service: str | None, capped: dict[str, int | None], *,
+                 run_id: str, user: str, now: float):
+        self.keys, self.service, self.capped = keys, service, capped
+        self.run_id, self.user, self.now = run_id, user, now
 
     def prepare(self, pipe: Any, state: dict[str, Any]) -> None:
         for env, cap in self.capped.items():
-            key = self.keys.approved_by(env, self.user)
+            key = self.keys.approved_by(self.service, env, self.user)
             pipe.watch(key)
             seen = pipe.zrangebyscore(key, f"({self.now - WINDOW}", "+inf", withscores=True)
             problem = rate_problem(env, cap or 0, [float(s) for m, s in seen
@@ -51,7 +54,7 @@ class _Count:
 
     def __call__(self, pipe: Any) -> None:
         for env in self.capped:
-            key = self.keys.approved_by(env, self.user)
+            key = self.keys.approved_by(self.service, env, self.user)
             pipe.zadd(key, {self.run_id: self.now})
             pipe.zremrangebyscore(key, "-inf", self.now - WINDOW)
             pipe.expire(key, int(WINDOW) + 60)

@@ -76,6 +76,8 @@ class Runs(Part):
         pipe.set(self.keys.run(run_id), stored.record_json())
         pipe.zadd(self.keys.runs(), {run_id: run.created_at})
         pipe.zadd(self.keys.run_ids(), {run_id: 0})
+        if run.service is not None:  # the legacy service's runs are the rest of ``runs``
+            pipe.zadd(self.keys.runs_of(run.service), {run_id: run.created_at})
         index_open(pipe, self.keys, stored)
         pipe.execute()
         return True
@@ -168,6 +170,31 @@ class Runs(Part):
             pipe.set(self.keys.runs_open_complete(), "1")
             pipe.execute()
 
+    def of_service(self, service: str, *, limit: int = 20) -> list[Run]:
+        """Service ``service``'s newest ``limit`` runs, newest first, from its index
+        (``runs:svc:S``); runs its release stored before that index existed are added to
+        it once (``_complete_service_index``). The legacy service's runs are the rest."""
+        with self.errors():
+            self._complete_service_index()
+            ids = self.r.zrevrange(self.keys.runs_of(service), 0, limit - 1) if limit else []
+        return self.by_id([text(i) for i in ids])
+
+    def _complete_service_index(self, chunk: int = 500) -> None:
+        """Once per store: index every stored run that names a service (step 1 of issue 40
+        wrote ``service`` before the index existed), one pass over the runs in chunks."""
+        if self.r.exists(self.keys.runs_of_complete()):
+            return
+        ids = [text(i) for i in self.r.zrange(self.keys.runs(), 0, -1)]
+        with self.r.pipeline() as pipe:  # zadd is idempotent: two processes may both do it
+            for start in range(0, len(ids), chunk):
+                raws = self.r.mget([self.keys.run(i) for i in ids[start:start + chunk]])
+                named = (raw for raw in raws if raw and b'"service":' in raw)  # else legacy
+                for run in (Run.model_validate_json(raw) for raw in named):
+                    if run.service is not None:
+                        pipe.zadd(self.keys.runs_of(run.service), {run.id: run.created_at})
+            pipe.set(self.keys.runs_of_complete(), "1")
+            pipe.execute()
+
     def since(self, since: float, *, limit: int = 10_000) -> list[Run]:
         """Runs created at or after ``since`` (epoch seconds), newest first, at most ``limit``."""
         return self.by_id(self.ids_since(since, limit=limit))
@@ -254,7 +281,8 @@ class Runs(Part):
             if not isinstance(grant, Grant):
                 raise ApprovalRefused(grant)
             glass = grant is Grant.BREAK_GLASS
-            counted = self.limits.counted(policy, run.environments, run_id=run_id, user=user)
+            counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
+                                          user=user)
             run.approvals.append(Approval(user=user, via=face, at=self.clock(),
                                           plan_version=plan_version, plan_hash=plan_hash,
                                           break_glass=glass))

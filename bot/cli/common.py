@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from agents.config import Config
-from agents.errors import UnknownService, WhichService
+from agents.errors import ServiceNotChosen, WhichService
 from agents.ids import short_id
-from agents.org import load_org
+from agents.org import Org, load_org
 from agents.requests.services import Picked
 from agents.run.record import Run
 from agents.services import Services, build_services
@@ -105,7 +105,7 @@ def config_for(args: argparse.Namespace) -> Config:
 
 def service_config(args: argparse.Namespace) -> Config:
     """The config of the service ``--service`` (or $DECKHAND_SERVICE) names, else of the
-    only one: UnknownService or WhichService, listing them, when neither says which."""
+    only one: ServiceNotChosen or WhichService, listing them, when neither says which."""
     org = load_org(find_config(getattr(args, "config", None)))
     name, given_by = given_service(args)
     known = sorted(org.services)
@@ -113,8 +113,8 @@ def service_config(args: argparse.Namespace) -> Config:
         raise WhichService(known)
     config = org.services.get(name) if name is not None else org.only()
     if config is None:
-        raise UnknownService(f"{given_by} names unknown service {name!r}; known services: "
-                             f"{', '.join(known)}")
+        raise ServiceNotChosen(f"{given_by} names unknown service {name!r}; known services: "
+                               f"{', '.join(known)}")
     return config
 
 
@@ -135,10 +135,19 @@ def given_service(args: argparse.Namespace) -> tuple[str | None, str]:
     return (Settings().service or "").strip().lower() or None, "DECKHAND_SERVICE"
 
 
+def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
+    """For a command about a stored run, which names its own service: the organisation's
+    store and clock (over its legacy, else first, service), and the org, whose
+    ``service_of(run.service)`` gives the rules the run is judged by, never another's."""
+    org = load_org(find_config(getattr(args, "config", None)))
+    base = org.services.get(org.legacy or "") or next(iter(org.services.values()))
+    return build_services(base, Settings()), org
+
+
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
-    """``--user`` and ``--confirm``: the terminal trusts its operator (see the README)."""
+    """``--user`` and ``--confirm``: the terminal trusts its operator (see docs/start.md)."""
     parser.add_argument("--user", default=getpass.getuser(),
-                        help=f"{who} (default: your login name; trusted, see README)")
+                        help=f"{who} (default: your login name; trusted, see docs/start.md)")
     parser.add_argument("--confirm", action="append", default=[], metavar="NAME",
                         help="type NAME (an environment, or `local`) for a policy `confirm` "
                              "without a prompt; repeat for several")
@@ -160,8 +169,8 @@ def services_for(args: argparse.Namespace) -> Services:
     name, given_by = given_service(args)
     if name is not None and name not in org.services:
         known = ", ".join(sorted(org.services))
-        raise UnknownService(f"{given_by} names unknown service {name!r}; known services: "
-                             f"{known}")
+        raise ServiceNotChosen(f"{given_by} names unknown service {name!r}; known services: "
+                               f"{known}")
     services = build_services(org, Settings())
     return services.focus(name) if name is not None else services
 
@@ -170,7 +179,7 @@ def service_for_request(services: Services, request: str, args: argparse.Namespa
                         console: Console, *, ask: bool) -> tuple[Services, Picked]:
     """``services`` focused on the service ``request`` names, else ``--service`` or
     $DECKHAND_SERVICE, else the only one; with several and none named, the terminal asks
-    (``ask``) with the list. Raised before anything is planned: UnknownService, and
+    (``ask``) with the list. Raised before anything is planned: ServiceNotChosen, and
     WhichService when nobody answers."""
     name, given_by = given_service(args)
     try:
@@ -188,9 +197,9 @@ def service_of_run(services: Services, run: Run) -> Services:
     another's run."""
     own = services.for_run(run)
     if services.current is not None and own.current != services.current:
-        raise UnknownService(f"run {short_id(run.id)} is service {own.current}'s, not "
-                             f"{services.current}'s (as --service or DECKHAND_SERVICE "
-                             f"says): check the run id")
+        raise ServiceNotChosen(f"run {short_id(run.id)} is service {own.current}'s, not "
+                               f"{services.current}'s (as --service or DECKHAND_SERVICE "
+                               f"says): check the run id")
     return own
 
 

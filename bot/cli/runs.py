@@ -24,7 +24,7 @@ from agents.engine.retention import JOB as RETENTION_JOB
 from agents.engine.retention import kept_runs
 from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
-from agents.errors import AmbiguousId, ApprovalRefused, NotFound, UnknownService
+from agents.errors import AmbiguousId, ApprovalRefused, NotFound, ServiceUnknown
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
 from agents.plan.model import Plan
@@ -269,7 +269,7 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     else:
         run, plan = _stored_run(args.run_id, runs=store.runs, locks=store.locks,
                                 plans=store.plans)
-    with contextlib.suppress(UnknownService):  # its hosts are its service's (if served)
+    with contextlib.suppress(ServiceUnknown):  # its hosts are its service's (if served)
         services = services.for_run(run)
     if args.output is not None:
         return show_output(console, services, run, step=args.output, host=args.host,
@@ -387,7 +387,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     store = services.store
     run = store.runs.find(args.run_id)
-    services = service_of_run(services, run)  # the run's rules, never another service's
+    services = service_of_run(services, run)  # the run's rules (every layer), never another's
     policy = services.config.policy
     problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
@@ -399,8 +399,8 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
         _refuse(store.audit, run.id, args.user, f"not confirmed: {typed}")
     # the rules changed, or another approval landed first: refused, audited by the store
     run = store.runs.approve(run.id, user=args.user, face="cli", plan_version=run.plan_version,
-                             plan_hash=run.plan_hash, policy=services.config.policy)
-    needed = approvals_needed(run, services.config.policy)
+                             plan_hash=run.plan_hash, policy=policy)
+    needed = approvals_needed(run, policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))

@@ -19,7 +19,7 @@ import redis
 from agents.engine.occurrences import Outcome, run_occurrence
 from agents.engine.reload import ConfigReload
 from agents.engine.worker import Worker
-from agents.errors import UnknownService
+from agents.errors import ServiceUnknown
 from agents.org import load_org
 from agents.run.record import Run, RunStatus
 from agents.schedules.model import Schedule
@@ -248,9 +248,9 @@ def test_a_worker_never_runs_a_run_of_a_service_it_does_not_serve(
     assert worker.process(run.id) is None
     ended = store.runs.get(run.id)
     assert ended.status is RunStatus.FAILED
-    assert ended.reason == (f"not run here: run {run.id} belongs to service web, which this "
-                            f"process's config does not have (known: api); never acted on "
-                            f"under another service's")
+    assert ended.reason == (f"not run here: run {run.id}: service 'web': not a service of "
+                            f"api-only.yml (known: api); nothing is done under another "
+                            f"service's rules")
     assert on_hosts(org.parent)["web-prod"] == "-"
     assert store.locks.all() == []
     # the bundle that serves both runs it, under web's config
@@ -273,7 +273,7 @@ def test_a_reload_swaps_every_service_at_once_and_a_dropped_one_is_refused(
     # every view of the bundle reads the new load: api rebuilt from it, web gone
     assert api.config is not before and api.config.inventory.hosts.keys() == {
         "api-staging", "api-prod"}
-    with pytest.raises(UnknownService, match="unknown service 'web'; known services: api"):
+    with pytest.raises(ServiceUnknown, match="unknown service 'web'; known services: api"):
         web.make_plan("deploy v1.0.0", requested_by="alice", face="cli")
     [entry] = [e for e in store.audit.entries() if e.action == "config_reloaded"]
     assert entry.details["policy_changed"] is True
@@ -316,8 +316,8 @@ def test_a_schedule_plans_under_its_own_service_and_never_another(
     ghost = schedule("db")
     assert run_occurrence(services, ghost, now).outcome is Outcome.PLAN_FAILED
     assert (store.schedules.get(ghost.id).plan_problem or "").endswith(
-        f"schedule {ghost.id} belongs to service db, which this process's config does not "
-        f"have (known: api, web); never acted on under another service's")
+        f"schedule {ghost.id}: service 'db': not a service of deckhand.yml (known: api, "
+        f"web); nothing is done under another service's rules")
     services.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.errors import UnknownService, WhichService
+from agents.errors import ServiceNotChosen, WhichService
 from agents.requests.services import Picked, ServiceNames, choose, pick
 
 NAMES = ServiceNames.of(["api", "web", "billing"], ["staging", "production", "prod", "live"])
@@ -44,7 +44,7 @@ def test_the_request_is_tried_as_typed_before_without_the_name() -> None:
 
 
 def test_two_services_in_one_request_are_refused() -> None:
-    with pytest.raises(UnknownService, match=r"names 2 services \(api, web\): name one"):
+    with pytest.raises(ServiceNotChosen, match=r"names 2 services \(api, web\): name one"):
         pick("deploy api and web/v1.0.0", NAMES)
 
 
@@ -54,7 +54,7 @@ def test_two_services_in_one_request_are_refused() -> None:
     ("deploy bilING/v1.0.0", "biling", "billing"),
 ])
 def test_a_near_miss_is_refused_with_the_known_names(said: str, word: str, meant: str) -> None:
-    with pytest.raises(UnknownService) as caught:
+    with pytest.raises(ServiceNotChosen) as caught:
         pick(said, NAMES)
     assert str(caught.value) == (f"{word!r} is not a service (did you mean {meant}?); "
                                  f"known services: api, billing, web")
@@ -72,7 +72,7 @@ def test_with_one_service_a_near_miss_plans_as_before() -> None:
 
 
 def test_an_unknown_service_in_the_question_is_refused() -> None:
-    with pytest.raises(UnknownService, match=r"'wbe' is not a service; known services: api"):
+    with pytest.raises(ServiceNotChosen, match=r"'wbe' is not a service; known services: api"):
         pick("where can I deploy wbe", NAMES)
 
 
@@ -85,11 +85,11 @@ def test_choose_takes_the_request_then_the_option_then_the_only_service() -> Non
 
 
 def test_choose_refuses_an_unknown_or_disagreeing_option() -> None:
-    with pytest.raises(UnknownService) as caught:
+    with pytest.raises(ServiceNotChosen) as caught:
         choose(pick("roll back", NAMES), NAMES, given="wbe", given_by="DECKHAND_SERVICE")
     assert str(caught.value) == ("DECKHAND_SERVICE names unknown service 'wbe'; known "
                                  "services: api, billing, web")
-    with pytest.raises(UnknownService, match="names service web but --service says api"):
+    with pytest.raises(ServiceNotChosen, match="names service web but --service says api"):
         choose(pick("roll back web", NAMES), NAMES, given="api")
 
 
