@@ -10,6 +10,7 @@ import io
 import json
 import re
 import textwrap
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,9 +28,13 @@ from agents.services import build_services
 from agents.store import Store
 from bot.cli import main
 from tests.fixtures.openai_standin import API_KEY, OpenAIStandin
+from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet
 
 VERSION = r"'^v\d+\.\d+\.\d+$'"
+WAIT_FOR_GO = "for i in $(seq 1 600); do [ -e {vars.go} ] && exit 0; sleep 0.05; done; exit 1"
+"""The hold step's loop on the host (as tests/integration/test_pause.py): the test's
+polling is never a sleep."""
 SERVICE = """
 tools:
   deploy:
@@ -55,6 +60,13 @@ tools:
     description: restart the service's workers
     command: touch {{host.dir}}/restarted
     target: environment
+  hold:
+    description: wait on every host of an environment until the test says go
+    command: touch {{vars.held}}; {wait}
+    target: environment
+    idempotent: true
+    timeout: 60
+vars: {{held: "{{config_dir}}/../held-{name}", go: "{{config_dir}}/../go"}}
 inventory:
   hosts:
 {hosts}
@@ -79,6 +91,17 @@ playbooks:
     rollback:
       - {{id: rollback_production, tool: rollback, params: {{environment: production}}}}
       - {{id: rollback_staging, tool: rollback, params: {{environment: staging}}}}
+  - name: deploy-held
+    match: ['^deploy (?P<version>v\\S+) and hold$']
+    examples: ["deploy v1.2.3 and hold"]
+    goal: "Deploy {{version}} of {name} to production and hold"
+    steps:
+      - id: deploy_production
+        tool: deploy
+        params: {{environment: production, version: "{{version}}"}}
+      - {{id: hold, tool: hold, params: {{environment: production}}, depends_on: [deploy_production]}}
+    rollback:
+      - {{id: rollback_production, tool: rollback, params: {{environment: production}}}}
   - name: restart-{name}
     match: ['^restart {name}$']
     examples: ["restart {name}"]
@@ -101,7 +124,8 @@ def write_org(root: Path, fleet: SSHFleet) -> Path:
             for host, sshd in hosts.items())
         (root / "services").mkdir(parents=True, exist_ok=True)
         (root / "services" / f"{name}.yml").write_text(
-            SERVICE.format(name=name, hosts=lines, version=VERSION, policy=POLICY[name]))
+            SERVICE.format(name=name, hosts=lines, version=VERSION, policy=POLICY[name],
+                           wait=WAIT_FOR_GO))
     main_config = root / "deckhand.yml"
     main_config.write_text(textwrap.dedent(f"""\
         services:
@@ -162,11 +186,17 @@ def test_two_services_deploy_from_the_cli_and_a_rollback_of_one_leaves_the_other
     assert on_hosts(root) == dict.fromkeys(["api-staging", "api-prod", "web-staging",
                                             "web-prod"], "v1.0.0")
     api_before = snapshot(root, "api")
+    store = Store.connect(redis_url)
+    where_before = store.history.matrix()
+    assert {(w.service, w.environment, w.version) for w in where_before} == {
+        (service, env, "v1.0.0") for service in ("api", "web") for env in ("staging",
+                                                                          "production")}
     (root / "hosts" / "web-prod" / "broken").write_text("disk full\n")
     assert run_cli("deploy v2.0.0 of web", config=org) == 1  # smoke fails: rolled back
     assert on_hosts(root)["web-prod"] == on_hosts(root)["web-staging"] == "v1.0.0"
     assert snapshot(root, "api") == api_before  # not a file of api's touched
-    store = Store.connect(redis_url)
+    api_where = [w for w in store.history.matrix() if w.service == "api"]
+    assert api_where == [w for w in where_before if w.service == "api"]  # nor its `where`
     runs = runs_by_goal(store)
     assert {goal: (run.service, run.status) for goal, run in runs.items()} == {
         "Deploy v1.0.0 of api": ("api", RunStatus.SUCCEEDED),
@@ -390,3 +420,40 @@ def test_a_schedule_added_from_the_cli_is_its_services(
     assert main([*add, "--service", "web"]) == 0, said(capsys)
     [schedule] = store.schedules.all()
     assert (schedule.service, schedule.request) == ("web", "deploy v1.0.0")
+
+
+def test_both_productions_deploy_at_once_on_two_workers(org: Path, store: Store) -> None:
+    """Two services' ``production`` are two locks (lock:api:production, lock:web:production):
+    web deploys to production, start to end, while api's run holds its production."""
+    root = org.parent
+    services = build_services(load_org(org), store=store)
+
+    def queued(service: str, request: str) -> Run:
+        focused, _ = services.for_request(request, given=service)
+        plan = store.plans.save(focused.make_plan(request, requested_by="alice", face="cli"))
+        return store.runs.create(Run.for_plan(plan, focused.targets(plan),
+                                              status=RunStatus.QUEUED))
+
+    api_run = queued("api", "deploy v1.0.0 and hold")
+    api_worker = Worker(services, store, name="worker-api")
+    thread = threading.Thread(target=api_worker.process, args=(api_run.id,))
+    thread.start()
+    try:
+        wait_until((root / "held-api").exists, what="api's run to hold in production")
+        held = [(lock.service, lock.environment, lock.run_id) for lock in store.locks.all()]
+        assert held == [("api", "production", api_run.id)]
+        web_run = queued("web", "deploy v1.0.0")
+        done = Worker(services, store, name="worker-web").process(web_run.id)
+        assert done is not None and done.status is RunStatus.SUCCEEDED, done
+        assert store.runs.get(api_run.id).status is RunStatus.RUNNING  # still holding
+        assert [lock.run_id for lock in store.locks.all()] == [api_run.id]
+        assert on_hosts(root) == {"api-staging": "-", "api-prod": "v1.0.0",
+                                  "web-staging": "v1.0.0", "web-prod": "v1.0.0"}
+    finally:
+        (root / "go").touch()
+        thread.join(60)
+    final = store.runs.get(api_run.id)
+    assert final.status is RunStatus.SUCCEEDED, (final.reason, {
+        k: [(h.status, h.tail) for h in v.hosts.values()] for k, v in final.steps.items()})
+    assert store.locks.all() == []
+    services.close()
