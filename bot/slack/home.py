@@ -55,7 +55,8 @@ def home_data(bot: Bot, user: str) -> HomeData:
         environments=sorted(bot.services.config.inventory.environments),
         locks=store.locks.of(bot.services.config.key),
         schedules=_schedules(bot),
-        deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)})
+        deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)},
+        held=store.manual_locks.all(service=bot.services.config.key))
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
