@@ -485,6 +485,18 @@ class ConsoleFlow:
                 "l": Decision.LEAVE}[choice]
 
 
+def ask_service(console: Console, names: Sequence[str]) -> str | None:
+    """Which service a request that named none is for, asked with the list; None when
+    nobody answers (end of input): nothing is planned."""
+    listed = ", ".join(names)
+    try:
+        return Prompt.ask(f"[bold]Which service?[/] ({escape(listed)})", choices=list(names),
+                          show_choices=False, console=console)
+    except (EOFError, OSError):  # no terminal to answer from: never guess
+        console.print("\nNo answer (end of input): nothing was planned.")
+        return None
+
+
 def confirmation_problem(run: Run, policy: Policy, confirm: Confirm) -> str | None:
     """Ask for each environment whose policy says ``confirm`` to be typed; why not
     confirmed, or None. Changes outside every environment are confirmed as ``local``."""
