@@ -8,15 +8,14 @@ from collections.abc import Iterable
 
 from agents.policy.eligibility import Grant, eligibility
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus, Verdict
+from agents.run.record import Approval, Run, RunStatus, Verdict
 
 
 def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,
                      plan_hash: str, policy: Policy, now: float) -> str | None:
     """Why ``user`` may not approve ``run`` now (a message for them), or None if they may.
 
-    Called inside the store's atomic transition, so the answer holds when it is written.
-    Expired approvals are dropped from ``run.approvals`` as a side effect.
+    ``run`` is left as it is (expired approvals are only not counted).
     """
     grant = approval_grant(run, user=user, user_groups=user_groups, plan_version=plan_version,
                            plan_hash=plan_hash, policy=policy, now=now)
@@ -26,7 +25,8 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
 def approval_grant(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,
                    plan_hash: str, policy: Policy, now: float) -> Grant | str:
     """What ``user``'s approval of ``run`` would count as now (an environment approval or
-    the break-glass grant), or why it is refused. Expired approvals are dropped."""
+    the break-glass grant), or why it is refused. Expired approvals do not count; ``run``
+    is left as it is (the store drops them from the record it writes: ``live_approvals``)."""
     if run.status is not RunStatus.AWAITING_APPROVAL:
         return f"this run is {run.status.value.replace('_', ' ')}; there is nothing to approve"
     if plan_version != run.plan_version:
@@ -35,9 +35,14 @@ def approval_grant(run: Run, *, user: str, user_groups: Iterable[str], plan_vers
     if plan_hash != run.plan_hash:  # same version, other content: not a newer plan
         return (f"this button does not match plan version {run.plan_version} as stored (its "
                 f"content differs), so it approves nothing; approve from the plan message")
+    current = run.model_copy(update={"approvals": live_approvals(run, policy, now=now)})
+    return eligibility(current, policy, now=now).grant(user, user_groups)
+
+
+def live_approvals(run: Run, policy: Policy, *, now: float) -> list[Approval]:
+    """``run``'s approvals that have not expired at ``now`` (``approval_ttl``)."""
     ttl = policy.strictest(run.scopes).approval_ttl
-    run.approvals = [a for a in run.approvals if now - a.at <= ttl]
-    return eligibility(run, policy, now=now).grant(user, user_groups)
+    return [a for a in run.approvals if now - a.at <= ttl]
 
 
 def approvals_needed(run: Run, policy: Policy) -> int:

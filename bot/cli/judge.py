@@ -8,6 +8,7 @@ import getpass
 from rich.console import Console
 from rich.markup import escape
 
+from agents.engine.desk import RunDesk
 from agents.ids import short_id
 from agents.run.record import Verdict
 from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
@@ -31,9 +32,8 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     store = services.store
     user = args.user
-    run, held = store.judgments.decide(
-        store.runs.find(args.run_id).id, Verdict(args.decision), user=user, via="cli",
-        policy=services.config.policy)
+    run, held = RunDesk(services).judge(store.runs.find(args.run_id).id,
+                                        Verdict(args.decision), user=user, via="cli")
     what = "continues with the next batch" if args.decision == Verdict.CONTINUE else \
         "rolls back the hosts it changed"
     console.print(f"run {short_id(run.id)}: go/no-go {escape(held.where())} decided by "

@@ -61,8 +61,7 @@ def home_data(bot: Bot, user: str) -> HomeData:
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
     if run.status is not RunStatus.AWAITING_APPROVAL:
         return False
-    copy = run.model_copy(deep=True)  # approval_problem drops expired approvals in place
-    return approval_problem(copy, user=user, user_groups=groups, plan_version=run.plan_version,
+    return approval_problem(run, user=user, user_groups=groups, plan_version=run.plan_version,
                             plan_hash=run.plan_hash, policy=policy, now=now) is None
 
 
