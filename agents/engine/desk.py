@@ -102,6 +102,11 @@ class RunDesk:
         return self.services.store.limits.problem(self.policy, run.environments,
                                                   run_id=run.id, user=user) or grant
 
+    def problem(self, run: Run, *, user: str, groups: Iterable[str] = ()) -> str | None:
+        """Why ``approve`` would refuse ``user`` now (None: it would not)."""
+        verdict = self.verdict(run, user=user, groups=groups)
+        return None if isinstance(verdict, Grant) else verdict
+
     def approve(self, run_id: str, *, user: str, face: str, groups: Iterable[str] = (),
                 plan_version: int | None = None, plan_hash: str | None = None) -> Run:
         """``user``'s approval of ``run_id`` (of the version and hash a button carries;

@@ -375,9 +375,9 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     store = services.store
     run, desk = store.runs.find(args.run_id), RunDesk(services)
     policy = services.config.policy
-    verdict = desk.verdict(run, user=args.user)  # before asking for a confirmation
-    if isinstance(verdict, str):
-        raise desk.refused(run, user=args.user, face=Face.CLI, rule=verdict)
+    problem = desk.problem(run, user=args.user)  # before asking for a confirmation
+    if problem:
+        raise desk.refused(run, user=args.user, face=Face.CLI, rule=problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
         raise desk.refused(run, user=args.user, face=Face.CLI, rule=f"not confirmed: {typed}")

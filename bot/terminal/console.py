@@ -292,9 +292,9 @@ class ConsoleFlow:
         unreachable = self._uncollectable(run)
         if unreachable:
             return self._close(run_id, unreachable, unreachable)
-        problem = self.desk.verdict(run, user=self.user)
-        if isinstance(problem, str):  # refused before asking for a confirmation that
-            return self._refused(run_id, problem)  # could not count
+        problem = self.desk.problem(run, user=self.user)
+        if problem:  # refused before asking for a confirmation that could not count
+            return self._refused(run_id, problem)
         typed = confirmation_problem(run, policy, self.confirm)
         if typed:
             return self._close(run_id, f"not confirmed by {self.user}: {typed}",
