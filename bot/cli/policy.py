@@ -13,11 +13,14 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agents.config import Config
+from agents.engine.desk import RunDesk
 from agents.errors import PlanError
 from agents.org import load_org
 from agents.plan.model import Plan
+from agents.policy.approvals import live_approvals
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
+from agents.run.record import Run
 from agents.services import Services
 from bot.cli.common import (
     DEFAULT_NAME,
@@ -91,15 +94,16 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         embedded_store_note()
     services = services_for(args)
     try:
-        answer, title, environments = _answer(args, services)
+        answer, title, environments, run = _answer(args, services)
         counts = _counts(services, environments, args.user) if args.user else []
+        grant = _verdict(services, answer, environments, run, args.user) \
+            if args.user else None
     finally:
         services.close()
     console.print(title, markup=False, highlight=False, soft_wrap=True)
     for line in answer.explain():
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
-    if args.user:
-        grant = answer.grant(args.user)
+    if grant is not None:
         kind = "the break-glass grant" if grant is Grant.BREAK_GLASS else "an environment approval"
         verdict = f"yes ({kind})" if isinstance(grant, Grant) else f"no: {grant}"
         console.print(f"{args.user} may approve: {verdict}", markup=False, highlight=False,
@@ -107,6 +111,20 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
     for line in counts:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _verdict(services: Services, answer: Eligibility, environments: list[str],
+             run: Run | None, user: str) -> Grant | str:
+    """The answer ``deckhand approve`` gives ``user`` (the desk's), limits included; for a
+    plan file, the rules' and the per-hour count as they stand."""
+    if run is not None:
+        return RunDesk(services).verdict(run, user=user)
+    grant = answer.grant(user)
+    if not isinstance(grant, Grant):
+        return grant
+    limited = services.store.limits.problem(services.config.policy, environments,
+                                            run_id="", user=user)
+    return limited or grant
 
 
 def _counts(services: Services, environments: list[str], user: str) -> list[str]:
@@ -119,18 +137,20 @@ def _counts(services: Services, environments: list[str], user: str) -> list[str]
 
 
 def _answer(args: argparse.Namespace, services: Services
-            ) -> tuple[Eligibility, str, list[str]]:
-    """The answer, its title, and the environments it is about."""
+            ) -> tuple[Eligibility, str, list[str], Run | None]:
+    """The answer, its title, the environments it is about, and the run (None: a plan
+    file)."""
     policy, now = services.config.policy, services.clock()
     if args.run_id is not None:
         run = services.store.runs.find(args.run_id)
-        return (eligibility(run, policy, now=now),
+        current = run.model_copy(update={"approvals": live_approvals(run, policy, now=now)})
+        return (eligibility(current, policy, now=now),
                 f"run {run.id} ({run.status.value}), requested by {run.requested_by}:",
-                run.environments)
+                run.environments, run)
     plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
     subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
     return (eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):",
-            subject.environments)
+            subject.environments, None)
 
 
 def _read_plan(path: Path, *, requested_by: str) -> Plan:
