@@ -119,6 +119,8 @@ def _verdict(services: Services, answer: Eligibility, environments: list[str],
     plan file, the rules' and the per-hour count as they stand."""
     if run is not None:
         return RunDesk(services).verdict(run, user=user)
+    if answer.impossible:  # the desk would not even store it
+        return f"the plan would be refused: {answer.impossible}"
     grant = answer.grant(user)
     if not isinstance(grant, Grant):
         return grant
