@@ -22,7 +22,7 @@ from agents.engine.control import Control, steer
 from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid
 from agents.faces import Face
 from agents.plan.model import Plan
-from agents.policy.approvals import approval_grant, steer_problem
+from agents.policy.approvals import approval_grant, policy_version, steer_problem
 from agents.policy.eligibility import Grant, PlanSubject, Subject, eligibility, unapprovable
 from agents.policy.rules import Policy
 from agents.run.record import Judgment, Run, RunStatus, Verdict
@@ -73,7 +73,8 @@ class RunDesk:
                                               face=face, rule=problem, plan_id=plan.id)
             raise PlanInvalid([problem])
         self.services.store.plans.save(plan)
-        fields: dict[str, Any] = {"break_glass": break_glass, "meta": dict(meta or {})}
+        fields: dict[str, Any] = {"break_glass": break_glass, "meta": {
+            **(meta or {}), "policy": policy_version(self.policy)}}  # the rules it was posted under
         if run_id:
             fields["id"] = run_id
         return Run.for_plan(plan, targets, **fields)
@@ -85,7 +86,8 @@ class RunDesk:
 
         def then(run_id: str) -> list[Write]:
             return [audit.write("planned", actor=user, run_id=run_id, plan_id=plan.id,
-                                face=face, **glass, **details)]
+                                face=face, policy=policy_version(self.policy), **glass,
+                                **details)]
         return then
 
     # -- approve ----------------------------------------------------------------------------
@@ -140,7 +142,8 @@ class RunDesk:
                 what: str = "approve") -> ApprovalRefused:
         """Audit a refusal a face decided (an unconfirmed approval): the error to raise."""
         self.services.store.audit.refused(what, actor=user, face=face, rule=rule,
-                                          run_id=run.id, plan_id=run.plan_id)
+                                          run_id=run.id, plan_id=run.plan_id,
+                                          policy=policy_version(self.policy))
         return ApprovalRefused(rule)
 
     # -- revise, reject, close ----------------------------------------------------------------

@@ -4,6 +4,7 @@ compare-and-set, so an answer holds when it is written."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from agents.policy.eligibility import Grant, eligibility
@@ -43,6 +44,12 @@ def live_approvals(run: Run, policy: Policy, *, now: float) -> list[Approval]:
     """``run``'s approvals that have not expired at ``now`` (``approval_ttl``)."""
     ttl = policy.strictest(run.scopes).approval_ttl
     return [a for a in run.approvals if now - a.at <= ttl]
+
+
+def policy_version(policy: Policy) -> str:
+    """The policy's version: a short hash of its content, recorded on each run, approval
+    and audit entry, so anyone can tell which rules a decision was made under."""
+    return hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:12]
 
 
 def approvals_needed(run: Run, policy: Policy) -> int:

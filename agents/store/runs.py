@@ -26,7 +26,12 @@ from agents.errors import (
 from agents.ids import normalize
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
-from agents.policy.approvals import approval_grant, approvals_needed, live_approvals
+from agents.policy.approvals import (
+    approval_grant,
+    approvals_needed,
+    live_approvals,
+    policy_version,
+)
 from agents.policy.eligibility import Grant
 from agents.policy.rules import Policy
 from agents.run.record import Approval, HostChange, Pause, Run, RunStatus, StepState
@@ -271,15 +276,16 @@ class Runs(Part):
             problem = check(run) if check is not None else None
             if problem:
                 raise ApprovalRefused(problem)
-            glass = grant is Grant.BREAK_GLASS
+            glass, version = grant is Grant.BREAK_GLASS, policy_version(policy)
             counted = self.limits.counted(policy, run.environments, run_id=run_id, user=user)
             run.approvals = [*live_approvals(run, policy, now=now),
                              Approval(user=recorded_as or user, via=face, at=now,
                                       plan_version=plan_version, plan_hash=plan_hash,
-                                      break_glass=glass)]
+                                      break_glass=glass, policy=version)]
             audit = self.audit.write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
-                                     hash=plan_hash, grant=grant.value, face=face, **details)
+                                     hash=plan_hash, grant=grant.value, face=face,
+                                     policy=version, **details)
             if approvals_needed(run, policy) > 0:
                 return [counted, audit]  # counted first: over a limit, nothing is written
             run.move(RunStatus.APPROVED)
@@ -290,7 +296,8 @@ class Runs(Part):
             run = self.durable(self.update(run_id, change), f"approval by {user}")
         except ApprovalRefused as exc:  # who was held back, and by which rule (its words)
             self.audit.refused("approve", actor=actor or user, face=face, rule=str(exc),
-                               run_id=run_id, version=plan_version, **details)
+                               run_id=run_id, version=plan_version,
+                               policy=policy_version(policy), **details)
             raise
         with tracing.span("deckhand.approval", {
                 "deckhand.run.id": run_id, "deckhand.approver": user,

@@ -17,7 +17,7 @@ from agents.engine.desk import RunDesk
 from agents.errors import PlanError
 from agents.org import load_org
 from agents.plan.model import Plan
-from agents.policy.approvals import live_approvals
+from agents.policy.approvals import live_approvals, policy_version
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
 from agents.run.record import Run
@@ -100,7 +100,8 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
             if args.user else None
     finally:
         services.close()
-    console.print(title, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{title.rstrip(':')} {_versions(services, run)}:", markup=False, highlight=False,
+                  soft_wrap=True)
     for line in answer.explain():
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if grant is not None:
@@ -111,6 +112,18 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
     for line in counts:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _versions(services: Services, run: Run | None) -> str:
+    """Which policy the answer is given under, and which ones the run met before."""
+    now = policy_version(services.config.policy)
+    if run is None:
+        return f"[policy {now}]"
+    seen = dict.fromkeys(v for v in [run.meta.get("policy"), *(a.policy for a in run.approvals)]
+                         if v)
+    before = [v for v in seen if v != now]
+    also = f"; earlier under {', '.join(before)}" if before else ""
+    return f"[policy {now}{also}]"
 
 
 def _verdict(services: Services, answer: Eligibility, environments: list[str],

@@ -22,6 +22,7 @@ from agents.config import load_config
 from agents.engine.desk import RunDesk
 from agents.engine.occurrences import Outcome, run_occurrence
 from agents.faces import Face
+from agents.policy.approvals import policy_version
 from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
@@ -306,3 +307,26 @@ def test_unattended_counts_the_real_hosts_and_the_per_hour_limit(doors: Doors) -
                if e.action == "refused"]  # audited as any face's refusal (was not)
     assert [(e.actor, e.details["face"]) for e in refused] == [
         (created.schedule.approver_label, "schedule")]  # type: ignore[attr-defined]
+
+
+def test_the_policy_version_is_on_the_run_its_approval_its_entries_and_explain(
+        doors: Doors, capsys: pytest.CaptureFixture[str]) -> None:
+    """§7: which rules a decision was made under is written down with it; explain names the
+    version in force and any other one the run met."""
+    case = Case("versioned", "qa v1.0.2", "UCAROL", "UBOB", True)
+    run, version = waiting(doors, case), policy_version(doors.services.config.policy)
+    approved = RunDesk(doors.services).approve(run.id, user="UBOB", face=Face.CLI)
+    assert approved.meta["policy"] == version
+    assert [a.policy for a in approved.approvals] == [version]
+    entries = {e.action: e for e in doors.store.audit.entries(run_id=run.id)}
+    assert entries["planned"].details["policy"] == entries["approved"].details["policy"] \
+        == version
+    assert main(["policy", "explain", run.id, "--config", str(doors.path)]) == 0
+    assert f"[policy {version}]:" in capsys.readouterr().out.splitlines()[0]
+    changed = doors.path.parent / "changed" / "deckhand.yml"
+    changed.parent.mkdir(exist_ok=True)
+    changed.write_text(doors.path.read_text().replace("runs_per_hour: 1", "runs_per_hour: 2"))
+    now = policy_version(load_config(changed).policy)
+    assert now != version
+    assert main(["policy", "explain", run.id, "--config", str(changed)]) == 0
+    assert f"[policy {now}; earlier under {version}]:" in capsys.readouterr().out
