@@ -92,10 +92,14 @@ class RunDesk:
 
     # -- approve ----------------------------------------------------------------------------
 
-    def verdict(self, run: Run, *, user: str, groups: Iterable[str] = ()) -> Grant | str:
-        """What ``approve`` would answer ``user`` now: the grant, or why not (the rules,
-        a stale state, then the per-hour limit, in the order ``approve`` checks them).
-        Reads only; ``run`` is left as it is."""
+    def verdict(self, run: Run, *, user: str, groups: Iterable[str] = (),
+                face: str = Face.CLI) -> Grant | str:
+        """What ``approve`` would answer ``user`` through ``face`` now: the grant, or why
+        not (groups unknown outside Slack, the rules, a stale state, then the per-hour
+        limit, in the order ``approve`` checks them). Reads only; ``run`` is left as is."""
+        unknown = self._groups_unknown(run, user=user, groups=list(groups), face=face)
+        if unknown:
+            return unknown
         grant = approval_grant(run, user=user, user_groups=list(groups),
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
                                policy=self.policy, now=self.services.clock())
@@ -104,9 +108,10 @@ class RunDesk:
         return self.services.store.limits.problem(self.policy, run.environments,
                                                   run_id=run.id, user=user) or grant
 
-    def problem(self, run: Run, *, user: str, groups: Iterable[str] = ()) -> str | None:
+    def problem(self, run: Run, *, user: str, face: str,
+                groups: Iterable[str] = ()) -> str | None:
         """Why ``approve`` would refuse ``user`` now (None: it would not)."""
-        verdict = self.verdict(run, user=user, groups=groups)
+        verdict = self.verdict(run, user=user, groups=groups, face=face)
         return None if isinstance(verdict, Grant) else verdict
 
     def approve(self, run_id: str, *, user: str, face: str, groups: Iterable[str] = (),
@@ -115,12 +120,32 @@ class RunDesk:
         None: the run's current plan); queued when it is the last one needed. The
         approval, its count, its audit entry and the queue entry land in one EXEC;
         ApprovalRefused (audited) says why not."""
+        run = self.services.store.runs.get(run_id)
+        unknown = self._groups_unknown(run, user=user, groups=list(groups), face=face)
+        if unknown:  # fail closed, saying why (not "you are not allowed")
+            raise self.refused(run, user=user, face=face, rule=unknown)
         if plan_version is None or plan_hash is None:
-            run = self.services.store.runs.get(run_id)
             plan_version, plan_hash = run.plan_version, run.plan_hash
         return self.services.store.runs.approve(
             run_id, user=user, face=face, user_groups=list(groups), plan_version=plan_version,
             plan_hash=plan_hash, policy=self.policy)
+
+    def _groups_unknown(self, run: Run, *, user: str, groups: list[str],
+                        face: str) -> str | None:
+        """Outside Slack nobody can say which groups ``user`` is in (deckhand asks Slack's
+        usergroups API, with the bot's token, only for Slack's signed users): when only a
+        group could let them approve, the refusal says so instead of "not allowed"."""
+        if face == Face.SLACK:
+            return None
+        answer = eligibility(run, self.policy)
+        named = sorted({g for line in answer.lines for g in line.rule.approvers.groups})
+        could = all(line.rule.approvers.allows(user, groups) or line.rule.approvers.groups
+                    for line in answer.lines)  # a group could lift every refusal
+        if not named or answer.allows(user, groups) or not could:
+            return None
+        return (f"{user} is not named by every rule here, and group membership "
+                f"({', '.join(named)}) is known only to Slack, so {face} cannot count it: "
+                f"approve in Slack, or have {user} named in policy")
 
     def approve_unattended(self, run_id: str, *, schedule: Schedule, plan: Plan) -> Run:
         """Approve and queue ``run_id`` for ``schedule``'s creator, as a person's approval

@@ -375,7 +375,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     store = services.store
     run, desk = store.runs.find(args.run_id), RunDesk(services)
     policy = services.config.policy
-    problem = desk.problem(run, user=args.user)  # before asking for a confirmation
+    problem = desk.problem(run, user=args.user, face=Face.CLI)  # before asking for a confirmation
     if problem:
         raise desk.refused(run, user=args.user, face=Face.CLI, rule=problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))

@@ -292,7 +292,7 @@ class ConsoleFlow:
         unreachable = self._uncollectable(run)
         if unreachable:
             return self._close(run_id, unreachable, unreachable)
-        problem = self.desk.problem(run, user=self.user)
+        problem = self.desk.problem(run, user=self.user, face=Face.TERMINAL)
         if problem:  # refused before asking for a confirmation that could not count
             return self._refused(run_id, problem)
         typed = confirmation_problem(run, policy, self.confirm)

@@ -41,11 +41,13 @@ inventory:
     web-3: {connection: local}
     web-4: {connection: local}
     web-5: {connection: local}
+    web-6: {connection: local}
   environments:
     staging: {hosts: [web-1]}
     qa: {hosts: [web-2]}
     wide: {hosts: [web-3, web-4]}
     production: {hosts: [web-5]}
+    ops: {hosts: [web-6]}
 tools:
   deploy:
     description: say a version for every host of an environment
@@ -61,7 +63,7 @@ tools:
     mutates: true
 playbooks:
   - name: env
-    match: ['^(?:deploy )?(?P<env>staging|qa|wide|production) (?P<version>v\\S+)$']
+    match: ['^(?:deploy )?(?P<env>staging|qa|wide|production|ops) (?P<version>v\\S+)$']
     goal: "{env} {version}"
     steps: [{id: ship, tool: deploy, params: {environment: "{env}", version: "{version}"}}]
     rollback: [{id: undo, tool: undo, params: {environment: "{env}"}}]
@@ -71,6 +73,7 @@ policy:
     qa: {approvers: {users: [UALICE, UBOB]}, unattended: true, lock: wait}
     wide: {approvers: {users: [UALICE, UBOB]}, unattended: true, lock: wait}
     production: {approvers: {users: [UALICE, UBOB]}, min_approvals: 2, self_approval: false}
+    ops: {approvers: {users: [UALICE], groups: [SOPS]}, unattended: true, lock: wait}
   limits:
     staging: {runs_per_hour: 1}
     wide: {hosts_per_run: 1}
@@ -90,6 +93,8 @@ class Case:
     """Refused before anyone may approve: the plan is never stored."""
     schedule_said: str | None = None
     """What a schedule says instead (it is the requester there, so another rule speaks)."""
+    slack_allowed: bool | None = None
+    """Slack's verdict where it differs: only Slack knows who is in a group (§8)."""
 
 
 CASES = [
@@ -105,6 +110,9 @@ CASES = [
     Case("too few people", "production v1.0.0", "UALICE", "UBOB", False,
          "needs 2 more approval(s) from distinct people, and only 1 may still give one (UBOB",
          plan_refused=True, schedule_said="policy does not allow unattended runs in production"),
+    Case("group member", "ops v1.0.0", "UBOB", "UDAVE", False,
+         "group membership (SOPS) is known only to Slack", slack_allowed=True,
+         schedule_said="UDAVE is not allowed to approve plans for ops"),
 ]
 
 
@@ -277,6 +285,9 @@ def test_every_door_gives_the_same_verdict(doors: Doors, case: Case, door: str,
     if answer is None:
         return  # this door has no such verdict (said in its docstring)
     allowed, said = answer
+    if door == "slack" and case.slack_allowed is not None:
+        assert allowed == case.slack_allowed, said
+        return
     assert allowed == case.allowed, said
     wanted = case.schedule_said if door == "schedule" and case.schedule_said else case.said
     assert wanted in said, said
