@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from agents.policy.eligibility import Grant, eligibility
-from agents.policy.rules import Policy
+from agents.policy.eligibility import Eligibility, Grant, eligibility
+from agents.policy.rules import Approvers, Policy
 from agents.run.record import Approval, Run, RunStatus, Verdict
 
 
@@ -72,6 +72,21 @@ def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Po
             f"Who can approve: {answer.who()}")
 
 
+def judges(answer: Eligibility, approvers: list[str]) -> str:
+    """Who may decide a go/no-go: the approval rules' answer, narrowed by the hold's
+    ``rollout.judgment.approvers`` (never naming someone either one turns away)."""
+    if not approvers:
+        return answer.who()
+    rule_groups = {g for line in answer.lines for g in line.rule.approvers.groups}
+    groups = [a for a in approvers if a in rule_groups]
+    users = [a for a in approvers if a not in rule_groups and not answer.excludes(a)
+             and (rule_groups or answer.allows(a))]  # a group may hold anyone
+    if not users and not groups:
+        return (f"nobody: rollout.judgment.approvers ({', '.join(approvers)}) names no one "
+                f"the approval rules allow")
+    return Approvers(users=users, groups=groups).describe()
+
+
 def judgment_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Policy,
                      verdict: Verdict) -> str | None:
     """Why ``user`` may not decide the go/no-go ``run`` waits at (None if they may).
@@ -87,12 +102,12 @@ def judgment_problem(run: Run, *, user: str, user_groups: Iterable[str], policy:
     groups = list(user_groups)
     answer = eligibility(run, policy)
     if not answer.allows(user, groups):
-        return f"you may not decide this go/no-go. Who can: {answer.who()}"
+        return f"you may not decide this go/no-go. Who can: {judges(answer, held.approvers)}"
     if answer.excludes(user):
         return ("you asked for this deploy, and policy forbids approving your own request "
                 "here, so its go/no-go is someone else's to decide")
     if held.approvers and user not in held.approvers and not set(groups) & set(held.approvers):
-        return (f"only {', '.join(held.approvers)} may decide this go/no-go "
+        return (f"only {judges(answer, held.approvers)} may decide this go/no-go "
                 f"(rollout.judgment.approvers)")
     if verdict is Verdict.CONTINUE and answer.blocked:
         return f"{answer.blocked.split('. If')[0]}: Continue must wait; Roll back is possible"
