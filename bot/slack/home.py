@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from slack_sdk.errors import SlackApiError
 
 from agents.engine.schedule_health import checked
-from agents.policy.approvals import approval_problem
+from agents.policy.approvals import approval_problem, judgment_problem
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus
+from agents.run.record import Run, RunStatus, Verdict
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
 from bot.slack.home_blocks import HomeData, home_view, in_progress
@@ -55,7 +55,9 @@ def home_data(bot: Bot, user: str) -> HomeData:
         environments=sorted(bot.services.config.inventory.environments),
         locks={lock.environment: lock for lock in store.locks.all()},
         schedules=_schedules(bot),
-        deployed={w.environment: w for w in store.history.everywhere()})
+        deployed={w.environment: w for w in store.history.everywhere()},
+        deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
+            r, user=user, user_groups=groups, policy=policy, verdict=Verdict.ROLLBACK) is None})
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
