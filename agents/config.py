@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,9 @@ from agents.history.deploys import HistorySettings
 from agents.history.retention import RetentionSettings
 from agents.plan.model import PLACEHOLDER, SERVICE_PATTERN, Plan
 from agents.plan.validation import PlanChecker
+from agents.policy.layers import Written, layered
+from agents.policy.owners import Owners, Resolved, entity_ref
+from agents.policy.owners import resolve as resolve_owners
 from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
 from agents.requests.phrasing import CaptureError, Phrasing
@@ -40,14 +43,10 @@ MAIN_SECTIONS = frozenset({"services", "legacy_service", "channels", "owners_map
                            "inventory", "policy", "secrets", "retention", "planner",
                            "state_dir", "audit"})
 """A main config with ``services:``: what is organisation-wide (docs/services.md 1.1)."""
-ROLE_SECTIONS = {"single": frozenset(SECTIONS | {"service", "owners"}),
+ROLE_SECTIONS = {"single": frozenset(SECTIONS | {"service", "owners", "owners_map"}),
                  "service": SERVICE_SECTIONS, "main": MAIN_SECTIONS}
 ORG_INVENTORY = frozenset({"known_hosts", "ssh"})
 """The main config's ``inventory``: one SSH pool and known_hosts file for every service."""
-NOT_YET = {"owners": "who may approve comes from policy until owners land",
-           "owners_map": "it maps owners, which land in the same step"}
-"""Sections of the services design (issue 40) that a later step brings: refused now, since
-nothing would enforce them (an ignored `owners` would let anyone the policy allows in)."""
 SERVICE_NAME = re.compile(SERVICE_PATTERN)
 BUILTIN_SCOPES = ("host.", "vars.")
 
@@ -91,6 +90,8 @@ class Config:
     main_path: Path | None = None
     """The main config this service was loaded from (what a reload reads again); None: the
     file at ``path`` is the whole config."""
+    owners: Resolved | None = None
+    """Who may approve this service's runs (within its rules; a layer of ``policy``)."""
 
     def __post_init__(self) -> None:
         self.name = self.name or service_name_of(self.path)
@@ -143,7 +144,10 @@ class OrgWide:
     ssh: SSHSettings = field(default_factory=SSHSettings)
     policy: Policy | None = None
     """The main config's ``policy`` (None: not written)."""
-    policy_at: str = ""
+    policy_at: Callable[[Where], str] | None = None
+    """Where a path inside the main config's ``policy`` is written (``deckhand.yml:14 …``)."""
+    owners_map: dict[str, list[str]] = field(default_factory=dict)
+    """Backstage owner references (in full, ``agents.owners.entity_ref``) -> Slack ids."""
     uses_state_dir: bool = False
 
 
@@ -199,7 +203,9 @@ class _Loader:
         config_vars = {**org.vars, **own_vars} if org else own_vars  # the service's win
         tools = self._tools(data.get("tools") or {})
         inventory = self._inventory(_expand(data.get("inventory") or {}, self.dirs))
-        policy, own_policy = self._policy(data)
+        own_policy = self._policy(data)
+        owners = self._owners(data.get("owners"))
+        policy = self._layered(own_policy, "policy" in data, inventory, owners)
         playbooks = self._playbooks(data.get("playbooks") or [])
         history = self._model(HistorySettings,
                               _expand(data.get("history") or {}, self.dirs),
@@ -220,10 +226,10 @@ class _Loader:
                         config_vars, secrets, history or HistorySettings(), retention,
                         prompts, self.state_dir, uses_state_dir, audit,
                         name=self._name(data), key=self._key(),
-                        main_path=org.path if org else None)
+                        main_path=org.path if org else None, owners=owners)
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
-                          policy=own_policy and policy is not None, playbooks=playbooks)
+                          policy=own_policy, playbooks=playbooks)
         return config
 
     def build_main(self) -> OrgWide:
@@ -250,7 +256,10 @@ class _Loader:
         self._org_inventory(_expand(data.get("inventory") or {}, self.dirs), org)
         if "policy" in data:
             org.policy = self._model(Policy, data.get("policy") or {}, ("policy",))
-            org.policy_at = self.doc.where(("policy",))
+            org.policy_at = self._at
+            if org.policy is not None:
+                self._freeze_services(org.policy, org)
+        org.owners_map = self._owners_map(data.get("owners_map"))
         legacy = data.get("legacy_service")
         if legacy is not None and not isinstance(legacy, str):
             self._add(self.doc, ("legacy_service",), "must be the name of one service")
@@ -284,28 +293,88 @@ class _Loader:
         for key in data:
             if key not in allowed:
                 self._add(self.doc, (key,), _misplaced(str(key), self.role))
-            elif key in NOT_YET:
-                self._add(self.doc, (key,), f"`{key}` is not supported yet: it lands in a "
-                          f"later step of services (issue 40); {NOT_YET[key]}")
 
-    def _policy(self, data: dict[Any, Any]) -> tuple[Policy | None, bool]:
-        """The policy this config runs under, and whether this file wrote it. Until policy
-        layers land (docs/services.md 1.4), a service takes the main config's policy or
-        writes its own, never both: nothing would merge them, so refusing fails closed."""
-        org = self.org
-        if org is None or "policy" in data:
-            raw = data.get("policy") or {}
-            if org is not None and isinstance(raw, dict) and "break_glass" in raw:
+    def _policy(self, data: dict[Any, Any]) -> Policy | None:
+        """The policy this file writes (None: none, or invalid: a problem says why)."""
+        if "policy" not in data:
+            return None
+        raw = data.get("policy") or {}
+        if self.org is not None and isinstance(raw, dict):
+            if "break_glass" in raw:
                 self._add(self.doc, ("policy", "break_glass"), "policy.break_glass belongs "
                           "in the main config (a service adding granters would loosen the "
                           "organisation's freezes)")
-            if org is not None and org.policy is not None:
-                self._add(self.doc, ("policy",), f"the main config has a policy too "
-                          f"({org.policy_at}): a service's policy over the organisation's "
-                          f"is not supported yet (policy layers land in a later step of "
-                          f"issue 40); write the rules in one place")
-            return self._model(Policy, raw, ("policy",)), True
-        return (org.policy.model_copy(deep=True) if org.policy else Policy()), False
+            for index, window in enumerate(raw.get("freeze") or []):
+                if isinstance(window, dict) and "services" in window:
+                    self._add(self.doc, ("policy", "freeze", index, "services"), "a "
+                              "service's freeze applies to itself; `services:` is for the "
+                              "main config's windows")
+        policy: Policy | None = self._model(Policy, raw, ("policy",))
+        return policy
+
+    def _layered(self, own: Policy | None, written: bool, inventory: Inventory | None,
+                 owners: Resolved | None) -> Policy | None:
+        """The policy the service runs under: its own, the organisation's as layers, its
+        owners as one more (docs/services.md 1.4). None: its own is invalid."""
+        if written and own is None:
+            return None
+        org = self.org
+        mine = Written(own, self._at if org else None) if own is not None else None
+        theirs = (Written(org.policy, org.policy_at)
+                  if org is not None and org.policy is not None else None)
+        if mine is None and org is None:
+            mine = Written(Policy())
+        policy, problems = layered(
+            mine, theirs, list(inventory.environments) if inventory else [],
+            service=self.name, owners=(owners.approvers, owners.source) if owners else None)
+        for path, message in problems:
+            self._add(self.doc, ("policy", *path), message)
+        return policy
+
+    def _at(self, path: Where) -> str:
+        """Where ``policy.PATH`` of this file is, its file named from the main config's
+        (or this config's) directory: ``services/api.yml:12 policy.environments.x``."""
+        return self._short(self.doc.where(("policy", *path)))
+
+    def _short(self, where: str) -> str:
+        base = (self.org.path if self.org else self.path).parent
+        return where.removeprefix(f"{base}/")
+
+    def _owners(self, raw: Any) -> Resolved | None:
+        """The ``owners`` section, a catalog file's owner mapped through ``owners_map``."""
+        if raw is None:
+            return None
+        owners: Owners | None = self._model(Owners, raw, ("owners",))
+        if owners is None:
+            return None
+        found, problems = resolve_owners(
+            owners, where=self._short(self.doc.where(("owners",))), base=self.path.parent,
+            owners_map=self.org.owners_map if self.org else self._owners_map(
+                self.doc.data.get("owners_map")), short=self._short)
+        self.problems += problems
+        return found
+
+    def _owners_map(self, raw: Any) -> dict[str, list[str]]:
+        """``owners_map``: Backstage owner references -> a Slack id or a list of them."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict) or not all(
+                isinstance(v, str) or (isinstance(v, list) and v and all(
+                    isinstance(i, str) for i in v)) for v in raw.values()):
+            self._add(self.doc, ("owners_map",), "must map Backstage owner references "
+                      "(group:default/team-api) to a Slack user or group id, or a list")
+            return {}
+        return {entity_ref(str(k)): [v] if isinstance(v, str) else list(v)
+                for k, v in raw.items()}
+
+    def _freeze_services(self, policy: Policy, org: OrgWide) -> None:
+        """The main config's freeze windows may name only its services."""
+        known = {str(name) for name in org.services}
+        for index, window in enumerate(policy.freeze):
+            for i, name in enumerate(window.services or []):
+                if name not in known:
+                    self._add(self.doc, ("policy", "freeze", index, "services", i),
+                              f"unknown service {name!r} (known: {', '.join(sorted(known))})")
 
     def _name(self, data: dict[Any, Any]) -> str:
         """The service's name; a ``service:`` that is no name, or disagrees with the main
@@ -456,7 +525,8 @@ class _Loader:
                                              str(refusal)))
             return None
 
-    def _cross_check(self, config: Config, *, tools: bool, inventory: bool, policy: bool,
+    def _cross_check(self, config: Config, *, tools: bool, inventory: bool,
+                     policy: Policy | None,
                      playbooks: list[tuple[int, Playbook]]) -> None:
         if config.history.retention_days is not None and config.retention is None \
                 and "retention" not in self.doc.data:
@@ -467,8 +537,8 @@ class _Loader:
         for name, tool in config.catalog.tools.items():
             for path, problem in _tool_problems(tool, config, inventory=inventory):
                 self._add(self.tools_doc, (*self.tools_prefix, name, *path), problem)
-        if inventory and policy:
-            for path, problem in policy_problems(config.policy,
+        if inventory and policy is not None:  # what this file writes: its names are its own
+            for path, problem in policy_problems(policy,
                                                   config.inventory.environments):
                 self._add(self.doc, ("policy", *path), problem)
         if not (tools and inventory):
@@ -497,9 +567,9 @@ def _misplaced(section: str, role: str) -> str:
     if role == "service" and section in MAIN_SECTIONS:
         return (f"`{section}` is organisation-wide: it belongs in the main config, not in "
                 f"a service")
-    if role == "single" and section in MAIN_SECTIONS:
+    if role == "single" and section in MAIN_SECTIONS - {"owners_map"}:
         return f"`{section}` belongs beside `services:`, in a main config"
-    expected = sorted(ROLE_SECTIONS[role] - NOT_YET.keys())
+    expected = sorted(ROLE_SECTIONS[role])
     return f"unknown section (expected one of {', '.join(expected)})"
 
 
@@ -534,8 +604,10 @@ def policy_problems(policy: Policy, known: Mapping[str, Environment]
     hint = f"(known: {', '.join(sorted(known)) or 'none configured'})"
     aliases = {a: n for n, env in known.items() for a in env.aliases}
     out: list[tuple[Where, str]] = [
-        (("environments", name), _unknown_in_policy(name, aliases, hint))
-        for name in policy.environments if name not in known]
+        ((name,), "is worked out at load (docs/services.md 1.4), never written")
+        for name in ("layers", "sources") if name in policy.model_fields_set]
+    out += [(("environments", name), _unknown_in_policy(name, aliases, hint))
+            for name in policy.environments if name not in known]
     for index, name in enumerate(policy.promotion):
         if name not in known:
             out.append((("promotion", index), _unknown_in_policy(name, aliases, hint)))

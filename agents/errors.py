@@ -7,6 +7,7 @@ Extends the tree in ``tools.errors``:
     ├── SettingsInvalid                an environment variable's value is not acceptable
     ├── ManyServices                   a config of several services, given to a face that
     │                                  serves one (until multi-service support lands)
+    ├── ServiceUnknown                 a record names a service the config does not have
     ├── PlanError                      a plan cannot be made or is not acceptable
     │   ├── PlanInvalid                validation failed; carries every problem
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
@@ -40,6 +41,11 @@ class SettingsInvalid(DeckhandError):
 class ManyServices(DeckhandError):
     """A config with several services was given to a face that serves one (issue 40: the
     faces learn several services in later steps); the message names them."""
+
+
+class ServiceUnknown(DeckhandError):
+    """A run or plan names a service the loaded config lacks: nothing is done under
+    another service's rules (fail closed); the message names the known ones."""
 
 
 class PlanError(DeckhandError):

@@ -22,7 +22,10 @@ from agents.config import (
     policy_problems,
     single_config,
 )
-from agents.errors import ManyServices
+from agents.errors import ManyServices, ServiceUnknown
+from agents.policy.eligibility import eligibility, of_scopes
+from agents.policy.layers import winners
+from agents.policy.rules import Policy
 from tools.errors import ConfigError, Problem
 from tools.inventory import Environment, Host
 from tools.yamlsrc import Located, load_yaml_file
@@ -30,6 +33,46 @@ from tools.yamlsrc import Located, load_yaml_file
 REQUEST_WORDS = frozenset({"to", "of", "in", "for", "on", "all", "previous", "deploy",
                            "status"})
 """Words requests use around names: a service named so could not be told apart (2.1)."""
+
+
+HostId = tuple[str, ...]
+"""A host's identity: ``("name", NAME)``, and for an SSH host also ``("ssh", ADDRESS, PORT)``."""
+
+
+@dataclass(frozen=True)
+class OrgIndex:
+    """What the faces need to know about every service without touching its ``Config``
+    (docs/services.md 1.2), computed once per load."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    """Lowercased service name -> its name."""
+    hosts: dict[HostId, list[tuple[str, str]]] = field(default_factory=dict)
+    """Host identity -> every (service, environment) that lists it."""
+    owned: dict[str, list[str]] = field(default_factory=dict)
+    """A Slack user or group id of an owner -> the services it owns."""
+    scopes: list[tuple[str, str]] = field(default_factory=list)
+    """Every (service, environment)."""
+
+    @classmethod
+    def of(cls, services: dict[str, Config]) -> OrgIndex:
+        index = cls()
+        for name, config in services.items():
+            index.names[name.lower()] = name
+            index.scopes.extend((name, env) for env in config.inventory.environments)
+            for env_name, env in config.inventory.environments.items():
+                for host in env.hosts:
+                    found = config.inventory.hosts.get(host)
+                    for identity in _identities(host, found) if found else [("name", host)]:
+                        index.hosts.setdefault(identity, []).append((name, env_name))
+            who = config.owners.approvers if config.owners else None
+            for owner in [*who.users, *who.groups] if who else []:
+                index.owned.setdefault(owner, []).append(name)
+        return index
+
+    def owned_by(self, user: str, groups: list[str] | None = None) -> list[str]:
+        """The services ``user`` (or one of ``groups``) owns, in config order."""
+        found = [s for who in [user, *(groups or [])] for s in self.owned.get(who, [])]
+        return list(dict.fromkeys(found))
 
 
 @dataclass
@@ -45,6 +88,24 @@ class Org:
     """A channel's default service (``channels:``; read by the faces in a later step)."""
     split: bool = False
     """Whether the file has ``services:`` (False: the file itself is the one service)."""
+    index: OrgIndex = field(default_factory=OrgIndex)
+    policy: Policy | None = None
+    """The main config's own ``policy`` (every service's base layer); None: not written."""
+
+    def __post_init__(self) -> None:
+        if not self.index.names:
+            self.index = OrgIndex.of(self.services)
+
+    def service_of(self, key: str | None) -> Config:
+        """The service a record names (None: the legacy one); ServiceUnknown otherwise,
+        never another service's config."""
+        name = self.legacy if key is None else key
+        if name is None or name not in self.services:
+            said = "records from before services" if key is None else f"service {key!r}"
+            raise ServiceUnknown(f"{said}: not a service of {self.path.name} (known: "
+                                 f"{', '.join(self.services)}); nothing is done under "
+                                 f"another service's rules")
+        return self.services[name]
 
     def only(self) -> Config:
         """The one service; ManyServices when there are several (the faces serve one
@@ -84,7 +145,10 @@ def load_org(path: Path | str) -> Org:
     problems += _between(org, services, origins, doc)
     if problems:
         raise ConfigError(problems)
-    return Org(path, services, legacy=org.legacy, channels=org.channels, split=True)
+    index = OrgIndex.of(services)
+    share_layers(services, index)
+    return Org(path, services, legacy=org.legacy, channels=org.channels, split=True,
+               policy=org.policy, index=index)
 
 
 def _name_problems(name: str, here: str) -> list[Problem]:
@@ -160,7 +224,7 @@ def _shared_hosts(services: dict[str, Config],
                   origins: dict[str, tuple[Path, Located]]) -> list[Problem]:
     """A host in two services (by name; an SSH host also by address and port): its rules
     and locks would be two services' at once, which lands in a later step."""
-    seen: dict[object, tuple[str, str]] = {}
+    seen: dict[HostId, tuple[str, str]] = {}
     out: list[Problem] = []
     for name, config in services.items():
         doc = origins[name][1]
@@ -173,15 +237,103 @@ def _shared_hosts(services: dict[str, Config],
                         else f"a host of service {first[0]} too")
                 out.append(Problem(doc.where(("inventory", "hosts", host_name)),
                                    f"host {host_name!r} is {also}: hosts shared between "
-                                   f"services are not supported yet (a later step of issue "
-                                   f"40); give each service its own hosts"))
+                                   f"services are not supported yet: both services' rules "
+                                   f"would apply, but their runs could change it at once "
+                                   f"until host locks land (issue 40, step 4); give each "
+                                   f"service its own hosts"))
                 break
     return out
 
 
-def _identities(name: str, host: Host) -> list[object]:
+def _identities(name: str, host: Host) -> list[HostId]:
     """What makes two inventory entries one machine (docs/services.md 1.2)."""
-    found: list[object] = [("name", name)]
+    found: list[HostId] = [("name", name)]
     if host.connection == "ssh":
-        found.append(("ssh", host.address, host.port))
+        found.append(("ssh", str(host.address), str(host.port)))
     return found
+
+
+def policy_notes(org: Org) -> list[str]:
+    """For ``deckhand check``: each service's owners; per service and environment, which
+    layer wins each field several layers set (docs/services.md 1.4); and the environments
+    no organisation rule names, which fall to its default (rules match names, section 6)."""
+    out: list[str] = []
+    for name, config in org.services.items():
+        label = f"{name}/" if org.split else ""
+        if config.owners is not None:
+            out.append(f"{name}: owners {config.owners.approvers.describe()} approve its runs, "
+                       f"within every environment's rules ({config.owners.source})")
+        out += _open_environments(label, config)
+        for env in config.inventory.environments:
+            out += [f"{label}{env}: {line}" for line in winners(config.policy, env)]
+            answer = eligibility(of_scopes([env]), config.policy)
+            if answer.nobody:
+                out.append(f"{label}{env}: nobody is allowed by every layer, so no plan "
+                           f"touching it can be approved: {answer.who()}")
+        if org.policy is not None and org.policy.environments:
+            default = ("its default" if "default" in org.policy.model_fields_set
+                       else "nothing of the organisation's")
+            out += [f"{name}/{env}: no organisation rule of that name, so {default} applies "
+                    f"(organisation rules match names)"
+                    for env in config.inventory.environments
+                    if env not in org.policy.environments]
+    return out
+
+
+def _open_environments(label: str, config: Config) -> list[str]:
+    """Environments anyone may approve only because nothing was written (issue 41.6):
+    no entry, no written ``policy.default``, no layer naming approvers."""
+    policy = config.policy
+    if "default" in policy.model_fields_set:
+        return []  # written: open (or not) on purpose
+    open_ = [env for env in config.inventory.environments
+             if env not in policy.environments
+             and not any(not rule.approvers.anyone for _, rule in policy.layers.get(env, []))]
+    if not open_:
+        return []
+    return [f"{label}{', '.join(open_)}: OPEN — anyone may approve, the requester included, "
+            f"because no `policy.environments` entry and no `policy.default` says who. Write "
+            f"`policy.default: {{approvers: {{anyone: true}}}}` to keep that on purpose, or "
+            f"an entry naming the approvers"]
+
+
+def share_layers(services: dict[str, Config], index: OrgIndex) -> None:
+    """A host two services list gets every service's layers (docs/services.md 2.5): each
+    environment of S listing a host that web/production lists too takes web/production's
+    rule, its layers (organisation, owners) and its freezes, named ``web/production: …``.
+
+    Per environment, not yet per host: until plan targets name the other service's scopes
+    (``PlanTargets.shared``), every run of that environment answers to them — stricter than
+    the design, never looser. (Loading still refuses shared hosts until host locks land.)
+    """
+    before = {name: config.policy.model_copy(deep=True) for name, config in services.items()}
+    for name, config in services.items():
+        for env_name, env in config.inventory.environments.items():
+            for other, theirs in _sharing(name, env.hosts, config, index):
+                _take(config.policy, env_name, f"{other}/{theirs}", before[other], theirs)
+
+
+def _sharing(name: str, hosts: list[str], config: Config, index: OrgIndex
+             ) -> list[tuple[str, str]]:
+    """Other services' (service, environment) that list one of ``hosts``."""
+    found = [scope for host in hosts if host in config.inventory.hosts
+             for identity in _identities(host, config.inventory.hosts[host])
+             for scope in index.hosts.get(identity, []) if scope[0] != name]
+    return list(dict.fromkeys(found))
+
+
+def _take(policy: Policy, env: str, label: str, theirs: Policy, their_env: str) -> None:
+    """Copy ``theirs``'s rules over ``their_env`` into ``policy``'s scope ``env``."""
+    own = theirs.for_env(their_env)
+    source = theirs.sources.get(their_env) or (
+        f"policy.environments.{their_env}" if their_env in theirs.environments
+        else "policy.default")
+    layers = policy.layers.setdefault(env, [*policy.layers_of(env)])
+    known = {s for s, _ in layers} | {policy.sources.get(env, "")}
+    for where, rule in [(source, own), *theirs.layers_of(their_env)]:
+        if where not in known:  # the organisation's rule, once
+            layers.append((f"{label}: {where}", rule))
+            known.add(where)
+    policy.freeze += [w.model_copy(update={"environments": [env],
+                                           "reason": f"{label}: {w.reason}"})
+                      for w in theirs.freeze if their_env in w.environments]

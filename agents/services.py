@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -180,7 +181,7 @@ class Services:
         """Raise PlanInvalid unless ``plan`` passes every rule."""
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
-                                            self.store.history.versions)
+                                            partial(self.store.history.versions, plan.service))
         if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
             nobody = unapprovable(self.targets(plan), self.config.policy,
                                   requested_by=plan.requested_by)
@@ -208,7 +209,7 @@ class Services:
             return []
         env, version = target
         try:
-            live = self.store.history.current(env).version
+            live = self.store.history.current(plan.service, env).version
         except StoreError:
             live = None
         log = GitRepo(Path(settings.repo)).changelog(live, version, limit=settings.max_commits)
@@ -227,7 +228,7 @@ class Services:
             plan = self.store.plans.get(run.plan_id, run.plan_version)  # the last replan's
             deploys = deploys_of(plan, run, self.config.catalog)
             if deploys:
-                self.store.history.record(run.id, deploys)
+                self.store.history.record(run.service, run.id, deploys)
         except StoreError as exc:
             log.error("run %s: could not record deployment history (%s)", run.id, exc)
 

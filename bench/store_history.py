@@ -134,7 +134,7 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     store.runs.approve(run.id, face="cli", user="UAPPROVER", plan_version=1, plan_hash=plan.hash,
                        policy=policy)
     entry = store.queue.read("bench", block=0.001)
-    store.locks.acquire([env], run_id=run.id, worker="bench", ttl=600)
+    store.locks.acquire(None, [env], run_id=run.id, worker="bench", ttl=600)
     claimed = store.leases.claim(run.id, worker="bench", lease=600)
     if claimed is not None:  # what a worker leaves: 8 steps, each on 3 hosts, with output
         executed(claimed, env)
@@ -142,8 +142,8 @@ def seed_one(store: Store, clock: Clock, n: int, total: int, policy: Policy) -> 
     clock.now += 60
     store.runs.transition(run.id, outcome)
     store.audit.record("run_finished", actor="bench", run_id=run.id, status=outcome.value)
-    store.history.record(run.id, [deploy_of(run, env, n, outcome, clock.now)])
-    store.locks.release([env], run_id=run.id)
+    store.history.record(None, run.id, [deploy_of(run, env, n, outcome, clock.now)])
+    store.locks.release(None, [env], run_id=run.id)
     store.leases.release(run.id, worker="bench")
     if entry:
         store.queue.ack(entry[0])
@@ -189,7 +189,8 @@ def _template(store: Store, run_id: str) -> dict[str, Any]:
     run = store.runs.get(run_id)
     return {"run": run, "plan": store.plans.get(run.plan_id),
             "audit": [json.loads(i) for i in store.r.lrange(store.keys.run_audit(run_id), 0, -1)],
-            "deploys": [d for env in ENVS for d in store.history.recent(env, limit=HISTORY_READ)
+            "deploys": [d for env in ENVS
+                        for d in store.history.recent(None, env, limit=HISTORY_READ)
                         if d.run_id == run_id]}
 
 
@@ -215,8 +216,9 @@ def _write_copy(store: Store, pipe: Any, model: dict[str, Any], at: float) -> st
         moved = deploy.model_copy(update={"run_id": new_run.id,
                                           "started_at": deploy.started_at + shift,
                                           "finished_at": deploy.finished_at + shift})
-        pipe.zadd(keys.history(deploy.environment), {moved.model_dump_json(): moved.finished_at})
-        pipe.zadd(keys.history_facts(deploy.environment), {fact_member(moved): moved.finished_at})
+        env = deploy.environment
+        pipe.zadd(keys.history(None, env), {moved.model_dump_json(): moved.finished_at})
+        pipe.zadd(keys.history_facts(None, env), {fact_member(moved): moved.finished_at})
         pipe.set(keys.history_recorded(new_run.id), "1")
     return str(new_run.id)
 
@@ -246,15 +248,15 @@ def rows(store: Store, services: Services, some: str) -> list[tuple[str, Any, An
         ("audit --run", lambda: store.audit.entries(run_id=some),
          lambda: [f for _, f in client.xrange(store.keys.audit())
                   if f[b"run_id"] == some.encode()]),
-        ("App Home locks", store.locks,
-         lambda: list(client.scan_iter(store.keys.lock("*")))),
+        ("App Home locks", store.locks.all,
+         lambda: list(client.scan_iter(store.keys.lock(None, "*")))),
         ("runs show PREFIX", lambda: store.runs.find(short_id(some)), None),
-        ("history production", lambda: store.history.recent("production", limit=20), None),
-        ("where", store.deployed_states, None),
+        ("history production", lambda: store.history.recent(None, "production", limit=20), None),
+        ("where", store.history.matrix, None),
         ("stats production", lambda: stats(
-            store.history.facts_since("production", now - 30 * DAY), environment="production",
+            store.history.facts_since(None, "production", now - 30 * DAY), environment="production",
             now=now, days=30), lambda: stats(
-            store.history.since("production", now - 30 * DAY), environment="production",
+            store.history.since(None, "production", now - 30 * DAY), environment="production",
             now=now, days=30)),
         ("App Home (all data)", home_reader(services), None),
         ("schedules list", lambda: handle_schedule_command(
@@ -274,12 +276,12 @@ def report(store: Store, services: Services, ids: list[str], bytes_per_run: floa
             before = median_ms(old, 1)
             line += f"   (before: {before:8.1f} ms, {before / took:,.0f}x slower)"
         print(line)
-    window = stats(store.history.facts_since("production", time.time() - 30 * DAY),
+    window = stats(store.history.facts_since(None, "production", time.time() - 30 * DAY),
                    environment="production", now=time.time(), days=30)
-    sample = stats(store.history.recent("production", limit=HISTORY_READ), environment="production",
-                   now=time.time(), days=30)
-    print(f"deploy facts index: {client.zcard(store.keys.history_facts('production')):,} of "
-          f"{client.zcard(store.keys.history('production')):,} production deploys")
+    sample = stats(store.history.recent(None, "production", limit=HISTORY_READ),
+                   environment="production", now=time.time(), days=30)
+    print(f"deploy facts index: {client.zcard(store.keys.history_facts(None, 'production')):,} of "
+          f"{client.zcard(store.keys.history(None, 'production')):,} production deploys")
     print(f"stats production, 30 days: {window.deploys:,} deploys ({window.per_day:.2f}/day) "
           f"read whole; the old newest-{HISTORY_READ} sample said {sample.deploys:,} "
           f"({sample.per_day:.2f}/day)")

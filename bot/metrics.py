@@ -120,9 +120,10 @@ class Metrics:
     # -- hooks --------------------------------------------------------------------------------
 
     def watch_history(self, history: History, environments: list[str], *,
-                      undo_window: float) -> None:
-        """Export delivery figures (DORA, last 30 days) per environment, read at scrape time."""
-        self.registry.register(_HistoryCollector(history, environments, undo_window))
+                      undo_window: float, service: str | None = None) -> None:
+        """Export delivery figures (DORA, last 30 days) per environment of ``service``,
+        read at scrape time."""
+        self.registry.register(_HistoryCollector(history, environments, undo_window, service))
 
     def watch_plan_quality(self, *, runs: Runs, plans: Plans, max_makers: int = 10,
                            clock: Callable[[], float] = time.time) -> None:
@@ -219,8 +220,10 @@ class _HistoryCollector(Collector):
 
     DAYS = 30.0
 
-    def __init__(self, history: History, environments: list[str], undo_window: float):
+    def __init__(self, history: History, environments: list[str], undo_window: float,
+                 service: str | None = None):
         self.history, self.environments, self.undo_window = history, environments, undo_window
+        self.service = service
 
     def describe(self) -> Iterable[Metric]:
         return self._families()  # no samples: registering must not call Redis
@@ -230,7 +233,8 @@ class _HistoryCollector(Collector):
         now = time.time()
         for env in self.environments:
             try:
-                deploys = self.history.facts_since(env, now - self.DAYS * DAY)  # all of it
+                deploys = self.history.facts_since(self.service, env,
+                                                   now - self.DAYS * DAY)  # all of it
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,

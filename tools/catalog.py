@@ -17,12 +17,19 @@ from collections.abc import Callable, Collection
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tools.errors import ParamError, UnknownTool
 from tools.gates import GATE_TEMPLATE_FIELDS, SAFE_VALUE, GateSpec
 from tools.regex import compile_safe
-from tools.shell import ShellCommand, ValueRefused
+from tools.shell import ShellCommand, ValueRefused, option_problem
 from tools.shell import parse as parse_shell
 
 ParamValue = str | int | bool
@@ -56,6 +63,9 @@ class ParamSpec(BaseModel):
     minimum: int | None = None
     maximum: int | None = None
     secret: bool = Field(default=False, description="the default is never shown to a planner")
+    code: bool = Field(default=False, description=(
+        "the value is a script the operator trusts to run (sh -c 'eval \"$1\"' sh {x}): "
+        "the only way a value may be code; never for a parameter a plan fills from a request"))
 
     @field_validator("pattern")
     @classmethod
@@ -63,6 +73,14 @@ class ParamSpec(BaseModel):
         if value is not None:
             compile_safe(value)  # ValueError names the problem
         return value
+
+    @property
+    def admits_options(self) -> bool:
+        """Whether a value may start with ``-`` where it begins an argument: only when the
+        operator said so, by a pattern, an enum or a negative minimum."""
+        return (self.pattern is not None
+                or any(str(e).startswith("-") for e in self.enum or ())
+                or (self.minimum is not None and self.minimum < 0))
 
     def check(self, value: Any) -> str | None:
         """Return why ``value`` breaks this schema, or None when it is valid."""
@@ -122,12 +140,13 @@ class Tool(BaseModel):
 
     name: str = Field(pattern=NAME)
     description: str = Field(min_length=1, max_length=500)
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    """Before ``command``: the command's check reads which parameters are ``code``."""
     command: str | None = Field(default=None, min_length=1)
     gate: GateSpec | None = None
     """Instead of a command: a check deckhand evaluates itself (tools.gates)."""
     check: str | None = Field(default=None, min_length=1)
     """A command with the same parameters that verifies the tool could run (dry runs)."""
-    params: dict[str, ParamSpec] = Field(default_factory=dict)
     target: str = "local"
     timeout: float = Field(default=300.0, gt=0, le=86400)
     retries: int = Field(default=0, ge=0, le=10)
@@ -142,9 +161,10 @@ class Tool(BaseModel):
 
     @field_validator("command", "check")
     @classmethod
-    def _shell_safe(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_shell(value)  # ShellRefused names each unsafe placeholder, line, context
+    def _shell_safe(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:  # ShellRefused names each unsafe placeholder, line, context
+            params: dict[str, ParamSpec] = info.data.get("params") or {}
+            parse_shell(value, code=_code_params(params))
         return value
 
     @field_validator("target")
@@ -240,10 +260,22 @@ class Catalog:
             value = params[key]
             if key in unchecked or (isinstance(value, str) and OUTPUT_REF.match(value)):
                 continue
-            reason = spec.check(value)
+            reason = spec.check(value) or self._option_problem(tool, key, spec, value)
             if reason:
                 problems.append(f"parameter {key!r} {reason}")
         return problems
+
+    @staticmethod
+    def _option_problem(tool: Tool, key: str, spec: ParamSpec, value: Any) -> str | None:
+        """A value the command would read as an option (refused before a plan is shown;
+        ``ShellTemplate.fill`` refuses it again when the step runs)."""
+        if tool.command is None or spec.admits_options or not isinstance(value, str | int):
+            return None
+        try:
+            leading = parse_shell(tool.command, code=_code_params(tool.params)).leading
+        except ValueError:
+            return None  # a refused template is reported where the tool is loaded
+        return option_problem(str(value)) if key in leading else None
 
     def with_defaults(self, tool: Tool, params: dict[str, Any]) -> dict[str, ParamValue]:
         """``params`` plus the tool's defaults for anything left out."""
@@ -270,11 +302,12 @@ class Catalog:
         so ``shown()`` masks them)."""
         full = self._valid(tool, params)
         scopes = {"host": host_vars, "vars": config_vars}
-        template = parse_shell(tool.command or "")
+        template = parse_shell(tool.command or "", code=_code_params(tool.params))
         values = {f: _lookup(f, full, scopes, tool.name) for f in template.fields}
         secret = frozenset(k for k, spec in tool.params.items() if spec.secret)
+        options = frozenset(k for k, spec in tool.params.items() if spec.admits_options)
         try:
-            return template.fill(values, secret=secret)
+            return template.fill(values, secret=secret, options=options)
         except ValueRefused as exc:
             raise ParamError(f"tool {tool.name}: {exc}") from exc
 
@@ -284,6 +317,11 @@ class Catalog:
         if problems:
             raise ParamError(f"tool {tool.name}: " + "; ".join(problems))
         return full
+
+
+def _code_params(params: dict[str, ParamSpec]) -> frozenset[str]:
+    """Parameters the operator declared trusted scripts (``code: true``)."""
+    return frozenset(k for k, spec in params.items() if spec.code)
 
 
 def _fill(template: str, value_of: Callable[[str], str]) -> str:

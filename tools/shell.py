@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tools.shell_scan import SAFE, WHY, Context, contexts_of
+from tools.shell_scan import SAFE, WHY, Context, scan
 
 MAX_COMMAND_BYTES = 24 * 1024
 """A rendered command larger than this is refused. sshd runs it as one ``sh -c`` argument
@@ -46,14 +46,17 @@ class Refusal:
     line: int
     """1-based line within the template."""
     context: Context
+    detail: str = ""
+    """More about the context (for INNER: which positional the script uses, and how)."""
 
     def __str__(self) -> str:
         return self.describe("command")
 
     def describe(self, text: str) -> str:
         """Say what is wrong; ``text`` names what the line counts in (command, script)."""
+        detail = f" ({self.detail})" if self.detail else ""
         return (f"{{{self.field}}} on line {self.line} of the {text} stands "
-                f"{self.context.value}: {WHY[self.context]}")
+                f"{self.context.value}{detail}: {WHY[self.context]}")
 
 
 class ShellRefused(ValueError):
@@ -84,6 +87,8 @@ class Slot:
     field: str
     variable: str
     context: Context
+    leading: bool = False
+    """The value begins an argument: a leading ``-`` would make it an option."""
 
 
 @dataclass(frozen=True)
@@ -97,15 +102,26 @@ class ShellTemplate:
     def fields(self) -> list[str]:
         return list(dict.fromkeys(s.field for s in self.slots))
 
-    def fill(self, values: Mapping[str, object], *, secret: frozenset[str] = frozenset()
-             ) -> ShellCommand:
-        """The command with ``values`` (by field name) delivered as variables."""
+    @property
+    def leading(self) -> frozenset[str]:
+        """Fields a program may read as an option when the value starts with ``-``."""
+        return frozenset(s.field for s in self.slots if s.leading)
+
+    def fill(self, values: Mapping[str, object], *, secret: frozenset[str] = frozenset(),
+             options: frozenset[str] = frozenset()) -> ShellCommand:
+        """The command with ``values`` (by field name) delivered as variables. A value
+        starting with ``-`` where it begins an argument is refused unless its field is in
+        ``options`` (its parameter's pattern admits it) or the operator wrote it."""
         assigned: dict[str, str] = {}
         for slot in self.slots:
             text = _text(values[slot.field])
             if "\0" in text:
                 raise ValueRefused(f"{{{slot.field}}} contains a NUL byte, which no shell "
                                    f"can carry")
+            if slot.leading and slot.field not in options and "." not in slot.field:
+                problem = option_problem(text)
+                if problem:
+                    raise ValueRefused(f"{{{slot.field}}} {problem}")
             assigned[slot.variable] = text
         hidden = frozenset(s.variable for s in self.slots if s.field in secret)
         command = ShellCommand(self, tuple(assigned.items()), hidden)
@@ -153,6 +169,15 @@ class ShellCommand:
         return self.shown()
 
 
+def option_problem(value: str) -> str | None:
+    """Why ``value`` may not begin an argument (it would be read as an option), or None."""
+    if not value.startswith("-"):
+        return None
+    return (f"is {value[:40]!r}, which starts with '-': the command would read it as an "
+            f"option. Give the parameter a `pattern` that admits such values, or put `--` "
+            f"before the placeholder in the command")
+
+
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -194,8 +219,11 @@ def _variables(fields: list[str]) -> dict[str, str]:
 
 
 @lru_cache(maxsize=2048)
-def parse(template: str) -> ShellTemplate:
-    """Parse ``template`` (``str.format`` syntax); ShellRefused lists every unsafe slot."""
+def parse(template: str, *, code: frozenset[str] = frozenset()) -> ShellTemplate:
+    """Parse ``template`` (``str.format`` syntax); ShellRefused lists every unsafe slot.
+
+    ``code``: fields the operator declared trusted scripts (``code: true``), which an inner
+    ``sh -c`` script may run; nothing else may become code."""
     literals: list[str] = []
     fields: list[str] = []
     pending = ""
@@ -209,12 +237,18 @@ def parse(template: str) -> ShellTemplate:
     if any(_MARK in lit for lit in literals):
         raise ValueRefused("the command contains U+E000, which deckhand reserves")
     source = _MARK.join(literals)
-    contexts = contexts_of(source, _MARK)
+    found = scan(source, _MARK)
     variables = _variables(fields)
-    slots = tuple(Slot(f, variables[f], _operator_may_choose(f, contexts[i]))
+    slots = tuple(Slot(f, variables[f], _operator_may_choose(f, found.contexts[i]),
+                       found.leading[i])
                   for i, f in enumerate(fields))
-    refused = [Refusal(s.field, source[:_nth_mark(source, i)].count("\n") + 1, s.context)
+    refused = [Refusal(s.field, source[:_nth_mark(source, i)].count("\n") + 1, s.context,
+                       found.details[i])
                for i, s in enumerate(slots) if s.context not in SAFE]
+    refused += [Refusal(s.field, source[:_nth_mark(source, i)].count("\n") + 1,
+                        Context.INNER, found.details[i])
+                for i, s in enumerate(slots)
+                if s.context in SAFE and found.details[i] and s.field not in code]
     if refused:
         raise ShellRefused(refused)
     return ShellTemplate(tuple(literals), slots)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 
 class Context(StrEnum):
@@ -37,6 +38,8 @@ class Context(StrEnum):
     EXPANSION = "inside ${…}"
     BACKTICK = "inside `…` backticks"
     COMMAND = "as the command name"
+    FORMAT = "as printf's format"
+    INNER = "as an argument the inner script of sh -c / bash -c uses unsafely"
     DELIMITER = "in a heredoc delimiter"
     UNREAD = "in an unterminated quote or construct"
 
@@ -64,6 +67,11 @@ WHY = {
     Context.EXPANSION: "inside ${…} a value is a pattern or a name, not data",
     Context.BACKTICK: "backticks re-read backslashes and quotes; use $(…)",
     Context.COMMAND: "the value would choose the program that runs",
+    Context.FORMAT: "printf reads % and \\ sequences in its format, and a leading - as an "
+                    "option (printf -v a[$(cmd)] runs cmd); use printf '%s' {x}",
+    Context.INNER: "the inner script reads that positional parameter as code, an "
+                   "expression, a name or a format; use it only as \"$1\" in a plain "
+                   "argument",
     Context.DELIMITER: "a delimiter must be literal",
     Context.UNREAD: "close the quote, heredoc, $( or ${ it is in",
 }
@@ -93,8 +101,33 @@ SUBSCRIPT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\[")
 
 
 def contexts_of(source: str, mark: str) -> list[Context]:
-    """The context of every ``mark`` in ``source``, in order."""
-    return _Scanner(source, mark).contexts()
+    """The context of every ``mark`` in ``source``, in order (INNER where an inner script
+    uses the argument unsafely)."""
+    found = scan(source, mark)
+    return [Context.INNER if detail else context
+            for context, detail in zip(found.contexts, found.details, strict=True)]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What the scanner found for each mark, in order."""
+
+    contexts: list[Context]
+    leading: list[bool]
+    """The mark begins an argument a program may read as an option: the start of a word
+    after the command name, with no ``--`` before it (or, for an argument of ``sh -c``,
+    where the inner script puts it)."""
+    details: list[str]
+    """Non-empty where the mark is an argument an inner ``sh -c`` script uses unsafely
+    (INNER): which positional parameter, and how. ``contexts`` has the outer context."""
+
+
+def scan(source: str, mark: str) -> Scan:
+    """Every ``mark``'s context, whether it leads an argument, and details."""
+    scanner = _Scanner(source, mark)
+    contexts = scanner.contexts()
+    return Scan(contexts, [m in scanner.leading for m in scanner.marks],
+                [scanner.details.get(m, "") for m in scanner.marks])
 
 
 @dataclass(frozen=True)
@@ -112,6 +145,8 @@ class _Simple:
 
     words: list[str] = field(default_factory=list)
     word: str = ""
+    start: int = 0
+    """Where the word being read began in the source."""
     """The word being read, quotes removed (enough to recognise ``eval``, ``-c``, ``x=``)."""
     in_word: bool = False
     redirect: bool = False
@@ -146,6 +181,8 @@ class _Scanner:
         (``$( )``: its output is that word) rather than beside it (``( )``, ``<( )``)."""
         self.fed_heredoc = False
         """The heredoc body being read goes to a shell (``sh <<EOF``, ``cat <<EOF | sh``)."""
+        self.leading: set[int] = set()
+        self.details: dict[int, str] = {}
 
     def contexts(self) -> list[Context]:
         self.command_list(0, closer=None)
@@ -155,6 +192,8 @@ class _Scanner:
     def record(self, index: int, context: Context) -> None:
         if index in self.found and self.found[index] not in SAFE:
             return  # a stricter verdict already stands
+        if context in (Context.WORD, Context.DOUBLE) and self.commands:
+            context = self.as_argument(index, context, self.commands[-1])
         self.found[index] = context
         if context in SAFE and self.commands:
             simple = self.commands[-1]
@@ -162,6 +201,25 @@ class _Scanner:
             simple.pipe_marks.append(index)
             if simple.dbracket:
                 simple.dbracket_marks.append(index)
+
+    def as_argument(self, index: int, context: Context, simple: _Simple) -> Context:
+        """A mark in a word of ``simple``: note whether it leads an option-like argument,
+        and what the inner script makes of it when it is an argument of ``sh -c``."""
+        if (not simple.in_word or simple.redirect or simple.herestring or simple.dbracket
+                or simple.case_subject or not simple.words or "--" in simple.words):
+            return context
+        inner = _shell_program(simple.words)
+        if inner is None:
+            if not self.src[simple.start:index].strip("\"'"):
+                self.leading.add(index)
+            return context
+        program, position = inner
+        verdict, leading, detail = _inner_use(program, position)
+        if leading:
+            self.leading.add(index)
+        if verdict is not None:  # said apart: a value declared code may still go here
+            self.details[index] = detail
+        return context
 
     def record_range(self, start: int, end: int, context: Context) -> None:
         for index in range(start, min(end, len(self.src))):
@@ -209,7 +267,8 @@ class _Scanner:
             return self.redirection(i, simple, heredocs)
         if c in ";&|":
             double = src[i:i + 2] in ("||", "&&", ";;", ";&", "|&")
-            self.end_simple(simple, separator="|" if c == "|" and not double else c)
+            piped = c == "|" and src[i:i + 2] != "||"  # |& pipes stderr too; || does not
+            self.end_simple(simple, separator="|" if piped else ";")
             return i + (2 if double else 1)
         if c == ")" and simple.case_depth > 0:  # a case pattern's closing parenthesis
             self.end_simple(simple, separator=";")
@@ -310,7 +369,8 @@ class _Scanner:
 
     def word_part(self, i: int, simple: _Simple) -> int:
         src, c = self.src, self.src[i]
-        simple.in_word = True
+        if not simple.in_word:
+            simple.in_word, simple.start = True, i
         if c == "\\":
             if src[i + 1:i + 2] == "\n":
                 return i + 2  # a line continuation
@@ -548,6 +608,10 @@ def argument_context(simple: _Simple, *, innermost: bool) -> Context | None:
         return Context.ARITHMETIC
     if name in NAMES or (name == "printf" and names[-1:] == ["-v"]):
         return Context.NAME
+    if name in ("test", "[") and names[-1:] in (["-v"], ["-R"]):
+        return Context.NAME  # bash evaluates a subscript: test -v 'a[$(cmd)]' runs cmd
+    if name == "printf" and _format_next(names[1:]):
+        return Context.FORMAT
     if name in DECLARE and innermost and "=" not in simple.word:
         return Context.NAME
     if name in DECLARE and innermost and "[" in simple.word.split("=", 1)[0]:
@@ -606,3 +670,64 @@ def _scripted_program(rest: list[str]) -> bool:
         elif not word.startswith("-"):
             return False  # the program is already given: the mark is an argument
     return not skip  # the mark is the argument of -v / -F, or the program
+
+
+def _format_next(rest: list[str]) -> bool:
+    """Whether printf's next word is its format (only options, ``-v NAME``, ``--`` before)."""
+    skip = False
+    for word in rest:
+        if skip:
+            skip = False
+        elif word == "-v":
+            skip = True
+        elif not word.startswith("-"):
+            return False
+    return not skip
+
+
+def _shell_program(words: list[str]) -> tuple[str, int] | None:
+    """For ``sh -c PROGRAM a0 a1 …``: the program and the positional number (``$N``) the
+    word being read will have; None when the words are not a shell running a program."""
+    names = command_words(words)
+    first = len(words) - len(names)
+    shell = next((k for k, name in enumerate(names) if name in SHELLS), None)
+    if shell is None or names[shell] != names[0]:
+        return None
+    flag = next((j for j in range(shell + 1, len(names))
+                 if names[j] == "-c" or _combined(names[j], ("-c",))), None)
+    if flag is None:
+        return None
+    program = next((j for j in range(flag + 1, len(names))
+                    if not names[j].startswith("-") or names[j] == "-"), None)
+    if program is None:
+        return None
+    return words[first + program], len(words) - (first + program) - 1
+
+
+_POSITIONAL = re.compile(r"\$([0-9@*])|\$\{([0-9@*])\}")
+_INNER_MARK = "\ue001"
+_NOT_ARRIVING = frozenset({Context.SINGLE, Context.QUOTED_HEREDOC, Context.COMMENT})
+
+
+def _inner_use(program: str, position: int) -> tuple[Context | None, bool, str]:
+    """How ``program`` uses ``$position`` (and ``$@``/``$*``): an unsafe context (or None),
+    whether it leads an option-like argument, and words for the refusal."""
+    uses = _positional_uses(program)
+    names = [str(position)] + (["@", "*"] if position > 0 else [])
+    found = [(name, context, leading) for name, context, leading in uses if name in names]
+    for name, context, _ in found:
+        if context not in SAFE and context not in _NOT_ARRIVING:
+            return Context.INNER, False, f"the script uses ${name} {context.value}"
+    return None, any(leading for _, _, leading in found), ""
+
+
+@lru_cache(maxsize=256)
+def _positional_uses(program: str) -> tuple[tuple[str, Context, bool], ...]:
+    """(positional name, context, leads an argument) for every ``$N``/``$@`` in a script."""
+    names: list[str] = []
+
+    def mark(match: re.Match[str]) -> str:
+        names.append(match.group(1) or match.group(2))
+        return _INNER_MARK
+    found = scan(_POSITIONAL.sub(mark, program.replace(_INNER_MARK, "")), _INNER_MARK)
+    return tuple(zip(names, found.contexts, found.leading, strict=True))

@@ -14,7 +14,7 @@ pre-checks a face makes before asking for a confirmation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +36,14 @@ class RunDesk:
     """The run verbs over one deployment's services (cheap: make one where needed)."""
 
     services: Services
+    rules: Callable[[str | None], Policy] | None = None
+    """The policy of a service (every layer), for a face serving an organisation of several;
+    None: the services' own config's."""
 
-    @property
-    def policy(self) -> Policy:
-        """The policy in force now (a reload swaps the whole config at once)."""
-        return self.services.config.policy
+    def policy_of(self, service: str | None) -> Policy:
+        """The rules a run of ``service`` is judged by, as in force now (a reload swaps the
+        whole config at once)."""
+        return self.rules(service) if self.rules else self.services.config.policy
 
     # -- propose ----------------------------------------------------------------------------
 
@@ -66,28 +69,27 @@ class RunDesk:
 
     def _fresh(self, plan: Plan, *, user: str, face: str, break_glass: str | None,
                run_id: str | None, meta: dict[str, Any] | None) -> Run:
-        targets = self.services.targets(plan)
-        problem = unapprovable(targets, self.policy, requested_by=plan.requested_by)
+        targets, policy = self.services.targets(plan), self.policy_of(plan.service)
+        problem = unapprovable(targets, policy, requested_by=plan.requested_by)
         if problem:
             self.services.store.audit.refused("plan", action="plan_refused", actor=user,
                                               face=face, rule=problem, plan_id=plan.id)
             raise PlanInvalid([problem])
         self.services.store.plans.save(plan)
         fields: dict[str, Any] = {"break_glass": break_glass, "meta": {
-            **(meta or {}), "policy": policy_version(self.policy)}}  # the rules it was posted under
+            **(meta or {}), "policy": policy_version(policy)}}  # the rules it was posted under
         if run_id:
             fields["id"] = run_id
         return Run.for_plan(plan, targets, **fields)
 
     def _planned(self, plan: Plan, user: str, face: str, break_glass: str | None,
                  details: dict[str, Any]) -> Any:
-        audit = self.services.store.audit
+        audit, version = self.services.store.audit, policy_version(self.policy_of(plan.service))
         glass = {"break_glass": break_glass} if break_glass else {}
 
         def then(run_id: str) -> list[Write]:
             return [audit.write("planned", actor=user, run_id=run_id, plan_id=plan.id,
-                                face=face, policy=policy_version(self.policy), **glass,
-                                **details)]
+                                face=face, policy=version, **glass, **details)]
         return then
 
     # -- approve ----------------------------------------------------------------------------
@@ -100,12 +102,13 @@ class RunDesk:
         unknown = self._groups_unknown(run, user=user, groups=list(groups), face=face)
         if unknown:
             return unknown
+        policy = self.policy_of(run.service)
         grant = approval_grant(run, user=user, user_groups=list(groups),
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
-                               policy=self.policy, now=self.services.clock())
+                               policy=policy, now=self.services.clock())
         if not isinstance(grant, Grant):
             return grant
-        return self.services.store.limits.problem(self.policy, run.environments,
+        return self.services.store.limits.problem(policy, run.service, run.environments,
                                                   run_id=run.id, user=user) or grant
 
     def problem(self, run: Run, *, user: str, face: str,
@@ -128,7 +131,7 @@ class RunDesk:
             plan_version, plan_hash = run.plan_version, run.plan_hash
         return self.services.store.runs.approve(
             run_id, user=user, face=face, user_groups=list(groups), plan_version=plan_version,
-            plan_hash=plan_hash, policy=self.policy)
+            plan_hash=plan_hash, policy=self.policy_of(run.service))
 
     def _groups_unknown(self, run: Run, *, user: str, groups: list[str],
                         face: str) -> str | None:
@@ -137,7 +140,7 @@ class RunDesk:
         group could let them approve, the refusal says so instead of "not allowed"."""
         if face == Face.SLACK:
             return None
-        answer = eligibility(run, self.policy)
+        answer = eligibility(run, self.policy_of(run.service))
         named = sorted({g for line in answer.lines for g in line.rule.approvers.groups})
         could = all(line.rule.approvers.allows(user, groups) or line.rule.approvers.groups
                     for line in answer.lines)  # a group could lift every refusal
@@ -152,7 +155,7 @@ class RunDesk:
         would be: the run's real hosts against ``policy.limits``, the creator's per-hour
         count, the replica wait and the refusal's audit entry. Recorded as
         ``schedule:ID (approved by U123 at creation)``; ApprovalRefused says why not."""
-        policy, groups = self.policy, list(schedule.created_by_groups)
+        policy, groups = self.policy_of(plan.service), list(schedule.created_by_groups)
 
         def alone(run: Run) -> str | None:
             return auto_problem(policy, run, user=schedule.created_by, user_groups=groups)
@@ -168,7 +171,7 @@ class RunDesk:
         """Audit a refusal a face decided (an unconfirmed approval): the error to raise."""
         self.services.store.audit.refused(what, actor=user, face=face, rule=rule,
                                           run_id=run.id, plan_id=run.plan_id,
-                                          policy=policy_version(self.policy))
+                                          policy=policy_version(self.policy_of(run.service)))
         return ApprovalRefused(rule)
 
     # -- revise, reject, close ----------------------------------------------------------------
@@ -177,7 +180,8 @@ class RunDesk:
                   groups: Iterable[str] = ()) -> None:
         """ApprovalRefused (audited as ``what``) unless ``user`` may modify, reject or stop
         ``run``: its requester, or someone who may approve it."""
-        problem = steer_problem(run, user=user, user_groups=list(groups), policy=self.policy)
+        problem = steer_problem(run, user=user, user_groups=list(groups),
+                                policy=self.policy_of(run.service))
         if problem:
             raise self.refused(run, user=user, face=face, rule=problem, what=what)
 
@@ -236,7 +240,8 @@ class RunDesk:
                 groups: Iterable[str] = ()) -> Run:
         """Pause, resume or stop ``run_id`` for ``user`` (``agents.engine.control``)."""
         store = self.services.store
-        return steer(self.policy, control, run_id, runs=store.runs, audit=store.audit,
+        policy = self.policy_of(store.runs.get(run_id).service)
+        return steer(policy, control, run_id, runs=store.runs, audit=store.audit,
                      user=user, via=via, user_groups=groups)
 
     def cancel(self, run_id: str, *, user: str, via: str) -> Run:
@@ -247,9 +252,10 @@ class RunDesk:
     def judge(self, run_id: str, verdict: Verdict, *, user: str, via: str,
               groups: Iterable[str] = (), hold: str | None = None) -> tuple[Run, Judgment]:
         """``user``'s Continue or Roll back at the go/no-go ``run_id`` waits at."""
-        return self.services.store.judgments.decide(run_id, verdict, user=user, via=via,
-                                                    policy=self.policy,
-                                                    user_groups=list(groups), hold=hold)
+        store = self.services.store
+        return store.judgments.decide(run_id, verdict, user=user, via=via,
+                                      policy=self.policy_of(store.runs.get(run_id).service),
+                                      user_groups=list(groups), hold=hold)
 
 
 def auto_problem(policy: Policy, subject: Subject, *, user: str,

@@ -109,7 +109,7 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     book.flag(schedule.id, plan_problem=None)
     targets = services.targets(plan)
     envs = targets.environments
-    lock = _held_lock(services.store, envs)
+    lock = _held_lock(services.store, plan.service, envs)
     if lock is not None and services.config.policy.strictest(targets.scopes).lock == "refuse":
         return done(Outcome.SKIPPED_LOCKED, f"skipped: {lock.describe()}, and policy does not "
                     f"queue behind it", plan=plan, lock=lock)
@@ -156,9 +156,10 @@ class _Done:
         return f"; stands for {count + 1} occurrences, {count} missed one(s) coalesced into it"
 
 
-def _held_lock(store: Store, environments: Iterable[str]) -> LockInfo | None:
-    wanted = set(environments)
-    return next((lock for lock in store.locks.all() if lock.environment in wanted), None)
+def _held_lock(store: Store, service: str | None,
+               environments: Iterable[str]) -> LockInfo | None:
+    held = store.locks.of(service)
+    return next((held[env] for env in environments if env in held), None)
 
 
 def _lock_note(lock: LockInfo | None) -> str:

@@ -213,17 +213,18 @@ class Retention:
     def _deploys(self, report: RetentionReport) -> bool:
         if report.history_cutoff is None:
             return True
-        for env in self.store.history.environments():
+        history = self.store.history
+        for service, env in history.scopes():
             skip = 0
-            while found := self.store.history.older_than(env, report.history_cutoff, skip=skip,
-                                                         limit=self.batch):
+            while found := history.older_than(service, env, report.history_cutoff,
+                                              skip=skip, limit=self.batch):
                 if report.deploys and self._late():
                     return False
                 if report.dry_run:
                     skip += len(found)
                 else:
-                    self._durable([deploy_line(env, d) for _, d in found])
-                    self.store.history.forget(env, [member for member, _ in found])
+                    self._durable([deploy_line(env, d, service=service) for _, d in found])
+                    history.forget(service, env, [member for member, _ in found])
                 report.deploys += len(found)
         return True
 
@@ -259,8 +260,11 @@ def audit_line(stream_id: str, entry: AuditEntry) -> dict[str, Any]:
     return {"kind": "audit", **entry.__dict__, "stream_id": stream_id}
 
 
-def deploy_line(environment: str, deploy: Deploy) -> dict[str, Any]:
-    return {"kind": "deploy", "id": f"{deploy.run_id}:{environment}",
+def deploy_line(environment: str, deploy: Deploy, *,
+                service: str | None = None) -> dict[str, Any]:
+    """A trimmed deploy as the export holds it (``service`` only for a named service's)."""
+    named = {} if service is None else {"service": service}
+    return {"kind": "deploy", "id": f"{deploy.run_id}:{environment}", **named,
             "deploy": deploy.model_dump(mode="json")}
 
 

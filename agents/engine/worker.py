@@ -254,13 +254,13 @@ class Worker:
     def _lock(self, run: Run) -> bool:
         rule = self.services.config.policy.strictest(run.environments)
         try:
-            self.store.locks.acquire(run.environments, run_id=run.id, worker=self.name,
-                                     ttl=self.options.lease)
+            self.store.locks.acquire(run.service, run.environments, run_id=run.id,
+                                     worker=self.name, ttl=self.options.lease)
             return True
         except LockHeld as exc:
             if rule.lock == "wait":
                 for env in run.environments:
-                    self.store.locks.wait_for(env, run.id)
+                    self.store.locks.wait_for(run.service, env, run.id)
                 self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
                                         reason=str(exc))
                 return False
@@ -271,9 +271,9 @@ class Worker:
             return False
 
     def _unlock(self, run: Run) -> None:
-        self.store.locks.release(run.environments, run_id=run.id)
+        self.store.locks.release(run.service, run.environments, run_id=run.id)
         for env in run.environments:
-            self.store.queue.wake_next(env)  # pops and queues in one EXEC
+            self.store.queue.wake_next(run.service, env)  # pops and queues in one EXEC
 
     # -- execution -------------------------------------------------------------------------
 
@@ -427,7 +427,8 @@ class _Heartbeat:
                         outage.describe())
             self.audit(outage.action, run_id=self.run.id, seconds=round(outage.seconds, 1),
                        lease_lapsed=outage.lapsed, waiting=outage.waiting)
-        store.locks.refresh(self.run.environments, run_id=self.run.id, ttl=lease)
+        store.locks.refresh(self.run.service, self.run.environments, run_id=self.run.id,
+                            ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
         # what runs now is killed within a beat; what would start next reads the store

@@ -114,6 +114,9 @@ class Where(BaseModel):
     by: str | None = None
     run_id: str | None = None
     hosts: dict[str, HostVersion] = Field(default_factory=dict)
+    service: str | None = Field(default=None, exclude=True)
+    """Whose environment (None: the legacy service's); named by the key it is read from,
+    never stored, so ``where:ENV`` keeps its pre-services JSON."""
 
     @property
     def drift(self) -> dict[str, str | None]:

@@ -139,7 +139,8 @@ class PlannerInfo(BaseModel):
     def footer(self) -> str:
         """Who made this version: the planner, and the person who edited it, if anyone."""
         edited = f"edited by {self.edited_by} · " if self.edited_by else ""
-        return edited + self._planned()
+        note = f" · {self.note}" if self.note else ""  # e.g. "read 'depoly' as 'deploy'"
+        return edited + self._planned() + note
 
     def provenance(self) -> str:
         """What made the plan, for diffs: ``plan@3f2a1b0c9d8e · gpt-4o`` or ``playbook X``."""

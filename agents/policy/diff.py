@@ -10,6 +10,7 @@ entry of a SIGHUP reload.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +116,7 @@ def view(environment: str, policy: Policy, inventory: Inventory) -> dict[str, An
     return {"who": answer.who(), "named": answer.candidates(),
             "needed": rule.min_approvals,
             "self_approval": rule.self_approval,
-            "governed_by": [line.source for line in answer.lines],
+            "governed_by": [_unlined(line.source) for line in answer.lines],
             "confirm": rule.confirm, "unattended": rule.unattended,
             "approval_ttl": rule.approval_ttl, "lock": rule.lock,
             "after": policy.previous_stage(environment), "freezes": windows,
@@ -132,6 +133,15 @@ def _env_diff(name: str, old: tuple[Policy, Inventory], new: tuple[Policy, Inven
         return EnvDiff(name, "removed", ())
     changes = _changes(before or {}, after or {})
     return EnvDiff(name, "changed" if changes else "unchanged", changes)
+
+
+def _unlined(source: str) -> str:
+    """A rule's source without its line numbers: moving a rule within its file changes
+    nothing a diff should report."""
+    return LINE_NUMBER.sub(r"\1", source)
+
+
+LINE_NUMBER = re.compile(r"(\.ya?ml):\d+")
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[Change, ...]:

@@ -60,6 +60,13 @@ class RuleLine:
     source: str
     why: str
     rule: EnvPolicy
+    layer: str = ""
+    """Which layer over the scope this is (``organisation``, ``owners``, ``web/production``);
+    empty for the scope's own rule."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope} ({self.layer})" if self.layer else self.scope
 
     def describe(self, *, exclude: str | None = None) -> str:
         count = self.rule.min_approvals
@@ -157,7 +164,7 @@ class Eligibility:
         for line in self.lines:
             if not line.rule.approvers.anyone:
                 text = _names(line.rule.approvers, exclude=exclude)
-                scopes.setdefault(text, []).append(line.scope)
+                scopes.setdefault(text, []).append(line.label)
         if not scopes:
             return "anyone" + (f" except {exclude}" if exclude else "")
         parts = [f"{', '.join(dict.fromkeys(where))}: {text}" for text, where in scopes.items()]
@@ -282,27 +289,36 @@ def eligibility(subject: Subject, policy: Policy, *, now: float | None = None) -
 
 
 def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:
+    """A line per rule, then one per layer over the same scope (docs/services.md 1.4:
+    the organisation's rule, the owners, naming where each is written)."""
     out: list[RuleLine] = []
     for scope in subject.scopes:
         if scope == UNSCOPED:
-            out += _unscoped_lines(subject, policy)
-            continue
-        hosts = subject.reach.get(scope, [])
-        why = f"touches {', '.join(hosts)}" if hosts else f"changes {scope}"
-        if scope in policy.environments:
-            out.append(RuleLine(scope, f"policy.environments.{scope}", why,
-                                policy.environments[scope]))
+            own = _unscoped_lines(subject, policy)
+            why = own[-1].why
         else:
-            out.append(RuleLine(scope, f"policy.default ({scope} has no entry)", why,
-                                policy.default))
+            hosts = subject.reach.get(scope, [])
+            why = f"touches {', '.join(hosts)}" if hosts else f"changes {scope}"
+            own = [_env_line(scope, why, policy)]
+        out += own + [RuleLine(scope, source, why, rule, layer=source.split(": ")[0])
+                      for source, rule in policy.layers_of(scope)]
     return out
+
+
+def _env_line(scope: str, why: str, policy: Policy) -> RuleLine:
+    if scope in policy.environments:
+        source = policy.sources.get(scope, f"policy.environments.{scope}")
+        return RuleLine(scope, source, why, policy.environments[scope])
+    source = policy.sources.get(scope, "policy.default")
+    return RuleLine(scope, f"{source} ({scope} has no entry)", why, policy.default)
 
 
 def _unscoped_lines(subject: Subject, policy: Policy) -> list[RuleLine]:
     why = ("names no environment" if not subject.environments
            else "runs outside every environment (local or ad-hoc hosts)")
     if policy.unscoped is not None:
-        return [RuleLine(UNSCOPED, "policy.unscoped", why, policy.unscoped)]
+        return [RuleLine(UNSCOPED, policy.sources.get(UNSCOPED, "policy.unscoped"), why,
+                         policy.unscoped)]
     every = [RuleLine(UNSCOPED, f"policy.environments.{name} (no policy.unscoped: every rule)",
                       why, rule) for name, rule in policy.environments.items()]
     return [*every, RuleLine(UNSCOPED, "policy.default (no policy.unscoped: every rule)", why,

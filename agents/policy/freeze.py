@@ -34,6 +34,8 @@ class FreezeWindow(BaseModel):
     hours: float | None = Field(default=None, gt=0, le=24 * 31)
     start: datetime | None = None
     end: datetime | None = None
+    services: list[str] | None = Field(default=None, min_length=1, description="main config "
+                                       "only: the services it freezes (unset: every one)")
 
     @field_validator("timezone")
     @classmethod

@@ -14,7 +14,11 @@ from agents.plan.targets import UNSCOPED
 from agents.policy.freeze import BreakGlass, FreezeWindow
 from agents.policy.limits import Limits
 
-__all__ = ["UNSCOPED", "Approvers", "EnvPolicy", "Policy"]
+__all__ = ["OTHER_SCOPES", "UNSCOPED", "Approvers", "EnvPolicy", "Layer", "Policy"]
+
+OTHER_SCOPES = "*"
+"""The ``Policy.layers`` key for every scope without its own entry (an environment the
+service does not list, say): its layers apply there, so no scope escapes them."""
 
 
 class Approvers(BaseModel):
@@ -62,6 +66,15 @@ class EnvPolicy(BaseModel):
     lock: Literal["wait", "refuse"] = "refuse"
 
 
+NEUTRAL = EnvPolicy(approvers=Approvers(anyone=True), unattended=True,
+                    approval_ttl=366 * 86400.0, lock="wait")
+"""A rule that changes nothing when combined with others (``strictest``: max, all, any,
+min): the fields a layer does not set take these, e.g. the owners layer's (approvers only)."""
+
+Layer = tuple[str, EnvPolicy]
+"""One more rule over a scope, and where it is written (``deckhand.yml:14 policy…``)."""
+
+
 class Policy(BaseModel):
     """The team's deployment rules, loaded from the ``policy`` section of the config."""
 
@@ -85,12 +98,20 @@ class Policy(BaseModel):
         "commands, ad-hoc host groups); unset: all configured rules apply at once")
     limits: dict[str, Limits] = Field(default_factory=dict)
     """Blast-radius limits per environment, checked at approval (``agents.policy.limits``)."""
+    layers: dict[str, list[Layer]] = Field(default_factory=dict, exclude=True)
+    """Scope -> further rules that must allow too (docs/services.md 1.4): the organisation's
+    rule, the service's owners, the rules of another service sharing a host. Built at load
+    (``agents.policy.layers``), never written; empty for a config without any."""
+    sources: dict[str, str] = Field(default_factory=dict, exclude=True)
+    """Scope -> where this policy's own rule for it is written (``services/api.yml:12``),
+    for ``policy explain`` and ``check``; empty: named by its policy path alone."""
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)
 
     def rules(self, scopes: Iterable[str]) -> list[EnvPolicy]:
-        """Every rule that governs ``scopes`` (environment names and UNSCOPED)."""
+        """Every rule that governs ``scopes`` (environment names and UNSCOPED), each
+        scope's layers included: all of them must allow."""
         out: list[EnvPolicy] = []
         for scope in scopes:
             if scope != UNSCOPED:
@@ -99,7 +120,13 @@ class Policy(BaseModel):
                 out.append(self.unscoped)
             else:
                 out += [*self.environments.values(), self.default]
-        return out or [self.default]
+            out += [rule for _, rule in self.layers_of(scope)]
+        return out or [self.default, *(rule for _, rule in self.layers_of(OTHER_SCOPES))]
+
+    def layers_of(self, scope: str) -> list[Layer]:
+        """The further rules over ``scope`` (its own entry, else those of every other)."""
+        found = self.layers.get(scope)
+        return found if found is not None else self.layers.get(OTHER_SCOPES, [])
 
     def strictest(self, environments: Iterable[str]) -> EnvPolicy:
         """The combined rule for a plan touching several environments (or UNSCOPED)."""

@@ -7,7 +7,12 @@ This module does the same for the playbook planner, with no model:
 * versions in their usual forms ("1.0.3", "V1.0.3", "release 1.0.3") become ``v1.0.3``;
 * environment aliases declared once in the inventory (``aliases: [prod, live]``) name the
   canonical environment, for every playbook;
-* captured values are typed (integer, boolean, version, environment) and keep their case.
+* captured values are typed (integer, boolean, version, environment) and keep their case;
+* the words of the bots people come from are read as deckhand's: ``.deploy``, ``!deploy``,
+  ``deploy!`` (branch-deploy, hubot-deploy), mentions (``@deckhand``, ``<@U…>``) and emoji
+  (``:rocket:``, 🚀) are dropped;
+* when nothing plans as typed, obvious typos of the verbs and environment names are read
+  as the word they are closest to, and said back ("read 'depoly' as 'deploy'").
 
 Nothing here widens what may run: an alias resolves to the environment it is declared on,
 so policy, locks and approvals always see the canonical name; an unknown word stays unknown.
@@ -48,13 +53,25 @@ _TRUE = {"true", "yes", "y", "on", "enable", "enabled", "1"}
 _FALSE = {"false", "no", "n", "off", "disable", "disabled", "0"}
 
 
+_MENTION = re.compile(r"<[@!#][^>]*>|(?<!\w)@[\w.-]+")
+_EMOJI = re.compile(r":[a-z0-9_+-]+:|[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF"
+                    r"\uFE0F\u200D]")
+_SIGIL = re.compile(r"^[.!](?=[A-Za-z])|^([A-Za-z]+)!(?=\s|$)")
+VERBS = ("deploy", "ship", "release", "rollback", "roll", "revert", "undo", "status",
+         "promote", "push", "rollout", "redeploy", "where", "state", "version")
+"""Words a request starts with, for typo correction (a playbook's own words still rule)."""
+_TYPO_CUTOFF = 0.8
+
+
 class CaptureError(ValueError):
     """A captured value that is not of its declared type; the message says what was expected."""
 
 
 def normalize(request: str) -> str:
-    """``request`` without filler, with versions in one form and single spaces."""
-    text = " ".join(request.split())
+    """``request`` without filler, mentions, emoji and bot sigils, with versions in one
+    form and single spaces."""
+    text = " ".join(_EMOJI.sub(" ", _MENTION.sub(" ", request)).split())
+    text = _SIGIL.sub(lambda found: found.group(1) or "", text)
     previous = None
     while previous != text:  # "please, can you now …": strip until nothing changes
         previous = text
@@ -104,6 +121,25 @@ class Phrasing:
         text = normalize(request)
         canonical = _WORD.sub(lambda m: self._alias_only(m.group(0)), text)
         return [canonical, text] if canonical != text else [text]
+
+    def corrected(self, request: str) -> tuple[str, list[str]]:
+        """``request`` (normalised) with each word that is a near miss of a verb or an
+        environment read as that word, and what was read as what; unchanged words stay."""
+        known = [*VERBS, *self.environments, *self.aliases]
+        lowered = {word.lower() for word in known}
+        notes: list[str] = []
+
+        def fix(found: re.Match[str]) -> str:
+            word = found.group(0)
+            if len(word) < 4 or word.lower() in lowered:
+                return word
+            close = difflib.get_close_matches(word.lower(), sorted(lowered), n=2,
+                                              cutoff=_TYPO_CUTOFF)
+            if len(close) != 1:  # none, or two equally plausible: leave it to the user
+                return word
+            notes.append(f"read {word!r} as {close[0]!r}")
+            return close[0]
+        return _WORD.sub(fix, normalize(request)), notes
 
     def _alias_only(self, word: str) -> str:
         name = self.environment(word)

@@ -76,7 +76,8 @@ class Playbook(BaseModel):
             values[name] = phrasing.convert(name, self.type_of(name), raw)
         return values
 
-    def instantiate(self, values: dict[str, Any], *, requested_by: str) -> Plan:
+    def instantiate(self, values: dict[str, Any], *, requested_by: str, note: str = ""
+                    ) -> Plan:
         started = time.perf_counter()
         body = {
             "goal": _fill(self.goal, values),
@@ -84,7 +85,7 @@ class Playbook(BaseModel):
             "rollback": [_fill(r.model_dump(), values) for r in self.rollback],
         }
         latency = (time.perf_counter() - started) * 1000
-        info = PlannerInfo(name=f"playbook {self.name}", latency_ms=latency)
+        info = PlannerInfo(name=f"playbook {self.name}", latency_ms=latency, note=note)
         try:
             return Plan.model_validate({**body, "requested_by": requested_by, "planner": info})
         except ValidationError as exc:  # e.g. a 10,000-digit version makes too long a goal
@@ -118,17 +119,26 @@ class PlaybookPlanner:
              params: Mapping[str, str] | None = None) -> Plan:
         """The plan for ``request``; NoPlanFound (listing what can be asked) if none matches.
         ``params`` are set explicitly (``-e key=value``, see agents.requests.explicit)."""
-        if params:
-            found = choose(self.playbooks, request, params, self.phrasing)
-        else:
-            found = self.match(request)
-        if found is None:
-            raise NoPlanFound(self.help_text(request))
+        found = self._found(request, params)
+        unknown = None if found is None else self._unknown_environment(
+            found[1].get("environment"))
+        if found is None or unknown:
+            # only when nothing plans as typed: a near miss of a verb or an environment
+            fixed, notes = self.phrasing.corrected(request)
+            retry = self._found(fixed, params) if notes else None
+            if retry is None or self._unknown_environment(retry[1].get("environment")):
+                raise NoPlanFound(unknown or self.help_text(request))
+            playbook, values = retry
+            return playbook.instantiate(values, requested_by=requested_by,
+                                        note="; ".join(notes))
         playbook, values = found
-        unknown = self._unknown_environment(values.get("environment"))
-        if unknown:
-            raise NoPlanFound(unknown)
         return playbook.instantiate(values, requested_by=requested_by)
+
+    def _found(self, request: str, params: Mapping[str, str] | None
+               ) -> tuple[Playbook, dict[str, Any]] | None:
+        if params:
+            return choose(self.playbooks, request, params, self.phrasing)
+        return self.match(request)
 
     def _unknown_environment(self, name: Any) -> str | None:
         """Name an environment the inventory lacks, with the known ones (None if fine)."""

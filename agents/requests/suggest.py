@@ -21,6 +21,10 @@ _TARGET = re.compile(r"\b(?:to|in|on|of|for|into)\s+([A-Za-z][\w-]*)$", re.IGNOR
 _NOT_PLACES = {"previous", "last", "latest", "it", "them", "all", "everything", "everywhere",
                "before", "there", "here"}
 _ASK = {"version": "which version?", "environment": "which environment?"}
+_CONTROL = re.compile(r"^(?:cancel|stop|abort|halt|pause|hold|resume|continue|unpause)\b",
+                      re.IGNORECASE)
+"""Words that act on a run that exists: no new plan is what they ask for."""
+_NEGATION = re.compile(r"^(?:don'?t|do not|never|no)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -146,6 +150,17 @@ def explain(request: str, playbooks: Sequence[PatternBook], phrasing: Phrasing, 
     shown = redact(request.strip())
     shown = shown if len(shown) <= 80 else shown[:79] + "…"
     said = understand(request, phrasing)
+    verb = _CONTROL.match(normalize(request))
+    if verb:  # suggesting a plan here would offer a rollback to someone who said "cancel"
+        word = verb.group(0).lower()
+        return (f"{shown!r} acts on a run, not a new plan. In Slack: the run's "
+                f"Stop / Pause / Resume buttons, or `@deckhand {word}` in the run's thread. In a "
+                f"terminal: `deckhand {_CLI_VERB.get(word, word)} RUN_ID` "
+                f"(`deckhand runs` lists them).")
+    if _NEGATION.match(normalize(request)):
+        return (f"{shown!r} asks for something not to happen: deckhand plans only what "
+                f"should. Nothing was planned. To keep deploys out of an environment, ask "
+                f"the operators for a freeze window (policy.freeze).")
     lines = [f"I don't know how to plan {shown!r}."]
     if said.unknown_place:
         lines[0] += (f" It names an unknown environment {said.unknown_place!r}; known "
@@ -159,6 +174,10 @@ def explain(request: str, playbooks: Sequence[PatternBook], phrasing: Phrasing, 
         lines.append(f"  • {found.text} — {found.playbook.description or found.playbook.name}"
                      f"{ask}")
     return "\n".join(lines)
+
+
+_CLI_VERB = {"cancel": "stop", "abort": "stop", "halt": "stop", "hold": "pause",
+             "continue": "resume", "unpause": "resume"}
 
 
 __all__ = ["Suggestion", "Understood", "explain", "suggestions", "understand", "version"]

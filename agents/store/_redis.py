@@ -10,7 +10,8 @@ Decision), ``run:ID:audit`` (list: that run's audit entries, as JSON), ``run:ID:
 record was last written; folded into ``run:ID`` and deleted when the run ends or is taken
 over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
-whose lock may be held), ``lockq:ENV`` (waiting runs), ``queue`` (stream, group
+whose lock may be held), ``lockq:ENV`` (waiting runs), ``hostlock:ID`` and ``hostlocks``
+(hosts services share), ``runs:svc:S`` (a service's runs), ``queue`` (stream, group
 ``workers``; an entry is deleted when acknowledged), ``audit`` (stream; group ``sink``: the
 sink's cursor, see ``feed``), ``audit:chain``
 (hash: the stream's hash chain, see ``chain``), ``dedupe:KEY``,
@@ -25,6 +26,10 @@ sink's cursor, see ``feed``), ``audit:chain``
 opened their App Home lately),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
 completed).
+
+A key naming an environment names its service first (docs/services.md 2.4): ``lock:S:ENV``,
+``where:S:ENV`` …; the legacy service (service None) keeps the shapes above byte for byte,
+and index members are ``ENV`` (legacy) or ``S:ENV`` (``scope_member``, ``split_member``).
 
 Every byte deckhand writes passes one door (:class:`RedactingRedis`): each command's
 arguments after its key are redacted (JSON stays valid JSON) on the client and on every
@@ -79,8 +84,10 @@ IdFactory = Callable[[str], str]
 """Makes a fresh id for a kind of record (``run``, ``plan``, ``sch``)."""
 
 
-UNSCRUBBED = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT", "FCALL", "FUNCTION"})
-"""Commands whose arguments are code, not data (deckhand's store sends none of them)."""
+UNSCRUBBED = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT", "FCALL", "FUNCTION",
+                        "MGET", "EXISTS", "WATCH"})
+"""Commands whose arguments are code, not data (deckhand's store sends none of them), or
+only key names read (an MGET of every ``where`` key is 600 names: nothing to redact)."""
 
 
 def scrub_args(redact: Callable[[str], str], args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -212,14 +219,24 @@ class Keys:
         """Runs whose feed a relay has not caught up with (zset, by last append)."""
         return self("feeds", "pending")
 
-    def lock(self, environment: str) -> str:
-        return self("lock", environment)
+    def lock(self, service: str | None, environment: str) -> str:
+        """The lock on one service's environment: ``lock:ENV`` for the legacy service."""
+        return self("lock", *_scoped(service, environment))
 
     def locks(self) -> str:
+        """The environments whose lock may be held (members: ``scope_member``)."""
         return self("locks")
 
-    def lock_queue(self, environment: str) -> str:
-        return self("lockq", environment)
+    def lock_queue(self, service: str | None, environment: str) -> str:
+        return self("lockq", *_scoped(service, environment))
+
+    def host_lock(self, host: str) -> str:
+        """The lock on one host several services share (``ADDRESS:PORT`` or ``local:NAME``)."""
+        return self("hostlock", host)
+
+    def host_locks(self) -> str:
+        """The hosts whose lock may be held (set)."""
+        return self("hostlocks")
 
     def queue(self) -> str:
         return self("queue")
@@ -234,9 +251,9 @@ class Keys:
     def dedupe(self, key: str) -> str:
         return self("dedupe", key)
 
-    def approved_by(self, environment: str, user: str) -> str:
+    def approved_by(self, service: str | None, environment: str, user: str) -> str:
         """When ``user`` approved runs of ``environment`` lately (``policy.limits``)."""
-        return self("limits", environment, user)
+        return self("limits", *_scoped(service, environment), user)
 
     def schedule(self, schedule_id: str) -> str:
         return self("schedule", schedule_id)
@@ -247,24 +264,33 @@ class Keys:
     def schedules_version(self) -> str:
         return self("schedules", "version")
 
-    def history(self, environment: str) -> str:
+    def history(self, service: str | None, environment: str) -> str:
         """Deploys to an environment, scored by when they finished."""
-        return self("history", "env", environment)
+        return self("history", "env", *_scoped(service, environment))
 
-    def history_facts(self, environment: str) -> str:
+    def history_facts(self, service: str | None, environment: str) -> str:
         """Beside ``history``: each deploy's few fields the delivery figures read
         (agents.history.facts), scored the same way."""
-        return self("history", "facts", environment)
+        return self("history", "facts", *_scoped(service, environment))
 
     def history_environments(self) -> str:
+        """The environments deployed to (members: ``scope_member``)."""
         return self("history", "envs")
 
     def history_recorded(self, run_id: str) -> str:
         return self("history", "done", run_id)
 
-    def deployed(self, environment: str) -> str:
+    def deployed(self, service: str | None, environment: str) -> str:
         """An environment's folded state (which version each host serves)."""
-        return self("where", environment)
+        return self("where", *_scoped(service, environment))
+
+    def runs_of(self, service: str) -> str:
+        """One service's runs (zset by creation); the legacy service's are the rest."""
+        return self("runs", "svc", service)
+
+    def runs_of_complete(self) -> str:
+        """Set once runs stored before ``runs_of`` existed have been added to it."""
+        return self("runs", "svc", "complete")
 
     def schedule_claim(self, schedule_id: str, kind: str, fire_time_iso: str) -> str:
         return self("schedule", schedule_id, kind, fire_time_iso)
@@ -293,6 +319,31 @@ class Keys:
                 self.run_audit(run_id), self.history_recorded(run_id), self.run_hosts(run_id),
                 self.judgments(run_id), self.run_feed(run_id), self.run_feed_state(run_id),
                 self.run_feed_relay(run_id), self.run_feed_done(run_id)]
+
+
+def _scoped(service: str | None, environment: str) -> tuple[str, ...]:
+    """The key segments naming one service's environment: just ``ENV`` for the legacy
+    service, so its keys keep their pre-services shapes byte for byte."""
+    return (environment,) if service is None else (service, environment)
+
+
+def scope_member(service: str | None, environment: str) -> str:
+    """An index member (``locks``, ``history:envs``) naming a service's environment."""
+    return ":".join(_scoped(service, environment))
+
+
+def split_member(member: bytes | str) -> tuple[str | None, str]:
+    """(service, environment) of an index member: ``ENV`` is the legacy service's, ``S:ENV``
+    service S's (with services, environment names have no ``:``)."""
+    name = text(member)
+    service, colon, environment = name.partition(":")
+    return (service, environment) if colon else (None, name)
+
+
+def scope_label(service: str | None, environment: str) -> str:
+    """How people read a service's environment: ``api/production``, or plain
+    ``production`` for the legacy service (nothing visible changes in a one-service org)."""
+    return environment if service is None else f"{service}/{environment}"
 
 
 class RedisBase:

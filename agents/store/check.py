@@ -3,16 +3,18 @@
 Each :class:`Violation` names the key at fault and, when one is safe, the repair: indexes
 and pointers are rebuilt from the records, a stuck run is queued again, a lock or queue
 entry left by an ended run is released, a host journal left by an ended run is folded into
-its record. A record (run, plan version, schedule) is never deleted. The check reads the
-whole keyspace (SCAN), so it is for operators, not hot paths; with traffic running,
-re-check before acting on a violation that vanished meanwhile.
+its record. Locks and index members are read in both shapes (``ENV`` for the legacy
+service, ``S:ENV``), host locks too; given the config's services, what names another
+service is reported. A record (run, plan version, schedule) is never deleted. The check
+reads the whole keyspace (SCAN), so it is for operators, not hot paths; with traffic
+running, re-check before acting on a violation that vanished meanwhile.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -20,7 +22,8 @@ from redis.client import Pipeline
 
 from agents.run.record import Run, RunStatus
 from agents.store import Store
-from agents.store._redis import GROUP, text
+from agents.store._redis import GROUP, Keys, split_member, text
+from agents.store.locks import LockInfo
 from agents.store.runs import index_open, with_journal
 
 ACTIVE = frozenset({RunStatus.APPROVED, RunStatus.QUEUED, RunStatus.RUNNING,
@@ -55,16 +58,22 @@ class _Queue:
 class StoreCheck:
     """Finds (and optionally repairs) every violation of the store's invariants."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, *, services: Collection[str | None] | None = None):
+        """``services``: the service keys an organisation's config knows (None among them
+        when it names a ``legacy_service``); keys and records of any other service are then
+        violations. Leave it None for a config without ``services:``, whose environment
+        names may contain ``:`` and whose records are all the legacy service's."""
         self.store, self.r, self.keys = store, store.r, store.keys
+        self.services = None if services is None else set(services)
 
     def violations(self) -> list[Violation]:
         with self.store.errors():
             runs = self._runs()
             queue = self._queue()
             return [*self._index(runs), *self._open_index(runs), *self._plans(),
-                    *self._active(runs, queue), *self._locks(runs),
-                    *self._queue_entries(runs, queue), *self._journals(runs)]
+                    *self._active(runs, queue), *self._locks(runs), *self._runs_of(runs),
+                    *self._queue_entries(runs, queue), *self._journals(runs),
+                    *self._unknown_services(runs)]
 
     def orphaned(self, runs: Iterable[Run]) -> list[Violation]:
         """Active runs among ``runs`` with no live worker, no queue entry and no place in
@@ -181,23 +190,65 @@ class StoreCheck:
         return found
 
     def _locks(self, runs: dict[str, Run]) -> Iterator[Violation]:
-        """Every lock names an active run, and the held-locks set lists every lock."""
-        listed = {text(e) for e in self.r.smembers(self.keys.locks())}
-        prefix = self.keys.lock("")
-        held = {k[len(prefix):] for k in self._scan("lock:*")}
-        for env in sorted(held):
-            info = self.store.locks.get(env)
-            run = runs.get(info.run_id) if info else None
-            if info is not None and (run is None or run.status not in ACTIVE):
-                state = run.status.value if run else "missing"
-                yield Violation(self.keys.lock(env), f"is held by {info.run_id}, which is "
-                                f"{state}", self._unlock(env, info.run_id))
-            elif env not in listed:
-                yield Violation(self.keys.locks(), f"does not list the held lock on {env}",
-                                partial(self._list_lock, env))
-        for env in sorted(listed - held):
-            yield Violation(self.keys.locks(), f"lists {env}, whose lock is free",
-                            partial(self._forget_lock, env))
+        """Every lock (an environment's, of any service, or a shared host's) names an active
+        run, and its held-locks set lists every lock held."""
+        for kind in (_EnvLocks(self.keys), _HostLocks(self.keys)):
+            listed = {text(m) for m in self.r.smembers(kind.index)}
+            held = {k[len(kind.prefix):] for k in self._scan(kind.pattern)}
+            for member in sorted(held):
+                info = self._lock_at(kind, member)
+                run = runs.get(info.run_id) if info else None
+                if info is not None and (run is None or run.status not in ACTIVE):
+                    state = run.status.value if run else "missing"
+                    yield Violation(kind.key(member), f"is held by {info.run_id}, which is "
+                                    f"{state}", self._unlock(kind, member, info.run_id))
+                elif member not in listed:
+                    yield Violation(kind.index, f"does not list the held lock on {member}",
+                                    partial(self._list_lock, kind, member))
+            for member in sorted(listed - held):
+                yield Violation(kind.index, f"lists {member}, whose lock is free",
+                                partial(self._forget_lock, kind, member))
+
+    def _lock_at(self, kind: _LockKind, member: str) -> LockInfo | None:
+        if isinstance(kind, _HostLocks):
+            return self.store.locks.host(member)
+        return self.store.locks.get(*split_member(member))
+
+    def _runs_of(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """Every run of a named service is in its service's index (``runs:svc:S``)."""
+        by_service: dict[str, list[Run]] = defaultdict(list)
+        for run in runs.values():
+            if run.service is not None:
+                by_service[run.service].append(run)
+        for service, owned in sorted(by_service.items()):
+            indexed = {text(m) for m in self.r.zrange(self.keys.runs_of(service), 0, -1)}
+            for run in sorted(owned, key=lambda r: r.id):
+                if run.id not in indexed:
+                    yield Violation(self.keys.run(run.id), f"is missing from {service}'s "
+                                    f"index of runs", partial(self._index_of, service, run))
+
+    def _unknown_services(self, runs: dict[str, Run]) -> Iterator[Violation]:
+        """Index members and runs of a service the config lacks (or without a service,
+        when it names no legacy one): reported, never repaired — a record is evidence,
+        and a lock such a run holds is released by ``_locks`` once the run has ended."""
+        if self.services is None:
+            return
+        for index in (self.keys.locks(), self.keys.history_environments()):
+            for member in sorted(text(m) for m in self.r.smembers(index)):
+                service, _ = split_member(member)
+                if service not in self.services:
+                    yield Violation(index, f"lists {member}, {_whose(service)}")
+        counts: dict[str | None, int] = defaultdict(int)
+        for run in runs.values():
+            counts[run.service] += run.service not in self.services
+        for service, count in sorted(counts.items(), key=lambda c: c[0] or ""):
+            if count:
+                key = self.keys.runs() if service is None else self.keys.runs_of(service)
+                yield Violation(key, f"holds {count} run(s) {_whose(service)}")
+
+    def _index_of(self, service: str, run: Run) -> str:
+        self.r.zadd(self.keys.runs_of(service), {run.id: run.created_at})
+        return f"indexed under {service}"
 
     def _queue_entries(self, runs: dict[str, Run], queue: _Queue) -> Iterator[Violation]:
         """The queue holds only work to do, and its depth counts only untaken entries."""
@@ -295,25 +346,31 @@ class StoreCheck:
             return self.store.cas(keys, attempt, busy=f"run {run_id}")
         return repair
 
-    def _unlock(self, env: str, run_id: str) -> Callable[[], str]:
+    def _unlock(self, kind: _LockKind, member: str, run_id: str) -> Callable[[], str]:
         def repair() -> str:
-            self.store.locks.release([env], run_id=run_id)
+            if isinstance(kind, _HostLocks):
+                self.store.locks.release(None, (), hosts=[member], run_id=run_id)
+            else:
+                service, env = split_member(member)
+                self.store.locks.release(service, [env], run_id=run_id)
             return f"released (it was {run_id}'s)"
         return repair
 
-    def _list_lock(self, env: str) -> str:
-        self.r.sadd(self.keys.locks(), env)
-        return f"lists {env} now"
+    def _list_lock(self, kind: _LockKind, member: str) -> str:
+        self.r.sadd(kind.index, member)
+        return f"lists {member} now"
 
-    def _forget_lock(self, env: str) -> str:
+    def _forget_lock(self, kind: _LockKind, member: str) -> str:
+        key = kind.key(member)
+
         def attempt(pipe: Pipeline) -> str:
-            if pipe.exists(self.keys.lock(env)):
+            if pipe.exists(key):
                 return "left alone: the lock is held again"
             pipe.multi()
-            pipe.srem(self.keys.locks(), env)
+            pipe.srem(kind.index, member)
             pipe.execute()
-            return f"no longer lists {env}"
-        return self.store.cas([self.keys.lock(env)], attempt, busy=f"the lock on {env}")
+            return f"no longer lists {member}"
+        return self.store.cas([key], attempt, busy=f"the lock on {member}")
 
     def _drop_journal(self, run_id: str) -> str:
         keys = [self.keys.run(run_id), self.keys.run_hosts(run_id)]
@@ -351,6 +408,37 @@ class StoreCheck:
                 pipe.xdel(self.keys.queue(), *entry_ids)
                 pipe.execute()
         return f"deleted {len(entry_ids)} finished entries"
+
+
+def _whose(service: str | None) -> str:
+    if service is None:
+        return "of no service, and the config names no legacy_service to own them"
+    return f"of service {service}, which the config lacks"
+
+
+class _EnvLocks:
+    """Environment locks: ``lock:ENV`` or ``lock:S:ENV``, listed in ``locks`` by member."""
+
+    def __init__(self, keys: Keys):
+        self.index, self.prefix, self.pattern = keys.locks(), keys("lock", ""), "lock:*"
+        self.keys = keys
+
+    def key(self, member: str) -> str:
+        return self.keys.lock(*split_member(member))
+
+
+class _HostLocks:
+    """Host locks: ``hostlock:ID``, listed in ``hostlocks``."""
+
+    def __init__(self, keys: Keys):
+        self.index, self.prefix = keys.host_locks(), keys("hostlock", "")
+        self.pattern, self.keys = "hostlock:*", keys
+
+    def key(self, member: str) -> str:
+        return self.keys.host_lock(member)
+
+
+_LockKind = _EnvLocks | _HostLocks
 
 
 def _after(entry_id: str, cursor: str) -> bool:

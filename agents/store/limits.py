@@ -14,23 +14,23 @@ from agents.store._redis import Keys, Part, Write, text
 
 
 class ApprovalCounts(Part):
-    """Sorted sets ``limits:ENV:USER`` of run id -> when that person approved it."""
+    """Sorted sets ``limits:ENV:USER`` (``limits:S:ENV:USER`` for service S) of run id ->
+    when that person approved it."""
 
-    def recent(self, environment: str, user: str) -> list[float]:
-        """When ``user`` approved ``environment`` runs within the last hour."""
+    def recent(self, service: str | None, environment: str, user: str) -> list[float]:
+        """When ``user`` approved ``service``'s ``environment`` runs within the last hour."""
         with self.errors():
-            found = self.r.zrangebyscore(self.keys.approved_by(environment, user),
+            found = self.r.zrangebyscore(self.keys.approved_by(service, environment, user),
                                          f"({self.clock() - WINDOW}", "+inf", withscores=True)
         return [float(score) for _, score in found]
 
-    def problem(self, policy: Policy, environments: Iterable[str], *, run_id: str,
-                user: str) -> str | None:
+    def problem(self, policy: Policy, service: str | None, environments: Iterable[str], *,
+                run_id: str, user: str) -> str | None:
         """Why one more approval by ``user`` (of ``run_id``) is over a per-hour limit now:
         what ``counted`` would refuse, read without writing (``policy explain``)."""
-        capped = _capped(policy, environments)
-        for env, cap in capped.items():
+        for env, cap in _capped(policy, environments).items():
             with self.errors():
-                seen = self.r.zrangebyscore(self.keys.approved_by(env, user),
+                seen = self.r.zrangebyscore(self.keys.approved_by(service, env, user),
                                             f"({self.clock() - WINDOW}", "+inf", withscores=True)
             problem = rate_problem(env, cap or 0, [float(s) for m, s in seen
                                                    if text(m) != run_id], now=self.clock())
@@ -38,12 +38,13 @@ class ApprovalCounts(Part):
                 return problem
         return None
 
-    def counted(self, policy: Policy, environments: Iterable[str], *, run_id: str,
-                user: str) -> Write:
-        """The write that counts ``user``'s approval of ``run_id``; its ``prepare`` raises
-        LimitReached, before anything is written, when it is over a limit."""
-        return _Count(self.keys, _capped(policy, environments), run_id=run_id, user=user,
-                      now=self.clock())
+    def counted(self, policy: Policy, service: str | None, environments: Iterable[str], *,
+                run_id: str, user: str) -> Write:
+        """The write that counts ``user``'s approval of ``run_id`` (of ``service``'s
+        ``environments``); its ``prepare`` raises LimitReached, before anything is written,
+        when it is over a limit."""
+        return _Count(self.keys, service, _capped(policy, environments), run_id=run_id,
+                      user=user, now=self.clock())
 
 
 def _capped(policy: Policy, environments: Iterable[str]) -> dict[str, int | None]:
@@ -55,13 +56,14 @@ def _capped(policy: Policy, environments: Iterable[str]) -> dict[str, int | None
 class _Count:
     """One approval counted against each capped environment (a ``Write`` with prepare)."""
 
-    def __init__(self, keys: Keys, capped: dict[str, int | None], *, run_id: str, user: str,
-                 now: float):
-        self.keys, self.capped, self.run_id, self.user, self.now = keys, capped, run_id, user, now
+    def __init__(self, keys: Keys, service: str | None, capped: dict[str, int | None], *,
+                 run_id: str, user: str, now: float):
+        self.keys, self.service, self.capped = keys, service, capped
+        self.run_id, self.user, self.now = run_id, user, now
 
     def prepare(self, pipe: Any, state: dict[str, Any]) -> None:
         for env, cap in self.capped.items():
-            key = self.keys.approved_by(env, self.user)
+            key = self.keys.approved_by(self.service, env, self.user)
             pipe.watch(key)
             seen = pipe.zrangebyscore(key, f"({self.now - WINDOW}", "+inf", withscores=True)
             problem = rate_problem(env, cap or 0, [float(s) for m, s in seen
@@ -71,7 +73,7 @@ class _Count:
 
     def __call__(self, pipe: Any) -> None:
         for env in self.capped:
-            key = self.keys.approved_by(env, self.user)
+            key = self.keys.approved_by(self.service, env, self.user)
             pipe.zadd(key, {self.run_id: self.now})
             pipe.zremrangebyscore(key, "-inf", self.now - WINDOW)
             pipe.expire(key, int(WINDOW) + 60)

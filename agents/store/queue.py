@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import redis
 from redis.client import Pipeline
 
-from agents.store._redis import GROUP, Part, Write, text
+from agents.store._redis import GROUP, Part, Write, scope_label, text
 
 PAGE = 500
 """Stream entries read per round trip when scanning the queue."""
@@ -46,10 +46,11 @@ class Queue(Part):
         return [lambda pipe: pipe.xack(self.keys.queue(), GROUP, *found),
                 lambda pipe: pipe.xdel(self.keys.queue(), *found)]
 
-    def wake_next(self, environment: str) -> str | None:
-        """Move the first run waiting for ``environment``'s lock onto the queue, popping and
-        queueing in one EXEC (a crash in between would strand it); None if none waits."""
-        key = self.keys.lock_queue(environment)
+    def wake_next(self, service: str | None, environment: str) -> str | None:
+        """Move the first run waiting for ``service``'s ``environment`` lock onto the queue,
+        popping and queueing in one EXEC (a crash in between would strand it); None if none
+        waits."""
+        key = self.keys.lock_queue(service, environment)
 
         def attempt(pipe: Pipeline) -> str | None:
             first = pipe.lindex(key, 0)
@@ -61,7 +62,8 @@ class Queue(Part):
             pipe.execute()
             return text(first)
 
-        return self.cas([key], attempt, busy=f"the queue for {environment}'s lock")
+        label = scope_label(service, environment)
+        return self.cas([key], attempt, busy=f"the queue for {label}'s lock")
 
     def ensure_group(self) -> None:
         with self.errors():

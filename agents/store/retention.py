@@ -129,6 +129,8 @@ class Trimming(Part):
         pipe.zrem(self.keys.runs(), run.id)
         pipe.zrem(self.keys.runs_open(), run.id)
         pipe.zrem(self.keys.run_ids(), run.id)
+        if run.service is not None:
+            pipe.zrem(self.keys.runs_of(run.service), run.id)
         if not record.keep_plan:
             pipe.delete(self.keys.plan_latest(run.plan_id),
                         *(self.keys.plan(run.plan_id, v) for v in record.plans))
@@ -136,7 +138,7 @@ class Trimming(Part):
             pipe.xack(self.keys.queue(), GROUP, *record.queued)
             pipe.xdel(self.keys.queue(), *record.queued)
         for environment in run.environments:
-            pipe.lrem(self.keys.lock_queue(environment), 0, run.id)
+            pipe.lrem(self.keys.lock_queue(run.service, environment), 0, run.id)
 
     # -- reading what runs own -------------------------------------------------------------
 

@@ -89,6 +89,8 @@ class Runs(Part):
             p.set(self.keys.run(run_id), stored.record_json())
             p.zadd(self.keys.runs(), {run_id: run.created_at})
             p.zadd(self.keys.run_ids(), {run_id: 0})
+            if run.service is not None:  # the legacy service's runs are the rest of ``runs``
+                p.zadd(self.keys.runs_of(run.service), {run_id: run.created_at})
             index_open(p, self.keys, stored)
 
         self.queue_writes(pipe, [record, *(then(run_id) if then else ())])
@@ -181,6 +183,31 @@ class Runs(Part):
             if open_runs:
                 pipe.zadd(self.keys.runs_open(), open_runs)
             pipe.set(self.keys.runs_open_complete(), "1")
+            pipe.execute()
+
+    def of_service(self, service: str, *, limit: int = 20) -> list[Run]:
+        """Service ``service``'s newest ``limit`` runs, newest first, from its index
+        (``runs:svc:S``); runs its release stored before that index existed are added to
+        it once (``_complete_service_index``). The legacy service's runs are the rest."""
+        with self.errors():
+            self._complete_service_index()
+            ids = self.r.zrevrange(self.keys.runs_of(service), 0, limit - 1) if limit else []
+        return self.by_id([text(i) for i in ids])
+
+    def _complete_service_index(self, chunk: int = 500) -> None:
+        """Once per store: index every stored run that names a service (step 1 of issue 40
+        wrote ``service`` before the index existed), one pass over the runs in chunks."""
+        if self.r.exists(self.keys.runs_of_complete()):
+            return
+        ids = [text(i) for i in self.r.zrange(self.keys.runs(), 0, -1)]
+        with self.r.pipeline() as pipe:  # zadd is idempotent: two processes may both do it
+            for start in range(0, len(ids), chunk):
+                raws = self.r.mget([self.keys.run(i) for i in ids[start:start + chunk]])
+                named = (raw for raw in raws if raw and b'"service":' in raw)  # else legacy
+                for run in (Run.model_validate_json(raw) for raw in named):
+                    if run.service is not None:
+                        pipe.zadd(self.keys.runs_of(run.service), {run.id: run.created_at})
+            pipe.set(self.keys.runs_of_complete(), "1")
             pipe.execute()
 
     def since(self, since: float, *, limit: int = 10_000) -> list[Run]:
@@ -277,7 +304,8 @@ class Runs(Part):
             if problem:
                 raise ApprovalRefused(problem)
             glass, version = grant is Grant.BREAK_GLASS, policy_version(policy)
-            counted = self.limits.counted(policy, run.environments, run_id=run_id, user=user)
+            counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
+                                          user=user)
             run.approvals = [*live_approvals(run, policy, now=now),
                              Approval(user=recorded_as or user, via=face, at=now,
                                       plan_version=plan_version, plan_hash=plan_hash,

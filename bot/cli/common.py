@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from agents.config import Config
-from agents.org import load_org
+from agents.org import Org, load_org
 from agents.services import Services, build_services
 from agents.settings import Settings
 from bot.logs import json_logging
@@ -99,10 +99,19 @@ def config_for(args: argparse.Namespace) -> Config:
     return load_org(find_config(getattr(args, "config", None))).only()
 
 
+def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
+    """For a command about a stored run, which names its own service: the organisation's
+    store and clock (over its legacy, else first, service), and the org, whose
+    ``service_of(run.service)`` gives the rules the run is judged by, never another's."""
+    org = load_org(find_config(getattr(args, "config", None)))
+    base = org.services.get(org.legacy or "") or next(iter(org.services.values()))
+    return build_services(base, Settings()), org
+
+
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
-    """``--user`` and ``--confirm``: the terminal trusts its operator (see the README)."""
+    """``--user`` and ``--confirm``: the terminal trusts its operator (see docs/start.md)."""
     parser.add_argument("--user", default=getpass.getuser(),
-                        help=f"{who} (default: your login name; trusted, see README)")
+                        help=f"{who} (default: your login name; trusted, see docs/start.md)")
     parser.add_argument("--confirm", action="append", default=[], metavar="NAME",
                         help="type NAME (an environment, or `local`) for a policy `confirm` "
                              "without a prompt; repeat for several")

@@ -2,7 +2,7 @@
 
 The same door as Slack's buttons and MCP's tools (``agents.engine.control``): the requester
 and the run's approvers may; anyone else is refused in one line (exit 3), audited with
-``via: cli``. ``--user`` is trusted, as for ``deckhand approve`` (see the README).
+``via: cli``. ``--user`` is trusted, as for ``deckhand approve`` (see docs/start.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def register(commands: Commands) -> None:
         parser = commands.add_parser(control.value, aliases=aliases, help=text)
         parser.add_argument("run_id")
         parser.add_argument("--user", default=getpass.getuser(),
-                            help="who asks (default: your login name; trusted, see README)")
+                            help="who asks (default: your login name; trusted, see docs/start.md)")
         add_config_arg(parser)
         parser.set_defaults(handler=_handler(control))
 

@@ -79,8 +79,8 @@ def _disagree(states: list[Where], observed: dict[str, Observed]) -> bool:
 
 def _states(services: Services, environment: str | None) -> list[Where]:
     if environment is not None:
-        return [services.store.history.current(environment)]
-    recorded = {s.environment: s for s in services.store.history.everywhere()}
+        return [services.store.history.current(services.config.key, environment)]
+    recorded = {s.environment: s for s in services.store.history.everywhere(services.config.key)}
     names = [*services.config.inventory.environments, *sorted(recorded)]
     return [recorded.get(n) or Where(environment=n) for n in dict.fromkeys(names)]
 
@@ -116,7 +116,8 @@ def _said(seen: Observed | None, recorded: str | None) -> Text:
 
 def _history(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
-    deploys = services.store.history.recent(args.environment, limit=args.limit)
+    deploys = services.store.history.recent(services.config.key, args.environment,
+                                            limit=args.limit)
     if args.json:
         print_json(history_json(deploys))
         return 0
@@ -148,7 +149,8 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
     envs = [args.environment] if args.environment else list(services.config.inventory.environments)
     now = time.time()
     since = now - args.days * DAY  # the whole window: an index range, never a sample
-    figures = [stats(services.store.history.facts_since(env, since), environment=env, now=now,
+    key = services.config.key
+    figures = [stats(services.store.history.facts_since(key, env, since), environment=env, now=now,
                      days=args.days, undo_window=settings.undo_window_hours * 3600,
                      commit_time=repo.commit_time if repo else None) for env in envs]
     if args.json:

@@ -21,7 +21,7 @@ def register(commands: Commands) -> None:
     judge.add_argument("decision", choices=[v.value for v in Verdict],
                        help="continue: start the next batch; rollback: undo the hosts changed")
     judge.add_argument("--user", default=getpass.getuser(),
-                       help="who decides (default: your login name; trusted, see README)")
+                       help="who decides (default: your login name; trusted, see docs/start.md)")
     add_config_arg(judge)
     judge.set_defaults(handler=_judge)
 

@@ -15,19 +15,22 @@ from rich.console import Console
 from agents.config import Config
 from agents.engine.desk import RunDesk
 from agents.errors import PlanError
-from agents.org import load_org
+from agents.faces import Face
+from agents.org import Org, load_org
 from agents.plan.model import Plan
 from agents.policy.approvals import live_approvals, policy_version
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
+from agents.policy.rules import Policy
 from agents.run.record import Run
-from agents.services import Services
+from agents.services import Services, build_services
 from bot.cli.common import (
     DEFAULT_NAME,
     Commands,
     add_config_arg,
     embedded_store_note,
     given_config,
+    run_services,
     services_for,
 )
 from bot.cli.history import add_json_arg
@@ -92,16 +95,17 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
         raise PlanError("name a run (deckhand policy explain RUN) or a plan file (--plan FILE)")
     if args.run_id is not None:
         embedded_store_note()
-    services = services_for(args)
+    services, org = run_services(args) if args.run_id is not None else (
+        _plan_services(args), None)
     try:
-        answer, title, environments, run = _answer(args, services)
-        counts = _counts(services, environments, args.user) if args.user else []
-        grant = _verdict(services, answer, environments, run, args.user) \
+        answer, title, environments, policy, run = _answer(args, services, org)
+        counts = _counts(services, policy, environments, args.user) if args.user else []
+        grant = _verdict(services, org, answer, policy, environments, run, args.user) \
             if args.user else None
     finally:
         services.close()
-    console.print(f"{title.rstrip(':')} {_versions(services, run)}:", markup=False, highlight=False,
-                  soft_wrap=True)
+    console.print(f"{title.rstrip(':')} {_versions(policy, run)}:", markup=False,
+                  highlight=False, soft_wrap=True)
     for line in answer.explain():
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if grant is not None:
@@ -114,9 +118,9 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _versions(services: Services, run: Run | None) -> str:
+def _versions(policy: Policy, run: Run | None) -> str:
     """Which policy the answer is given under, and which ones the run met before."""
-    now = policy_version(services.config.policy)
+    now = policy_version(policy)
     if run is None:
         return f"[policy {now}]"
     seen = dict.fromkeys(v for v in [run.meta.get("policy"), *(a.policy for a in run.approvals)]
@@ -126,46 +130,61 @@ def _versions(services: Services, run: Run | None) -> str:
     return f"[policy {now}{also}]"
 
 
-def _verdict(services: Services, answer: Eligibility, environments: list[str],
-             run: Run | None, user: str) -> Grant | str:
+def _verdict(services: Services, org: Org | None, answer: Eligibility, policy: Policy,
+             environments: list[str], run: Run | None, user: str) -> Grant | str:
     """The answer ``deckhand approve`` gives ``user`` (the desk's), limits included; for a
     plan file, the rules' and the per-hour count as they stand."""
-    if run is not None:
-        return RunDesk(services).verdict(run, user=user)
+    if run is not None and org is not None:
+        desk = RunDesk(services, rules=lambda service: org.service_of(service).policy)
+        return desk.verdict(run, user=user, face=Face.CLI)
     if answer.impossible:  # the desk would not even store it
         return f"the plan would be refused: {answer.impossible}"
     grant = answer.grant(user)
     if not isinstance(grant, Grant):
         return grant
-    limited = services.store.limits.problem(services.config.policy, environments,
-                                            run_id="", user=user)
+    limited = services.store.limits.problem(policy, services.config.key,
+                                            environments, run_id="", user=user)
     return limited or grant
 
 
-def _counts(services: Services, environments: list[str], user: str) -> list[str]:
+def _counts(services: Services, policy: Policy, environments: list[str], user: str
+            ) -> list[str]:
     """How many runs ``user`` approved lately where ``policy.limits`` counts them (the
     store's count, the one the approval is checked against)."""
-    limits = services.config.policy.limits
+    limits = policy.limits
     capped = [(env, limits[env].runs_per_hour) for env in environments if env in limits]
-    return [f"{user} approved {len(services.store.limits.recent(env, user))} {env} run(s) in "
+    recent, key = services.store.limits.recent, services.config.key
+    return [f"{user} approved {len(recent(key, env, user))} {env} run(s) in "
             f"the last hour (limit {cap})" for env, cap in capped if cap is not None]
 
 
-def _answer(args: argparse.Namespace, services: Services
-            ) -> tuple[Eligibility, str, list[str], Run | None]:
-    """The answer, its title, the environments it is about, and the run (None: a plan
-    file)."""
+def _answer(args: argparse.Namespace, services: Services, org: Org | None
+            ) -> tuple[Eligibility, str, list[str], Policy, Run | None]:
+    """The answer, its title, the environments it is about, the policy (every layer: a run
+    is judged by its own service's) and the run (None: a plan file)."""
     policy, now = services.config.policy, services.clock()
-    if args.run_id is not None:
+    if org is not None:
         run = services.store.runs.find(args.run_id)
+        policy = org.service_of(run.service).policy
+        of = f" of {run.service or org.legacy}" if org.split else ""
         current = run.model_copy(update={"approvals": live_approvals(run, policy, now=now)})
         return (eligibility(current, policy, now=now),
-                f"run {run.id} ({run.status.value}), requested by {run.requested_by}:",
-                run.environments, run)
+                f"run {run.id}{of} ({run.status.value}), requested by {run.requested_by}:",
+                run.environments, policy, run)
     plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
     subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
     return (eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):",
-            subject.environments, None)
+            subject.environments, policy, None)
+
+
+def _plan_services(args: argparse.Namespace) -> Services:
+    """Services for the service a plan file names (``service:``, as `deckhand plan
+    --format yaml` writes it), else for the config's one service."""
+    plan = _read_plan(args.plan, requested_by="")
+    if plan.service is None:
+        return services_for(args)
+    org = load_org(given_config(None, getattr(args, "config", None)))
+    return build_services(org.service_of(plan.service))
 
 
 def _read_plan(path: Path, *, requested_by: str) -> Plan:
@@ -175,7 +194,7 @@ def _read_plan(path: Path, *, requested_by: str) -> Plan:
         raise PlanError(f"cannot read the plan file {path}: {exc}") from exc
     if not isinstance(body, dict):
         raise PlanError(f"{path}: a plan is a mapping with goal, steps and rollback")
-    keep = {k: body[k] for k in ("goal", "steps", "rollback") if k in body}
+    keep = {k: body[k] for k in ("goal", "steps", "rollback", "service") if k in body}
     try:
         return Plan.model_validate({**keep, "requested_by": requested_by})
     except ValidationError as exc:

@@ -45,6 +45,7 @@ from bot.cli.common import (
     add_user_args,
     confirmer,
     embedded_store_note,
+    run_services,
     services_for,
 )
 from bot.cli.drain import DRAIN_STORE_WAIT, leave_now, watch_store
@@ -371,11 +372,12 @@ def _audited_run(runs: Runs, typed: str) -> str:
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    services = services_for(args)
+    services, org = run_services(args)
     store = services.store
-    run, desk = store.runs.find(args.run_id), RunDesk(services)
-    policy = services.config.policy
-    problem = desk.problem(run, user=args.user, face=Face.CLI)  # before asking for a confirmation
+    run = store.runs.find(args.run_id)
+    desk = RunDesk(services, rules=lambda service: org.service_of(service).policy)
+    policy = desk.policy_of(run.service)  # the run's service's rules, every layer
+    problem = desk.problem(run, user=args.user, face=Face.CLI)  # before asking to confirm
     if problem:
         raise desk.refused(run, user=args.user, face=Face.CLI, rule=problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
@@ -384,7 +386,7 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     # the rules changed, or another approval landed first: refused, audited by the desk
     run = desk.approve(run.id, user=args.user, face=Face.CLI, plan_version=run.plan_version,
                        plan_hash=run.plan_hash)
-    needed = approvals_needed(run, services.config.policy)
+    needed = approvals_needed(run, policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))

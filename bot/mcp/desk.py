@@ -135,11 +135,12 @@ class Desk:
     def where(self, *, recent: int = 100) -> WhereReport:
         """Each environment's lock, runs in flight and last success (from the newest runs)."""
         store, inventory = self.services.store, self.services.config.inventory
-        locks = {lock.environment: lock for lock in store.locks.all()}
+        key = self.services.config.key
+        locks = store.locks.of(key)
         runs = store.runs.recent(limit=recent)
         return WhereReport(environments=[
             WhereView(environment=env, hosts=list(spec.hosts),
-                      deployed=store.history.current(env), lock=_lock_view(locks.get(env)),
+                      deployed=store.history.current(key, env), lock=_lock_view(locks.get(env)),
                       active=[run_ref(r) for r in runs
                               if env in r.environments and not r.status.terminal],
                       last_success=next((run_ref(r, at=r.finished_at) for r in runs

@@ -53,9 +53,9 @@ def home_data(bot: Bot, user: str) -> HomeData:
         active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
         environments=sorted(bot.services.config.inventory.environments),
-        locks={lock.environment: lock for lock in store.locks.all()},
+        locks=store.locks.of(bot.services.config.key),
         schedules=_schedules(bot),
-        deployed={w.environment: w for w in store.history.everywhere()},
+        deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)},
         deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
             r, user=user, user_groups=groups, policy=policy, verdict=Verdict.ROLLBACK) is None})
 

@@ -39,7 +39,8 @@ class BotRuntime:
         self.metrics.watch_queue(store.queue)
         self.metrics.watch_plan_quality(runs=store.runs, plans=store.plans)
         self.metrics.watch_history(store.history, list(services.config.inventory.environments),
-                                   undo_window=services.config.history.undo_window_hours * 3600)
+                                   undo_window=services.config.history.undo_window_hours * 3600,
+                                   service=services.config.key)
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
         self.metrics.watch_ssh(lambda: services.runners.setup_stats)

@@ -87,7 +87,7 @@ class _Presses:
 
 
 class ExitCode(IntEnum):
-    """How ``deckhand run`` (and ``approve``) end; documented in the README."""
+    """How ``deckhand run`` (and ``approve``) end; documented in docs/start.md."""
 
     SUCCEEDED = 0
     FAILED = 1  # the run failed: rolled back, rollback failed, cancelled or interrupted

@@ -102,7 +102,7 @@ _PASSING = json.dumps({"status": "success", "data": {"resultType": "vector", "re
 
 
 @pytest.mark.parametrize("head", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
-                                  % len(_PASSING)])
+                                  % len(_PASSING)], ids=["in_headers", "in_body"])
 def test_a_trickling_server_fails_the_gate_at_its_deadline(head: bytes, tmp_path: Path) -> None:
     """One byte every 2 s, in the headers or in the body: the gate's 2 s deadline is the
     whole gate's, so it fails after about 2 s, saying so, with no passing sample."""

@@ -132,7 +132,7 @@ def test_nothing_starts_on_the_next_host_until_continue(
     assert run.awaiting is not None and run.awaiting.hosts_done == ["prod-1"]
     assert [deploy.marker(h) for h in HOSTS] == ["v1.2.3", None, None]
     assert deploy.store.r.get(deploy.store.keys.owner(run.id)) == b"w1"  # lease and lock kept
-    assert deploy.store.r.get(deploy.store.keys.lock("production"))
+    assert deploy.store.r.get(deploy.store.keys.lock(None, "production"))
     assert main(["runs", "show", run.id, "--config", str(deploy.tmp_path / "deckhand.yml")]) == 0
     shown = capsys.readouterr().out
     assert "awaiting go/no-go after batch 1 of 3 of ship since" in " ".join(shown.split())

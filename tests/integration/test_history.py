@@ -56,12 +56,12 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
 
     own_redis.restart()  # history is in Redis (AOF), not in this process
     store = Store.connect(own_redis.url)
-    production = store.history.current("production")
+    production = store.history.current(None, "production")
     assert production.version == "v2.4.0" and production.drift == {}
     assert set(production.hosts) == {"prod-1", "prod-2"}
-    assert store.history.current("staging").version == "v2.4.0"  # the broken one rolled back
+    assert store.history.current(None, "staging").version == "v2.4.0"  # the broken one rolled back
     assert _live(sample_config, "staging") == {"v2.4.0"}  # ...and the host agrees
-    staging = store.history.recent("staging")
+    staging = store.history.recent(None, "staging")
     assert [(d.version, d.outcome) for d in staging] == [
         ("v2.4.0-broken", RunStatus.ROLLED_BACK), ("v2.4.0", RunStatus.SUCCEEDED),
         ("v2.3.1", RunStatus.SUCCEEDED)]
@@ -72,8 +72,8 @@ def test_where_history_and_rollback_to_a_version(sample_config: Config, own_redi
         services.make_plan("roll back production to v2.2.0", requested_by="alice", face="cli")
     assert _deploy(services, "roll back production to v2.3.1") is RunStatus.SUCCEEDED
     assert _live(sample_config, "prod") == {"v2.3.1"}
-    assert store.history.current("production").version == "v2.3.1"
-    assert store.history.recent("production")[0].rollback_of_version
+    assert store.history.current(None, "production").version == "v2.3.1"
+    assert store.history.recent(None, "production")[0].rollback_of_version
 
     monkeypatch.setenv("REDIS_URL", own_redis.url)
     assert main(["where", "--config", str(sample_config.path)]) == 0
@@ -101,7 +101,7 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
         assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
 
     # history is written by the worker just after a run's end is saved
-    wait_until(lambda: len(world.store.history.recent("staging")) == 2, what="both deploys recorded")
+    wait_until(lambda: len(world.store.history.recent(None, "staging")) == 2, what="both deploys recorded")
     world.signer.command("/deckhand", "history staging", user="UBOB",
                          response_url=f"{world.standin.url}/response/h")
     reply = world.standin.wait_for(lambda: world.standin.responses, what="the history")[-1]
@@ -117,7 +117,7 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
     world.click("approve", value, user="UBOB")
     assert world.wait_run(bk.parse_button_value(value)[0]).status is RunStatus.SUCCEEDED
     assert _live(world.config, "staging") == {"v2.3.1"}
-    wait_until(lambda: world.store.history.current("staging").version == "v2.3.1",
+    wait_until(lambda: world.store.history.current(None, "staging").version == "v2.3.1",
                what="the roll back recorded")  # just after the run's end, as above
 
     world.signer.command("/deckhand", "where", user="UBOB",
@@ -145,21 +145,21 @@ def test_stats_read_the_whole_window_not_the_newest_500(
             deploy = Deploy(run_id=f"run-{n}", environment="production", version="v1.0.0",
                             outcome=RunStatus.FAILED if n % 4 == 0 else RunStatus.SUCCEEDED,
                             requested_by="alice", started_at=at - 60, finished_at=at)
-            pipe.zadd(store.keys.history("production"), {deploy.model_dump_json(): at})
+            pipe.zadd(store.keys.history(None, "production"), {deploy.model_dump_json(): at})
             if n % 10:  # the small index lacks a tenth, as for history from before it existed
-                pipe.zadd(store.keys.history_facts("production"), {fact_member(deploy): at})
+                pipe.zadd(store.keys.history_facts(None, "production"), {fact_member(deploy): at})
         pipe.execute()
-    assert len(store.history.since("production", now - 30 * DAY)) == in_window
+    assert len(store.history.since(None, "production", now - 30 * DAY)) == in_window
     # incomplete small index: the deploys themselves are read
-    assert len(store.history.facts_since("production", now - 30 * DAY)) == in_window
-    store.history.forget("production", [raw for raw in store.r.zrange(
-        store.keys.history("production"), 0, -1) if b'"run-0"' in raw])  # trims both
+    assert len(store.history.facts_since(None, "production", now - 30 * DAY)) == in_window
+    store.history.forget(None, "production", [raw for raw in store.r.zrange(
+        store.keys.history(None, "production"), 0, -1) if b'"run-0"' in raw])  # trims both
     in_window -= 1
     missing = {f"run-{n}" for n in range(10, in_window + 101, 10)}  # now complete them
-    store.r.zadd(store.keys.history_facts("production"), {
-        fact_member(d): d.finished_at for d in store.history.since("production", 0)
+    store.r.zadd(store.keys.history_facts(None, "production"), {
+        fact_member(d): d.finished_at for d in store.history.since(None, "production", 0)
         if d.run_id in missing})
-    facts = store.history.facts_since("production", now - 30 * DAY)
+    facts = store.history.facts_since(None, "production", now - 30 * DAY)
     assert len(facts) == in_window and isinstance(facts[0], DeployFact)
     monkeypatch.setenv("REDIS_URL", own_redis.url)
     assert main(["stats", "production", "--days", "30", "--config",

@@ -65,7 +65,7 @@ def _running_run(world: SlackWorld) -> Run:
     world.store.runs.create(run)
     # a live lease, or the embedded worker's reconciler re-queues it and runs it to its end
     assert world.store.leases.heartbeat(run.id, worker="w-test", lease=120)
-    world.store.locks.acquire(["staging"], run_id=run.id, worker="w-test", ttl=120)
+    world.store.locks.acquire(None, ["staging"], run_id=run.id, worker="w-test", ttl=120)
     return run
 
 

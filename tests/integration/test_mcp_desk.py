@@ -203,11 +203,11 @@ def test_where_shows_locks_runs_in_flight_and_the_last_success(services: Service
     store, desk = services.store, Desk(services)
     shipped = _requested(desk, "deploy v2.3.1 to staging")
     store.runs.update(shipped, _succeed)
-    store.history.record(shipped, [Deploy(
+    store.history.record(None, shipped, [Deploy(
         run_id=shipped, environment="staging", version="v2.3.1", outcome=RunStatus.SUCCEEDED,
         requested_by=AGENT, started_at=1.0, finished_at=2.0, hosts={"staging-1": "v2.3.1"})])
     waiting = _requested(desk, "deploy v2.4.0")
-    store.locks.acquire(["production"], run_id=waiting, worker="w1", ttl=60)
+    store.locks.acquire(None, ["production"], run_id=waiting, worker="w1", ttl=60)
     report = {e.environment: e for e in desk.where().environments}
     staging, production = report["staging"], report["production"]
     assert staging.last_success is not None and staging.last_success.run_id == shipped

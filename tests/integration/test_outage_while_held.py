@@ -199,6 +199,6 @@ def test_a_worker_that_lost_its_run_at_a_go_no_go_records_no_end_of_it(
     stored = store.runs.get(run_id)  # the thief's to go on with: w1 wrote no end over it
     assert stored.status is RunStatus.RUNNING and stored.awaiting is not None
     assert not store.r.exists(store.keys.history_recorded(run_id))  # nor its history
-    assert store.history.current("production").hosts == {}
+    assert store.history.current(None, "production").hosts == {}
     actions = [(e.actor, e.action) for e in store.audit.entries(run_id=run_id)]
     assert ("w1", "lease_lost") in actions and ("w1", "run_finished") not in actions

@@ -172,7 +172,7 @@ def test_freeze_lock_and_promotion_of_the_shared_host_apply(
     run = request(services, "staging v1.0.0", by="carol")
     approve(services, run, "alice")
     approve(services, run, "bob")
-    store.locks.acquire(["production"], run_id="run-other", worker="w0", ttl=60)
+    store.locks.acquire(None, ["production"], run_id="run-other", worker="w0", ttl=60)
     assert work(services, run) is None
     after = store.runs.get(run.id)
     assert after.status is RunStatus.FAILED and "run-other" in (after.reason or "")

@@ -58,10 +58,13 @@ class Clock:
         return self
 
 
-def make_run(store: Store, status: RunStatus, *, leftovers: bool = False) -> Run:
-    """A run in ``status`` with audit entries, written at the store's clock; a finished one
-    settles its queue entry and lease unless ``leftovers`` (what a crash leaves)."""
-    plan = store.plans.save(make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}]))
+def make_run(store: Store, status: RunStatus, *, leftovers: bool = False,
+             service: str | None = None) -> Run:
+    """A run in ``status`` (of ``service``) with audit entries, written at the store's
+    clock; a finished one settles its queue entry and lease unless ``leftovers`` (what a
+    crash leaves)."""
+    plan = make_plan([{"id": "s", "tool": "log", "params": {"line": "x"}}])
+    plan = store.plans.save(plan.model_copy(update={"service": service}))
     store.plans.save(plan.revised(goal="v2"))
     run = Run.for_plan(plan, NO_TARGETS, created_at=store.clock())
     run.environments = ["staging"]
@@ -107,8 +110,8 @@ def world(tmp_path: Path, store: Store, client: redis.Redis, redis_url: str,
     clock = Clock().ago(OLD)
     store.clock = clock
     old = {s: make_run(store, s, leftovers=True) for s in PATHS}
-    store.locks.wait_for("staging", old[S.SUCCEEDED].id)
-    store.history.record(old[S.SUCCEEDED].id, [_deploy(old[S.SUCCEEDED], clock.now)])
+    store.locks.wait_for(None, "staging", old[S.SUCCEEDED].id)
+    store.history.record(None, old[S.SUCCEEDED].id, [_deploy(old[S.SUCCEEDED], clock.now)])
     store.audit.record("config_reloaded", actor="ops")  # an entry of no run
     clock.ago(NEW)
     new = {s: make_run(store, s) for s in PATHS}
@@ -151,7 +154,7 @@ def test_only_old_finished_runs_go_each_exported_with_everything_it_owned(
             assert len(store.audit.entries(run_id=run.id)) == world["audited"][run.id]
     assert all(store.runs.get(run.id).status is s for s, run in world["new"].items())
     assert [p["version"] for p in runs[world["old"][S.SUCCEEDED].id]["plans"]] == [1, 2]
-    assert client.lrange(store.keys.lock_queue("staging"), 0, -1) == []
+    assert client.lrange(store.keys.lock_queue(None, "staging"), 0, -1) == []
     assert StoreCheck(store).violations() == []
     assert main(["check", "--store"]) == 0
 
@@ -161,8 +164,8 @@ def test_only_old_finished_runs_go_each_exported_with_everything_it_owned(
     assert left and all(entry.at > time.time() - 90 * DAY for entry in left)
     assert audit[-1]["hash"] == left[0].prev  # the archive and the stream are one chain
     assert store.audit.verify().ok and store.audit.verify().trimmed == audit[-1]["stream_id"]
-    assert store.history.current("staging").hosts["web-1"].version == "v1.0.0"  # where: kept
-    assert len(store.history.recent("staging")) == 1  # history.retention_days is not set
+    assert store.history.current(None, "staging").hosts["web-1"].version == "v1.0.0"  # where: kept
+    assert len(store.history.recent(None, "staging")) == 1  # history.retention_days is not set
 
     before = world["export"].read_bytes()
     assert main(["retention", "--config", world["config"]]) == 0
@@ -203,15 +206,36 @@ def test_history_retention_trims_old_deploys_but_never_where_or_the_newest(
     runs = [make_run(store, S.SUCCEEDED)]
     for n in range(60):
         at = time.time() - (OLD if n < 55 else NEW) + n
-        store.history.record(f"run-{n:04d}", [_deploy(runs[0], at, version=f"v1.0.{n}")])
+        store.history.record(None, f"run-{n:04d}", [_deploy(runs[0], at, version=f"v1.0.{n}")])
     make_config(tmp_path, RETENTION + "history: {retention_days: 30}\n")
     assert main(["retention", "--config", str(tmp_path / "deckhand.yml")]) == 0
 
     deploys = [line for line in archive(tmp_path / "archive.jsonl") if line["kind"] == "deploy"]
     assert [d["deploy"]["version"] for d in deploys] == [f"v1.0.{n}" for n in range(10)]
-    kept = store.history.recent("staging", limit=100)
+    kept = store.history.recent(None, "staging", limit=100)
     assert len(kept) == 50 and kept[0].version == "v1.0.59"
-    assert store.history.current("staging").hosts["web-1"].version == "v1.0.59"
+    assert store.history.current(None, "staging").hosts["web-1"].version == "v1.0.59"
+
+
+def test_retention_trims_every_services_history_and_its_index_of_runs(
+        tmp_path: Path, store: Store, client: redis.Redis, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    store.clock = Clock().ago(OLD)
+    old = make_run(store, S.SUCCEEDED, service="api")
+    for service in ("api", None):
+        for n in range(55):
+            store.history.record(service, f"run-{service}-{n:04d}",
+                                 [_deploy(old, time.time() - OLD + n, version=f"v1.0.{n}")])
+    make_config(tmp_path, RETENTION + "history: {retention_days: 30}\n")
+    assert main(["retention", "--config", str(tmp_path / "deckhand.yml")]) == 0
+
+    deploys = [line for line in archive(tmp_path / "archive.jsonl") if line["kind"] == "deploy"]
+    assert sorted((d.get("service", ""), d["deploy"]["version"]) for d in deploys) == sorted(
+        (s, f"v1.0.{n}") for s in ("api", "") for n in range(5))  # 50 newest kept each
+    assert len(store.history.recent("api", "staging", limit=100)) == 50
+    assert len(store.history.recent(None, "staging", limit=100)) == 50
+    assert client.zcard("dh:runs:svc:api") == 0 and not client.exists(f"dh:run:{old.id}")
 
 
 def test_one_process_at_a_time_and_workers_run_it_when_due(

@@ -358,7 +358,7 @@ def test_auto_stops_running_alone_when_policy_changes(services: Services) -> Non
 
 def test_locked_environment_with_refuse_policy_skips(services: Services) -> None:
     schedule = add(services, '"every day at 13:00" deploy v1.2.3 to staging')
-    services.store.locks.acquire(["staging"], run_id="run-other", worker="w1", ttl=300)
+    services.store.locks.acquire(None, ["staging"], run_id="run-other", worker="w1", ttl=300)
     occurrence = run_occurrence(services, schedule, at(2026, 3, 28, 13))
     assert occurrence.outcome is Outcome.SKIPPED_LOCKED and occurrence.run is None
     assert occurrence.lock is not None and occurrence.lock.run_id == "run-other"
@@ -370,7 +370,7 @@ def test_locked_environment_with_refuse_policy_skips(services: Services) -> None
 def test_locked_environment_with_wait_policy_delays(services: Services) -> None:
     services.config.policy.environments["staging"].lock = "wait"
     schedule = add_auto(services, '"every day at 13:00" deploy v1.2.3 to staging')
-    services.store.locks.acquire(["staging"], run_id="run-other", worker="w1", ttl=300)
+    services.store.locks.acquire(None, ["staging"], run_id="run-other", worker="w1", ttl=300)
     occurrence = run_occurrence(services, schedule, at(2026, 3, 28, 13))
     assert occurrence.outcome is Outcome.QUEUED and occurrence.delayed
     assert "it starts when that run finishes" in occurrence.message

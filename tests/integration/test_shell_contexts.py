@@ -299,3 +299,106 @@ def test_the_largest_quote_heavy_value_fits_one_ssh_command(
     runner = pool.for_host(sshd_hosts.inventory().hosts[HOST])
     assert runner.run(command.source, timeout=30).ok
     assert (out / "quotes").read_text() == f"note: {value}\n"
+
+
+# Issue 41.4: a value must not become an option, nor code inside the program it is given to.
+# tool name → template; {v} begins an argument of a program that reads options.
+OPTION_POSITIONS: dict[str, str] = {
+    "tar": "cd {out} && tar -cf {n}.tar {v} 2>/dev/null; true",
+    "tar_after_name": "cd {out} && tar -cf {v}.tar {n} 2>/dev/null; true",
+    "find": "find {out} -name {v} 2>/dev/null; true",
+    "sort": "sort {v} /dev/null 2>/dev/null; true",
+    "git": "git -C {out} log {v} 2>/dev/null; true",
+    "quoted": 'cd {out} && tar -cf {n}.tar "{v}" 2>/dev/null; true',
+    "inner_tar": "sh -c 'cd \"$2\" && tar -cf x.tar \"$1\" 2>/dev/null; true' sh {v} {out}",
+    "inner_printf_arg": "bash -c 'printf %s \"$1\" > \"$2\"' sh {v} {out}/{n}",
+}
+# Where the value may start with '-': after `--`, it is an operand and arrives as it is.
+AFTER_DASHDASH = "set -- {v}; printf %s \"$1\" > {out}/{n}"
+# Inner scripts that read a positional parameter as a format, a name or an expression.
+INNER_UNSAFE: dict[str, str] = {
+    "printf_format": "bash -c 'printf \"$1\"' sh {v}",
+    "test_v": "bash -c 'test -v \"$1\" || true' sh {v}",
+    "bracket_v": "bash -c '[ -v \"$1\" ] || true' sh {v}",
+    "arithmetic": "bash -c 'echo $(( $1 + 1 ))' sh {v}",
+    "declare": "bash -c 'declare \"$1\"=1' sh {v}",
+    "eval_all": "sh -c 'eval \"$@\"' sh {v}",
+}
+
+
+def option_values(marker: Path) -> dict[str, str]:
+    """Each value would create ``marker`` (or read a file) if a program took it as an
+    option or as an expression."""
+    return {
+        "compress_program": f"--use-compress-program=touch {marker}",
+        "checkpoint_exec": f"--checkpoint=1 --checkpoint-action=exec=touch {marker}",
+        "to_command": f"--to-command=touch {marker}",
+        "printf_v": f"-va[$(touch {marker})]",
+        "subscript": f"a[$(touch {marker})]",
+        "find_exec": "-newer",
+        "sort_compress": f"--compress-program=touch {marker}",
+        "git_output": f"--output={marker}",
+    }
+
+
+def test_values_never_become_options_or_inner_code_over_ssh(
+        sshd_hosts: SSHFleet, pool: RunnerPool, tmp_path: Path) -> None:
+    """Every hostile and option-like value × every argument position: a value that would
+    begin an argument with '-' is refused before anything runs; everything else runs over
+    SSH; after `--` every value arrives byte-exact; no marker file appears."""
+    out, marker = tmp_path / "out", tmp_path / "M"
+    out.mkdir()
+    templates = {**OPTION_POSITIONS, "after_dashdash": AFTER_DASHDASH}
+    config = load_config(_config(tmp_path, sshd_hosts, "tools.yml",
+                                 _tools_yml(templates, out)))
+    values = {**hostile(marker), **option_values(marker)}
+    steps, refused = [], 0
+    for tool_name in templates:
+        tool = config.catalog.get(tool_name)
+        for kind, value in values.items():
+            if kind in REFUSED_BY_VALIDATION:
+                continue
+            name = f"{tool_name}__{kind}"
+            problems = config.catalog.param_problems(tool, {"v": value, "n": name})
+            if value.startswith("-") and tool_name != "after_dashdash":
+                assert problems and "starts with '-'" in problems[0], (name, problems)
+                with pytest.raises(ValueRefused, match="starts with '-'"):
+                    parse(tool.command or "").fill({"v": value, "n": name, "out": str(out)})
+                refused += 1
+                continue
+            assert problems == [], (name, problems)
+            steps.append({"id": name, "tool": tool_name, "params": {"v": value, "n": name}})
+    deps = ExecutorDeps(config.catalog, config.inventory, pool.for_host, config.vars)
+    for start in range(0, len(steps), 40):  # a plan holds at most 60 steps
+        plan = Plan.model_validate({"goal": "option values", "steps": steps[start:start + 40]})
+        run = Executor(deps).execute(plan)
+        assert run.status is RunStatus.SUCCEEDED, run.reason
+    for kind, value in values.items():
+        if kind not in REFUSED_BY_VALIDATION:
+            assert (out / f"after_dashdash__{kind}").read_text() == value, kind
+    assert refused == len(OPTION_POSITIONS) * sum(
+        v.startswith("-") for v in option_values(marker).values())
+    assert not marker.exists()
+
+
+def test_inner_scripts_that_read_an_argument_as_code_are_refused_at_load(
+        sshd_hosts: SSHFleet, tmp_path: Path) -> None:
+    text = _tools_yml(INNER_UNSAFE, tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_config(_config(tmp_path, sshd_hosts, "tools.yml", text))
+    for name in INNER_UNSAFE:
+        mine = [p for p in caught.value.problems if p.where.endswith(f"tools.{name}.command")]
+        assert len(mine) == 1 and Context.INNER.value in mine[0].message, (name, mine)
+
+
+def test_a_pattern_lets_the_operator_admit_option_values(
+        sshd_hosts: SSHFleet, tmp_path: Path) -> None:
+    tools = {"compress": {"description": "tar with a chosen flag", "target": f"group:{HOST}",
+                          "command": "tar {flag} -cf x.tar .",
+                          "params": {"flag": {"pattern": "^-[zj]$"}}}}
+    config = load_config(_config(tmp_path, sshd_hosts, "tools.yml",
+                                 yaml.safe_dump({"tools": tools})))
+    tool = config.catalog.get("compress")
+    assert config.catalog.param_problems(tool, {"flag": "-z"}) == []
+    assert "does not match" in config.catalog.param_problems(
+        tool, {"flag": "--use-compress-program=x"})[0]

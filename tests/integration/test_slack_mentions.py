@@ -186,7 +186,7 @@ def test_a_run_requested_from_the_cli_names_its_requester_as_text_in_slack(
     assert "requested by UNKNOWN" in home.text_of_blocks()
     world.click_in_home("approve", button(home, "approve"), user="UBOB")
     assert world.wait_run(run.id).status is RunStatus.SUCCEEDED
-    wait_until(lambda: world.store.history.recent("production"), what="the deploy recorded")
+    wait_until(lambda: world.store.history.recent(None, "production"), what="the deploy recorded")
     for command in ("runs", "history production"):  # each names the requester, as text
         assert "UNKNOWN" in json.dumps(_answer(world, command, user="UBOB"))
     assert b"UNKNOWN" in _sent(world) and b"<@UNKNOWN>" not in _sent(world)

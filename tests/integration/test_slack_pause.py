@@ -7,6 +7,7 @@ say who paused it and since when, and Resume lets it finish — audited with ``v
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,43 @@ def test_a_late_pause_click_on_a_finished_run_pauses_nothing(
                                   what="the late click's answer")
     assert "already ended (succeeded)" in told[0]["text"]
     assert world.store.runs.pause_requested(run_id) is None
+
+
+def _say(world: SlackWorld, text: str, *, user: str, thread: str | None = None) -> None:
+    event = {"type": "app_mention", "user": user, "channel": "CDEPLOY",
+             "text": f"<@UBOT> {text}", "ts": f"{time.time_ns()}"}
+    if thread:
+        event["thread_ts"] = thread
+    assert world.signer.event(event, event_id=f"Ev{time.time_ns()}")[0] == 200
+
+
+def test_pause_and_resume_said_in_words(two_steps: SlackWorld, tmp_path: Path) -> None:
+    """Issue 43.2: "@deckhand pause the deploy" in the run's thread acts on that run under
+    the buttons' rules; "resume" outside any thread acts on the asker's one open run."""
+    world, changes = two_steps, tmp_path / "web-1" / "changes"
+    _say(world, "cancel", user="UALICE")  # nothing of hers is running yet
+    world.standin.wait_for(lambda: [t for t in world.told("UALICE") if "no run" in t],
+                           what="'nothing to cancel'")
+    world.deploy("ship", user="UALICE")
+    world.click("approve", button(world.plan_message(0), "approve"), user="UBOB")
+    wait_until((tmp_path / "started").exists, what="the first step to start")
+    run_id = button(_status_with(world, bk.ActionId.PAUSE), bk.ActionId.PAUSE)
+    thread = world.store.runs.get(run_id).meta["slack"]["thread_ts"]
+
+    _say(world, "pause", user="UMALLORY", thread=thread)  # neither requester nor approver
+    world.standin.wait_for(lambda: [t for t in world.told("UMALLORY")
+                                    if "only the requester" in t], what="the refusal")
+    assert world.store.runs.pause_requested(run_id) is None
+    _say(world, "please pause the deploy 🙏", user="UALICE", thread=thread)
+    wait_until(lambda: world.store.runs.pause_requested(run_id) is not None,
+               what="the pause said in the thread")
+    (tmp_path / "go").touch()  # the first step finishes; the second must not start
+    _status_with(world, bk.ActionId.RESUME)
+    assert changes.read_text().splitlines() == ["first"]
+
+    _say(world, "resume", user="UALICE")  # outside the thread: her one open run
+    assert world.wait_run(run_id).status is RunStatus.SUCCEEDED
+    assert changes.read_text().splitlines() == ["first", "second"]
+    entries = [(e.action, e.actor) for e in world.store.audit.entries(run_id=run_id)]
+    assert ("pause_refused", "UMALLORY") in entries
+    assert ("pause_requested", "UALICE") in entries and ("resume_requested", "UALICE") in entries

@@ -216,7 +216,7 @@ def test_killed_worker_is_taken_over(tmp_path: Path, store: Store, redis_url: st
 
 def test_lock_refuse_and_ttl_expiry(tmp_path: Path, store: Store) -> None:
     services = build_services(config_for(tmp_path, lock="refuse"), store=store)
-    store.locks.acquire(["staging"], run_id="run-dead", worker="gone", ttl=0.5)
+    store.locks.acquire(None, ["staging"], run_id="run-dead", worker="gone", ttl=0.5)
     run = submit(services, gated_plan(tmp_path))
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1))
     assert worker.process(run.id) is None
@@ -224,11 +224,11 @@ def test_lock_refuse_and_ttl_expiry(tmp_path: Path, store: Store) -> None:
     assert refused.status is RunStatus.FAILED
     assert "staging is locked by run-dead" in (refused.reason or "")
     with pytest.raises(LockHeld):
-        store.locks.acquire(["staging"], run_id="run-2", worker="w", ttl=5)
+        store.locks.acquire(None, ["staging"], run_id="run-2", worker="w", ttl=5)
 
     def free() -> bool:
         try:
-            store.locks.acquire(["staging"], run_id="run-2", worker="w", ttl=5)
+            store.locks.acquire(None, ["staging"], run_id="run-2", worker="w", ttl=5)
             return True
         except LockHeld:
             return False

@@ -43,7 +43,7 @@ def test_a_store_used_normally_keeps_every_invariant(tmp_path: Path, store: Stor
     waiting = approved_run(store, tmp_path)
     plan = store.plans.get(waiting.plan_id)
     store.plans.save(plan.revised(goal="v2"))
-    store.locks.acquire(["staging"], run_id=waiting.id, worker="w", ttl=30)
+    store.locks.acquire(None, ["staging"], run_id=waiting.id, worker="w", ttl=30)
     assert store.runs.get(done.id).status is RunStatus.SUCCEEDED
     assert problems(store) == []
 
@@ -60,7 +60,7 @@ def test_each_broken_invariant_is_reported_with_its_key_and_repaired(
     entry = client.xrange("dh:queue")[0][0]
     client.xdel("dh:queue", entry)  # queued, but no entry and no worker
     ended = store.runs.create(Run.for_plan(plan, NO_TARGETS, status=RunStatus.SUCCEEDED))
-    store.locks.acquire(["production"], run_id=ended.id, worker="gone", ttl=300)
+    store.locks.acquire(None, ["production"], run_id=ended.id, worker="gone", ttl=300)
     client.sadd("dh:locks", "qa")  # a lock that expired
     before = snapshot(client)
 

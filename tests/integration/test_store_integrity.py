@@ -214,11 +214,11 @@ def test_runs_audited_before_per_run_streams_are_still_found(store: Store,
 
 
 def test_locks_are_listed_from_the_held_set(store: Store) -> None:
-    store.locks.acquire(["staging", "production"], run_id="run-a", worker="w", ttl=30)
+    store.locks.acquire(None, ["staging", "production"], run_id="run-a", worker="w", ttl=30)
     assert [lock.environment for lock in store.locks.all()] == ["production", "staging"]
-    store.locks.release(["staging"], run_id="run-a")
+    store.locks.release(None, ["staging"], run_id="run-a")
     assert [lock.run_id for lock in store.locks.all()] == ["run-a"]
-    store.locks.release(["production"], run_id="run-a")
+    store.locks.release(None, ["production"], run_id="run-a")
     assert store.locks.all() == []
 
 
@@ -264,11 +264,11 @@ def test_concurrent_creates_under_one_id_all_land_apart(redis_url: str,
 
 def test_a_run_waiting_for_a_lock_is_woken_onto_the_queue_in_one_step(store: Store) -> None:
     store.queue.ensure_group()
-    store.locks.wait_for("staging", "run-a")
-    store.locks.wait_for("staging", "run-a")  # once only
-    store.locks.wait_for("staging", "run-b")
-    assert store.queue.wake_next("staging") == "run-a" and store.queue.backlog() == (1, 0)
-    assert store.queue.wake_next("staging") == "run-b" and store.queue.wake_next("staging") is None
+    store.locks.wait_for(None, "staging", "run-a")
+    store.locks.wait_for(None, "staging", "run-a")  # once only
+    store.locks.wait_for(None, "staging", "run-b")
+    assert store.queue.wake_next(None, "staging") == "run-a" and store.queue.backlog() == (1, 0)
+    assert store.queue.wake_next(None, "staging") == "run-b" and store.queue.wake_next(None, "staging") is None
     assert [run for _, run in store.queue.entries()] == ["run-a", "run-b"]
 
 

@@ -101,7 +101,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
                 self.store.queue.ack(entry_id)
                 return
             try:
-                self.store.locks.acquire(run.environments, run_id=run_id, worker=worker,
+                self.store.locks.acquire(run.service, run.environments, run_id=run_id, worker=worker,
                                          ttl=LEASE)
             except LockHeld as exc:
                 self.store.runs.transition(run_id, RunStatus.FAILED, expect={RunStatus.QUEUED},
@@ -131,7 +131,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
             run = self.store.runs.get(run_id)
             run.move(outcome)
             self.store.leases.save_as_owner(run, worker=worker)
-            self.store.locks.release(run.environments, run_id=run_id)
+            self.store.locks.release(run.service, run.environments, run_id=run_id)
             self.store.leases.release(run_id, worker=worker)
             self.store.queue.ack(entry_id)
 
@@ -151,7 +151,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
             if run.status is not RunStatus.QUEUED:
                 return
             try:
-                self.store.locks.acquire(run.environments, run_id=run_id, worker="console",
+                self.store.locks.acquire(run.service, run.environments, run_id=run_id, worker="console",
                                          ttl=LEASE)
             except LockHeld:
                 return
@@ -159,7 +159,7 @@ def machine(url: str, policy: Policy) -> type[RuleBasedStateMachine]:
             assert claimed is not None
             claimed.move(RunStatus.SUCCEEDED)
             self.store.leases.save_as_owner(claimed, worker="console")
-            self.store.locks.release(run.environments, run_id=run_id)
+            self.store.locks.release(run.service, run.environments, run_id=run_id)
             self.store.leases.release(run_id, worker="console")
             self.store.queue.settle(run_id)
 

@@ -73,7 +73,7 @@ tools:
   sh:
     description: shell snippet, short deadline
     command: "sh -c 'eval \\"$1\\"' sh {script}"
-    params: {script: {type: string, max_length: 4000}}
+    params: {script: {type: string, max_length: 4000, code: true}}
     timeout: 1
 """
 

@@ -124,16 +124,16 @@ def test_same_floor_units_stay_apart() -> None:
     assert not sideways, "imports within a floor:\n" + "\n".join(sideways)
 
 
-# README's "Where to find things" names every module under its package, agents/ by floor.
+# docs/contribute.md's "Where to find things" names every module under its package, agents/ by floor.
 MAPPED_AS_A_WHOLE = ("bot/cli", "bot/slack/listeners")  # one module per command group / surface
 _FILE = re.compile(r"(?<![\w/.])(\w+\.py)\b")
 
 
 def _readme_map() -> list[tuple[str, str]]:
-    """(package, line) for each line of README's module map: a package heading (``agents/``
+    """(package, line) for each line of the module map: a package heading (``agents/``
     at column 0, ``  plan/`` at column 2) opens a package; a module line at column 2 goes
     back to the top package; continuation lines belong to what they continue."""
-    block = (ROOT / "README.md").read_text().split("Where to find things:", 1)[1]
+    block = (ROOT / "docs" / "contribute.md").read_text().split("Where to find things:", 1)[1]
     lines, top, package = block.split("```")[1].splitlines()[1:], "", ""
     out = []
     for line in lines:
@@ -154,8 +154,8 @@ def test_readme_maps_every_module_and_no_other() -> None:
              for f in (ROOT / top).rglob("*.py") if f.name not in ("__init__.py", "__main__.py")
              and not str(f.parent.relative_to(ROOT)).startswith(MAPPED_AS_A_WHOLE)}
     mapped = {(package, name) for package, names in named.items() for name in names}
-    assert not files - mapped, f"modules README's map leaves out: {sorted(files - mapped)}"
-    assert not mapped - files, f"README maps modules that are not there: {sorted(mapped - files)}"
+    assert not files - mapped, f"modules the map (docs/contribute.md) leaves out: {sorted(files - mapped)}"
+    assert not mapped - files, f"the map (docs/contribute.md) maps modules that are not there: {sorted(mapped - files)}"
 
 
 def test_readme_lists_agents_by_floor_bottom_first() -> None:
@@ -165,9 +165,9 @@ def test_readme_lists_agents_by_floor_bottom_first() -> None:
         found = [package.split("/")[1]] if package.startswith("agents/") else [
             name.removesuffix(".py") for name in _FILE.findall(line)] if package == "agents" else []
         order += [u for u in found if u in floor and u not in order]
-    assert set(order) == set(floor), f"not in README's map: {set(floor) - set(order)}"
+    assert set(order) == set(floor), f"not in the map: {set(floor) - set(order)}"
     floors = [floor[u] for u in order]
-    assert floors == sorted(floors), f"README's agents/ order is not by floor: {order}"
+    assert floors == sorted(floors), f"the map's agents/ order is not by floor: {order}"
 
 
 WHOLE_STORE = {

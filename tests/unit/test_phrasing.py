@@ -75,10 +75,57 @@ def test_an_alias_plans_what_the_canonical_name_plans(init_config: Config) -> No
 
 def test_unknown_environment_names_the_known_ones_and_aliases(init_config: Config) -> None:
     with pytest.raises(NoPlanFound) as refused:
-        planner_for(init_config).plan("roll back prodution please", requested_by="a")
-    assert "unknown environment 'prodution'" in str(refused.value)
+        planner_for(init_config).plan("roll back mars please", requested_by="a")
+    assert "unknown environment 'mars'" in str(refused.value)
     assert "production (also prod, live)" in str(refused.value)
-    assert "Did you mean production?" in str(refused.value)
+
+
+# Issue 43.2: the words of the bots people come from, and typos, with the init config.
+OTHER_BOTS = [
+    (".deploy v1.2.3 to prod", "deploy", ""),
+    ("!deploy v1.2.3 staging", "deploy-staging", ""),
+    ("deploy! v1.2.3", "deploy", ""),
+    ("deploy v1.2.3 to prod 🚀", "deploy", ""),
+    ("deploy v1.2.3 to prod :rocket:", "deploy", ""),
+    ("deploy v1.2.3 to staging and prod", "deploy", ""),
+    ("hey @deckhand can u push v1.2.3 pls", "deploy", ""),
+    ("<@U0BOT> ship v1.2.3 to production", "deploy", ""),
+    ("depoly v1.2.3 to staging", "deploy-staging", "read 'depoly' as 'deploy'"),
+    ("deploy v1.2.3 to stagign", "deploy-staging", "read 'stagign' as 'staging'"),
+    ("roll back prodution please", "rollback", "read 'prodution' as 'production'"),
+]
+
+
+@pytest.mark.parametrize(("request_", "playbook", "note"), OTHER_BOTS)
+def test_other_bots_words_and_typos_plan_and_say_what_was_read(
+        init_config: Config, request_: str, playbook: str, note: str) -> None:
+    plan = planner_for(init_config).plan(request_, requested_by="a")
+    assert plan.planner.name == f"playbook {playbook}"
+    assert plan.planner.note == note
+    assert (note in plan.planner.footer()) if note else True
+
+
+def test_a_typo_is_corrected_only_when_nothing_plans_as_typed_and_one_word_is_close(
+        init_config: Config) -> None:
+    phrasing = Phrasing.of(init_config.inventory.environments)
+    assert phrasing.corrected("deploy v1.2.3 to mars") == ("deploy v1.2.3 to mars", [])
+    assert phrasing.corrected("status") == ("status", [])
+    with pytest.raises(NoPlanFound, match="I don't know how to plan"):
+        planner_for(init_config).plan("dplx v1.2.3", requested_by="a")
+
+
+@pytest.mark.parametrize(("said", "answer"), [
+    ("cancel", "`deckhand stop RUN_ID`"), ("stop it", "`deckhand stop RUN_ID`"),
+    ("pause the deploy", "`deckhand pause RUN_ID`"), ("resume", "`deckhand resume RUN_ID`"),
+    ("don't deploy v1.2.3 to prod", "Nothing was planned")])
+def test_controls_and_negations_suggest_no_plan(init_config: Config, said: str,
+                                                answer: str) -> None:
+    """'cancel' once suggested `undo the last release` (a production rollback); "don't
+    deploy" suggested a rollback. Neither is asked for: say what is."""
+    with pytest.raises(NoPlanFound) as refused:
+        planner_for(init_config).plan(said, requested_by="a")
+    assert answer in str(refused.value)
+    assert "roll back" not in str(refused.value) and "undo" not in str(refused.value)
 
 
 def test_no_match_says_what_was_understood_and_asks_for_the_missing_piece(

@@ -50,6 +50,9 @@ VERDICTS: list[tuple[str, list[Context]]] = [
     ("python3 -c 'import sys; print(sys.argv[1])' {t}", [C.WORD]),
     ("echo {t} 2>&1 | tee f", [C.WORD]),
     ("./deploy.sh &>/dev/null {t}", [C.WORD]),
+    ("echo {t} || sh", [C.WORD]),  # || runs sh after echo, it does not feed it
+    ("printf %s {t}", [C.WORD]),  # after the format: an argument
+    ("printf -v x %s {t}", [C.WORD]),
 ]
 
 REFUSED: list[tuple[str, Context]] = [
@@ -102,6 +105,34 @@ REFUSED: list[tuple[str, Context]] = [
     ("echo `echo {t}`", C.BACKTICK),
     ("cat <<{t}\nx\n", C.DELIMITER),
     ('echo "{t}', C.UNREAD),
+    ("printf {t}", C.FORMAT),
+    ("printf -- {t}", C.FORMAT),
+    ("printf -v x {t}", C.FORMAT),
+    ('printf "$(cat {t})"', C.FORMAT),
+    ("test -v {t}", C.NAME),
+    ("[ -v {t} ]", C.NAME),
+    # an argument of sh -c, used unsafely by the inner script (issue 41.4)
+    ("bash -c 'printf \"$1\"' sh {t}", C.INNER),
+    ("sh -c 'test -v \"$1\"' sh {t}", C.INNER),
+    ("bash -c 'echo $(( $1 + 1 ))' sh {t}", C.INNER),
+    ("sh -c 'eval \"$@\"' sh {t}", C.INNER),
+    ("sh -c 'echo \"$1\"; eval \"$2\"' sh a {t}", C.INNER),
+]
+
+# template → whether each placeholder begins an argument a program may read as an option
+LEADING: list[tuple[str, list[bool]]] = [
+    ("tar -cf {o}.tar {v} dir", [True, True]),
+    ("tar -cf x.tar -- {v}", [False]),
+    ('echo "{v}"', [True]),
+    ('echo "a{v}"', [False]),
+    ("X={v} ./run", [False]),
+    ("echo hi > {v}", [False]),
+    ("[[ {v} == x ]]", [False]),
+    ("case {v} in a) ;; esac", [False]),
+    ("sh -c 'tar -cf x.tar \"$1\"' sh {v}", [True]),  # where the inner script puts it
+    ("sh -c 'tar -cf x.tar -- \"$1\"' sh {v}", [False]),
+    ("sh -c 'echo hi > \"$1\"; cat -- \"$2\"' sh {a} {b}", [False, False]),
+    ("sh -c 'echo \"x$1\"; ls \"$2\"' sh {a} {b}", [False, True]),
 ]
 
 
@@ -117,6 +148,36 @@ def test_unsafe_contexts_are_refused_naming_the_context(template: str,
         parse(template)
     assert caught.value.refusals[0].context is context
     assert context.value in str(caught.value)
+
+
+@pytest.mark.parametrize(("template", "leading"), LEADING)
+def test_where_a_value_would_begin_an_argument(template: str, leading: list[bool]) -> None:
+    assert [s.leading for s in parse(template).slots] == leading
+
+
+def test_a_value_that_would_be_an_option_is_refused_unless_allowed(tmp_path: Path) -> None:
+    """tar -cf x.tar {v} with --use-compress-program=… would run a command (issue 41.4)."""
+    marker = tmp_path / "M"
+    template = parse(f"cd {tmp_path} && tar -cf x.tar {{v}} 2>/dev/null; true")
+    value = f"--use-compress-program=touch {marker}"
+    with pytest.raises(ValueRefused, match="starts with '-'.*pattern.*--"):
+        template.fill({"v": value})
+    allowed = template.fill({"v": "-v"}, options=frozenset({"v"}))
+    assert "DH_v='-v'" in allowed.source
+    safe = parse(f"cd {tmp_path} && tar -cf x.tar -- {{v}} 2>/dev/null; true")
+    assert LocalRunner().run(safe.fill({"v": value}).source, timeout=10).ok
+    assert not marker.exists()
+
+
+def test_a_parameter_declared_code_may_run_in_an_inner_script() -> None:
+    """The operator's explicit escape (tests' snippet tools): only ``code: true`` fields."""
+    template = "sh -c 'eval \"$1\"' sh {t}"
+    with pytest.raises(ShellRefused):
+        parse(template)
+    slot = parse(template, code=frozenset({"t"})).slots[0]
+    assert slot.context is C.WORD
+    assert parse(template, code=frozenset({"t"})).fill({"t": "echo hi"}).source.endswith(
+        'sh -c \'eval "$1"\' sh "${DH_t}"')
 
 
 def test_the_refusal_names_the_line() -> None:

@@ -63,11 +63,13 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
                                             else ""))
     if verb == "where":
         env = args[0] if args else None
-        states = ([bot.store.history.current(env)] if env else bot.store.history.everywhere())
+        svc, history = bot.services.config.key, bot.store.history
+        states = [history.current(svc, env)] if env else history.everywhere(svc)
         return bk.where_text(states)
     if verb == "history" and args:
-        live = bot.store.history.current(args[0]).version
-        return bk.history_blocks(args[0], bot.store.history.recent(args[0], limit=10), live)
+        svc, history = bot.services.config.key, bot.store.history
+        live = history.current(svc, args[0]).version
+        return bk.history_blocks(args[0], history.recent(svc, args[0], limit=10), live)
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
