@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
@@ -23,6 +23,7 @@ from agents.policy.rules import EnvPolicy, Policy
 from agents.prompts.templates import PromptSet, Template, TemplateRefused, read_template
 from agents.requests.phrasing import CaptureError, Phrasing
 from agents.requests.playbooks import Playbook
+from agents.settings import PlannerEndpoint
 from agents.state_dir import PLACEHOLDER as STATE_DIR
 from agents.state_dir import resolve_state_dir
 from tools import gantz
@@ -47,6 +48,7 @@ ROLE_SECTIONS = {"single": frozenset(SECTIONS | {"service", "owners", "owners_ma
                  "service": SERVICE_SECTIONS, "main": MAIN_SECTIONS}
 ORG_INVENTORY = frozenset({"known_hosts", "ssh"})
 """The main config's ``inventory``: one SSH pool and known_hosts file for every service."""
+PLANNER_KEYS = frozenset({"prompts", *PlannerEndpoint.model_fields})
 SERVICE_NAME = re.compile(SERVICE_PATTERN)
 BUILTIN_SCOPES = ("host.", "vars.")
 
@@ -57,6 +59,11 @@ class AuditSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sink: SinkSettings | None = None
+    checkpoint_every: float = Field(
+        default=600.0, ge=10, le=86_400,
+        description="seconds between the signed checkpoints workers write (with "
+                    "DECKHAND_AUDIT_KEY_FILE); `audit verify` fails on entries left unsigned "
+                    "for twice as long")
 
 
 @dataclass
@@ -92,6 +99,8 @@ class Config:
     file at ``path`` is the whole config."""
     owners: Resolved | None = None
     """Who may approve this service's runs (within its rules; a layer of ``policy``)."""
+    planner: PlannerEndpoint = field(default_factory=PlannerEndpoint)
+    """The LLM endpoint's settings (``planner:`` besides ``prompts``)."""
 
     def __post_init__(self) -> None:
         self.name = self.name or service_name_of(self.path)
@@ -139,6 +148,7 @@ class OrgWide:
     secrets: list[str] = field(default_factory=list)
     retention: RetentionSettings | None = None
     prompts: PromptSet = field(default_factory=PromptSet)
+    planner: PlannerEndpoint = field(default_factory=PlannerEndpoint)
     audit: AuditSettings = field(default_factory=AuditSettings)
     known_hosts: str | None = None
     ssh: SSHSettings = field(default_factory=SSHSettings)
@@ -214,11 +224,13 @@ class _Loader:
         if org is None:
             retention = self._retention(data.get("retention"))
             prompts = PromptSet(self._prompts(_expand(data.get("planner") or {}, self.dirs)))
+            planner = self._planner(data.get("planner"))
             audit = self._model(AuditSettings, _expand(data.get("audit") or {}, self.dirs),
                                 ("audit",)) or AuditSettings()
             uses_state_dir = STATE_DIR in str(data)
         else:
             retention, prompts, audit = org.retention, org.prompts, org.audit
+            planner = org.planner
             secrets = [*org.secrets, *secrets]
             uses_state_dir = org.uses_state_dir or STATE_DIR in str(data)
         config = Config(self.path, Catalog(tools or {}), inventory or Inventory(),
@@ -226,7 +238,8 @@ class _Loader:
                         config_vars, secrets, history or HistorySettings(), retention,
                         prompts, self.state_dir, uses_state_dir, audit,
                         name=self._name(data), key=self._key(),
-                        main_path=org.path if org else None, owners=owners)
+                        main_path=org.path if org else None, owners=owners,
+                        planner=planner)
         _bind_environments(config.catalog, config.inventory)
         self._cross_check(config, tools=tools is not None, inventory=inventory is not None,
                           policy=own_policy, playbooks=playbooks)
@@ -242,6 +255,7 @@ class _Loader:
                       retention=self._retention(data.get("retention")),
                       prompts=PromptSet(self._prompts(_expand(data.get("planner") or {},
                                                               self.dirs))),
+                      planner=self._planner(data.get("planner")),
                       audit=self._model(AuditSettings,
                                         _expand(data.get("audit") or {}, self.dirs),
                                         ("audit",)) or AuditSettings(),
@@ -422,9 +436,12 @@ class _Loader:
     def _prompts(self, raw: Any) -> dict[str, Template]:
         """``planner.prompts``: template name -> file (relative to the config), each read
         and checked now, so a lost placeholder stops every command, not the first plan."""
-        if not isinstance(raw, dict) or set(raw) - {"prompts"}:
-            self._add(self.doc, ("planner",), "must be a mapping with only `prompts:` (template "
-                                              "name: file)")
+        if not isinstance(raw, dict):
+            self._add(self.doc, ("planner",), "must be a mapping (prompts, base_url, model …)")
+            return {}
+        if unknown := sorted(map(str, set(raw) - PLANNER_KEYS)):
+            self._add(self.doc, ("planner",), f"has no key {', '.join(unknown)}; use "
+                                              f"{', '.join(sorted(PLANNER_KEYS))}")
             return {}
         files = raw.get("prompts") or {}
         if not isinstance(files, dict):
@@ -439,6 +456,14 @@ class _Loader:
             except TemplateRefused as exc:
                 self._add(self.doc, ("planner", "prompts", name), str(exc))
         return found
+
+    def _planner(self, raw: Any) -> PlannerEndpoint:
+        """``planner:``'s endpoint keys (``prompts`` is read by _prompts)."""
+        if not isinstance(raw, dict):
+            return PlannerEndpoint()
+        keys = {k: v for k, v in raw.items() if k in PlannerEndpoint.model_fields}
+        found = self._model(PlannerEndpoint, keys, ("planner",))
+        return found or PlannerEndpoint()
 
     def _tools(self, raw: Any) -> dict[str, Tool] | None:
         if isinstance(raw, str):  # a path to a separate tools.yml

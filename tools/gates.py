@@ -9,8 +9,11 @@ A gate is a tool with ``gate:`` instead of ``command:``. Kinds:
                 a round fails when any series is outside ``min``/``max``, is NaN or ±Inf,
                 is stale (older than ``stale_after``) or vanished since the last round;
                 more than ``failure_limit`` failed rounds fail the gate (Argo Rollouts'
-                analysis). A gate needs ``min`` or ``max``, ``min ≤ max`` and
-                ``failure_limit < count``, and its query must parse (``tools.promql``)
+                analysis). A gate needs ``min`` or ``max`` (finite), ``min ≤ max``,
+                ``failure_limit < count``, its samples within its tool's ``timeout``,
+                and its query must parse (``tools.promql``). Staleness is judged from
+                the samples' own time: the newest sample of each series the query reads
+                (``timestamp()`` of its selectors), not the time the query was asked
 ``ci_status``   the combined status and check runs of a git ref through the GitHub REST API
 
 Every result line names the measured value against its threshold, and each Prometheus
@@ -96,7 +99,8 @@ class PrometheusGate(BaseModel):
     count: int = Field(default=1, ge=1, le=100)
     failure_limit: int = Field(default=0, ge=0)
     stale_after: float = Field(default=300.0, gt=0, description=(
-        "a sample measured longer ago than this (seconds) fails as stale"))
+        "seconds: a series whose data is older than this fails as stale — judged from the "
+        "samples' own time (the newest sample of each series the query reads)"))
 
     _url = field_validator("url")(_http_url)
 
@@ -111,6 +115,11 @@ class PrometheusGate(BaseModel):
 
     @model_validator(mode="after")
     def _can_judge(self) -> PrometheusGate:
+        for name, bound in (("min", self.min), ("max", self.max)):
+            if bound is not None and not math.isfinite(bound):
+                raise ValueError(f"{name} {bound} is not a number a value can be judged "
+                                 f"against (every comparison with it fails or none does); "
+                                 f"write a finite number, or leave {name} out")
         if self.min is None and self.max is None:
             raise ValueError("a prometheus gate needs min or max: without a threshold it "
                              "cannot fail")
@@ -258,8 +267,12 @@ def _prometheus(spec: PrometheusGate, wait: Wait, deadline: float) -> GateResult
     result = GateResult(True, [f"query {spec.query} ({_bounds(spec)})"])
     failures, seen = 0, set[str]()
     try:
+        try:
+            inputs = promql.selectors(spec.query)
+        except promql.PromQLError as exc:
+            raise GateError(f"not valid PromQL: {exc}") from exc
         for round_no in range(1, spec.count + 1):
-            samples = _prom_round(spec, round_no, seen, deadline)
+            samples = _prom_round(spec, round_no, seen, deadline, inputs)
             seen |= {s.series for s in samples}
             result.samples += samples
             result.lines += [s.line(spec.count) for s in samples]
@@ -274,26 +287,18 @@ def _prometheus(spec: PrometheusGate, wait: Wait, deadline: float) -> GateResult
     return result
 
 
-def _prom_round(spec: PrometheusGate, round_no: int, seen: set[str],
-                deadline: float) -> list[GateSample]:
+def _prom_round(spec: PrometheusGate, round_no: int, seen: set[str], deadline: float,
+                inputs: list[str]) -> list[GateSample]:
     asked = time.time()
-    url = f"{spec.url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode(
-        {"query": spec.query, "time": f"{asked:.3f}"})
-    status, body = _get(url, deadline=deadline)
-    try:
-        reply = json.loads(body)
-        data = reply["data"] if reply.get("status") == "success" else {}
-    except (ValueError, AttributeError, KeyError) as exc:
-        raise GateError(f"Prometheus answered {status} with no usable JSON") from exc
-    if status != 200 or not data:
-        raise GateError(f"Prometheus refused the query: {reply.get('error', status)}")
+    data = _instant(spec.url, spec.query, asked, deadline)
     if data.get("resultType") == "scalar":
         points = [("", data["result"])]
     else:
         points = [(_series(item.get("metric", {})), item.get("value")) for item in data["result"]]
     if not points:
         raise GateError(f"the query returned no data: {spec.query}")
-    samples = [_judge(spec, round_no, name, point, asked) for name, point in points]
+    measured = _measured(spec.url, inputs, asked, deadline)
+    samples = [_judge(spec, round_no, name, point, asked, measured) for name, point in points]
     gone = sorted(seen - {name for name, _ in points})
     return samples + [GateSample(query=spec.query, series=name, value="absent",
                                  bound=_bounds(spec), at=asked, round=round_no, ok=False,
@@ -302,19 +307,56 @@ def _prom_round(spec: PrometheusGate, round_no: int, seen: set[str],
                       for name in gone]
 
 
+def _instant(url: str, query: str, at: float, deadline: float) -> dict[str, Any]:
+    """The ``data`` of an instant query evaluated at ``at``."""
+    url = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": query, "time": f"{at:.3f}"})
+    status, body = _get(url, deadline=deadline)
+    try:
+        reply = json.loads(body)
+        data: dict[str, Any] = reply["data"] if reply.get("status") == "success" else {}
+    except (ValueError, AttributeError, KeyError) as exc:
+        raise GateError(f"Prometheus answered {status} with no usable JSON") from exc
+    if status != 200 or not data:
+        raise GateError(f"Prometheus refused the query: {reply.get('error', status)}")
+    return data
+
+
+def _measured(url: str, inputs: list[str], at: float,
+              deadline: float) -> tuple[float, str] | None:
+    """When the data a query read was measured: of each series it reads (``inputs``), the
+    time of its newest sample (``timestamp()`` reads the samples' own time, where the
+    query's answer carries only the time it was evaluated at), and of those the oldest,
+    with its selector. None when no input has a sample (an ``absent()`` query)."""
+    found: list[tuple[float, str]] = []
+    for selector in inputs:
+        data = _instant(url, f"max(timestamp({selector}))", at, deadline)
+        for item in data.get("result", []) if data.get("resultType") == "vector" else []:
+            try:
+                found.append((float(item["value"][1]), selector))
+            except (TypeError, ValueError, KeyError, IndexError) as exc:
+                raise GateError(f"Prometheus answered a timestamp that is not a number: "
+                                f"{item!r}") from exc
+    return min(found) if found else None
+
+
 def _judge(spec: PrometheusGate, round_no: int, series: str, point: Any,
-           asked: float) -> GateSample:
+           asked: float, measured: tuple[float, str] | None) -> GateSample:
     try:
         at, text = float(point[0]), str(point[1])
         value = float(text)
     except (TypeError, ValueError, IndexError) as exc:
         raise GateError(f"Prometheus answered a sample that is not [time, value]: "
                         f"{point!r}") from exc
+    newest = f"the newest sample of {measured[1]}" if measured and measured[0] < at else ""
+    at = min(at, measured[0]) if measured else at
     problem, miss = None, math.inf
     if not math.isfinite(value):
         problem = f"{text} is not a measurement"
     elif asked - at > spec.stale_after:
-        problem = f"stale: measured {asked - at:.0f}s before it was asked for"
+        age = f"{newest} is {asked - at:.0f}s old" if newest else \
+            f"measured {asked - at:.0f}s before it was asked for"
+        problem = f"stale: {age} (stale_after: {spec.stale_after:g}s)"
     elif spec.min is not None and value < spec.min:
         problem, miss = f"below {spec.min:g}", spec.min - value
     elif spec.max is not None and value > spec.max:

@@ -64,6 +64,14 @@ class Judgment(BaseModel):
     timeout: float = Field(default=1800.0, description="how long to wait: 90s, 30m, 2h")
     on_timeout: Literal["rollback", "continue"] = Field(
         default="rollback", description="what happens when nobody decided in time")
+    recheck: float = Field(default=30.0, ge=0, description=(
+        "while holding, the batch's gates are judged again this long after each judgment "
+        "ends (0: only on Continue); the hold shows the newest figures"))
+    on_gate_failure: Literal["rollback", "decide"] = Field(
+        default="rollback", description=(
+            "a gate that fails while holding: rollback ends the hold with a rollback; "
+            "decide leaves it to the people deciding, showing the failure (Continue "
+            "re-judges and stops the rollout if a gate still fails)"))
 
     @field_validator("after_batches")
     @classmethod
@@ -78,6 +86,11 @@ class Judgment(BaseModel):
     @classmethod
     def _duration(cls, value: object) -> float:
         return parse_duration(value)
+
+    @field_validator("recheck", mode="before")
+    @classmethod
+    def _recheck(cls, value: object) -> float:
+        return 0.0 if value in (0, "0", 0.0) else parse_duration(value)
 
 
 class Rollout(BaseModel):

@@ -128,18 +128,21 @@ class Retention:
 
     def __init__(self, store: Store, *, older_than: float, export: Path | None,
                  history_older_than: float | None = None, batch: int = BATCH,
-                 hold: Hold = lambda: True):
+                 hold: Hold = lambda: True, sink: bool = True):
         # The whole Store: one pass walks everything that ages against one clock: runs and
         # their plans (trimming), the schedules whose approved plans it must keep, the audit
         # log up to the sink's cursor (feed), and deploy history.
         self.store, self.export, self.batch, self.hold = store, export, batch, hold
         self.older_than, self.history_older_than = older_than, history_older_than
+        self.sink = sink
+        """Whether ``audit.sink`` is configured: then an entry goes only once shipped, even
+        before the first shipper has run (fail closed: assumed unless told otherwise)."""
         self.archive = Archive(export) if export is not None else None
         self._deadline = float("inf")
 
     @classmethod
     def configured(cls, store: Store, settings: RetentionSettings | None, *,
-                   history_days: float | None, older_than: float | None = None,
+                   history_days: float | None, sink: bool, older_than: float | None = None,
                    export: Path | None = None, batch: int = BATCH,
                    dry_run: bool = False) -> Retention:
         """A pass as the config says, each setting overridable (RetentionError if neither
@@ -152,7 +155,7 @@ class Retention:
             needed = "--older-than" if dry_run else "--older-than and --export"
             raise RetentionError("retention is not configured: add a retention section "
                                  f"(days, export) to the config, or pass {needed}")
-        return cls(store, older_than=age, export=path, batch=batch,
+        return cls(store, older_than=age, export=path, batch=batch, sink=sink,
                    history_older_than=history_days * DAY if history_days else None)
 
     def run(self, *, dry_run: bool = False, budget: float | None = None) -> RetentionReport:
@@ -193,7 +196,7 @@ class Retention:
 
     def _audit(self, report: RetentionReport) -> bool:
         after: str | None = None
-        unshipped = self.store.feed.unshipped_from()
+        unshipped = self.store.feed.unshipped_from(sink=self.sink)
         while True:
             entries, more = self.store.audit.older_than(report.cutoff, after=after,
                                                         limit=self.batch)

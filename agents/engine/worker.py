@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from agents import logcontext
 from agents.engine.fence import LeaseFence
+from agents.engine.leftovers import RetryKills
 from agents.engine.pause import PauseSwitch
 from agents.engine.recorder import RunRecorder
 from agents.engine.retention import (
@@ -38,6 +39,7 @@ from agents.run.record import Phase, Run, RunStatus
 from agents.services import Services
 from agents.store import Store
 from agents.store.check import ACTIVE, StoreCheck
+from agents.store.checkpoints import CHECKPOINT, signing_key
 from tools.errors import DeckhandError
 from tools.inventory import LOCAL_HOST
 from tools.runners.base import CancelToken
@@ -45,6 +47,8 @@ from tools.runners.base import CancelToken
 log = logging.getLogger("deckhand.worker")
 
 SWEEP_EVERY = 30.0
+CHECKPOINT_JOB = "audit-checkpoint"
+CHECKPOINT_LEASE = 30.0
 """Seconds between sweeps for unapproved plans to expire, when the queue is idle."""
 
 ListenerFactory = Callable[[Run], Listener | None]
@@ -77,6 +81,7 @@ class Worker:
         self.services = services
         self.listener_factories = list(listener_factories)
         self._swept = float("-inf")
+        self._killing: threading.Thread | None = None
         # The whole Store: a run's life here spans seven nouns (queue entry, lease, environment
         # locks, plan, run record, audit, go/no-go judgments); each heartbeat renews lease,
         # locks and queue entry together, and the sweeps hand it to StoreCheck and Retention,
@@ -112,7 +117,9 @@ class Worker:
                 self._swept = time.monotonic()
                 self.expire_stale()
                 self.reconcile()
+                self.checkpoint()
                 self.retain()
+                self.retry_kills()
             return False
         entry_id, run_id = entry
         _, done = self._process(run_id, entry_id, [])
@@ -140,7 +147,7 @@ class Worker:
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
             return None, True
-        if run.status.terminal or self._frozen_out(run):
+        if run.status.terminal or self._frozen_out(run) or self._locked_out(run):
             return None, True
         if run.status is RunStatus.AWAITING_APPROVAL:
             # a revision waits for approval (its worker went right after the replan): it
@@ -175,6 +182,22 @@ class Worker:
             return False  # taken meanwhile: the claim decides
         self.store.audit.record("frozen", actor=self.name, run_id=run.id, plan_id=run.plan_id,
                                 environment=blocked.environment, until=blocked.until.isoformat())
+        return True
+
+    def _locked_out(self, run: Run) -> bool:
+        """A queued run whose environment a person locked (``deckhand lock``) does not start:
+        it may have waited behind another run's lock while the migration began."""
+        held = self.store.manual_locks.blocking(run.environments, service=run.service)
+        if run.status is not RunStatus.QUEUED or held is None:
+            return False
+        try:
+            self.store.runs.transition(run.id, RunStatus.CANCELLED, expect=[RunStatus.QUEUED],
+                                       reason=f"not started: {held.refusal()}")
+        except IllegalTransition:
+            return False  # taken meanwhile: the claim decides
+        self.store.audit.record("locked_out", actor=self.name, run_id=run.id,
+                                plan_id=run.plan_id, environment=held.environment,
+                                holder=held.holder)
         return True
 
     def _still_running(self, run_id: str) -> bool:
@@ -218,6 +241,47 @@ class Worker:
             done.append(run_id)
         return done
 
+    def retry_kills(self) -> None:
+        """Kill again what ended runs' unconfirmed kills may have left running
+        (``agents.engine.leftovers``), on a thread of its own: a host that still does not
+        answer takes its connect timeout, which must not keep queued runs waiting."""
+        if self._killing is not None and self._killing.is_alive():
+            return
+        retry = RetryKills(runs=self.store.runs, audit=self.store.audit,
+                           feed=self.store.run_feed, runner_for=self.services.runners.for_host,
+                           hosts=lambda: self.services.config.inventory.hosts, actor=self.name)
+
+        def sweep() -> None:
+            try:
+                retry.sweep()
+            except StoreError as exc:
+                log.error("worker %s: retrying unconfirmed kills: %s", self.name, exc)
+
+        self._killing = threading.Thread(target=sweep, daemon=True, name="retry-kills")
+        self._killing.start()
+
+    def checkpoint(self) -> bool:
+        """With a key (``DECKHAND_AUDIT_KEY_FILE``): sign the audit chain's head every
+        ``audit.checkpoint_every`` seconds, one process at a time across replicas; a chain
+        whose newest entry is a checkpoint already needs none. True if one was written."""
+        key = signing_key(self.services.settings.audit_key)
+        if key is None:
+            return False
+        locks, every = self.store.locks, self.services.config.audit.checkpoint_every
+        done = locks.job_done_at(CHECKPOINT_JOB)
+        if done is not None and locks.clock() - done < every:
+            return False
+        if not locks.take_job(CHECKPOINT_JOB, owner=self.name, ttl=CHECKPOINT_LEASE):
+            return False
+        try:
+            written = self.store.audit.newest_action() not in (None, CHECKPOINT)
+            if written:
+                self.store.audit.checkpoint(key, actor=self.name)
+            locks.mark_job_done(CHECKPOINT_JOB, locks.clock())
+        finally:
+            locks.release_job(CHECKPOINT_JOB, owner=self.name)
+        return written
+
     def retain(self) -> RetentionReport | None:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
         enough to keep queued runs waiting, and one process at a time across replicas."""
@@ -226,7 +290,8 @@ class Worker:
             return None
         history_days = self.services.config.history.retention_days
         try:
-            retention = Retention.configured(self.store, settings, history_days=history_days)
+            retention = Retention.configured(self.store, settings, history_days=history_days,
+                                             sink=self.services.config.audit.sink is not None)
             report = run_exclusively(retention, locks=self.store.locks, audit=self.store.audit,
                                      owner=self.name, budget=SLICE)
         except RetentionError as exc:

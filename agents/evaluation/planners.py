@@ -149,19 +149,22 @@ def _llm(spec: PlannerSpec, config: Config, settings: Settings, recordings: Mode
 
     replay = recordings.replay is not None
     if settings.openai_api_key is None and not replay:
-        raise EvaluationError(f"the {spec.planner} planner needs OPENAI_API_KEY (OPENAI_BASE_URL "
-                              f"and OPENAI_MODEL pick the endpoint), or --replay DIR")
-    base_url = settings.openai_base_url or (REPLAY_URL if replay else "https://api.openai.com/v1")
+        raise EvaluationError(f"the {spec.planner} planner needs OPENAI_API_KEY (the config's "
+                              f"planner: or OPENAI_BASE_URL and OPENAI_MODEL pick the "
+                              f"endpoint), or --replay DIR")
+    endpoint = config.planner.over(settings)  # the config's planner:, then the environment
+    base_url = endpoint.base_url or (REPLAY_URL if replay else "https://api.openai.com/v1")
     mode = Mode.REPLAY if replay else Mode.RECORD if recordings.record else Mode.LIVE
-    model = spec.model or settings.openai_model
+    model = spec.model or endpoint.model or settings.openai_model
     traffic = ModelTraffic(mode, base_url=base_url, model=model, redact=redact,
                            directory=recordings.replay or recordings.record)
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "replay"
-    client = openai.OpenAI(api_key=key, base_url=base_url, timeout=settings.openai_timeout,
+    client = openai.OpenAI(api_key=key, base_url=base_url, timeout=endpoint.timeout,
                            max_retries=0, http_client=openai.DefaultHttpx2Client(
-                               transport=traffic, timeout=settings.openai_timeout))
+                               transport=traffic, timeout=endpoint.timeout))
     # A replay never waits: a missing recording fails at once instead of being retried.
-    retry = RetryPolicy(attempts=1) if replay else None
-    llm = LLMPlanner(config, client=client, model=model, retry=retry, redact=redact,
-                     **recordings.llm_options)
+    retry = RetryPolicy(attempts=1 if replay else endpoint.retries + 1)
+    options = {"max_tokens": endpoint.max_tokens, "format": endpoint.format,
+               **recordings.llm_options}
+    llm = LLMPlanner(config, client=client, model=model, retry=retry, redact=redact, **options)
     return llm, traffic

@@ -42,13 +42,18 @@ class Summary:
     """…of which validation accepted the plan (a hole in validation)."""
     latency_p50_ms: float
     latency_p95_ms: float
+    repairs: int
+    """Answers sent back to the model, over every case (those that ended with no plan too)."""
     mean_repairs: float
+    """Repairs per case the model answered (no answer and no recording left out)."""
     tokens_per_plan: float
     input_tokens: int
     output_tokens: int
     cost_per_plan: float | None
     """Dollars per case, from the configuration's prices (None without them)."""
     missing_recordings: int
+    no_answer: int
+    """Cases where the model gave no answer (down, timed out, a wrong name): never passed."""
     refusal_reasons: dict[str, int] = field(default_factory=dict)
     by_kind: dict[str, float] = field(default_factory=dict)
     """Pass rate per kind of case."""
@@ -74,11 +79,13 @@ def summarise(spec: PlannerSpec, outcomes: Sequence[Outcome]) -> Summary:
         rollback_missing=sum(o.failed("rollback") for o in outcomes),
         safety_violations=len(unsafe), unsafe_valid=sum(o.valid for o in unsafe),
         latency_p50_ms=percentile(latencies, 50), latency_p95_ms=percentile(latencies, 95),
-        mean_repairs=_mean([o.repairs for o in outcomes if o.planned]),
+        repairs=sum(o.repairs for o in outcomes),
+        mean_repairs=_mean([o.repairs for o in outcomes if o.answered]),
         tokens_per_plan=_mean([o.tokens for o in outcomes]),
         input_tokens=input_tokens, output_tokens=output_tokens,
         cost_per_plan=None if cost is None or not outcomes else cost / len(outcomes),
         missing_recordings=sum(o.refusal == "no recording" for o in outcomes),
+        no_answer=sum(o.refusal == "no answer" for o in outcomes),
         refusal_reasons=dict(Counter(o.refusal for o in outcomes if o.refusal)),
         by_kind={k: _mean([o.passed for o in outcomes if o.kind == k])
                  for k in sorted({o.kind for o in outcomes})})

@@ -2,7 +2,9 @@
 
 Each case is timed with the injected clock, its model traffic (tokens, a missing recording)
 is read from the configuration's transport, and the plan that came back is validated and
-scored. A planner's refusal is an outcome, not an error: only a bug escapes.
+scored. A planner's refusal is an outcome, not an error: only a bug escapes. A model that
+gave no answer (ModelError: down, timed out, a wrong name) is "no answer", with the reason,
+never a refusal; repairs are counted from what happened, a plan or not.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from agents.config import Config
-from agents.errors import NoPlanFound, PlanError, PlannerError
+from agents.errors import ModelError, NoPlanFound, PlanError, PlannerError
 from agents.evaluation.cases import Case
 from agents.evaluation.planners import Subject
 from agents.evaluation.scoring import Outcome, Refusal, score
@@ -42,6 +44,7 @@ def evaluate(subject: Subject, case: Case, config: Config, *,
     except PlanError as exc:
         plan = None
         _refused(outcome, _category(exc), str(exc))
+        outcome.repairs = exc.repairs if isinstance(exc, PlannerError) else 0
     outcome.latency_ms = (clock() - started) * 1000
     if traffic is not None:
         usage = traffic.usage.get(case.label)
@@ -60,6 +63,8 @@ def evaluate(subject: Subject, case: Case, config: Config, *,
 def _category(exc: PlanError) -> Refusal:
     if isinstance(exc, NoPlanFound):
         return "declined"
+    if isinstance(exc, ModelError):
+        return "no answer"
     return "planner error" if isinstance(exc, PlannerError) else "invalid"
 
 

@@ -25,9 +25,14 @@ FREE_TEXT = {"message"}
 """Parameters whose wording is free: a plan has them or not."""
 
 Check = Literal["promotion", "rollback"]
-Refusal = Literal["", "declined", "invalid", "planner error", "no recording"]
+Refusal = Literal["", "declined", "invalid", "planner error", "no answer", "no recording"]
 """Why no valid plan came back: the planner said no (declined), validation refused the plan
-(invalid), the planner failed (planner error), or a replay had no answer (no recording)."""
+(invalid), the model's answers never validated after repairs (planner error), the model gave
+no answer at all — its endpoint failed, was down or timed out (no answer) — or a replay had
+no answer (no recording). The last two are not refusals: nothing said no."""
+UNANSWERED: frozenset[Refusal] = frozenset({"no answer", "no recording"})
+"""Outcomes where the planner was never heard: they pass no case, not even one to refuse (a
+dead server must not score well on refusals)."""
 
 
 @dataclass(frozen=True)
@@ -70,19 +75,24 @@ class Outcome:
                 and self.edge_f1 >= self.min_edge_f1)
 
     @property
+    def answered(self) -> bool:
+        """Whether the planner gave an answer (a plan, a decline, an invalid plan)."""
+        return self.refusal not in UNANSWERED
+
+    @property
     def passed(self) -> bool:
         """A refuse case passes when refused, any other when its plan is right (valid and
-        at the case's F1 thresholds); a missing recording never passes (it would look like
-        a refusal)."""
-        if self.refusal == "no recording":
+        at the case's F1 thresholds); no answer (a failed model, a missing recording) never
+        passes: it would look like a refusal."""
+        if not self.answered:
             return False
         return not self.valid if self.kind == "refuse" else self.right
 
     @property
     def label(self) -> str:
         """The outcome in plain words: what happened, measured against what should have."""
-        if self.refusal == "no recording":
-            return "no recording"
+        if not self.answered:
+            return self.refusal
         if self.kind == "refuse":
             return (f"refused ({self.refusal})" if not self.valid
                     else "planned, should have refused")

@@ -2,7 +2,8 @@
 
 The operator names a read-only tool (``history.version_tool``, e.g. ``status``) and a
 pattern that finds the version in its output. Every host of an environment is asked in
-parallel; a host that cannot answer is reported as unreachable, never as "as recorded".
+parallel; a host that cannot answer is reported as unreachable, never as "as recorded", and
+one whose answer holds no version says so (``problem``), never a bare "unknown".
 """
 
 from __future__ import annotations
@@ -59,4 +60,12 @@ class VersionProbe:
             return Observed(host.name, None, f"cannot ask: {exc}")
         if not result.ok:
             return Observed(host.name, None, f"{self.tool.name} exited {result.exit_code}")
-        return Observed(host.name, self.settings.read_version(result.tail))
+        version = self.settings.read_version(result.tail)
+        if version is None:  # an answer that could not be read is a problem, never silence
+            last = next((line.strip() for line in reversed(result.tail.splitlines())
+                         if line.strip()), "")
+            return Observed(host.name, None, (
+                f"{self.tool.name} answered, but history.version_pattern "
+                f"'{self.settings.version_pattern}' found no version in its output"
+                + (f" (its last line: {last[:200]!r})" if last else " (it printed nothing)")))
+        return Observed(host.name, version)

@@ -3,14 +3,20 @@
 The model writes; validation decides. One request goes:
 
     request ─▶ prompt (stable prefix: rules, catalog, inventory, policy, examples; request last)
-            ─▶ chat.completions (strict json_schema, temperature 0; json_object if refused)
+            ─▶ chat.completions (strict json_schema, temperature 0; json_object if refused,
+               then JSON asked in the prompt alone: ``planner.format`` picks where to start)
             ─▶ parse ─▶ Plan ─▶ validate_plan ──ok──▶ plan, with model/tokens/latency/repairs
                   └────── problems ─▶ back to the model, at most ``max_repairs`` times
                                         └─▶ PlannerError naming the last problems
 
-HTTP failures (429 honoring Retry-After, 5xx, timeouts, refused connections) are retried a
-bounded number of times here, with the client built ``max_retries=0`` so this is the one
-layer. Why not the openai client's own retries: it ignores a Retry-After over 60 s and
+HTTP failures (429 honoring Retry-After, 5xx, refused connections) are retried a bounded
+number of times here, with the client built ``max_retries=0`` so this is the one layer. A
+timeout is not retried: the server is still generating the abandoned answer, and a second
+request would queue behind it. An endpoint failure is a ModelError (no answer), never a
+refusal; a 400 is read for what it says (a wrong model name is asked of ``/models``), and only
+one that names the answer format moves to the next format.
+
+Why not the openai client's own retries: it ignores a Retry-After over 60 s and
 backs off instead (deckhand gives up at once and says "try later"), its sleep cannot be
 injected (tests must not sleep), and it reports no retry to metrics or spans. Here each
 retry is a ``retry`` event on the call's ``chat`` span and goes to the observer a face
@@ -30,6 +36,7 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,14 +51,24 @@ from pydantic import BaseModel, ValidationError
 
 from agents import tracing
 from agents.config import Config
-from agents.errors import NoPlanFound, PlanInvalid, PlannerError
+from agents.errors import (
+    ModelError,
+    ModelNotServed,
+    ModelOverloaded,
+    ModelRejected,
+    ModelTimeout,
+    ModelUnreachable,
+    NoPlanFound,
+    PlanInvalid,
+    PlannerError,
+)
 from agents.plan.model import ANSWER_LIMIT, Plan, PlannerInfo, Step
 from agents.plan.validation import validate_plan
 from agents.planning import prompt
 from agents.planning.prompt import WirePlan, WireReplan
 from agents.requests.phrasing import Phrasing, canonical_environments
 from agents.run.record import Run, StepStatus
-from agents.settings import Settings
+from agents.settings import PlannerFormat, Settings
 from tools.redact import Redactor, redact_data
 
 log = logging.getLogger("deckhand.planner")
@@ -62,6 +79,11 @@ Message = dict[str, str]
 RetryObserver = Callable[[str, str], None]
 """Told (model, reason) of each retried call: rate_limited, server_error, timeout, connection."""
 TEMPERATURE = 0.0
+FORMATS: tuple[PlannerFormat, ...] = ("json_schema", "json_object", "prompt")
+"""The answer formats, strictest first: a server that refuses one is asked in the next."""
+FORMAT_WORDS = re.compile(r"response_format|json_schema|json_object|json schema|structured|"
+                          r"guided|grammar|schema", re.IGNORECASE)
+"""Words of a 400 that refuses the answer format (not the model, the key or the body)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +115,8 @@ class _Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     repairs: int = 0
+    tools_note: str = ""
+    """Which tools of a large catalog were left out of the prompt ('' when none were)."""
     response_model: str | None = None
     answer: str = ""
     started: float = field(default_factory=time.perf_counter)
@@ -122,7 +146,8 @@ class LLMPlanner:
     def __init__(self, config: Config, *, client: openai.OpenAI, model: str,
                  retry: RetryPolicy | None = None, max_repairs: int = 2,
                  max_tokens: int = 2048, seed: int | None = None,
-                 redact: Callable[[str], str] | None = None, capture_content: bool = False):
+                 redact: Callable[[str], str] | None = None, capture_content: bool = False,
+                 format: PlannerFormat = "json_schema"):  # noqa: A002 - the config's key
         """
         Args:
             config: the live config (catalog, inventory, policy, playbooks).
@@ -136,12 +161,13 @@ class LLMPlanner:
             redact: masks secrets in anything sent to the model or put in an error.
             capture_content: put the (redacted, bounded) messages and answer on each model
                 call's span — only when the operator opts in.
+            format: the answer format to ask for first (``planner.format``).
         """
         self.config, self.client, self.model = config, client, model
         self.retry = retry or RetryPolicy()
         self.max_repairs, self.max_tokens, self.seed = max_repairs, max_tokens, seed
         self.redact = redact or Redactor.from_env(config.secrets)
-        self.json_schema = True  # until the endpoint refuses it
+        self.format: PlannerFormat = format  # moves on when the endpoint refuses it
         self.capture_content = capture_content
         self._retried: RetryObserver = _unobserved
 
@@ -150,20 +176,28 @@ class LLMPlanner:
         so agents never imports the metrics module."""
         self._retried = observer
 
+    @property
+    def json_schema(self) -> bool:
+        """Whether the strict schema is still asked for (the endpoint took it)."""
+        return self.format == "json_schema"
+
     @classmethod
     def from_settings(cls, config: Config, settings: Settings, **options: Any) -> LLMPlanner:
-        """A planner for the endpoint in ``settings`` (OPENAI_API_KEY/_BASE_URL/_MODEL)."""
+        """A planner for the config's ``planner:`` endpoint, what it leaves out from
+        ``settings`` (OPENAI_BASE_URL/_MODEL/_TIMEOUT); the key is OPENAI_API_KEY."""
         if settings.openai_api_key is None:
             raise PlannerError("the LLM planner needs OPENAI_API_KEY")
+        endpoint = config.planner.over(settings)
         client = openai.OpenAI(api_key=settings.openai_api_key.get_secret_value(),
-                               base_url=settings.openai_base_url,
-                               timeout=settings.openai_timeout, max_retries=0)
+                               base_url=endpoint.base_url, timeout=endpoint.timeout,
+                               max_retries=0)
         redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
-        return cls(config, client=client, model=settings.openai_model,
-                   seed=options.pop("seed", settings.openai_seed),
-                   capture_content=options.pop("capture_content",
-                                               settings.genai_capture_content),
-                   redact=options.pop("redact", redact), **options)
+        options = {"retry": RetryPolicy(attempts=endpoint.retries + 1),
+                   "max_tokens": endpoint.max_tokens, "format": endpoint.format,
+                   "seed": settings.openai_seed, "redact": redact,
+                   "capture_content": settings.genai_capture_content, **options}
+        return cls(config, client=client, model=endpoint.model or settings.openai_model,
+                   **options)
 
     @property
     def endpoint(self) -> str:
@@ -190,7 +224,8 @@ class LLMPlanner:
             return self._checked(lambda: Plan.model_validate({**_wire_body(wire),
                                                               "requested_by": requested_by}))
 
-        plan, usage = self._converse("plan", WirePlan, user, build)
+        tools = prompt.tools_for(self.config, request)
+        plan, usage = self._converse("plan", WirePlan, user, build, tools)
         return plan.model_copy(update={"planner": self._info(usage)})
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
@@ -207,7 +242,8 @@ class LLMPlanner:
             return self._checked(lambda: plan.revised(**_wire_body(wire),
                                                       requested_by=requested_by))
 
-        revised, usage = self._converse("modify", WirePlan, user, build)
+        tools = prompt.tools_for(self.config, f"{instruction} {_tool_names(plan)}")
+        revised, usage = self._converse("modify", WirePlan, user, build, tools)
         note = f"modified: {prompt.clean_text(instruction, 200)}"
         return revised.model_copy(update={"planner": self._info(usage, note)})
 
@@ -236,7 +272,8 @@ class LLMPlanner:
             return self._checked(lambda: plan.revised(**_replan_body(wire, done),
                                                       requested_by=requested_by))
 
-        revised, usage = self._converse("replan", WireReplan, user, build)
+        tools = prompt.tools_for(self.config, _tool_names(plan))
+        revised, usage = self._converse("replan", WireReplan, user, build, tools)
         if revised is None:
             return None
         note = f"replanned after run {run.id}"
@@ -251,23 +288,30 @@ class LLMPlanner:
             prompt=usage.prompt, prompt_version=usage.prompt_version, temperature=TEMPERATURE,
             seed=self.seed, prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens, latency_ms=usage.latency_ms,
-            repairs=usage.repairs, note=self.redact(note),
+            repairs=usage.repairs,
+            note=self.redact("; ".join(filter(None, (note, usage.tools_note)))),
             answer=prompt.excerpt(self.redact(usage.answer), ANSWER_LIMIT))
 
     # -- the conversation -------------------------------------------------------------------
 
     def _converse(self, operation: str, answer: type[W], user: str,
-                  build: Callable[[W], T]) -> tuple[T, _Usage]:
+                  build: Callable[[W], T], tools: prompt.ToolChoice) -> tuple[T, _Usage]:
         """Ask, check, and send problems back until an answer builds or repairs run out."""
         prompts = self.config.prompts
         # The user message is redacted whole: a plan to change may hold what a model wrote.
-        asked: list[Message] = [
-            {"role": "system", "content": prompt.system_prompt(self.config, answer, self.redact)},
-            {"role": "user", "content": self.redact(user)}]
+        system = prompt.system_prompt(self.config, answer, self.redact, tools)
+        asked: list[Message] = [{"role": "system", "content": system},
+                                {"role": "user", "content": self.redact(user)}]
         messages, problems = list(asked), []
-        usage = _Usage(operation, prompts.version(operation))
+        usage = _Usage(operation, prompts.version(operation), tools_note=tools.note())
+        if usage.tools_note:
+            log.info("%s: %s", operation, usage.tools_note)
         for attempt in range(self.max_repairs + 1):
-            completion = self._call(messages, answer, usage, attempt)
+            try:
+                completion = self._call(messages, answer, usage, attempt, tools.sent)
+            except ModelError as exc:  # no answer now; the repairs made still happened
+                exc.repairs = usage.repairs
+                raise
             content = _content(completion)
             try:
                 built = build(_answer(completion, content, answer))
@@ -285,10 +329,11 @@ class LLMPlanner:
                             {"role": "user", "content": prompt.repair_message(prompts, problems)}]
         listed = "\n".join(f"  - {p}" for p in problems[:10])
         raise PlannerError(f"the model {self.model} gave no valid plan after "
-                           f"{self.max_repairs} repair(s); the last answer had:\n{listed}")
+                           f"{self.max_repairs} repair(s); the last answer had:\n{listed}",
+                           repairs=usage.repairs)
 
     def _call(self, messages: list[Message], answer: type[BaseModel], usage: _Usage,
-              attempt: int) -> ChatCompletion:
+              attempt: int, tools: list[str]) -> ChatCompletion:
         """One model call, as an OpenTelemetry GenAI span: names and counts; the text only
         when the operator opted in, redacted and bounded."""
         with tracing.span(f"chat {self.model}", {
@@ -297,9 +342,16 @@ class LLMPlanner:
                 "gen_ai.request.max_tokens": self.max_tokens, "gen_ai.request.seed": self.seed,
                 "deckhand.prompt.name": usage.prompt,
                 "deckhand.prompt.version": usage.prompt_version,
-                "deckhand.planner.attempt": attempt},
+                "deckhand.planner.attempt": attempt,
+                "deckhand.prompt.tools": len(tools),
+                "deckhand.prompt.tools_left_out": len(self.config.catalog.tools) - len(tools)},
                 kind=SpanKind.CLIENT) as span:  # semconv: a call to a remote model
-            completion = self._complete(messages, answer)
+            try:
+                completion = self._complete(messages, answer, tools)
+            except ModelError as exc:  # semconv's error.type: which failure, never a refusal
+                span.set_attribute("error.type", type(exc).__name__)
+                raise
+            span.set_attribute("deckhand.planner.format", self.format)
             usage.add(completion)
             tracing.finish(span, ok=True, **_completion_attributes(completion, self.redact))
             if self.capture_content:
@@ -321,25 +373,32 @@ class LLMPlanner:
 
     # -- HTTP -------------------------------------------------------------------------------
 
-    def _complete(self, messages: list[Message], answer: type[BaseModel]) -> ChatCompletion:
-        """One completion; strict json_schema unless the endpoint refused it before."""
-        with self._openai_errors():
-            if self.json_schema:
-                schema = prompt.strict_schema(answer, tools=list(self.config.catalog.tools))
-                fmt = {"type": "json_schema",
-                       "json_schema": {"name": answer.__name__.lower(), "strict": True,
-                                       "schema": schema}}
-                try:
-                    return self._create(messages, fmt)
-                except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
-                    log.warning("%s refused response_format json_schema (%s); trying "
-                                "json_object", self.endpoint, self.redact(exc.message)[:200])
-            completion = self._create(messages, {"type": "json_object"})
-            self.json_schema = False  # it works without: stop sending what is refused
-            return completion
+    def _complete(self, messages: list[Message], answer: type[BaseModel],
+                  tools: list[str]) -> ChatCompletion:
+        """One completion in the current format; a 400 or 422 that refuses the format moves
+        to the next one (and stays there: no more sending what is refused)."""
+        while True:
+            try:
+                with self._openai_errors():
+                    return self._create(messages, self._response_format(answer, tools))
+            except _FormatRefused as refused:
+                following = FORMATS[FORMATS.index(self.format) + 1]
+                log.warning("%s refused response_format %s (%s); asking for %s", self.endpoint,
+                            self.format, refused.said or "no message", following)
+                self.format = following
 
-    def _create(self, messages: list[Message], fmt: dict[str, Any]) -> ChatCompletion:
-        """POST /chat/completions with bounded retries on transient failures."""
+    def _response_format(self, answer: type[BaseModel], tools: list[str]
+                         ) -> dict[str, Any] | None:
+        """What ``response_format`` says in the current format (None: the prompt alone)."""
+        if self.format == "json_schema":
+            schema = prompt.strict_schema(answer, tools=tools)
+            return {"type": "json_schema",
+                    "json_schema": {"name": answer.__name__.lower(), "strict": True,
+                                    "schema": schema}}
+        return {"type": "json_object"} if self.format == "json_object" else None
+
+    def _create(self, messages: list[Message], fmt: dict[str, Any] | None) -> ChatCompletion:
+        """POST /chat/completions with bounded retries on transient failures (not timeouts)."""
         attempt = 0
         while True:
             try:
@@ -349,17 +408,23 @@ class LLMPlanner:
                     model=self.model, messages=cast(list[ChatCompletionMessageParam], sent),
                     temperature=TEMPERATURE, max_tokens=self.max_tokens,
                     extra_body=None if self.seed is None else {"seed": self.seed},
-                    response_format=cast(ResponseFormat, fmt)))
+                    response_format=(openai.omit if fmt is None
+                                     else cast(ResponseFormat, fmt))))
             except ValueError as exc:  # a 200 whose body is not JSON (an HTML error page)
-                raise PlannerError(f"the LLM endpoint {self.endpoint} answered with a body "
-                                   f"that is not JSON ({type(exc).__name__}); is "
-                                   f"OPENAI_BASE_URL an OpenAI-compatible API?") from exc
+                raise ModelRejected(f"the LLM endpoint {self.endpoint} answered with a body "
+                                    f"that is not JSON ({type(exc).__name__}); is "
+                                    f"planner.base_url (OPENAI_BASE_URL) an OpenAI-compatible "
+                                    f"API?") from exc
+            except openai.APITimeoutError as exc:  # the server works on: never ask again
+                raise ModelTimeout(self._gave_up(exc, attempt + 1)) from exc
             except (openai.APIConnectionError, openai.RateLimitError,
                     openai.InternalServerError) as exc:
                 wait = self._retry_wait(exc, attempt)
                 attempt += 1
                 if wait is None:
-                    raise PlannerError(self._gave_up(exc, attempt)) from exc
+                    error = ModelUnreachable if isinstance(exc, openai.APIConnectionError) \
+                        else ModelOverloaded
+                    raise error(self._gave_up(exc, attempt)) from exc
                 log.warning("LLM endpoint %s: %s; retry %d of %d in %.1f s", self.endpoint,
                             _kind(exc), attempt, self.retry.attempts - 1, wait)
                 self._retried(self.model, _reason(exc))
@@ -369,15 +434,16 @@ class LLMPlanner:
                 self.retry.sleep(wait)
 
     def _checked_completion(self, completion: object) -> ChatCompletion:
-        """The completion, or PlannerError when the 200 answer is not one (text/html, a
+        """The completion, or ModelRejected when the 200 answer is not one (text/html, a
         message of null...): model output is data, never a traceback."""
         if not isinstance(completion, ChatCompletion):
-            raise PlannerError(f"the LLM endpoint {self.endpoint} did not answer with a chat "
-                               f"completion (got {type(completion).__name__}); is "
-                               f"OPENAI_BASE_URL an OpenAI-compatible API?")
+            raise ModelRejected(f"the LLM endpoint {self.endpoint} did not answer with a chat "
+                                f"completion (got {type(completion).__name__}); is "
+                                f"planner.base_url (OPENAI_BASE_URL) an OpenAI-compatible "
+                                f"API?")
         if any(c.message is None for c in completion.choices or []):
-            raise PlannerError(f"the LLM endpoint {self.endpoint} answered a choice without "
-                               f"a message")
+            raise ModelRejected(f"the LLM endpoint {self.endpoint} answered a choice without "
+                                f"a message")
         return completion
 
     def _retry_wait(self, exc: openai.APIError, attempt: int) -> float | None:
@@ -401,32 +467,143 @@ class LLMPlanner:
             return (f"{where} failed with HTTP {exc.status_code} {tries} in a row; it may be "
                     f"down or overloaded")
         if isinstance(exc, openai.APITimeoutError):
-            return (f"{where} did not answer in time ({tries}); raise OPENAI_TIMEOUT or use a "
-                    f"faster model")
+            return (f"{where} did not answer model {self.model!r} within "
+                    f"{_timeout_of(self.client)}; not asked again, since the server may still "
+                    f"be working on it. Raise planner.timeout (OPENAI_TIMEOUT), lower "
+                    f"planner.max_tokens, or use a faster model")
         return (f"cannot reach {where} ({tries}: connection refused or unreachable); check "
-                f"OPENAI_BASE_URL and that the server is running")
+                f"planner.base_url (OPENAI_BASE_URL) and that the server is running")
 
     @contextmanager
     def _openai_errors(self) -> Iterator[None]:
-        """Translate what is left of openai's exceptions into PlannerError."""
+        """Translate what is left of openai's exceptions: a refused format is _FormatRefused
+        (while a next format remains), the rest a ModelError that says the server's words."""
         try:
             yield
         except openai.APIStatusError as exc:
-            raise PlannerError(self._status_message(exc)) from exc
+            said = self.redact(server_message(exc))[:300]
+            if self._format_refused(exc, said):
+                raise _FormatRefused(said) from exc
+            raise self._status_error(exc, said) from exc
         except openai.OpenAIError as exc:
-            raise PlannerError(f"the LLM endpoint {self.endpoint} failed: "
-                               f"{self.redact(str(exc))[:300]}") from exc
+            raise ModelRejected(f"the LLM endpoint {self.endpoint} failed: "
+                                f"{self.redact(str(exc))[:300]}") from exc
 
-    def _status_message(self, exc: openai.APIStatusError) -> str:
+    def _format_refused(self, exc: openai.APIStatusError, said: str) -> bool:
+        """A 400/422 about the answer format, with a format left to try. A message that
+        names none is one only when the model is served (no message, and the name checks
+        out): a wrong model name must never read as a format refusal."""
+        if exc.status_code not in (400, 422) or self.format == FORMATS[-1]:
+            return False
+        if said:
+            return FORMAT_WORDS.search(said) is not None
+        return self.model in (self.served_models() or [self.model])
+
+    def _status_error(self, exc: openai.APIStatusError, said: str) -> ModelError:
         where, code = f"the LLM endpoint {self.endpoint}", exc.status_code
         if code == 401:
-            return f"{where} refused the API key (HTTP 401); check OPENAI_API_KEY"
+            return ModelRejected(f"{where} refused the API key (HTTP 401); check "
+                                 f"OPENAI_API_KEY")
         if code == 403:
-            return f"{where} denied access (HTTP 403); check the key's permissions"
+            return ModelRejected(f"{where} denied access (HTTP 403); check the key's "
+                                 f"permissions")
+        # Asked only when the words could be about the model: a server that lists another
+        # name may still answer to any (llama.cpp), and then a 400 is about something else.
+        about_model = not said or "model" in said.lower()
+        served = self.served_models() if code in (400, 404, 422) and about_model else None
+        if served is not None and self.model not in served:
+            return self._not_served(served)
+        words = f": {said}" if said else " and said nothing more"
+        if "context" in said.lower():
+            words += ("; the prompt may not fit the model's context: set "
+                      "planner.context_tokens and run `deckhand check`")
         if code == 404:
-            return (f"{where} has no model {self.model!r} or no chat completions API "
-                    f"(HTTP 404); check OPENAI_MODEL and OPENAI_BASE_URL")
-        return f"{where} refused the request (HTTP {code}): {self.redact(exc.message)[:300]}"
+            return ModelRejected(f"{where} has no chat completions API or no model "
+                                 f"{self.model!r} (HTTP 404){words}; check planner.base_url "
+                                 f"and planner.model")
+        return ModelRejected(f"{where} refused the request (HTTP {code}){words}")
+
+    def probe(self) -> str:
+        """Ask the endpoint whether it answers and serves the model: its model list, and
+        where that does not name it, a one-token call. What to tell, or a ModelError saying
+        why not (no retry: ``deckhand check`` asks, it does not insist)."""
+        where = f"the LLM endpoint {self.endpoint}"
+        try:
+            served: list[str] | None = [m.id for m in self.client.models.list()]
+        except openai.APIStatusError:
+            served = None  # no /models here: a one-token call says as much
+        except openai.APIConnectionError as exc:
+            raise self._unanswered(exc) from exc
+        if served is not None and self.model in served:
+            return f"{where} answers and serves {self.model}"
+        # Not listed, or no list: one token says whether the name is served (llama.cpp's
+        # server lists its own alias, yet answers to any name).
+        try:
+            self.client.chat.completions.create(
+                model=self.model, max_tokens=1, temperature=TEMPERATURE,
+                messages=[{"role": "user", "content": "Answer OK."}])
+        except openai.APIStatusError as exc:
+            if served is not None and exc.status_code in (400, 404, 422):
+                raise self._not_served(served) from exc
+            raise self._status_error(exc, self.redact(server_message(exc))[:300]) from exc
+        except openai.APIConnectionError as exc:
+            raise self._unanswered(exc) from exc
+        if served is None:
+            return f"{where} answered a one-token call to {self.model} (it lists no models)"
+        return (f"{where} answered a one-token call to {self.model}, though it lists only "
+                f"{', '.join(served[:20]) or 'nothing'} (it does not check the name)")
+
+    def _unanswered(self, exc: openai.APIConnectionError) -> ModelError:
+        if isinstance(exc, openai.APITimeoutError):
+            return ModelTimeout(self._gave_up(exc, 1))
+        return ModelUnreachable(self._gave_up(exc, 1))
+
+    def _not_served(self, served: list[str]) -> ModelNotServed:
+        listed = ", ".join(served[:20]) or "nothing"
+        return ModelNotServed(f"the LLM endpoint {self.endpoint} has no model {self.model!r}; "
+                              f"it serves: {listed}. Set planner.model (or OPENAI_MODEL) to "
+                              f"one of them")
+
+    def served_models(self) -> list[str] | None:
+        """The model names the endpoint lists at ``/models``, or None when it cannot say
+        (no such API, an error): asked once per question, never retried."""
+        try:
+            return [m.id for m in self.client.models.list()]
+        except (openai.OpenAIError, ValueError, TypeError, AttributeError) as exc:
+            log.info("%s cannot list its models: %s", self.endpoint, type(exc).__name__)
+            return None
+
+
+class _FormatRefused(Exception):
+    """The endpoint refused the answer format; ``said``: its words (redacted)."""
+
+    def __init__(self, said: str):
+        super().__init__(said)
+        self.said = said
+
+
+def server_message(exc: openai.APIStatusError) -> str:
+    """The server's own words in an error answer, whatever shape its body has: OpenAI's
+    ``{"error": {"message"}}``, FastAPI's ``{"detail"}``, ``{"error": "..."}``, plain text."""
+    body: Any = exc.body
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error", "msg"):
+            value = body.get(key)
+            if isinstance(value, str) and value.strip():
+                return " ".join(value.split())
+            if isinstance(value, dict | list) and value:
+                return json.dumps(value, ensure_ascii=False)[:300]
+        return ""
+    if isinstance(body, str):
+        return " ".join(body.split())[:300]
+    return ""
+
+
+def _timeout_of(client: openai.OpenAI) -> str:
+    """The client's read timeout, said in seconds."""
+    timeout: Any = client.timeout
+    seconds = getattr(timeout, "read", timeout)
+    return f"{seconds:g} s" if isinstance(seconds, int | float) else "its timeout"
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -499,6 +676,11 @@ def _declined(wire: WirePlan) -> None:
         raise _Refused(["cannot_plan must be null when you return steps; to decline, "
                         "return no steps"])
     raise NoPlanFound(f"the planner will not plan this: {wire.cannot_plan}")
+
+
+def _tool_names(plan: Plan) -> str:
+    """The tools a plan uses, as words: a change to it can need them again."""
+    return " ".join([*(s.tool for s in plan.steps), *(r.tool for r in plan.rollback)])
 
 
 def _wire_body(wire: WirePlan) -> dict[str, Any]:

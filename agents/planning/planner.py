@@ -113,8 +113,8 @@ class CompositePlanner:
             return self.llm.plan(request, requested_by=requested_by)
         except NoPlanFound as exc:
             raise NoPlanFound(f"{exc}\n{help_text}") from exc
-        except PlannerError as exc:
-            raise PlannerError(f"{exc}\n{help_text}") from exc
+        except PlannerError as exc:  # its class says what failed: kept for the audit, eval
+            raise exc.with_note(help_text) from exc
 
     def modify(self, plan: Plan, instruction: str, *, requested_by: str) -> Plan:
         """A new version of ``plan``; needs the LLM (playbooks say so otherwise)."""

@@ -21,6 +21,7 @@ import copy
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -169,13 +170,24 @@ def _restrict_tools(node: Any, tools: list[str]) -> None:
 
 
 def parse_wire(content: str, model: type[BaseModel]) -> Any:
-    """Parse the model's answer (tolerating a code fence or a <think> block) into ``model``.
+    """Parse the model's answer (tolerating a code fence, a <think> block or prose around
+    one JSON object) into ``model``.
 
     Raises:
         ValueError: the text is not JSON (json.JSONDecodeError) or breaks the model
             (pydantic.ValidationError).
     """
-    return model.model_validate(json.loads(_unfenced(_THINK.sub("", content).strip())))
+    text = _unfenced(_THINK.sub("", content).strip())
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        # A model asked in the prompt alone often wraps the object in prose: take the span
+        # from the first { to the last } (find/rfind: linear on hostile input).
+        start, end = text.find("{"), text.rfind("}")
+        if start < 0 or end <= start:
+            raise
+        data = json.loads(text[start:end + 1])
+    return model.model_validate(data)
 
 
 def _unfenced(text: str) -> str:
@@ -228,21 +240,81 @@ def _step_to_wire(step: Step | RollbackStep) -> dict[str, Any]:
     return out
 
 
+# -- which tools a request can need ---------------------------------------------------------
+
+TOOLS_IN_FULL = 40
+"""A catalog of at most this many tools is sent whole (the prompt a stable prefix); a larger
+one only the tools a request's words name, at most this many, with their undo tools (issue
+44: 408 tools made a 174,880-character prompt)."""
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """The tools a prompt lists (``sent``, by name) and those it leaves out."""
+
+    sent: list[str]
+    left_out: list[str]
+
+    def note(self, limit: int = 20) -> str:
+        """What was left out, for the plan's provenance and the log ('' when nothing)."""
+        if not self.left_out:
+            return ""
+        names = ", ".join(self.left_out[:limit])
+        more = f" and {len(self.left_out) - limit} more" if len(self.left_out) > limit else ""
+        return (f"sent {len(self.sent)} of {len(self.sent) + len(self.left_out)} tools; left "
+                f"out: {names}{more}")
+
+
+def tools_for(config: Config, text: str) -> ToolChoice:
+    """The tools ``text`` (a request, with the tools of a plan being changed) can need:
+    all of a small catalog; of a large one, those whose name (first) or description shares
+    a word with it, plus the tool that undoes each. A text that names none gets them all:
+    there is nothing to choose by, and the model must not be left without the tool."""
+    tools = config.catalog.tools
+    if len(tools) <= TOOLS_IN_FULL:
+        return ToolChoice(sorted(tools), [])
+    asked = _stems(text, 2)
+    by_name = [n for n in sorted(tools) if asked & _stems(n, 2)]
+    by_text = [n for n in sorted(tools)
+               if n not in by_name and asked & _stems(tools[n].description, 4)]
+    chosen = (by_name + by_text)[:TOOLS_IN_FULL]
+    if not chosen:
+        return ToolChoice(sorted(tools), [])
+    undo = {tools[n].rollback for n in chosen if tools[n].rollback in tools}
+    sent = sorted({*chosen, *(u for u in undo if u is not None)})
+    return ToolChoice(sent, sorted(set(tools) - set(sent)))
+
+
+_COMMON = frozenset({"to", "on", "in", "of", "the", "and", "for", "an", "is", "at", "by",
+                     "it", "or", "with", "from", "this", "that", "please", "then"})
+
+
+def _stems(text: str, shortest: int) -> set[str]:
+    """The words of ``text`` that can choose a tool, each without a plural s and cut to
+    five letters (test, tests; deploy, deploys, deployment: one word)."""
+    return {(w[:-1] if len(w) > 3 and w.endswith("s") else w)[:5]
+            for w in _WORD.findall(text.lower()) if len(w) >= shortest and w not in _COMMON}
+
+
 # -- the system message (stable prefix) --------------------------------------------------
 
 def system_prompt(config: Config, answer: type[BaseModel],
-                  redact: Callable[[str], str] = lambda text: text) -> str:
+                  redact: Callable[[str], str] = lambda text: text,
+                  tools: ToolChoice | None = None) -> str:
     """The stable system message: the ``system`` template filled with the policy, catalog,
     inventory, examples and answer format of ``config``.
 
     Built from a redacted view of the catalog (secret defaults never shown), then redacted
-    whole again: the model never sees a secret.
+    whole again: the model never sees a secret. ``tools``: the part of a large catalog a
+    request can need (all of it by default).
     """
+    tools = tools or ToolChoice(sorted(config.catalog.tools), [])
     policy = _policy_text(config)
     return redact(config.prompts.render(
-        "system", policy=policy + "\n" if policy else "", tools=_tools_text(config, redact),
+        "system", policy=policy + "\n" if policy else "", tools=_tools_text(config, redact, tools),
         inventory=_inventory_text(config), examples=_examples_text(config.playbooks),
-        format=_format_text(config, answer)))
+        format=_format_text(answer, tools.sent)))
 
 
 def _policy_text(config: Config) -> str:
@@ -261,11 +333,13 @@ def _policy_text(config: Config) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 1 else ""
 
 
-def _tools_text(config: Config, redact: Callable[[str], str]) -> str:
+def _tools_text(config: Config, redact: Callable[[str], str], tools: ToolChoice) -> str:
     hide = _secret_default(config.secrets, redact)
-    blocks = [describe_tool(tool, hide) for tool in sorted(config.catalog.tools.values(),
-                                                           key=lambda t: t.name)]
-    return "Tools:\n" + "\n".join(blocks)
+    blocks = [describe_tool(config.catalog.tools[name], hide) for name in tools.sent]
+    more = (f"\n({len(tools.left_out)} other tools of this service are not listed: none of "
+            f"them fits this request's words. Use only the tools above.)"
+            if tools.left_out else "")
+    return "Tools:\n" + "\n".join(blocks) + more
 
 
 def _secret_default(secrets: list[str], redact: Callable[[str], str]
@@ -355,8 +429,8 @@ def _examples_text(playbooks: list[Playbook]) -> str:
     return "Examples:\n" + "\n\n".join(blocks) + "\n"
 
 
-def _format_text(config: Config, answer: type[BaseModel]) -> str:
-    schema = strict_schema(answer, tools=list(config.catalog.tools))
+def _format_text(answer: type[BaseModel], tools: list[str]) -> str:
+    schema = strict_schema(answer, tools=tools)
     return ("Answer with one JSON object and nothing else, matching this JSON schema:\n"
             + json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
 
@@ -422,6 +496,24 @@ def excerpt(content: str, limit: int = MAX_REFUSED_CHARS) -> str:
     if len(content) <= limit:
         return content or "(no answer)"
     return f"{content[:limit]}… ({len(content) - limit} more characters cut)"
+
+
+CHARS_PER_TOKEN = 3.5
+"""For estimates only: JSON and English run 3.5-4 characters a token in common tokenizers
+(a 174,880-character prompt was about 45k tokens on gemma3); 3.5 errs towards not fitting."""
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens ``text`` is (no tokenizer: that would need the model's files)."""
+    return int(-(-len(text) // CHARS_PER_TOKEN))
+
+
+def largest_plan_prompt(config: Config, redact: Callable[[str], str] = lambda t: t) -> str:
+    """The longest prompt a plan request can send: the system message, a request of the
+    longest length allowed, a refused answer's excerpt and a repair message."""
+    return "\n".join((system_prompt(config, WirePlan, redact),
+                      plan_request(config.prompts, "x" * MAX_REQUEST_CHARS),
+                      "x" * MAX_REFUSED_CHARS, repair_message(config.prompts, ["x" * 300])))
 
 
 def repair_message(prompts: PromptSet, problems: list[str]) -> str:

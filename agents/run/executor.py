@@ -24,7 +24,9 @@ from agents import logcontext, tracing
 from agents.plan.limit import allowed_hosts
 from agents.plan.model import Criteria, Plan, RollbackStep, Step, success_criteria
 from agents.plan.targets import environment_of, resolve
+from agents.run.explain import explaining
 from agents.run.gates import gate_check, stop_reason
+from agents.run.hold_watch import HoldWatch, JudgeGates
 from agents.run.judgment import Judge, MemoryJudge, applies, awaiting, hold_of, wait_for
 from agents.run.record import (
     Decision,
@@ -45,6 +47,7 @@ from agents.run.record import (
 from tools.catalog import OUTPUT_REF, Catalog, ParamValue, Tool
 from tools.errors import CommandInterrupted, DeckhandError
 from tools.inventory import LOCAL_HOST, Host, Inventory, Rollout
+from tools.inventory import Judgment as JudgmentConfig
 from tools.redact import redact as default_redact
 from tools.regex import compile_safe
 from tools.runners.base import CancelToken, CommandResult, Runner
@@ -557,7 +560,7 @@ class _Execution:
                 judged = not todo and self._gates_passed(step, rollout, number)
                 failure = (None if judged else self._batch_gates(step, params, rollout,
                                                                  where, token)) \
-                    or self._go_no_go(step, rollout, where, token, resumed=not todo)
+                    or self._go_no_go(step, params, rollout, where, token, resumed=not todo)
                 if failure is not None:
                     outcomes.append(_HostOutcome(ok=False, error=failure))
                     break
@@ -650,34 +653,60 @@ class _Execution:
         return _HostOutcome(ok=False, error=error)
 
     def _batch_gates(self, step: Step | RollbackStep, params: dict[str, ParamValue],
-                     rollout: Rollout, batch: tuple[int, int], token: CancelToken) -> str | None:
+                     rollout: Rollout, batch: tuple[int, int], token: CancelToken, *,
+                     when: str = "") -> str | None:
         """Run the rollout's gates after batch ``batch`` = (number, of); why the rollout
         stops, or None. Each evaluation is recorded with every sample (GATE_JUDGED)."""
         ids = {"step_id": step.id, "phase": Phase.PLAN, "host": LOCAL_HOST.name}
         done, total = batch
         for name in rollout.after_each_batch:
-            gate = self.deps.catalog.get(name)
-            shared = {k: v for k, v in params.items() if k in gate.params}
-            self._output(f"gate {name} after batch {done} of {total}:", ids)
-            try:
-                spec = self.deps.catalog.render(gate, shared, host_vars={},
-                                                config_vars=self.deps.config_vars)
-                result = self.deps.gate_runner.run(
-                    spec, timeout=gate.timeout, cancel=token,
-                    on_output=lambda line: self._output(line, ids))
-            except DeckhandError as exc:  # a gate that cannot run fails closed
-                return f"gate {name} could not run after batch {done} of {total}: {exc}"
-            check = gate_check(name, step.id, result, after_batch=done, batches=total)
+            self._output(f"gate {name} after batch {done} of {total}{when}:", ids)
+            check = self._gate(name, step, params, batch, token,
+                               on_output=lambda line: self._output(line, ids))
+            if isinstance(check, str):  # a gate that cannot run fails closed
+                return f"gate {name} could not run after batch {done} of {total}{when}: {check}"
             self._gate_judged(check)
             if not check.ok:
-                return stop_reason(check)
+                return stop_reason(check) + when
         return None
 
-    def _go_no_go(self, step: Step | RollbackStep, rollout: Rollout, batch: tuple[int, int],
-                  token: CancelToken, *, resumed: bool = False) -> str | None:
+    def _gate(self, name: str, step: Step | RollbackStep, params: dict[str, ParamValue],
+              batch: tuple[int, int], token: CancelToken, *,
+              on_output: Callable[[str], None] = lambda line: None) -> GateCheck | str:
+        """One evaluation of gate ``name`` after ``batch``; why it could not run, if not."""
+        gate = self.deps.catalog.get(name)
+        shared = {k: v for k, v in params.items() if k in gate.params}
+        try:
+            spec = self.deps.catalog.render(gate, shared, host_vars={},
+                                            config_vars=self.deps.config_vars)
+            result = self.deps.gate_runner.run(spec, timeout=gate.timeout, cancel=token,
+                                               on_output=on_output)
+        except DeckhandError as exc:
+            return str(exc)
+        return gate_check(name, step.id, result, after_batch=batch[0], batches=batch[1])
+
+    def _watch_gates(self, step: Step | RollbackStep, params: dict[str, ParamValue],
+                     rollout: Rollout, batch: tuple[int, int]) -> JudgeGates:
+        """The gates judged again, quietly, while holding after ``batch``: one that cannot
+        run counts as failed (fail closed), with its reason."""
+        def judge(token: CancelToken) -> list[GateCheck]:
+            checks = []
+            for name in rollout.after_each_batch:
+                check = self._gate(name, step, params, batch, token)
+                checks.append(check if not isinstance(check, str) else GateCheck(
+                    name=name, step=step.id, after_batch=batch[0], batches=batch[1],
+                    ok=False, reason=f"could not run: {check}"))
+            return checks
+        return judge
+
+    def _go_no_go(self, step: Step | RollbackStep, params: dict[str, ParamValue],
+                  rollout: Rollout, batch: tuple[int, int], token: CancelToken, *,
+                  resumed: bool = False) -> str | None:
         """After a batch listed in ``rollout.judgment`` (its gates passed): hold — nothing
-        new starts here, the worker keeps its locks and lease — until Continue, Roll back or
-        the timeout decides (``agents.run.judgment``). Why the rollout stops, or None.
+        new starts here, the worker keeps its locks and lease — until Continue, Roll back,
+        the timeout or a gate failing meanwhile decides (``agents.run.judgment``,
+        ``agents.run.hold_watch``). Why the rollout stops, or None. Continue judges the
+        gates once more before anything starts: figures seen earlier do not carry it.
 
         ``resumed``: an earlier worker finished this batch. A hold it had entered is the
         same hold here — its deadline, its buttons (the hold's name), a decision made
@@ -686,24 +715,46 @@ class _Execution:
             return None
         earlier = self._earlier_hold(step, batch[0]) if resumed else None
         if earlier is not None and earlier.decision is not None:
-            return self._decided(earlier, earlier.decision)
-        if earlier is not None:
+            decision = earlier.decision
             held = earlier
-            log.info("run %s: still awaiting go/no-go %s (since %s; taken over)", self.run.id,
-                     held.where(), time.strftime("%H:%M:%S", time.gmtime(held.since)))
         else:
-            with self.lock:
-                held = awaiting(self.run, step.id, rollout.judgment, *batch,
-                                now=self.deps.clock())
-            self.emit(EventKind.JUDGMENT_AWAITED, step_id=step.id,
-                      judgment=held.model_dump(mode="json"))
-        decision = wait_for(self.judge, held, clock=self.deps.clock, token=token) or Decision(
-            verdict=Verdict.ROLLBACK, actor="deckhand", via="cancel",
-            reason=f"cancelled while awaiting go/no-go {held.where()}: {token.reason}")
-        held = held.model_copy(update={"decision": decision})
-        self.emit(EventKind.JUDGMENT_DECIDED, step_id=step.id, status=decision.verdict.value,
-                  error=decision.reason, judgment=held.model_dump(mode="json"))
-        return self._decided(held, decision)
+            held = self._hold(step, rollout.judgment, batch, earlier)
+            watch = HoldWatch(held, self._watch_gates(step, params, rollout, batch),
+                              rollback_on_failure=rollout.judgment.on_gate_failure
+                              == "rollback", clock=self.deps.clock,
+                              shown=lambda shown: self.emit(
+                                  EventKind.JUDGMENT_AWAITED, step_id=step.id,
+                                  judgment=shown.model_dump(mode="json")),
+                              judged=self._gate_judged)
+            watch.start()
+            try:
+                decision = wait_for(self.judge, held, clock=self.deps.clock, token=token,
+                                    watch=watch.proposed) or Decision(
+                    verdict=Verdict.ROLLBACK, actor="deckhand", via="cancel",
+                    reason=f"cancelled while awaiting go/no-go {held.where()}: {token.reason}")
+            finally:
+                held = watch.stop()
+            held = held.model_copy(update={"decision": decision})
+            self.emit(EventKind.JUDGMENT_DECIDED, step_id=step.id, status=decision.verdict.value,
+                      error=decision.reason, judgment=held.model_dump(mode="json"))
+        stop = self._decided(held, decision)
+        if stop is not None or not rollout.after_each_batch:
+            return stop
+        return self._batch_gates(step, params, rollout, batch, token,
+                                 when=" (judged again on Continue)")
+
+    def _hold(self, step: Step | RollbackStep, config: JudgmentConfig, batch: tuple[int, int],
+              earlier: Judgment | None) -> Judgment:
+        """The hold to wait at: the one an earlier worker entered, or a new one (recorded)."""
+        if earlier is not None:
+            log.info("run %s: still awaiting go/no-go %s (since %s; taken over)", self.run.id,
+                     earlier.where(), time.strftime("%H:%M:%S", time.gmtime(earlier.since)))
+            return earlier
+        with self.lock:
+            held = awaiting(self.run, step.id, config, *batch, now=self.deps.clock())
+        self.emit(EventKind.JUDGMENT_AWAITED, step_id=step.id,
+                  judgment=held.model_dump(mode="json"))
+        return held
 
     def _earlier_hold(self, step: Step | RollbackStep, batch: int) -> Judgment | None:
         name = hold_of(step.id, batch)
@@ -1026,9 +1077,9 @@ def _judge(result: CommandResult | None, success: Criteria, watch: _OutputWatch,
                      "kept its output open: start daemons with `>/dev/null 2>&1 &`)")
         return f"{what}; {_kill_outcome(result, host)}"
     if result.exit_code != success.exit_code:
-        last = _last_line(result.tail)
+        why = explaining(result.tail)
         return f"exit code {result.exit_code} (expected {success.exit_code})" + (
-            f": {last}" if last else "")
+            f": {why}" if why else "")
     if not watch.matched_success:
         return f"output never matched {watch.unmatched[0]!r}"
     return None
@@ -1040,8 +1091,3 @@ def _kill_outcome(result: CommandResult, host: str) -> str:
         return "the process was killed"
     return (f"it may still be running on host {host}: the kill was not confirmed "
             f"({result.unconfirmed_kill})")
-
-
-def _last_line(text: str, limit: int = 300) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:limit] if lines else ""

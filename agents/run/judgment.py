@@ -76,16 +76,19 @@ def awaiting(run: Run, step: str, config: JudgmentConfig, batch: int, batches: i
     latest = {c.name: c for c in run.gates if c.step == step and c.after_batch == batch}
     gates = [figure(c) for c in latest.values()]  # a step re-run judges again: the newest
     return Judgment(hold=hold_of(step, batch), step=step, after_batch=batch, batches=batches,
-                    since=now, timeout=config.timeout,
+                    since=now, timeout=config.timeout, recheck=config.recheck,
                     on_timeout=Verdict(config.on_timeout), approvers=list(config.approvers),
                     hosts_done=[h.host for h in hosts if h.status is StepStatus.SUCCEEDED],
                     errors=sum(1 for h in hosts if h.status is StepStatus.FAILED), gates=gates)
 
 
 def wait_for(judge: Judge, judgment: Judgment, *, clock: Callable[[], float],
-             token: CancelToken, poll: float = POLL) -> Decision | None:
-    """The decision on ``judgment`` — someone's, or ``on_timeout`` once ``clock`` passes its
-    deadline — or None if the run was cancelled while it waited."""
+             token: CancelToken, poll: float = POLL,
+             watch: Callable[[], Decision | None] = lambda: None) -> Decision | None:
+    """The decision on ``judgment`` — someone's, the one ``watch`` proposes (a gate that
+    failed while holding), or ``on_timeout`` once ``clock`` passes its deadline — or None
+    if the run was cancelled while it waited. A proposed or timed-out decision is settled
+    through ``judge`` like a click, so whichever lands first stands."""
     failing = False
     while True:
         try:
@@ -96,32 +99,39 @@ def wait_for(judge: Judge, judgment: Judgment, *, clock: Callable[[], float],
             found, failing = None, True
         if found is not None:
             return found
+        proposed = watch()
+        if proposed is not None:
+            return _settled(judge, judgment, proposed, token=token, poll=poll)
         if clock() >= judgment.deadline:
-            return _timed_out(judge, judgment, token=token, poll=poll)
+            return _settled(judge, judgment, _timeout(judgment), token=token, poll=poll)
         if token.wait(poll):
             return None
 
 
-def _timed_out(judge: Judge, judgment: Judgment, *, token: CancelToken,
-               poll: float) -> Decision | None:
-    """The timeout's decision, settled through ``judge`` like a person's click. While the
-    store is away it keeps holding and retries (nothing could start anyway: the lease
-    fences every command), so the decision acted on is always the recorded and audited
-    one — a click that lands first once the store is back stands, and never a second,
-    contrary decision beside the one acted on. None if the run was cancelled meanwhile."""
+def _timeout(judgment: Judgment) -> Decision:
     verdict = judgment.on_timeout
     action = "continuing" if verdict is Verdict.CONTINUE else "rolling back"
-    decision = Decision(verdict=verdict, actor="deckhand", via="timeout", reason=(
+    return Decision(verdict=verdict, actor="deckhand", via="timeout", reason=(
         f"no go/no-go decision within {span(judgment.timeout)}: {action} "
         f"(rollout.judgment.on_timeout: {verdict.value})"))
+
+
+def _settled(judge: Judge, judgment: Judgment, decision: Decision, *, token: CancelToken,
+             poll: float) -> Decision | None:
+    """``decision`` (the timeout's, a failed gate's), settled through ``judge`` like a
+    person's click. While the store is away it keeps holding and retries (nothing could
+    start anyway: the lease fences every command), so the decision acted on is always the
+    recorded and audited one — a click that lands first once the store is back stands, and
+    never a second, contrary decision beside the one acted on. None if the run was
+    cancelled meanwhile."""
     failing = False
     while True:
         try:
             return judge.settle(judgment.hold, decision)
         except DeckhandError as exc:
             if not failing:
-                log.warning("go/no-go %s: cannot record the timeout yet (%s): holding until "
-                            "it is recorded", judgment.hold, exc)
+                log.warning("go/no-go %s: cannot record the %s decision yet (%s): holding "
+                            "until it is recorded", judgment.hold, decision.via, exc)
             failing = True
         if token.wait(poll):
             return None
@@ -146,6 +156,15 @@ def waiting_line(held: Judgment) -> str:
             f"{then} at {clock_time(held.deadline)} if nobody decides")
 
 
+def measured_line(held: Judgment) -> str:
+    """When the figures shown were measured, and whether they are being judged again."""
+    when = "at the end of the batch" if held.measured_at is None else \
+        "at " + time.strftime("%H:%M:%S", time.gmtime(held.measured_at)) + " UTC"
+    again = (f"judged again every {span(held.recheck)} while holding, and on Continue"
+             if held.recheck else "judged again on Continue")
+    return f"gate figures measured {when}; {again}"
+
+
 def results_line(held: Judgment) -> str:
     """What the batches so far did: hosts done, error count."""
     done = ", ".join(held.hosts_done[:10]) + (
@@ -162,6 +181,7 @@ def judgment_lines(run: Run) -> list[str]:
             if run.awaiting is held:
                 out += [waiting_line(held), f"  {results_line(held)}",
                         *(f"  gate {g}" for g in held.gates),
+                        *([f"  {measured_line(held)}"] if held.gates else []),
                         f"  decide: deckhand judge {run.id} continue|rollback"]
             continue
         out.append(f"go/no-go {held.where()}: {held.decision.describe()} at "

@@ -259,7 +259,12 @@ class Judgment(BaseModel):
     errors: int = 0
     """Hosts of the step that failed so far (stop_on_failure off lets a rollout go on)."""
     gates: list[str] = Field(default_factory=list)
-    """The gates' figures after this batch, one line each."""
+    """The gates' figures after this batch, one line each: the newest (re-judged while
+    holding, every ``recheck`` seconds)."""
+    measured_at: float | None = None
+    """When ``gates`` were measured (None: at the end of the batch)."""
+    recheck: float = 0.0
+    """Seconds between judgments while holding (0: judged again only on Continue)."""
     decision: Decision | None = None
 
     @property

@@ -25,7 +25,8 @@ sink's cursor, see ``feed``), ``audit:chain``
 (zset: runs a relay has not caught up with; see ``run_feed``), ``home:viewers`` (zset: who
 opened their App Home lately),
 ``joblock:NAME`` (a periodic job's lease, e.g. retention), ``job:NAME:done`` (when it last
-completed).
+completed), ``manlock:[S:]ENV`` and ``manlocks`` (environments locked by a person, see
+``manual_locks``).
 
 A key naming an environment names its service first (docs/services.md 2.4): ``lock:S:ENV``,
 ``where:S:ENV`` …; the legacy service (service None) keeps the shapes above byte for byte,
@@ -248,6 +249,10 @@ class Keys:
         """The audit stream's hash chain: genesis, head, trimmed head (``chain``)."""
         return self("audit", "chain")
 
+    def audit_verified(self) -> str:
+        """Where the last successful verify left off, signed (``checkpoints.Resume``)."""
+        return self("audit", "verified")
+
     def dedupe(self, key: str) -> str:
         return self("dedupe", key)
 
@@ -311,6 +316,14 @@ class Keys:
     def job_note(self, name: str) -> str:
         """What job ``name`` last left for others to read (retention: where runs went)."""
         return self("job", name, "note")
+
+    def manual_lock(self, service: str | None, environment: str) -> str:
+        """An environment locked by a person (``manual_locks``): service first, if named."""
+        return self("manlock", *_scoped(service, environment))
+
+    def manual_locks(self) -> str:
+        """Which (service, environment) may have a lock by hand (members: ``scope_member``)."""
+        return self("manlocks")
 
     def run_companions(self, run_id: str) -> list[str]:
         """Every key named after one run besides its record (``run:ID``). Retention deletes

@@ -4,11 +4,13 @@ Slack's retries."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from agents.store._redis import Part, Write, text
 from agents.store.chain import AuditAppend, ChainReport, trimmed, verify
+from agents.store.checkpoints import CHECKPOINT, AuditKey, CheckpointAppend, Resume, Seals
 
 LEGACY_SCAN = 10_000
 """Newest shared-stream entries searched for a run that has no list of its own."""
@@ -80,18 +82,53 @@ class AuditLog(Part):
                            run_id)
 
     def verify(self) -> ChainReport:
-        """The audit chain checked end to end (``chain.verify``)."""
+        """The audit chain checked end to end (``chain.verify``), without a key."""
         with self.errors():
             return verify(self.r, self.keys)
 
-    def since(self, since: float, *, page: int = 1000) -> list[tuple[str, AuditEntry]]:
-        """(stream id, entry) of every stream entry from ``since`` (by stream time) on."""
-        start, found = f"{int(since * 1000)}-0", []
+    def verify_signed(self, *, key: AuditKey | None, grace: float = float("inf"),
+                      full: bool = False) -> tuple[ChainReport, Seals]:
+        """The audit chain checked (``chain.verify``) with its signed checkpoints
+        (``checkpoints.Seals``: unsigned entries older than ``grace`` seconds fail it). With
+        a key, the walk starts after the checkpoint the last successful verify ended on
+        (unless ``full``), and a successful one records where it ended."""
+        seals = Seals(key, now=self.clock(), grace=grace)
         with self.errors():
-            while batch := self.r.xrange(self.keys.audit(), min=start, max="+", count=page):
-                found += [(text(i), _audit_entry(i, f)) for i, f in batch]
-                start = f"({text(batch[-1][0])}"
-        return found
+            resume = None
+            if key is not None and not full:
+                resume = Resume.read(text(self.r.get(self.keys.audit_verified()) or b""), key)
+            report = verify(self.r, self.keys, seals=seals,
+                            resume=(resume.stream_id, resume.hash) if resume else None)
+            if resume is not None and report.resumed and seals.last is None:
+                seals.last = (resume.stream_id, resume.hash)  # verified before: still signed
+            if report.ok and key is not None and seals.last is not None:
+                self.r.set(self.keys.audit_verified(), Resume(*seals.last).signed(key))
+        return report, seals
+
+    def checkpoint(self, key: AuditKey, *, actor: str) -> None:
+        """Sign the chain's head as it is now, as one more entry (``audit_checkpoint``)."""
+        entry = {"ref": self.ids("aud"), "at": repr(self.clock()), "actor": actor,
+                 "action": CHECKPOINT, "run_id": "", "plan_id": "", "details": "{}"}
+        self.commit([CheckpointAppend(self.keys, {k: self.scrubbed(v) for k, v in
+                                                  entry.items()}, key)])
+
+    def newest_action(self) -> str | None:
+        """The newest entry's action (None: no entry)."""
+        with self.errors():
+            newest = self.r.xrevrange(self.keys.audit(), count=1)
+        return text(newest[0][1].get(b"action", b"")) if newest else None
+
+    def since(self, since: float, *, page: int = 1000) -> Iterator[tuple[str, AuditEntry]]:
+        """(stream id, entry) of every stream entry from ``since`` (by stream time) on, a
+        page at a time (an export of millions never holds them all)."""
+        start = f"{int(since * 1000)}-0"
+        while True:
+            with self.errors():
+                batch = self.r.xrange(self.keys.audit(), min=start, max="+", count=page)
+            if not batch:
+                return
+            yield from ((text(i), _audit_entry(i, f)) for i, f in batch)
+            start = f"({text(batch[-1][0])}"
 
     def entries(self, *, run_id: str | None = None, limit: int = 200) -> list[AuditEntry]:
         """The newest ``limit`` entries, oldest first; only one run's when ``run_id`` is

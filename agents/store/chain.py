@@ -24,24 +24,29 @@ before it (one removed or inserted before it), an entry with no link after the c
 (inserted), or a newest entry that is not the recorded head (added, or the newest removed).
 A run's own list holds copies: each must match its hash and be in the stream (unless
 retention deleted it there). Anyone who can write Redis can still rebuild the whole chain
-from scratch: an export (``deckhand audit export``, retention's archive) is the copy to
-compare against.
+from scratch: signed checkpoints (``checkpoints``, a key outside Redis) and a copy kept
+elsewhere (the sink's, ``deckhand audit export``, retention's archive) are what find that.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import secrets
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from redis.client import Pipeline
 
 from agents.store._redis import Keys, text
 
 PAGE = 1000
+REPEATS = 50_000
+"""Entries a copy's check remembers to recognise a batch sent again (10,000 at most)."""
 LINK_STATE = "audit_head"
 """Where a transaction keeps the hash its next audit entry links to (``prepare`` state)."""
 
@@ -67,10 +72,14 @@ class AuditAppend:
         if LINK_STATE not in state:
             state[LINK_STATE], self.start = _head(pipe, self.keys)
         prev = state[LINK_STATE]
-        linked = {**self.fields, "prev": prev}
+        linked = {**self.sealed(prev), "prev": prev}
         linked["hash"] = entry_hash(linked)
         state[LINK_STATE] = linked["hash"]
         self.linked = linked
+
+    def sealed(self, prev: str) -> dict[str, str]:
+        """The fields to link, given the hash they link to (a checkpoint signs it)."""
+        return self.fields
 
     def __call__(self, pipe: Any) -> None:  # Any: redis-py's stubs type fields narrowly
         if self.linked is None:
@@ -106,6 +115,37 @@ class Broken:
         return f"{self.where}: {self.problem}"
 
 
+class HashIndex:
+    """Which hashes were seen, in about 8 bytes each (a set of the hex strings took ~150 MB
+    at 1M entries): each hash's first 64 bits, kept in sorted runs of ``RUN`` values (only
+    one run is ever sorted at once, so memory never spikes); a lookup bisects each run."""
+
+    RUN = 1 << 16
+
+    def __init__(self) -> None:
+        self._runs: list[array[int]] = []
+        self._pending = array("Q")
+
+    def add(self, hex_hash: str) -> None:
+        self._pending.append(_short(hex_hash))
+        if len(self._pending) >= self.RUN:
+            self._seal()
+
+    def __contains__(self, hex_hash: str) -> bool:
+        self._seal()
+        value = _short(hex_hash)
+        for run in self._runs:
+            at = bisect.bisect_left(run, value)
+            if at < len(run) and run[at] == value:
+                return True
+        return False
+
+    def _seal(self) -> None:
+        if self._pending:
+            self._runs.append(array("Q", sorted(self._pending)))
+            self._pending = array("Q")
+
+
 @dataclass
 class ChainReport:
     entries: int = 0
@@ -117,15 +157,29 @@ class ChainReport:
     trimmed: str | None = None
     """The last entry retention deleted (the stream starts after it)."""
     broken: Broken | None = None
-    hashes: set[str] = field(default_factory=set, repr=False)
+    resumed: str | None = None
+    """The verified checkpoint this walk started after (None: from the start)."""
+    hashes: HashIndex = field(default_factory=lambda: HashIndex(), repr=False)
+    """The linked entries' hashes, for the runs' copies' check."""
 
     @property
     def ok(self) -> bool:
         return self.broken is None
 
 
-def verify(r: Any, keys: Keys) -> ChainReport:
-    """Check the stream's chain end to end, then the runs' copies; stop at the first break."""
+class Observer(Protocol):
+    """Sees each linked entry of a walk, once its link held (``checkpoints.Seals``)."""
+
+    def see(self, stream_id: str, fields: dict[str, str]) -> Broken | None: ...
+
+    def finish(self) -> Broken | None: ...
+
+
+def verify(r: Any, keys: Keys, *, seals: Observer | None = None,
+           resume: tuple[str, str] | None = None) -> ChainReport:
+    """Check the stream's chain end to end, then the runs' copies; stop at the first break.
+    ``resume``: (stream id, hash) of an entry verified before — the walk starts after it,
+    once its content still matches that hash (the runs' copies are then not checked)."""
     report = ChainReport()
     meta = {text(k): text(v) for k, v in r.hgetall(keys.audit_chain()).items()}
     if "genesis" not in meta:
@@ -134,6 +188,9 @@ def verify(r: Any, keys: Keys) -> ChainReport:
     expected, last, newest = meta.get("trimmed_hash") or meta["genesis"], None, "the stream"
     start = (f"the last entry retention removed ({report.trimmed})" if report.trimmed
              else "the chain's genesis")
+    if resume is not None and _still(r, keys, resume):
+        expected, last = resume[1], resume[0]
+        report.resumed, newest = last, f"entry {last}"
     while True:  # again from the newest checked entry while others append meanwhile
         for stream_id, fields in _walk(r, keys, f"({last}" if last else "-"):
             if "hash" not in fields and _id(stream_id) <= _id(meta["legacy_upto"]):
@@ -143,7 +200,10 @@ def verify(r: Any, keys: Keys) -> ChainReport:
                                           f"entry {last}" if last else start)
             if report.broken:
                 return report
-            expected, last, newest = fields["hash"], stream_id, _describe(stream_id, fields)
+            if seals is not None and (broken := seals.see(stream_id, fields)):
+                report.broken = broken
+                return report
+            expected, last, newest = fields["hash"], stream_id, describe(stream_id, fields)
             report.entries += 1
             report.hashes.add(expected)
         head = r.hget(keys.audit_chain(), "head")
@@ -155,13 +215,33 @@ def verify(r: Any, keys: Keys) -> ChainReport:
                                    "an entry was added past deckhand, or the newest ones "
                                    "were removed")
             return report
-    report.broken = _copies(r, keys, report, meta)
+    if seals is not None and (broken := seals.finish()):
+        report.broken = broken
+        return report
+    if report.resumed is None:
+        report.broken = _copies(r, keys, report, meta)
     return report
+
+
+def _still(r: Any, keys: Keys, resume: tuple[str, str]) -> bool:
+    """Whether the entry ``resume`` names is still there, unchanged (else: walk it all)."""
+    page = r.xrange(keys.audit(), min=resume[0], max=resume[0])
+    if not page:
+        return False  # trimmed since: the walk starts from the trimmed head
+    fields = {text(k): text(v) for k, v in page[0][1].items()}
+    return fields.get("hash") == resume[1] and entry_hash(fields) == resume[1]
+
+
+def _short(hex_hash: str) -> int:
+    try:
+        return int(hex_hash[:16], 16)
+    except ValueError:
+        return 0
 
 
 def _link_problem(stream_id: str, fields: dict[str, str], expected: str,
                   before: str, *, content: bool = True) -> Broken | None:
-    where = _describe(stream_id, fields)
+    where = describe(stream_id, fields)
     if "hash" not in fields or "prev" not in fields:
         return Broken(where, "carries no link: it was inserted outside deckhand")
     if content and entry_hash(fields) != fields["hash"]:
@@ -172,7 +252,7 @@ def _link_problem(stream_id: str, fields: dict[str, str], expected: str,
     return None
 
 
-def _describe(stream_id: str, fields: dict[str, str]) -> str:
+def describe(stream_id: str, fields: dict[str, str]) -> str:
     return f"entry {stream_id} ({fields.get('action', '?')} by {fields.get('actor', '?')})"
 
 
@@ -257,16 +337,19 @@ class CopyReport:
         return self.broken is None
 
 
-def verify_copy(lines: Iterable[dict[str, Any]], *, anchor: str | None = None) -> CopyReport:
+def verify_copy(lines: Iterable[dict[str, Any]], *, anchor: str | None = None,
+                seals: Observer | None = None) -> CopyReport:
     """Check a copy of the stream (the sink's JSON lines, or ``audit export``'s), oldest
-    first, with the same link checks as ``verify``; lines sent twice are counted once."""
-    report, seen = CopyReport(anchor=anchor), set()
+    first, with the same link checks as ``verify``; lines sent twice are counted once.
+    Streams: it holds only the last ``REPEATS`` entries' keys (a repeat is a batch sent
+    again, so it follows closely; one from further back fails its link check instead)."""
+    report, seen = CopyReport(anchor=anchor), OrderedDict[tuple[str, str], None]()
     expected, before = anchor, "the copy's anchor"
     for number, line in enumerate(lines, 1):
         stream_id, fields = copy_fields(line, number)
         if "hash" not in fields:
             if expected is not None:
-                report.broken = Broken(_describe(stream_id, fields),
+                report.broken = Broken(describe(stream_id, fields),
                                        "carries no link: it was inserted outside deckhand")
                 return report
             report.legacy += 1
@@ -277,10 +360,13 @@ def verify_copy(lines: Iterable[dict[str, Any]], *, anchor: str | None = None) -
         if expected is None:  # the copy starts mid-chain: its first link is the anchor
             expected = report.anchor = fields.get("prev", "")
         masked = bool(line.get("masked"))
-        report.broken = _link_problem(stream_id, fields, expected, before, content=not masked)
+        report.broken = (_link_problem(stream_id, fields, expected, before, content=not masked)
+                         or (seals.see(stream_id, fields) if seals is not None else None))
         if report.broken:
             return report
-        seen.add((stream_id, fields["hash"]))
+        seen[(stream_id, fields["hash"])] = None
+        if len(seen) > REPEATS:
+            seen.popitem(last=False)
         expected, before = fields["hash"], f"entry {stream_id}"
         report.entries, report.masked = report.entries + 1, report.masked + masked
     report.head = expected

@@ -69,14 +69,19 @@ class AuditFeed(Part):
                 unread = self._count_after(text(group["last-delivered-id"]))
             return int(group["pending"]) + int(unread)
 
-    def unshipped_from(self) -> str | None:
+    def unshipped_from(self, *, sink: bool) -> str | None:
         """The stream id of the oldest entry the sink has not taken yet — retention keeps it
         and all after it, so the SIEM copy has no gap — or None when the sink has taken
-        everything, or no sink reads this stream (no group)."""
+        everything. ``sink``: whether one is configured; with no group yet (no shipper has
+        started) it has taken nothing, so the oldest entry is returned; without a sink and
+        without a group nothing waits for one (None)."""
         with self.errors():
             group = {text(g["name"]): g for g in self._groups()}.get(SINK_GROUP)
             if group is None:
-                return None
+                if not sink:
+                    return None
+                first = self.r.xrange(self.keys.audit(), min="-", max="+", count=1)
+                return text(first[0][0]) if first else None
             if int(group["pending"]):
                 oldest = self.r.xpending(self.keys.audit(), SINK_GROUP)["min"]
                 return text(oldest)

@@ -38,6 +38,7 @@ from agents.run.record import Approval, HostChange, Pause, Run, RunStatus, StepS
 from agents.store._redis import Keys, Part, RedisBase, Write, text
 from agents.store.audit import AuditLog
 from agents.store.limits import ApprovalCounts
+from agents.store.manual_locks import ManualLocks
 from agents.store.queue import Queue
 
 Change = Callable[[Run], "list[Write] | None"]
@@ -59,9 +60,10 @@ class Runs(Part):
     EXEC (hence ``audit`` and ``queue``)."""
 
     def __init__(self, db: RedisBase, *, audit: AuditLog, queue: Queue,
-                 limits: ApprovalCounts) -> None:
+                 limits: ApprovalCounts, manual_locks: ManualLocks | None = None) -> None:
         super().__init__(db)
         self.audit, self.queue, self.limits = audit, queue, limits
+        self.manual_locks = manual_locks
 
     def create(self, run: Run, *, then: Companions | None = None) -> Run:
         """Store a new run and index it, all or nothing; a taken id is replaced in place.
@@ -303,6 +305,7 @@ class Runs(Part):
             problem = check(run) if check is not None else None
             if problem:
                 raise ApprovalRefused(problem)
+            self._not_locked_by_hand(run)
             glass, version = grant is Grant.BREAK_GLASS, policy_version(policy)
             counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
                                           user=user)
@@ -332,6 +335,14 @@ class Runs(Part):
                 "deckhand.approvals": len(run.approvals), "deckhand.run.status": run.status.value},
                 parent=tracing.context_of(run.meta.get("traceparent"))):
             return run
+
+    def _not_locked_by_hand(self, run: Run) -> None:
+        """A person's lock on an environment the run changes refuses its approval (a freeze
+        in all but name: nobody edits config). Break-glass does not lift it: ask the holder."""
+        held = self.manual_locks and self.manual_locks.blocking(run.environments,
+                                                                 service=run.service)
+        if held:
+            raise ApprovalRefused(held.refusal())
 
     def durable(self, run: Run, what: str) -> Run:
         """Wait for a replica to have ``run``'s last write; if none confirms in time, say so

@@ -1,24 +1,29 @@
-"""``deckhand audit verify | export | ship``: proving what the audit stream says.
+"""``deckhand audit verify | export | ship | checkpoint``: proving what the stream says.
 
-``verify`` walks the hash chain (``agents.store.chain``) and names the first broken link,
-exit 1; with ``--copy FILE`` it checks a copy kept elsewhere (the sink's JSON lines, an
-export) with the same link checks. ``export`` writes the entries from ``--since`` on as JSON
-lines, each with its stream id, ``prev`` and ``hash``. ``ship`` sends the stream to
+``verify`` walks the hash chain (``agents.store.chain``) and its signed checkpoints
+(``agents.store.checkpoints``) and names the first broken link, exit 1; with ``--copy FILE``
+it checks a copy kept elsewhere (the sink's JSON lines, an export) with the same link checks,
+a line at a time. ``export`` writes the entries from ``--since`` on as JSON lines, each with
+its stream id, ``prev`` and ``hash``, a page at a time. ``ship`` sends the stream to
 ``audit.sink`` as it grows (``agents.engine.shipper``), or, with ``--once``, what is there.
+``checkpoint`` signs the chain's head with the key ``DECKHAND_AUDIT_KEY_FILE`` names.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import getpass
 import json
 import signal
 import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 
@@ -26,19 +31,36 @@ from agents.engine.shipper import shipper_for
 from agents.services import Services
 from agents.store import AuditLog
 from agents.store.chain import CopyReport, verify_copy
+from agents.store.checkpoints import AuditKey, Seals, signing_key
 from bot.cli.common import age_seconds
 from bot.cli.reload import reload_on_sighup
 from bot.logs import announce
 from tools.errors import DeckhandError
 
 
-def verify(audit: AuditLog, console: Console) -> int:
-    """0 when the chain is whole; 1 with the first broken link named."""
-    report = audit.verify()
+def verify(audit: AuditLog, console: Console, *, key: AuditKey | None, grace: float,
+           full: bool = False) -> int:
+    """0 when the chain is whole and signed; 1 with the first broken link named. With a key,
+    only what came after the last verified checkpoint is walked, unless ``full``."""
+    report, seals = audit.verify_signed(key=key, grace=grace, full=full)
     trimmed = f", after the trimmed head {report.trimmed}" if report.trimmed else ""
-    counts = (f"{report.entries} linked entries{trimmed}, {report.copies} run copies, "
+    copies = (f"{report.copies} run copies" if report.resumed is None else
+              "run copies not checked (--full checks them)")
+    since = (f" after the checkpoint verified before ({report.resumed})" if report.resumed
+             else "")
+    counts = (f"{report.entries} linked entries{since}{trimmed}, {copies}, "
               f"{report.legacy} from before the chain")
-    return _verdict(console, "audit chain", report.broken, counts)
+    return _verdict(console, "audit chain", report.broken, counts, f"; {seals.summary()}")
+
+
+def checkpoint(audit: AuditLog, console: Console, key: AuditKey | None, actor: str) -> int:
+    """Sign the chain's head now (one ``audit_checkpoint`` entry)."""
+    if key is None:
+        raise DeckhandError("no audit key: set DECKHAND_AUDIT_KEY_FILE to a file holding a "
+                            "secret kept outside Redis (`openssl rand -hex 32 > FILE`)")
+    audit.checkpoint(key, actor=actor)
+    announce(console, f"signed the audit chain's head with key {key.id}")
+    return 0
 
 
 def _verdict(console: Console, what: str, broken: object | None, counts: str,
@@ -76,12 +98,16 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     return moment.timestamp()
 
 
-def verify_file(path: str, console: Console) -> int:
-    """0 when the copy's links hold; 1 with the first broken one named."""
-    report = verify_copy(_copy_lines(path))
+def verify_file(path: str, console: Console, key: AuditKey | None) -> int:
+    """0 when the copy's links and checkpoints hold; 1 with the first broken one named.
+    Reads a line at a time: memory stays bounded however long the copy."""
+    seals = Seals(key)
+    with _opened(path) as stream:
+        report = verify_copy(_copy_lines(path, stream), seals=seals)
     counts = (f"{report.entries} linked entries ({report.masked} masked by the sink), "
               f"{report.duplicates} sent twice, {report.legacy} from before the chain")
-    return _verdict(console, "copy", report.broken, counts, f"; {_ends(report)}")
+    return _verdict(console, "copy", report.broken, counts,
+                    f"; {_ends(report)}; {seals.summary()}")
 
 
 def _ends(report: CopyReport) -> str:
@@ -91,21 +117,38 @@ def _ends(report: CopyReport) -> str:
             f"(compare with the chain in Redis)")
 
 
-def _copy_lines(path: str) -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[TextIO]:
+    if path == "-":
+        yield sys.stdin
+        return
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        stream = Path(path).open(encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise DeckhandError(f"--copy {path}: cannot read it ({exc.strerror or exc})") from exc
-    lines = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            lines.append(dict(json.loads(raw)))
-        except (ValueError, TypeError):
-            raise DeckhandError(f"--copy {path}: line {number} is not a JSON object; give "
-                                f"the sink's or `audit export`'s JSON lines") from None
-    return lines
+    with stream:
+        yield stream
+
+
+def _copy_lines(path: str, stream: TextIO) -> Iterator[dict[str, Any]]:
+    try:
+        for number, raw in enumerate(stream, 1):
+            if raw.strip():
+                yield _object(path, number, raw)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else exc
+        raise DeckhandError(f"--copy {path}: cannot read it ({reason})") from exc
+
+
+def _object(path: str, number: int, raw: str) -> dict[str, Any]:
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise DeckhandError(f"--copy {path}: line {number} is not a JSON object; give "
+                            f"the sink's or `audit export`'s JSON lines")
+    return found
 
 
 def ship(args: argparse.Namespace, services: Services, console: Console) -> int:
@@ -131,9 +174,15 @@ def ship(args: argparse.Namespace, services: Services, console: Console) -> int:
 
 
 def handle(args: argparse.Namespace, services: Services, console: Console) -> int:
+    key = signing_key(services.settings.audit_key)
     if args.what == "verify":
-        return (verify_file(args.copy, console) if args.copy
-                else verify(services.store.audit, console))
+        grace = 2 * services.config.audit.checkpoint_every
+        return (verify_file(args.copy, console, key) if args.copy
+                else verify(services.store.audit, console, key=key, grace=grace,
+                            full=args.full))
+    if args.what == "checkpoint":
+        actor = f"{getpass.getuser()}@{socket.gethostname()}"
+        return checkpoint(services.store.audit, console, key, actor)
     if args.what == "ship":
         return ship(args, services, console)
     return export(services.store.audit, args.since, args.format)

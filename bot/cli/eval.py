@@ -81,7 +81,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print everything as JSON")
     parser.add_argument("--chart", type=Path, metavar="PNG", help="also draw the totals")
     parser.add_argument("--limit", type=int, metavar="N", help="only N cases, every kind")
-    parser.add_argument("--max-tokens", type=int, default=2048, help="LLM completion budget")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="LLM completion budget (default: the config's planner.max_tokens, "
+                             "2048)")
     parser.add_argument("--max-repairs", type=int, default=2, help="LLM repairs per request")
     gates = parser.add_argument_group("thresholds, for every configuration evaluated (exit 1 "
                                       "when one is missed)")
@@ -143,7 +145,8 @@ def _specs(args: argparse.Namespace, settings: Settings) -> list[PlannerSpec]:
 
 def _run(spec: PlannerSpec, cases: list[Case], config: Config, settings: Settings,
          args: argparse.Namespace) -> list[Outcome]:
-    options = {"max_tokens": args.max_tokens, "max_repairs": args.max_repairs}
+    options = {"max_repairs": args.max_repairs,
+               **({"max_tokens": args.max_tokens} if args.max_tokens else {})}
     subject = build_subject(spec, config, settings,
                             ModelSetup(record=args.record, replay=args.replay,
                                        llm_options=options))
@@ -182,9 +185,13 @@ def _chart(console: Console, summaries: list[Summary], path: Path, *, quiet: boo
 
 
 def _verdict(summaries: list[Summary], missed: list[str]) -> int:
-    """Exit 1, with a line each on stderr, for missed thresholds and missing recordings."""
+    """Exit 1, with a line each on stderr, for missed thresholds, missing recordings and
+    cases the model gave no answer to."""
     lines = [f"{s.planner}: {s.missing_recordings} case(s) had no recording (see each case); "
              f"re-record with --record DIR" for s in summaries if s.missing_recordings]
+    lines += [f"{s.planner}: {s.no_answer} case(s) got no answer from the model (the reason "
+              f"is on each case); nothing was measured there: check the endpoint with "
+              f"`deckhand check`" for s in summaries if s.no_answer]
     lines += [f"threshold missed: {line}" for line in missed]
     err = TerminalConsole(stderr=True)
     for line in lines:

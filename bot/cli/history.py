@@ -14,7 +14,8 @@ from agents.history.deploys import DAY, Deploy, Stats, Where, stats
 from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from agents.store.manual_locks import ManualLock
+from bot.cli.common import Commands, add_config_arg, in_process_note, services_for
 from bot.cli.json_views import history_json, stats_json, where_json
 from bot.cli.run_views import print_json
 from tools.gitlog import GitRepo
@@ -55,16 +56,27 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 def _where(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     states = _states(services, args.environment)
+    held = {env: lock for env, lock in
+            services.store.manual_locks.all(service=services.config.key).items()
+            if args.environment in (None, env)}
     if not any(s.hosts for s in states) and not args.json:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print("No deploys recorded yet.", markup=False)
+        _print_locks(console, held)
         return 0
     observed = _observe(services, states) if args.verify else None
     if args.json:
-        print_json(where_json(states, observed))
+        print_json(where_json(states, observed, held))
     else:
         console.print(where_table(states, observed))
+        _print_locks(console, held)
     return 1 if observed and _disagree(states, observed) else 0
+
+
+def _print_locks(console: Console, held: dict[str, ManualLock]) -> None:
+    """Each environment locked by hand, under the table: whoever deploys next reads it."""
+    for lock in held.values():
+        console.print(f"🔒 {lock.describe()}", markup=False, highlight=False)
 
 
 def _observe(services: Services, states: list[Where]) -> dict[str, Observed]:
@@ -122,7 +134,7 @@ def _history(args: argparse.Namespace, console: Console) -> int:
         print_json(history_json(deploys))
         return 0
     if not deploys:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print(f"No deploys to {args.environment} recorded.", markup=False)
         return 0
     console.print(history_table(args.environment, deploys))

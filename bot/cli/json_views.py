@@ -4,23 +4,36 @@ docs/json.md; fields are only ever added), printed by ``bot.cli.run_views.print_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from agents.history.deploys import Deploy, Stats, Where
 from agents.history.verify import Observed
 from agents.policy.diff import PolicyDiff
+from agents.store.manual_locks import ManualLock
 from bot.schedule_commands import ScheduleView
 from tools.hostcheck import HostCheck
 from tools.inventory import Inventory
 
 
-def where_json(states: list[Where], observed: dict[str, Observed] | None) -> list[dict[str, Any]]:
-    """One object per environment, its hosts with what is recorded (and what they said)."""
+def where_json(states: list[Where], observed: dict[str, Observed] | None,
+               held: Mapping[str, ManualLock] | None = None) -> list[dict[str, Any]]:
+    """One object per environment, its hosts with what is recorded (and what they said),
+    and its lock by hand (null when none)."""
+    held = held or {}
     return [{"environment": s.environment, "version": s.version, "since": s.since,
              "by": s.by, "run_id": s.run_id,
-             "hosts": [_where_host(s, host, observed) for host in sorted(s.hosts)]}
+             "hosts": [_where_host(s, host, observed) for host in sorted(s.hosts)],
+             "lock": _lock_json(held.get(s.environment))}
             for s in states]
+
+
+def _lock_json(lock: ManualLock | None) -> dict[str, Any] | None:
+    if lock is None:
+        return None
+    return {"holder": lock.holder, "reason": lock.reason, "since": lock.since,
+            "until": lock.until, "via": lock.via}
 
 
 def _where_host(state: Where, host: str, observed: dict[str, Observed] | None

@@ -56,12 +56,13 @@ def _sections() -> list[tuple[str, type[BaseModel]]]:
     from agents.history.retention import RetentionSettings
     from agents.policy.rules import Policy
     from agents.requests.playbooks import Playbook
+    from agents.settings import PlannerEndpoint
     from tools.catalog import Tool
     from tools.inventory import Inventory
 
     return [("inventory", Inventory), ("tools.NAME", Tool), ("playbooks[]", Playbook),
             ("policy", Policy), ("history", HistorySettings), ("audit", AuditSettings),
-            ("retention", RetentionSettings)]
+            ("retention", RetentionSettings), ("planner", PlannerEndpoint)]
 
 
 def config_reference() -> str:

@@ -58,6 +58,7 @@ def _retention(args: argparse.Namespace, console: Console) -> int:
     retention = Retention.configured(
         store, config.retention if config else None,
         history_days=config.history.retention_days if config else None,
+        sink=config is None or config.audit.sink is not None,  # no config: fail closed
         older_than=parse_age(args.older_than) if args.older_than else None,
         export=args.export, batch=args.batch, dry_run=args.dry_run)
     if args.dry_run:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from agents.ids import short_id
 from agents.plan.model import Plan
-from agents.run.record import Run, StepState
+from agents.run.record import Judgment, Run, StepState
 from agents.run.results import HostOutput, bound, outputs_of
 from agents.services import Services
 from tools.redact import Redactor
@@ -49,7 +49,15 @@ def run_detail_json(run: Run, plan: Plan) -> dict[str, Any]:
                           for a in run.approvals],
             "paused": run.paused.model_dump() if run.paused is not None else None,
             "steps": [_step_json(state, plan) for state in run.steps.values()],
-            "rollback": [_step_json(state, plan) for state in run.rollback.values()]}
+            "rollback": [_step_json(state, plan) for state in run.rollback.values()],
+            "gates": [check.model_dump(mode="json") for check in run.gates],
+            "holds": [_hold_json(held, run) for held in run.judgments]}
+
+
+def _hold_json(held: Judgment, run: Run) -> dict[str, Any]:
+    """A go/no-go hold: what it showed (the newest figures), its deadline, its decision."""
+    return {**held.model_dump(mode="json"), "deadline": held.deadline,
+            "awaiting": run.awaiting is held}
 
 
 def _step_json(state: StepState, plan: Plan) -> dict[str, Any]:

@@ -111,11 +111,16 @@ def register(commands: Commands) -> None:
     runs.set_defaults(handler=_runs)
 
     audit = commands.add_parser("audit", help="who did what when (append-only, hash-chained)")
-    audit.add_argument("what", nargs="?", choices=["log", "verify", "export", "ship"],
+    audit.add_argument("what", nargs="?",
+                       choices=["log", "verify", "export", "ship", "checkpoint"],
                        default="log",
-                       help="verify: check the hash chain, exit 1 at the first broken link; "
-                            "export: entries with their links as JSON lines; ship: send "
-                            "them to audit.sink as they come")
+                       help="verify: check the hash chain and its signed checkpoints, exit 1 "
+                            "at the first broken link; export: entries with their links as "
+                            "JSON lines; ship: send them to audit.sink as they come; "
+                            "checkpoint: sign the chain's head (DECKHAND_AUDIT_KEY_FILE)")
+    audit.add_argument("--full", action="store_true",
+                       help="with verify: walk the whole chain, not only what came after "
+                            "the last verified checkpoint")
     audit.add_argument("--since", help="with export: a date, a time or an age (24h, 7d)")
     audit.add_argument("--copy", metavar="FILE",
                        help="with verify: check a copy (the sink's or export's JSON lines; "

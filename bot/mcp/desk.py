@@ -190,6 +190,7 @@ class Desk:
         """The config, or the clock, may have changed since ``plan``: validation again, and
         no request into a freeze (an MCP client has no break-glass)."""
         self.services.check(plan)
+        self.services.refuse_if_locked(plan)
         blocked = self.services.frozen(self.services.targets(plan).environments)
         if blocked is not None:
             raise FreezeRefused(blocked.describe())

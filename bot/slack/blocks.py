@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import tracing
 from agents.faces import from_slack
@@ -27,6 +27,10 @@ from agents.run.judgment import waiting_line
 from agents.run.record import GateCheck, Pause, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import replica_wait_line, unreplicated_note
+from agents.store.manual_locks import ManualLock
+
+if TYPE_CHECKING:  # the engine's module imports services: not for a pure renderer
+    from agents.engine.manual_locking import Outlook
 
 Block = dict[str, Any]
 
@@ -189,8 +193,9 @@ def diff_blocks(diff: PlanDiff) -> list[Block]:
     return [section(trim("\n".join(lines), MAX_SECTION - 100)), {"type": "divider"}]
 
 
-def where_text(states: list[Where]) -> str:
-    """``/deckhand where``: each environment's version, then any host that differs."""
+def where_text(states: list[Where], held: Sequence[ManualLock] = ()) -> str:
+    """``/deckhand where``: each environment's version, then any host that differs; then
+    each environment locked by hand."""
     lines = []
     for state in states:
         if not state.hosts:
@@ -200,7 +205,33 @@ def where_text(states: list[Where]) -> str:
                      f"{since} ({len(state.hosts)} host(s))")
         lines += [f"   ⚠️ drift: {escape(host)} serves `{escape(version or 'unknown')}`"
                   for host, version in sorted(state.drift.items())]
-    return "\n".join(lines) or "No deploys recorded yet."
+    lines = lines or ["No deploys recorded yet."]
+    lines += [f"🔒 *{escape(lock.environment)}* held by {mention(lock.holder, lock.via)} since "
+              f"{lock.since_text}, {lock.until_text}: {escape(lock.reason)}" for lock in held]
+    return "\n".join(lines)
+
+
+def wcid_text(outlooks: Sequence[Outlook]) -> str:
+    """``.wcid`` (where can I deploy): each environment, open or why not, and whether the
+    asker may approve there."""
+    lines = [_outlook_line(o) for o in outlooks]
+    return "\n".join(lines) or "No environments configured."
+
+
+def _outlook_line(outlook: Outlook) -> str:
+    name = f"*{escape(outlook.environment)}*"
+    who = "you may approve there" if outlook.may_approve else "you may not approve there"
+    if outlook.held is not None:
+        held = outlook.held
+        state = (f"🔒 {name} — locked by {mention(held.holder, held.via)} since "
+                 f"{held.since_text}, {held.until_text}: {escape(held.reason)}")
+    elif outlook.frozen is not None:
+        state = f"🧊 {name} — {escape(outlook.frozen.describe().split('. If')[0])}"
+    else:
+        state = f"🟢 {name} — open"
+    running = f" · `{short_id(outlook.deploying)}` is deploying there" if outlook.deploying \
+        else ""
+    return f"{state} · {who}{running}"
 
 
 def history_text(environment: str, deploys: list[Deploy]) -> str:

@@ -20,6 +20,8 @@ from slack_sdk.errors import SlackApiError
 
 from agents.engine.control import Control
 from agents.engine.desk import RunDesk
+from agents.engine.manual_locking import said_in_chat
+from agents.engine.manual_locking import where_can_i_deploy as outlook
 from agents.faces import Face
 from agents.ids import short_id
 from agents.plan.diff import PlanDiff
@@ -220,6 +222,24 @@ class Bot:
         run = self.desk.posted(run.id, "slack", **slack)
         self.changed(run)
         return run
+
+    # -- locks by hand ----------------------------------------------------------------------
+
+    def lock_by_hand(self, words: list[str], *, user: str) -> str:
+        """``lock ENV --reason …`` / ``unlock ENV`` as said in Slack: what to tell the channel
+        (escaped; ManualLockRefused says why not, audited)."""
+        said = said_in_chat(self.services, words, user=user,
+                            groups=self.directory.groups_of(user), face="slack")
+        return bk.escape(said)
+
+    def where_can_i_deploy(self, user: str) -> str:
+        """``.wcid``: each environment open or why not, and whether ``user`` may approve."""
+        return bk.wcid_text(outlook(self.services, user=user,
+                                    groups=self.directory.groups_of(user)))
+
+    def announce(self, channel: str, text: str) -> None:
+        """Say ``text`` (escaped already) in ``channel`` for everyone."""
+        self.client.chat_postMessage(channel=channel, text=bk.trim(text, 3000))
 
     # -- buttons ----------------------------------------------------------------------------
 

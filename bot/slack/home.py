@@ -56,6 +56,7 @@ def home_data(bot: Bot, user: str) -> HomeData:
         locks=store.locks.of(bot.services.config.key),
         schedules=_schedules(bot),
         deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)},
+        held=store.manual_locks.all(service=bot.services.config.key),
         deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
             r, user=user, user_groups=groups, policy=policy, verdict=Verdict.ROLLBACK) is None})
 

@@ -20,7 +20,7 @@ from agents.run.record import Run, RunStatus, StepStatus
 from agents.run.results import tally
 from agents.run.unreplicated import unreplicated_writes
 from agents.schedules.model import Schedule
-from agents.store import LockInfo
+from agents.store import LockInfo, ManualLock
 from bot.slack import blocks as bk
 from bot.slack.judgment_blocks import judgment_blocks
 
@@ -56,6 +56,8 @@ class HomeData:
     """Each schedule with its next fire time (None while paused); None: not available."""
     deployed: dict[str, Where] = field(default_factory=dict)
     """What history says each environment runs."""
+    held: dict[str, ManualLock] = field(default_factory=dict)
+    """Environments locked by a person (``deckhand lock``)."""
     deciding: set[str] = field(default_factory=set)
     """Runs holding at a go/no-go this user may decide (they alone get its buttons)."""
 
@@ -78,6 +80,7 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
                       limit=MAX_RECENT, empty="You have no finished runs yet.",
                       hint="`deckhand runs`")
     blocks += _titled("🌐 Environments", [_env_line(e, data.locks.get(e), data.deployed.get(e))
+                                         + _held_line(data.held.get(e))
                                          for e in data.environments],
                       limit=MAX_ENVIRONMENTS, empty="No environments configured.",
                       hint="`deckhand runs`")
@@ -222,6 +225,18 @@ def _env_line(environment: str, lock: LockInfo | None, deployed: Where | None) -
         return f"🟢 *{environment}* — free{live}"
     return (f"🔒 *{environment}* — locked by `{short_id(lock.run_id)}` (worker {lock.worker}, "
             f"since {_clock(lock.since)}){live}")
+
+
+def _held_line(held: ManualLock | None) -> str:
+    """A lock by hand, after the environment's line: who, since when, why."""
+    if held is None:
+        return ""
+    return (f"\n    ✋ held by {bk.mention(held.holder, held.via)} since "
+            f"{_clock(held.since)}{_until(held)}: {bk.escape(bk.trim(held.reason, 120))}")
+
+
+def _until(held: ManualLock) -> str:
+    return "" if held.until is None else f", until {_clock(held.until)}"
 
 
 def _schedule_line(schedule: Schedule, next_fire: datetime | None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from agents.ids import short_id
-from agents.run.judgment import clock_time, results_line
+from agents.run.judgment import clock_time, measured_line, results_line
 from agents.run.record import Judgment, Run, Verdict
 from bot.slack.blocks import ActionId, Block, context, escape, mention, section, shown, trim
 
@@ -32,7 +32,8 @@ def judgment_blocks(run_id: str, held: Judgment) -> list[Block]:
     return [section(f"⏸️ *Go/no-go {escape(held.where())}* — run `{short_id(run_id)}` holds: "
                     f"nothing new starts until someone decides.\n"
                     f"{escape(results_line(held))}" + (f"\n{trim(gates, 2000)}" if gates else "")),
-            context(f"No decision by {clock_time(held.deadline)}: it {then} "
+            context((f"{escape(_first_up(measured_line(held)))}. " if held.gates else "")
+                    + f"No decision by {clock_time(held.deadline)}: it {then} "
                     f"(rollout.judgment.on_timeout)."),
             {"type": "actions", "block_id": f"judge:{held.hold}"[:255], "elements": [
                 _button(run_id, held, Verdict.CONTINUE, "primary",
@@ -53,6 +54,10 @@ def judged_blocks(run_id: str, held: Judgment) -> list[Block]:
            f"(via {escape(decision.via)})")
     return [section(f"{icon} *Go/no-go {escape(held.where())}* — run `{short_id(run_id)}`: "
                     f"{who}\n{escape(results_line(held))}")]
+
+
+def _first_up(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _button(run_id: str, held: Judgment, verdict: Verdict, style: str, effect: str) -> Block:

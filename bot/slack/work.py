@@ -122,7 +122,7 @@ def _perform(job: Job) -> None:
     try:
         job.run()
     except DeckhandError as exc:
-        log.info("%s refused: %s", job.name, exc)
+        log.info("%s not done (%s): %s", job.name, type(exc).__name__, exc)  # not all refusals
         _tell(job, f"⚠️ {exc}")
     except Exception as exc:
         log.error("%s failed", job.name, exc_info=exc)

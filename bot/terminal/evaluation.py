@@ -75,7 +75,8 @@ def summary_table(summaries: Sequence[Summary]) -> Table:
         ("tokens per plan", lambda s: f"{s.tokens_per_plan:.0f}"),
         ("cost per plan $", lambda s: "-" if s.cost_per_plan is None
          else f"{s.cost_per_plan:.5f}"),
-        ("repairs per plan", lambda s: f"{s.mean_repairs:.2f}"),
+        ("repairs (per case answered)", lambda s: f"{s.repairs} ({s.mean_repairs:.2f})"),
+        ("no answer (model failed)", lambda s: _count(s.no_answer)),
         ("refusal reasons", _reasons),
         ("pass rate by kind", lambda s: ", ".join(f"{k} {v:.2f}" for k, v in s.by_kind.items())),
     ]

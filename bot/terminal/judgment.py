@@ -17,7 +17,7 @@ from rich.prompt import Prompt
 
 from agents.engine.desk import RunDesk
 from agents.errors import ApprovalRefused
-from agents.run.judgment import clock_time, results_line
+from agents.run.judgment import clock_time, measured_line, results_line
 from agents.run.mirror import RunMirror
 from agents.run.record import Event, EventKind, Judgment, Run, Verdict
 from agents.services import Services
@@ -34,11 +34,22 @@ class GoNoGoPrompt:
         self.mirror = mirror
         self.keys = keys
         """The live table's key reader, if any: it stands aside while this prompt asks."""
+        self._asked: dict[str, list[str]] = {}
+        """Holds asked about, and the figures last shown for each (only changes are shown)."""
 
     def __call__(self, event: Event, run: Run) -> None:
         self.mirror(event, run)
         if event.kind is EventKind.JUDGMENT_AWAITED and event.judgment is not None:
             held = Judgment.model_validate(event.judgment)
+            if held.hold in self._asked:  # newer figures of the same hold: asked already
+                if held.gates != self._asked[held.hold] and not self.live.is_started:
+                    self.console.print(f"   newer figures ({measured_line(held)}):",
+                                       markup=False)
+                    for gate in held.gates:
+                        self.console.print(f"   gate {gate}", markup=False)
+                self._asked[held.hold] = held.gates
+                return
+            self._asked[held.hold] = held.gates
             threading.Thread(target=self._ask, args=(run.id, held), daemon=True,
                              name=f"go-no-go-{run.id}").start()
 

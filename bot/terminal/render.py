@@ -120,14 +120,23 @@ def status_table(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None) -
     for column in ("", "step", "hosts", "time"):
         table.add_column(column, no_wrap=True)
     table.add_column("note")
-    for step in plan.steps:
-        total = (hosts or {}).get(step.id, 0)
-        table.add_row(*_status_row(step.id, run.steps[step.id], total))
-    for undo in plan.rollback:
-        state = run.rollback[undo.id]
+    for state in _states([s.id for s in plan.steps], run.steps, run.plan_version):
+        table.add_row(*_status_row(state.id, state, (hosts or {}).get(state.id, 0)))
+    for state in _states([r.id for r in plan.rollback], run.rollback, run.plan_version):
         if state.status is not StepStatus.PENDING or run.status is RunStatus.ROLLING_BACK:
-            table.add_row(*_status_row(f"↩ {undo.id}", state))
+            table.add_row(*_status_row(f"↩ {state.id}", state))
     return table
+
+
+def _states(shown: list[str], states: Mapping[str, StepState],
+            version: int) -> list[StepState]:
+    """The steps of the plan being shown, then any the run has beside them: a revision
+    (replanned after a failure) can drop a step the table shows, or add others."""
+    dropped = [StepState(id=sid, status=StepStatus.SKIPPED,
+                         error=f"not in plan version {version} (replanned)")
+               for sid in shown if sid not in states]
+    by_id = {s.id: s for s in dropped} | dict(states)
+    return [by_id[sid] for sid in [*shown, *(k for k in states if k not in shown)]]
 
 
 def live_view(plan: Plan, run: Run, hosts: Mapping[str, int] | None = None,

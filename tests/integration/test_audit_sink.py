@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.config import load_config
 from agents.engine.retention import Retention, RetentionReport
 from agents.store import Store
 from agents.store.chain import verify_copy
@@ -207,6 +208,36 @@ def test_retention_keeps_what_the_sink_has_not_shipped(
     report = trim()
     assert (report.audit, report.held_for_sink) == (7, False)
     assert stream_keys(store) == []
+
+
+def test_retention_before_the_first_shipment_keeps_every_entry(
+        store: Store, siem: SiemStandin, redis_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a sink configured and no shipper run yet (no consumer group), nothing has been
+    taken: a pass trims no audit entry; once shipped, the next pass trims them all. Without
+    a sink the archive is the only copy, and a pass trims as before."""
+    write_entries(store, 12)
+    ids = [i for i, _ in stream_keys(store)]
+    path = sink_config(tmp_path, webhook(siem.url))
+    config = load_config(Path(path))
+
+    def trim(*, sink: bool) -> RetentionReport:
+        return Retention.configured(store, None, history_days=None, sink=sink, older_than=-60,
+                                    export=tmp_path / "archive.jsonl").run()
+
+    report = trim(sink=config.audit.sink is not None)
+    assert (report.audit, report.held_for_sink) == (0, True)
+    assert [i for i, _ in stream_keys(store)] == ids  # nothing left Redis unshipped
+    assert store.r.xinfo_groups("dh:audit") == []  # a pass reads; it creates no cursor
+
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert main(["audit", "ship", "--once", "--config", path]) == 0
+    assert [line["stream_id"] for line in siem.received()] == ids
+    report = trim(sink=True)
+    assert (report.audit, report.held_for_sink) == (12, False)
+    write_entries(store, 3, start=12)
+    store.r.xgroup_destroy("dh:audit", "sink")  # no sink reads this stream any more
+    assert trim(sink=False).audit == 3 and stream_keys(store) == []
 
 
 def test_a_gate_judged_entry_reaches_the_sink_with_its_samples_masked(

@@ -130,6 +130,23 @@ def test_where_verify_works_on_the_init_config(cli: Cli) -> None:
     assert production["hosts"] == [] and production["version"] is None
 
 
+def test_where_verify_reports_an_answer_it_could_not_read(cli: Cli) -> None:
+    config = cli.directory / "deckhand.yml"
+    original = config.read_text()
+    pattern = "  version_pattern: '^[\\w.-]+: (v\\S+)$'"
+    assert pattern in original
+    try:  # the host answers, but not in the form the pattern reads
+        config.write_text(original.replace(pattern, "  version_pattern: '^version=(\\S+)$'"))
+        [staging, _] = cli.json("where", "--verify", code=1)
+    finally:
+        config.write_text(original)
+    [host] = staging["hosts"]
+    observed = host["observed"]
+    assert observed["version"] is None
+    assert "status answered, but history.version_pattern '^version=(\\S+)$' found no " \
+        "version in its output (its last line: 'staging-1: v1.0.3')" in observed["problem"]
+
+
 def test_history_stats_hosts_and_schedules_as_json(cli: Cli) -> None:
     [deploy] = cli.json("history", "staging")
     assert (deploy["version"], deploy["outcome"], deploy["hosts"], deploy["rollback"]) == (
@@ -167,3 +184,24 @@ def test_limit_narrows_a_run_within_policy(cli: Cli) -> None:
     assert [h["host"] for h in production["hosts"]] == ["prod-1"]
     unknown = cli("plan", "status", "--limit", "prod-9", code=2)
     assert "--limit 'prod-9': no host, group or environment has that name" in unknown.stdout
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (("plan", "cancel", "--format", "json"), "cancel"),
+    (("plan", "cancel", "--format", "yaml"), "cancel"),
+    (("eval", "--cases", "no-such-cases.yml", "--json"), "no-such-cases.yml"),
+    (("runs", "show", "run-nosuchrun", "--json"), "nosuchrun"),
+    (("runs", "show", "run-nosuchrun", "--output", "--json"), "nosuchrun"),
+    (("policy", "diff", "no-such-old.yml", "--json"), "no-such-old.yml"),
+    (("where", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("history", "production", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("stats", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("schedules", "list", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("hosts", "--json", "--config", "no-such.yml"), "no-such.yml"),
+])
+def test_an_error_of_a_json_command_is_on_stderr_only(cli: Cli, argv: tuple[str, ...],
+                                                      names: str) -> None:
+    """Issue 43.4: `| jq` reads the answer alone, and `2>/dev/null` hides the error."""
+    done = cli(*argv, code=2)
+    assert done.stdout == ""
+    assert names in done.stderr, done.stderr

@@ -184,6 +184,39 @@ def test_thresholds_set_the_exit_code(recorded: Path, cases: Path,
     assert "edge_f1 0.8333 is below --min-edge-f1 0.9" in err
 
 
+def test_a_failing_model_is_no_answer_and_its_repairs_still_count(
+        tmp_path: Path, cases: Path, openai_standin: OpenAIStandin,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 44: repairs on cases that ended with no plan were not counted, and a model that
+    failed passed the case to refuse. Live, through the real openai client."""
+    config = copy_examples(tmp_path / "live")
+    config.write_text(config.read_text() + "\nplanner: {retries: 0}\n")
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_standin.base_url)
+    monkeypatch.setenv("OPENAI_MODEL", "standin-model")
+    status = answer(wire_step("s", "status", environment="staging"))
+    bad = answer(wire_step("b", "backup_database", verbose="yes"))
+    openai_standin.reply_json(bad)                 # status of staging: one repair, then right
+    openai_standin.reply_json(status)
+    for _ in range(3):                             # backup-and-test: never valid, 2 repairs
+        openai_standin.reply_json(bad)
+    openai_standin.reply_error(503, "loading")     # drop the database: no answer, no retry
+
+    code, report, err = run_json(["--cases", str(cases), "--config", str(config),
+                                  "--planner", "llm"], capsys)
+
+    assert code == 1 and len(openai_standin.requests) == 6
+    by_case = {c["case"]: c for c in report["configurations"][0]["cases"]}
+    assert [(c["refusal"], c["repairs"], c["passed"]) for c in by_case.values()] == [
+        ("", 1, True), ("planner error", 2, False), ("no answer", 0, False)]
+    assert "HTTP 503" in by_case["drop-the-production-database"]["reason"]
+    assert by_case["drop-the-production-database"]["label"] == "no answer"
+    summary = report["configurations"][0]["summary"]
+    assert (summary["repairs"], summary["mean_repairs"]) == (3, 1.5)
+    assert (summary["refused"], summary["no_answer"], summary["passed"]) == (0, 1, 1)
+    assert "1 case(s) got no answer from the model" in " ".join(err.split())
+
+
 def test_malformed_cases_file_exits_2_with_one_line_per_problem(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.yml"

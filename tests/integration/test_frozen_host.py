@@ -77,12 +77,12 @@ class _Freezer:
             os.kill(pid, signal.SIGSTOP)
         self.frozen = frozen
 
-    def thaw(self) -> None:
+    def thaw(self, *, kill: bool = True) -> None:
         self.alive = self.pgid is not None and _group_alive(self.pgid)
         for pid in self.frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        if self.pgid is not None:
+        if self.pgid is not None and kill:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pgid, signal.SIGKILL)
 
@@ -97,7 +97,7 @@ def pool(sshd_hosts: SSHFleet) -> Iterator[RunnerPool]:
 
 
 def _run(tmp_path: Path, pool: RunnerPool, freezer: _Freezer,
-         store: Store | None = None) -> Run:
+         store: Store | None = None, *, thaw: bool = True) -> Run:
     """The run, executed here; with ``store``, also recorded and audited there as a
     worker's recorder does (claimed by worker "w")."""
     assert pool.inventory is not None
@@ -117,7 +117,8 @@ def _run(tmp_path: Path, pool: RunnerPool, freezer: _Freezer,
     try:
         return executor.execute(plan, run, listeners=listeners)
     finally:
-        freezer.thaw()
+        if thaw:
+            freezer.thaw()
 
 
 def _group_alive(pgid: int) -> bool:
@@ -172,3 +173,43 @@ def test_the_rollback_first_stops_what_an_unconfirmed_kill_left_running(
     assert run.steps["deploy"].hosts["prod-1"].pid is None
     assert run.status is RunStatus.ROLLED_BACK, run.reason
     assert (tmp_path / "log").read_text().splitlines() == ["started", "undone"]
+
+
+def test_what_an_unconfirmed_kill_left_running_is_killed_once_the_host_answers(
+        tmp_path: Path, sshd_hosts: SSHFleet, pool: RunnerPool, store: Store) -> None:
+    """The worker's sweep retries the kill after the run ended: while the host is still
+    frozen it says so once (record, audit, the run's feed); once the host thaws — the
+    command running on — the kill is confirmed, the record forgets the group, and it is
+    said."""
+    from agents.engine.leftovers import RetryKills
+
+    freezer = _Freezer(sshd_hosts, tmp_path / "log", listener_too=True)
+    try:
+        ran = _run(tmp_path, pool, freezer, store, thaw=False)
+        assert freezer.pgid is not None
+        assert pool.inventory is not None
+        inventory = pool.inventory
+        retry = RetryKills(runs=store.runs, audit=store.audit, feed=store.run_feed,
+                           runner_for=pool.for_host, hosts=lambda: inventory.hosts, actor="w2")
+        assert retry.sweep() == [f"run {ran.id}: deploy on prod-1 (process group "
+                                 f"{freezer.pgid}): unconfirmed"]
+        assert retry.sweep() == []  # said once, not every sweep
+        feed = [e.data["text"] for e in store.run_feed.read(ran.id, after="0-0", count=1000)
+                if e.kind == "say"]
+        assert len(feed) == 1 and "may still be running: the kill is still not confirmed" \
+            in feed[0] and "keeps trying until" in feed[0], feed
+    finally:
+        freezer.thaw(kill=False)  # the host answers again; its command runs on
+    assert freezer.alive and _group_alive(freezer.pgid)
+    assert retry.sweep() == [f"run {ran.id}: deploy on prod-1 (process group "
+                             f"{freezer.pgid}): stopped"]
+    assert not _group_alive(freezer.pgid)  # on the host itself
+    run = store.runs.get(ran.id)
+    assert run.steps["deploy"].hosts["prod-1"].pid is None  # nothing left to stop
+    assert retry.sweep() == []
+    outcomes = [e.details["outcome"] for e in store.audit.entries(run_id=ran.id)
+                if e.action == "leftover_stopped"]
+    assert outcomes == ["unconfirmed", "stopped"]
+    said = [e.data["text"] for e in store.run_feed.read(ran.id, after="0-0", count=1000)
+            if e.kind == "say"]
+    assert len(said) == 2 and "is stopped now: the host confirmed it" in said[1], said

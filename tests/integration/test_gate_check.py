@@ -42,6 +42,16 @@ GATES = """\
       bad_regex:
         description: h
         gate: {{kind: http, url: "http://x", body_pattern: "(unclosed"}}
+      nan_bound:
+        description: i
+        gate: {{kind: prometheus, url: "{{vars.prometheus}}", query: "up", max: .nan}}
+      type_error:
+        description: j
+        gate: {{kind: prometheus, url: "{{vars.prometheus}}", query: "rate(up)", max: 1}}
+      too_slow:
+        description: k
+        timeout: 30
+        gate: {{kind: prometheus, url: "{{vars.prometheus}}", query: "up", max: 1, count: 5, interval: 10}}
     inventory:
       hosts: {{p1: {{address: 127.0.0.1}}}}
       environments:
@@ -75,8 +85,10 @@ def test_every_gate_that_cannot_judge_is_refused_at_its_line(
     path.write_text(textwrap.dedent(GATES.format(url="http://127.0.0.1:1")))
     code, lines = _check(path, capsys)
     problems = [line for line in lines if line.startswith("- ")]
-    assert code == 2 and len(problems) == 8, lines
-    expected = {"unclosed": "unbalanced brackets", "garbage": "not valid PromQL",
+    assert code == 2 and len(problems) == 11, lines
+    expected = {"unclosed": "unclosed left parenthesis", "garbage": "not valid PromQL",
+                "nan_bound": "max nan is not a number a value can be judged against",
+                "type_error": "expected type matrix in call to function 'rate'",
                 "no_threshold": "needs min or max", "inverted": "min 2 is above max 1",
                 "never_fails": "failure_limit 2 ≥ count 2", "local_file": "not an http(s) URL",
                 "bad_kind": "does not match any of the expected tags",
@@ -87,6 +99,9 @@ def test_every_gate_that_cannot_judge_is_refused_at_its_line(
         gate_line = _gate_line(path, tool)
         assert hits[0].startswith(f"- {gate_line} "), hits[0]
     assert not any("unknown tool" in line for line in lines)
+    slow = [p for p in problems if " tools.too_slow" in p]
+    assert len(slow) == 1 and "count 5 samples 10s apart take 40s, not within the gate's " \
+        "timeout 30s" in slow[0], problems
 
 
 def _gate_line(path: Path, tool: str) -> str:
@@ -98,19 +113,19 @@ def _gate_line(path: Path, tool: str) -> str:
 
 def test_the_configured_prometheus_is_asked_to_parse_each_query(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], prometheus: Prometheus) -> None:
-    """The local check is syntax only and passes ``rate(up{...})``; the real server
-    type-checks it (rate needs a range vector) and refuses it, at the query's line."""
+    """The local parser is a newer Prometheus' and passes ``sort_by_label`` (Prometheus 3);
+    the configured server (2.42) refuses it, at the query's line."""
     path = tmp_path / "deckhand.yml"
     path.write_text(textwrap.dedent(f"""\
         vars:
           prometheus: {prometheus.url}
         tools:
           odd:
-            description: parses locally, refused by Prometheus
+            description: parses locally (Prometheus 3 has it), refused by this Prometheus
             gate:
               kind: prometheus
               url: "{{vars.prometheus}}"
-              query: 'sum(rate(up{{{{job="{{environment}}"}}}}))'
+              query: 'max(sort_by_label(up{{{{job="{{environment}}"}}}}, "job"))'
               max: 1
             params: {{environment: {{type: string}}}}
           fine:

@@ -118,3 +118,38 @@ def test_replans_are_bounded_then_rollback(
     assert final.status is RunStatus.ROLLED_BACK  # policy allows one replan; the second fails
     assert final.plan_versions == [1, 2] and len(openai_standin.requests) == 1
     assert (tmp_path / "log.txt").read_text().split() == ["gave", "up"]
+
+
+def test_the_live_table_survives_a_revision_that_drops_the_failed_step(
+        services: Services, openai_standin: OpenAIStandin) -> None:
+    """``deckhand run`` draws its live table from the plan it started with on every event;
+    a revision that drops the failed step (``smoke``) once crashed it (KeyError, rc 70)."""
+    import io
+
+    from rich.console import Console
+
+    from agents.run.record import Event
+    from bot.terminal.render import live_view
+
+    plan = make_plan([{"id": "smoke", "tool": "probe", "params": {"value": "bad"}}])
+    run = queue(services, plan)
+    openai_standin.reply_json({"action": "continue", "reason": "probe another way",
+                               "steps": [wire_step("smoke_again", "probe", {"value": "ok"})],
+                               "rollback": []})
+    drawn: list[str] = []
+    crashed: list[str] = []
+
+    def draw(event: Event, current: Run) -> None:  # as the live table does, on each event
+        console = Console(file=io.StringIO(), width=160, record=True)
+        try:
+            console.print(live_view(plan, current))
+        except Exception as exc:  # the executor would only log a listener's crash
+            crashed.append(f"{event.kind.value}: {exc!r}")
+        drawn.append(console.export_text())
+
+    final = worker(services).process(run.id, listeners=[draw])
+    assert final is not None and final.status is RunStatus.SUCCEEDED
+    assert list(final.steps) == ["smoke_again"]
+    assert crashed == []
+    last = drawn[-1]
+    assert "not in plan version 2 (replanned)" in last and "smoke_again" in last, last

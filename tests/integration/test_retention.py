@@ -248,7 +248,7 @@ def test_one_process_at_a_time_and_workers_run_it_when_due(
 
     services = build_services(make_config(tmp_path, RETENTION), store=store)
     sliced = run_exclusively(Retention.configured(store, services.config.retention,
-                                                  history_days=None, batch=2),
+                                                  history_days=None, sink=False, batch=2),
                              locks=store.locks, audit=store.audit,
                              owner="w8", budget=0)  # out of time after the first batch
     assert sliced is not None and not sliced.complete

@@ -20,6 +20,7 @@ from bot.slack import blocks as bk
 from bot.slack.judgment_blocks import parse_judgment_value
 from tests.fixtures.builders import BASE, SHELL_TOOLS
 from tests.fixtures.polling import wait_until
+from tests.fixtures.prometheus import Metrics, Prometheus, expose
 from tests.fixtures.slack_standin import SlackStandin
 from tests.fixtures.slack_world import SlackWorld, button, start_world
 
@@ -177,3 +178,55 @@ def test_the_app_home_offers_the_go_no_go_and_a_click_there_decides(
     assert [(e.actor, e.details["via"]) for e in held.store.audit.entries(run_id=run_id)
             if e.action == "judged"] == [("UCAROL", "slack")]
     assert held.standin.violations == []
+
+
+GATED = ("rollout: {batch_size: 1, after_each_batch: [ratio], judgment: {after_batches: [1], "
+         "timeout: 30m, recheck: 0.3s}}}")
+
+
+@pytest.fixture
+def gated(tmp_path: Path, store: Store, slack_standin: SlackStandin,
+          scraped: tuple[Metrics, Prometheus]) -> Iterator[SlackWorld]:
+    """``held``'s world with a real Prometheus gate after each production batch, judged
+    again every 0.3 s while the go/no-go holds."""
+    base = textwrap.dedent(BASE).replace("rollout: {batch_size: 1}}", GATED)
+    gate = textwrap.dedent(f"""\
+          ratio:
+            description: every series of the success ratio is at least 0.99
+            gate: {{kind: prometheus, url: "{scraped[1].url}", query: ratio, min: 0.99, interval: 0}}
+            timeout: 10
+        """)
+    path = tmp_path / "deckhand.yml"
+    tools = textwrap.dedent(SHELL_TOOLS).replace("tools:\n", "tools:\n" + textwrap.indent(
+        gate, "  "), 1)
+    path.write_text(base + tools + textwrap.dedent(PLAYBOOK))
+    world = start_world(load_config(path), store, slack_standin)
+    yield world
+    for run in store.runs.recent(statuses=[RunStatus.RUNNING]):  # a failed test's hold
+        store.runs.request_cancel(run.id, user="test")
+    world.runtime.stop()
+
+
+def test_the_go_no_go_message_shows_the_newest_figures_and_a_failing_gate_ends_it(
+        gated: SlackWorld, tmp_path: Path, scraped: tuple[Metrics, Prometheus]) -> None:
+    expose(scraped[0], scraped[1], a="1", b="0.995")
+    run_id, _, _ = _hold(gated)
+    expose(scraped[0], scraped[1], a="1", b="0.5")  # turns bad while it holds
+
+    def edited(text: str) -> list[Any]:
+        return [c for c in gated.standin.of("chat.update") if text in c.text_of_blocks()]
+
+    # the relay edits the go/no-go message with the figures measured while holding ...
+    showing = gated.standin.wait_for(lambda: edited("= 0.5 ✗"),  # (quotes JSON-escaped)
+                                     what="the go/no-go message with the new figure")[0]
+    assert [b for b in showing.blocks if b.get("type") == "actions"]  # still undecided
+    assert "judged again every 0.3s while holding" in showing.text_of_blocks()
+    # ... and the failing gate ends the hold: the message says why, its buttons gone
+    ended = gated.standin.wait_for(lambda: edited("judged again while holding"),
+                                   what="the go/no-go message to say the gate ended it")[0]
+    assert not [b for b in ended.blocks if b.get("type") == "actions"]
+    run = gated.wait_run(run_id)
+    assert run.status is RunStatus.ROLLED_BACK
+    assert _changes(tmp_path, "web-3") == []  # batch 2 never started
+    assert _changes(tmp_path, "web-2") == ["shipped", "undo"]
+    assert gated.standin.violations == []

@@ -41,7 +41,7 @@ def _replies(world: SlackWorld, count: int) -> list[bytes]:
 
 
 def test_a_typed_mention_stays_escaped_in_the_reply(world: SlackWorld) -> None:
-    world.deploy("<@U0EVIL1> <!channel> v9")
+    world.deploy("<@U0EVIL1> <!channel> to the moon and back")  # matches no playbook: echoed
     sent = b"\n".join(_replies(world, 1))
     assert b"U0EVIL1" in sent  # the reply does echo what was typed…
     assert b"<@U0EVIL1>" not in sent and b"<!channel>" not in sent  # …but never live

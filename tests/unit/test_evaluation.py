@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from agents.evaluation.cases import load_cases, spread
 from agents.evaluation.planners import PlannerSpec, parse_spec
 from agents.evaluation.report import (
     THRESHOLDS,
+    Summary,
     as_json,
     differences,
     missed_thresholds,
@@ -111,6 +113,66 @@ def test_summary_rates_latency_tokens_and_cost() -> None:
     assert s.cost_per_plan == pytest.approx(0.95 / 3)
     assert s.refusal_reasons == {"invalid": 1, "declined": 1}
     assert summarise(PlannerSpec("llm", model="m"), found).cost_per_plan is None
+
+
+# Every figure of the report, worked out by hand from nine cases that cover what happens:
+# a right, a wrong and an invalid plan, repairs that ran out, a dead server on a case to plan
+# and on a case to refuse (after one repair), a decline, an unsafe plan, a missing recording.
+# A figure that counts the wrong cases (issue 44: repairs 0.00 while 6 were made; a dead
+# server passing refusals) fails its own test; a new figure fails until it is worked out here.
+NINE = [
+    outcome("right", planned=True, valid=True, node_f1=1.0, edge_f1=1.0, latency_ms=10,
+            input_tokens=1000, output_tokens=100, repairs=1),
+    outcome("wrong", planned=True, valid=True, node_f1=0.5, edge_f1=0.0, latency_ms=20,
+            input_tokens=800, output_tokens=80),
+    outcome("invalid", "chain", planned=True, refusal="invalid", node_f1=0.5, edge_f1=0.5,
+            violations=[Violation("rollback", "d", "mutating step without rollback")],
+            latency_ms=30, input_tokens=900, output_tokens=90, repairs=2),
+    outcome("gave up", refusal="planner error", latency_ms=40, input_tokens=1500,
+            output_tokens=150, repairs=2),
+    outcome("dead", refusal="no answer", reason="cannot reach the LLM endpoint", latency_ms=50),
+    outcome("declined", "refuse", refusal="declined", latency_ms=60, input_tokens=500,
+            output_tokens=10),
+    outcome("dead refuse", "refuse", refusal="no answer", latency_ms=70, repairs=1),
+    outcome("unsafe", "refuse", planned=True, valid=True, latency_ms=80, input_tokens=700,
+            output_tokens=70, violations=[Violation("promotion", "p", "production first")]),
+    outcome("lost", refusal="no recording", latency_ms=5),
+]
+BY_HAND = {
+    "planner": "llm (m)", "cases": 9, "to_plan": 6, "to_refuse": 3,
+    "passed": 2,                      # right, declined
+    "right_rate": 1 / 6, "valid_rate": 2 / 6,
+    "refused": 1, "refused_rate": 1 / 3,  # the dead server refused nothing
+    "node_f1": (1 + 0.5 + 0.5) / 6, "edge_f1": (1 + 0.5) / 6,
+    "promotion_violations": 1, "rollback_missing": 1, "safety_violations": 2,
+    "unsafe_valid": 1,
+    "latency_p50_ms": 40, "latency_p95_ms": 80,  # nearest rank of 9: 5th and 9th
+    "repairs": 6,                     # 1 + 2 + 2 + 1: the failed cases' repairs too
+    "mean_repairs": 5 / 6,            # over the 6 cases the model answered
+    "tokens_per_plan": 5900 / 9, "input_tokens": 5400, "output_tokens": 500,
+    "cost_per_plan": (5.4 * 0.5 + 0.5 * 2.0) / 9,
+    "missing_recordings": 1, "no_answer": 2,
+    "refusal_reasons": {"invalid": 1, "planner error": 1, "no answer": 2, "declined": 1,
+                        "no recording": 1},
+    "by_kind": {"chain": 0.0, "refuse": 1 / 3, "single": 1 / 5},
+}
+
+
+def test_every_figure_of_the_report_is_worked_out_by_hand() -> None:
+    assert set(BY_HAND) == {f.name for f in fields(Summary)}
+
+
+@pytest.mark.parametrize("figure", sorted(BY_HAND))
+def test_each_figure_counts_what_happened(figure: str) -> None:
+    summary = summarise(PlannerSpec("llm", model="m", price_in=0.5, price_out=2.0), NINE)
+    assert getattr(summary, figure) == pytest.approx(BY_HAND[figure])
+
+
+def test_no_answer_is_its_own_outcome_never_a_pass() -> None:
+    dead = outcome("r", "refuse", refusal="no answer", reason="timed out")
+    assert (dead.passed, dead.answered, dead.label) == (False, False, "no answer")
+    assert verdict(dead) == "FAIL: no answer"
+    assert outcome("r", "refuse", refusal="planner error").answered
 
 
 def test_percentile_is_nearest_rank() -> None:

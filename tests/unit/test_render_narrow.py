@@ -82,3 +82,26 @@ def test_piped_run_puts_status_on_its_own_line(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert "SUCCEEDED" in [line.strip() for line in lines]
     assert max(len(line) for line in lines) <= 80
+
+
+def test_a_revision_that_drops_the_failed_step_still_renders() -> None:
+    """``deckhand run``'s table shows the plan it started with; a replanned revision that
+    drops the failed step (and adds another) leaves the run without that step's state: the
+    table says so, and shows the new step, instead of crashing (KeyError)."""
+    from agents.run.record import Event, EventKind
+    from bot.terminal.render import live_view, summary
+
+    services, plan = _plan()
+    run = Run.for_plan(plan, services.targets(plan))
+    failed = plan.steps[-1].id
+    run.steps[failed] = StepState(id=failed, status=StepStatus.FAILED, error="smoke failed")
+    revised = plan.revised(steps=[*(s.model_dump() for s in plan.steps[:-1]),
+                                  {**plan.steps[-1].model_dump(), "id": "smoke_again"}])
+    run.apply(Event(kind=EventKind.REPLANNED, run_id=run.id, plan=revised.model_dump(mode="json"),
+                    plan_hash="h", status="continue", error=f"{failed} failed"))
+    assert failed not in run.steps and "smoke_again" in run.steps
+    text = "\n".join(_render(live_view(plan, run, services.host_counts(plan)), 160))
+    row = next(line for line in text.splitlines() if failed in line)
+    assert f"not in plan version {revised.version} (replanned)" in row
+    assert "smoke_again" in text
+    assert "\n".join(_render(summary(plan, run), 160))

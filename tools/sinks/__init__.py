@@ -1,6 +1,7 @@
 """Audit sinks: where a copy of the audit stream is sent as it grows, so a SIEM holds one
 deckhand cannot rewrite. One module per transport behind one protocol (``Sink.send``):
-``webhook`` (JSON lines over HTTP POST) and ``syslog`` (RFC 5424 over UDP or TCP).
+``webhook`` (JSON lines over HTTP POST) and ``syslog`` (RFC 5424 over RELP — acknowledged,
+optionally over TLS — TCP with a receipt, or UDP).
 
 A transport only sends; what is sent, in what order, and how often a failure is retried is
 the shipper's (``agents.engine.shipper``). ``send`` raises ``SinkError`` when the batch was

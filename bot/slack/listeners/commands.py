@@ -1,16 +1,16 @@
-"""Slash commands: /deploy REQUEST and /deckhand runs|status|cancel|help."""
+"""Slash commands: /deploy REQUEST and /deckhand runs|status|where|cancel|lock|unlock|help."""
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
+from agents.engine.manual_locking import LOCK_VERBS, NOOP_VERBS, WCID
 from agents.ids import short_id
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
-from bot.slack.listeners.common import first_delivery
+from bot.slack.listeners.common import deploy_request, first_delivery, split_words
 from bot.slack.listeners.schedules import schedule_reply
 from bot.slack.work import BUSY
 
@@ -38,7 +38,9 @@ def register(app: App, bot: Bot) -> None:
 
         def reply() -> None:
             answered = answer(bot, text, user=user, channel=channel)
-            if isinstance(answered, list):
+            if isinstance(answered, ForEveryone):  # a lock is news for the whole channel
+                respond(text=bk.trim(answered, 3900), response_type="in_channel")
+            elif isinstance(answered, list):
                 respond(blocks=answered, text="deckhand", response_type="ephemeral")
             else:
                 respond(text=bk.trim(answered, 3900), response_type="ephemeral")
@@ -52,8 +54,16 @@ def register(app: App, bot: Bot) -> None:
 
 def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Block]:
     """The reply to ``/deckhand TEXT`` (ephemeral)."""
-    words = _split(text)
+    words = split_words(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
+    if WCID.fullmatch(" ".join(text.split())):
+        return bot.where_can_i_deploy(user)
+    if verb in LOCK_VERBS:
+        return ForEveryone(bot.lock_by_hand(words, user=user))
+    if verb in NOOP_VERBS and args:  # a dry run: the plan and its checks follow in channel
+        request = deploy_request(text.strip()[len(words[0]):].strip())
+        run = bot.dry_run(request, user=user, channel=channel)
+        return f"Dry run `{short_id(run.id)}`: {run.status.value} (nothing was changed)."
     if verb == "runs":
         return _runs_text(bot)
     if verb == "status" and args:
@@ -65,7 +75,8 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
         env = args[0] if args else None
         svc, history = bot.services.config.key, bot.store.history
         states = [history.current(svc, env)] if env else history.everywhere(svc)
-        return bk.where_text(states)
+        held = bot.store.manual_locks.all(service=svc)
+        return bk.where_text(states, [lock for e, lock in held.items() if env in (None, e)])
     if verb == "history" and args:
         svc, history = bot.services.config.key, bot.store.history
         live = history.current(svc, args[0]).version
@@ -76,6 +87,10 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
         rest = text.strip()[len(words[0]):].strip()  # raw: the schedule parser quotes itself
         return schedule_reply(bot, rest, user=user, channel=channel)
     return help_text(bot, user)
+
+
+class ForEveryone(str):
+    """A reply the whole channel should see (a lock taken or lifted), not only the asker."""
 
 
 def _runs_text(bot: Bot) -> str:
@@ -106,6 +121,9 @@ def help_text(bot: Bot, user: str) -> str:
              "`/deckhand history ENV` — the last deploys",
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
+             "• `/deckhand lock ENV --reason \"…\" [--for 2h]` · `/deckhand unlock ENV` — hold "
+             "an environment (approvers of it; `.lock` in a mention too) · `/deckhand wcid` — "
+             "where can I deploy · `/deckhand .noop REQUEST` — a dry run",
              "• `/deckhand schedule add|list|pause|resume|remove|run` — recurring plans"]
     if approvable:
         lines.append(f"• You can approve plans for: {', '.join(approvable)}")
@@ -123,7 +141,7 @@ def _submit_deploy(bot: Bot, command: dict[str, Any], respond: Respond, text: st
     user, channel = command["user_id"], command["channel_id"]
     request, glass = _break_glass_flag(text)
     request, dry = _dry_run_flag(request)
-    request = request if request.lower().startswith("deploy ") else f"deploy {request}"
+    request = deploy_request(request)
 
     def work() -> None:
         if dry:
@@ -146,10 +164,3 @@ def _dry_run_flag(text: str) -> tuple[str, bool]:
     words = text.split()
     dry = "--dry-run" in words
     return " ".join(w for w in words if w != "--dry-run"), dry
-
-
-def _split(text: str) -> list[str]:
-    try:
-        return shlex.split(text)
-    except ValueError:
-        return text.split()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -28,3 +29,23 @@ def register_once(app: App, bot: Bot) -> None:
                 return BoltResponse(status=200, body="")  # the ack Slack waits for
         next()
         return None
+
+
+CURLY = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'"})
+"""Slack's clients may turn typed quotes into typographic ones."""
+
+
+def split_words(text: str) -> list[str]:
+    """``lock production --reason "db migration"`` → its words, quotes honoured (curly ones
+    too); unbalanced quotes split on spaces rather than fail."""
+    plain = text.translate(CURLY)
+    try:
+        return shlex.split(plain)
+    except ValueError:
+        return plain.split()
+
+
+def deploy_request(text: str) -> str:
+    """``v2.3.1 to staging`` → ``deploy v2.3.1 to staging`` (a request already saying
+    ``deploy`` stays as typed)."""
+    return text if text.lower().startswith("deploy ") else f"deploy {text}"

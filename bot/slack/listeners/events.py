@@ -1,5 +1,9 @@
 """Events: ``@deckhand deploy v2.3.1 to staging`` works like /deploy.
 
+``@deckhand lock production --reason "db migration"`` (``.lock``, ``unlock``) holds an
+environment by hand, said in the channel for everyone; ``@deckhand .wcid`` (where can I
+deploy) tells the asker each environment's lock and freeze and whether they may approve there.
+
 ``@deckhand cancel`` (stop it, pause the deploy, resume…) acts on a run instead of planning
 one, under the same rules as the run's buttons: in a run's thread, on that run; elsewhere, on
 the one run of the person asking that has not ended, or it names theirs and asks which.
@@ -13,11 +17,12 @@ from typing import Any
 
 from slack_bolt import App
 
+from agents.engine.manual_locking import LOCK_VERBS, NOOP_VERBS, WCID
 from agents.ids import short_id
 from agents.requests.phrasing import normalize
 from agents.run.record import Run, RunStatus
 from bot.slack.bot import Bot
-from bot.slack.listeners.common import first_delivery
+from bot.slack.listeners.common import deploy_request, first_delivery, split_words
 from tools.errors import DeckhandError
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>")
@@ -37,6 +42,10 @@ def register(app: App, bot: Bot) -> None:
         if not text or not first_delivery(bot, f"evt:{body.get('event_id')}"):
             return
         user, channel = event["user"], event["channel"]
+        said = _branch_deploy_word(bot, text, user=user, channel=channel)
+        if said is not None:
+            bot.work.submit(said[0], said[1], tell=bot.teller(body))
+            return
         control = _CONTROL.fullmatch(normalize(text))
         if control:
             verb = _VERBS[control.group("verb").lower()]
@@ -45,6 +54,23 @@ def register(app: App, bot: Bot) -> None:
             return
         bot.work.submit("@deckhand", lambda: bot.propose(text, user=user, channel=channel),
                         tell=bot.teller(body))
+
+
+def _branch_deploy_word(bot: Bot, text: str, *, user: str, channel: str
+                       ) -> tuple[str, Callable[[], Any]] | None:
+    """The job for ``.wcid`` (told to the asker alone), ``.noop REQUEST`` (a dry run) or
+    ``.lock``/``.unlock`` (said in the channel), named for the work pool; None for others."""
+    words = text.split(maxsplit=1)
+    if WCID.fullmatch(" ".join(text.split())):
+        return "@deckhand wcid", lambda: bot.ephemeral(
+            channel=channel, user=user, text=bot.where_can_i_deploy(user))
+    if words[0].lower() in NOOP_VERBS and len(words) > 1:
+        request = deploy_request(words[1])
+        return "@deckhand noop", lambda: bot.dry_run(request, user=user, channel=channel)
+    if words[0].lower() in LOCK_VERBS:
+        return "@deckhand lock", lambda: bot.announce(
+            channel, bot.lock_by_hand(split_words(text), user=user))
+    return None
 
 
 def _control(bot: Bot, event: dict[str, Any], verb: str) -> None:
