@@ -108,8 +108,12 @@ class RunDesk:
                                policy=policy, now=self.services.clock())
         if not isinstance(grant, Grant):
             return grant
-        return self.services.store.limits.problem(policy, run.service, run.environments,
-                                                  run_id=run.id, user=user) or grant
+        store = self.services.store
+        held = store.manual_locks.blocking(run.environments, service=run.service)
+        if held:  # a person's lock refuses it, as approve's transaction will
+            return held.refusal()
+        return store.limits.problem(policy, run.service, run.environments, run_id=run.id,
+                                    user=user) or grant
 
     def problem(self, run: Run, *, user: str, face: str,
                 groups: Iterable[str] = ()) -> str | None:

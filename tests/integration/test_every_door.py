@@ -341,3 +341,24 @@ def test_the_policy_version_is_on_the_run_its_approval_its_entries_and_explain(
     assert now != version
     assert main(["policy", "explain", run.id, "--config", str(changed)]) == 0
     assert f"[policy {now}; earlier under {version}]:" in capsys.readouterr().out
+
+
+def test_a_lock_by_hand_is_the_same_no_at_explain_and_approve(
+        doors: Doors, capsys: pytest.CaptureFixture[str]) -> None:
+    """A person's lock taken after a plan was posted refuses its approval; explain --user
+    says exactly that, not yes."""
+    run = waiting(doors, Case("locked", "qa v1.0.3", "UCAROL", "UBOB", False))
+    where = ["--config", str(doors.path)]
+    assert main(["lock", "qa", "--reason", "db migration", "--user", "UALICE", *where]) == 0
+    try:
+        capsys.readouterr()
+        assert main(["policy", "explain", run.id, "--user", "UBOB", *where]) == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert main(["approve", run.id, "--user", "UBOB", *where]) == 3
+        out = capsys.readouterr()
+        refused = " ".join((out.out + out.err).split())
+        assert "UBOB may approve: no: " in said and "db migration" in said
+        assert "db migration" in refused
+        assert doors.store.runs.get(run.id).approvals == []
+    finally:
+        assert main(["unlock", "qa", "--user", "UALICE", *where]) == 0
