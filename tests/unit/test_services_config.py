@@ -58,7 +58,7 @@ inventory:
   ssh: {max_handshakes: 4}
 policy:
   environments:
-    production: {approvers: {users: [U1]}, min_approvals: 2}
+    production: {approvers: {users: [U1, U2]}, min_approvals: 2}
 """
 
 
