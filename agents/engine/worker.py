@@ -172,7 +172,7 @@ class Worker:
 
     def _frozen_out(self, run: Run) -> bool:
         """A queued run whose environment froze after its approval does not start."""
-        blocked = self.services.frozen(run.environments)
+        blocked = self.services.frozen(run.scopes)
         if run.status is not RunStatus.QUEUED or blocked is None or run.break_glass:
             return False
         try:
@@ -317,15 +317,19 @@ class Worker:
     # -- locks -----------------------------------------------------------------------------
 
     def _lock(self, run: Run) -> bool:
-        rule = self.services.config.policy.strictest(run.environments)
+        config = self.services.config
+        rule = config.policy.strictest([*run.environments, *run.shared])
+        hosts = run.host_locks(config.inventory, every=rule.lock_hosts)
         try:
-            self.store.locks.acquire(run.service, run.environments, run_id=run.id,
+            self.store.locks.acquire(run.service, run.environments, hosts=hosts, run_id=run.id,
                                      worker=self.name, ttl=self.options.lease)
             return True
         except LockHeld as exc:
             if rule.lock == "wait":
                 for env in run.environments:
                     self.store.locks.wait_for(run.service, env, run.id)
+                for host in hosts:
+                    self.store.locks.wait_for_host(host, run.id)
                 self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
                                         reason=str(exc))
                 return False
@@ -336,9 +340,13 @@ class Worker:
             return False
 
     def _unlock(self, run: Run) -> None:
-        self.store.locks.release(run.service, run.environments, run_id=run.id)
+        every = run.host_locks(self.services.config.inventory, every=True)  # whatever it took
+        freed = self.store.locks.release(run.service, run.environments, hosts=every,
+                                         run_id=run.id)
         for env in run.environments:
             self.store.queue.wake_next(run.service, env)  # pops and queues in one EXEC
+        for host in freed:
+            self.store.queue.wake_next_host(host)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -493,7 +501,8 @@ class _Heartbeat:
             self.audit(outage.action, run_id=self.run.id, seconds=round(outage.seconds, 1),
                        lease_lapsed=outage.lapsed, waiting=outage.waiting)
         store.locks.refresh(self.run.service, self.run.environments, run_id=self.run.id,
-                            ttl=lease)
+                            hosts=self.run.host_locks(self.worker.services.config.inventory,
+                                                      every=True), ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
         # what runs now is killed within a beat; what would start next reads the store

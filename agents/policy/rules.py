@@ -64,6 +64,9 @@ class EnvPolicy(BaseModel):
     unattended: bool = False
     approval_ttl: float = Field(default=3600.0, gt=0, description="seconds an approval stays valid")
     lock: Literal["wait", "refuse"] = "refuse"
+    lock_hosts: bool = Field(default=False, description="also lock each host a run touches, "
+                             "not only the environment (hosts shared between services are "
+                             "always locked)")
 
 
 NEUTRAL = EnvPolicy(approvers=Approvers(anyone=True), unattended=True,
@@ -105,6 +108,10 @@ class Policy(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)
     """Scope -> where this policy's own rule for it is written (``services/api.yml:12``),
     for ``policy explain`` and ``check``; empty: named by its policy path alone."""
+    foreign: dict[str, tuple[str, str]] = Field(default_factory=dict, exclude=True)
+    """Scopes of another service reached through a shared host (``web/production`` ->
+    ``("web", "production")``, docs/services.md 2.5): governed by its layers alone (that
+    service's rule, organisation and owners), never by this policy's own rules."""
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)
@@ -114,7 +121,9 @@ class Policy(BaseModel):
         scope's layers included: all of them must allow."""
         out: list[EnvPolicy] = []
         for scope in scopes:
-            if scope != UNSCOPED:
+            if scope in self.foreign:
+                pass  # another service's rules, all of them in its layers
+            elif scope != UNSCOPED:
                 out.append(self.for_env(scope))
             elif self.unscoped is not None:
                 out.append(self.unscoped)
@@ -138,6 +147,7 @@ class Policy(BaseModel):
             unattended=all(r.unattended for r in rules),
             approval_ttl=min(r.approval_ttl for r in rules),
             lock="refuse" if any(r.lock == "refuse" for r in rules) else "wait",
+            lock_hosts=any(r.lock_hosts for r in rules),
         )
 
     def may_approve(self, user: str, user_groups: Iterable[str],

@@ -82,9 +82,11 @@ class Locks(Part):
             self._if_holder(key, info, run_id, _extend(ttl))
 
     def release(self, service: str | None, environments: Iterable[str], *,
-                hosts: Iterable[str] = (), run_id: str) -> None:
-        for key, info in self._held(service, environments, hosts):
-            self._if_holder(key, info, run_id, self._unlock(info))
+                hosts: Iterable[str] = (), run_id: str) -> list[str]:
+        """Release what ``run_id`` holds of these locks (a lock another run holds is
+        left alone); the host IDs it did release, whose waiting runs may go next."""
+        return [info.environment for key, info in self._held(service, environments, hosts)
+                if self._if_holder(key, info, run_id, self._unlock(info)) and info.host]
 
     def _held(self, service: str | None, environments: Iterable[str],
               hosts: Iterable[str]) -> list[tuple[str, LockInfo]]:
@@ -203,8 +205,14 @@ class Locks(Part):
     def wait_for(self, service: str | None, environment: str, run_id: str) -> None:
         """Queue ``run_id`` behind ``service``'s ``environment`` lock (first come, first
         served, once)."""
-        key = self.keys.lock_queue(service, environment)
+        label = scope_label(service, environment)
+        self._wait(self.keys.lock_queue(service, environment), label, run_id)
 
+    def wait_for_host(self, host: str, run_id: str) -> None:
+        """Queue ``run_id`` behind the lock on host ``host`` (its ID), once."""
+        self._wait(self.keys.host_lock_queue(host), f"host {host}", run_id)
+
+    def _wait(self, key: str, label: str, run_id: str) -> None:
         def attempt(pipe: Pipeline) -> None:
             if run_id.encode() in pipe.lrange(key, 0, -1):
                 return
@@ -212,7 +220,6 @@ class Locks(Part):
             pipe.rpush(key, run_id)
             pipe.execute()
 
-        label = scope_label(service, environment)
         self.cas([key], attempt, busy=f"the queue for {label}'s lock")
 
 

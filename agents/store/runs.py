@@ -284,7 +284,7 @@ class Runs(Part):
                 raise ApprovalRefused(grant)
             self._not_locked_by_hand(run)
             glass = grant is Grant.BREAK_GLASS
-            counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
+            counted = self.limits.counted(policy, run.service, run.scopes, run_id=run_id,
                                           user=user)
             run.approvals.append(Approval(user=user, via=face, at=self.clock(),
                                           plan_version=plan_version, plan_hash=plan_hash,
