@@ -23,7 +23,7 @@ from agents.config import (
     single_config,
 )
 from agents.errors import ManyServices, ServiceUnknown
-from agents.policy.eligibility import eligibility, of_scopes
+from agents.policy.eligibility import PlanSubject, RuleLine, eligibility, of_scopes
 from agents.policy.layers import winners
 from agents.policy.rules import Policy
 from tools.errors import ConfigError, Problem
@@ -294,6 +294,45 @@ def _open_environments(label: str, config: Config) -> list[str]:
             f"because no `policy.environments` entry and no `policy.default` says who. Write "
             f"`policy.default: {{approvers: {{anyone: true}}}}` to keep that on purpose, or "
             f"an entry naming the approvers"]
+
+
+def cross_service_hosts(org: Org) -> tuple[list[str], list[str]]:
+    """For ``deckhand check``: each host a service shares with another and every rule that
+    results for a run touching it (notes), and where no user is allowed by name by all of
+    those rules, e.g. both services' owners (warnings: group overlap is unknown at load;
+    such a plan is refused as unapprovable when it is made)."""
+    notes: list[str] = []
+    warnings: list[str] = []
+    for name, config in org.services.items():
+        inventory, policy = config.inventory, config.policy
+        for host_name, foreign in inventory.shared.items():
+            own = [e for e, env in inventory.environments.items() if host_name in env.hosts]
+            scopes = [*own, *foreign]
+            subject = PlanSubject(own, {s: [host_name] for s in scopes}, "", scopes)
+            answer = eligibility(subject, policy)
+            rule = policy.strictest(scopes)
+            host = inventory.hosts[host_name]
+            notes.append(f"{name}: host {host_name} ({host.lock_id}) is also in "
+                         f"{', '.join(foreign)}: a run of {name} touching it needs every "
+                         f"rule of {', '.join(scopes)} — "
+                         f"{'; '.join(line.describe() for line in answer.lines)}; their "
+                         f"freezes and limits apply, and it holds host lock {host.lock_id} "
+                         f"(lock: {rule.lock})")
+            warnings += _by_name(name, host_name, answer.lines)
+    return notes, warnings
+
+
+def _by_name(name: str, host: str, lines: tuple[RuleLine, ...]) -> list[str]:
+    """A warning if no user named anywhere is allowed by every line's approvers."""
+    strict = [line for line in lines if not line.rule.approvers.anyone]
+    named = {u for line in strict for u in line.rule.approvers.users}
+    if len(strict) < 2 or any(all(line.rule.approvers.allows(u) for line in strict)
+                              for u in named):
+        return []
+    who = "; ".join(f"{line.label}: {line.rule.approvers.describe()}" for line in strict)
+    return [f"{name}: no user is allowed by name by every rule over host {host} ({who}): "
+            f"only someone in a group they all allow can approve a run touching it, and "
+            f"without one such plans are refused as unapprovable"]
 
 
 def share_layers(services: dict[str, Config], index: OrgIndex) -> None:

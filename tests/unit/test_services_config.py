@@ -253,22 +253,39 @@ def test_the_main_policy_names_environments_of_any_service(tmp_path: Path) -> No
                               f"production, staging)"]
 
 
-def test_a_host_two_services_share_is_refused_until_its_step(tmp_path: Path) -> None:
+def test_a_machine_two_services_list_is_one_shared_host(tmp_path: Path) -> None:
+    """By address and port (whatever each calls it) or by name: loaded, and each service's
+    inventory knows the other's environments it reaches (docs/services.md 2.5)."""
     ssh_api = API.replace("api-2: {connection: local, vars: {dir: \"{config_dir}/api-2\"}}",
                           "api-2: {address: 10.0.0.5, port: 2222}")
     write(tmp_path / "services" / "web.yml",
           "inventory:\n  hosts:\n    box: {address: 10.0.0.5, port: 2222}\n"
-          "    api-1: {connection: local}\n  environments:\n    live: {hosts: [box, api-1]}\n")
+          "    api-1: {connection: local}\n    web-1: {connection: local}\n"
+          "  environments:\n    live: {hosts: [box, api-1]}\n    beta: {hosts: [web-1]}\n")
+    org = load_org(org_files(tmp_path, "services: {api: services/api.yml, "
+                                       "web: services/web.yml}\n", ssh_api))
+    api, web = org.services["api"], org.services["web"]
+    assert api.inventory.shared == {"api-1": ("web/live",), "api-2": ("web/live",)}
+    assert web.inventory.shared == {"box": ("api/production",), "api-1": ("api/staging",)}
+    assert api.inventory.hosts["api-2"].lock_id == web.inventory.hosts["box"].lock_id \
+        == "10.0.0.5:2222"
+    assert web.inventory.hosts["api-1"].lock_id == "local:api-1"
+    assert set(api.policy.foreign) == {"web/live"} and "web/live" not in api.policy.environments
+
+
+def test_one_host_name_for_two_machines_is_refused(tmp_path: Path) -> None:
+    ssh_api = API.replace("api-2: {connection: local, vars: {dir: \"{config_dir}/api-2\"}}",
+                          "api-2: {address: 10.0.0.5, port: 2222}")
+    write(tmp_path / "services" / "web.yml",
+          "inventory:\n  hosts:\n    api-2: {address: 10.0.0.6, port: 2222}\n"
+          "  environments:\n    live: {hosts: [api-2]}\n")
     path = org_files(tmp_path, "services: {api: services/api.yml, web: services/web.yml}\n",
                      ssh_api)
     web = tmp_path / "services" / "web.yml"
-    found = problems(path)
-    assert any(p.startswith(f"{web}:3 inventory.hosts.box: host 'box' is host 'api-2' of "
-                            f"service api: hosts shared between services are not supported "
-                            f"yet") for p in found), found
-    assert any(p.startswith(f"{web}:4 inventory.hosts.api-1: host 'api-1' is a host of "
-                            f"service api too") for p in found), found
-    assert len(found) == 2
+    assert problems(path) == [
+        f"{web}:3 inventory.hosts.api-2: host 'api-2' is api-2 (10.0.0.5:2222) in service "
+        f"api but api-2 (10.0.0.6:2222) here: one name is one machine across services (its "
+        f"rules and locks are shared); rename one of them"]
 
 
 def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFixture[str],
