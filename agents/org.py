@@ -366,7 +366,7 @@ def _take(policy: Policy, label: str, theirs: Policy, scope: tuple[str, str]) ->
     if label in policy.foreign:
         return
     env = scope[1]
-    policy.foreign[label] = scope
+    policy.add_foreign(label, *scope)
     source = theirs.sources.get(env) or (
         f"policy.environments.{env}" if env in theirs.environments else "policy.default")
     policy.layers[label] = [(f"{label}: {where}", rule)

@@ -5,10 +5,10 @@ How the rules apply to a run (who may approve or steer it now) is ``agents.polic
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from agents.plan.targets import UNSCOPED
 from agents.policy.freeze import BreakGlass, FreezeWindow
@@ -108,10 +108,19 @@ class Policy(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)
     """Scope -> where this policy's own rule for it is written (``services/api.yml:12``),
     for ``policy explain`` and ``check``; empty: named by its policy path alone."""
-    foreign: dict[str, tuple[str, str]] = Field(default_factory=dict, exclude=True)
-    """Scopes of another service reached through a shared host (``web/production`` ->
-    ``("web", "production")``, docs/services.md 2.5): governed by its layers alone (that
-    service's rule, organisation and owners), never by this policy's own rules."""
+    _foreign: dict[str, tuple[str, str]] = PrivateAttr(default_factory=dict)
+    # private: a config could otherwise name its own environment foreign and drop its rule
+
+    @property
+    def foreign(self) -> Mapping[str, tuple[str, str]]:
+        """Scopes of another service reached through a shared host (``web/production`` ->
+        ``("web", "production")``, docs/services.md 2.5): governed by its layers alone
+        (that service's rule, organisation and owners), never by this policy's own rules."""
+        return self._foreign
+
+    def add_foreign(self, label: str, service: str, environment: str) -> None:
+        """Make ``label`` a scope of ``service``'s ``environment`` (its layers come apart)."""
+        self._foreign[label] = (service, environment)
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)

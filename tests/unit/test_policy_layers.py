@@ -355,3 +355,13 @@ def test_check_says_when_the_layers_leave_nobody(tmp_path: Path) -> None:
             "production (owners): <@U3>)") in notes
     assert not any(n.startswith(("api/staging: nobody", "web/")) and "nobody is" in n
                    for n in notes)
+
+
+def test_a_config_cannot_call_its_own_environment_foreign(tmp_path: Path) -> None:
+    """Which scopes are another service's is computed at load, never read from a file:
+    written, it would drop the environment's own rule."""
+    path = write(tmp_path / "deckhand.yml", service("app") + "policy:\n  foreign: "
+                 "{production: [web, production]}\n  environments: {production: "
+                 "{approvers: {users: [U1]}}}\n")
+    with pytest.raises(ConfigError, match="foreign"):
+        load_config(path)
