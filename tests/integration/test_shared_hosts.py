@@ -72,11 +72,13 @@ def service_doc(name: str, tmp_path: Path, fleet: SSHFleet, policy: dict[str, An
     }
 
 
-def write_org(tmp_path: Path, fleet: SSHFleet, *, web_lock: str = "wait") -> Path:
+def write_org(tmp_path: Path, fleet: SSHFleet, *, web_lock: str = "wait",
+              api_lock_hosts: bool = False) -> Path:
     """api holds for a go/no-go after its first batch (box), so a test can look while it
     holds its locks; web freezes on 1 January 2030."""
     api = service_doc("api", tmp_path, fleet, {"environments": {"production": {
-        "approvers": {"users": ["alice", "bob", "carol"]}, "lock": "wait"}}},
+        "approvers": {"users": ["alice", "bob", "carol"]}, "lock": "wait",
+        "lock_hosts": api_lock_hosts}}},
         ["alice", "carol"], {"batch_size": 1, "judgment": {"after_batches": [1]}})
     web = service_doc("web", tmp_path, fleet, {
         "environments": {"production": {"approvers": {"users": ["bob", "carol", "dave"]},
@@ -195,7 +197,7 @@ def test_a_second_run_touching_the_shared_host_waits_while_webs_other_hosts_depl
     store, api, web = on_redis(org, redis_url, TUESDAY)
     box_id = org.services["api"].inventory.hosts["box"].lock_id
     held = holder.hold(store, api)
-    assert store.locks.host(box_id).run_id == held.id
+    assert [(i.environment, i.run_id) for i in store.locks.hosts()] == [(box_id, held.id)]
 
     waits = request(web, "ship v2", by="erin")  # web/production: web-1 and shop (= box)
     approve(web, waits, "carol")
@@ -228,10 +230,12 @@ def test_a_second_run_touching_the_shared_host_waits_while_webs_other_hosts_depl
 def test_a_second_run_touching_the_shared_host_is_refused_when_a_rule_says_refuse(
         tmp_path: Path, sshd_hosts: SSHFleet, redis_url: str, client: redis.Redis,
         holder: Holder) -> None:
-    org = load_org(write_org(tmp_path, sshd_hosts, web_lock="refuse"))
+    org = load_org(write_org(tmp_path, sshd_hosts, web_lock="refuse", api_lock_hosts=True))
     store, api, web = on_redis(org, redis_url, TUESDAY)
-    box_id = org.services["api"].inventory.hosts["box"].lock_id
+    hosts = org.services["api"].inventory.hosts
+    box_id = hosts["box"].lock_id
     held = holder.hold(store, api)
+    assert {i.environment for i in store.locks.hosts()} == {box_id, hosts["api-1"].lock_id}
 
     refused = request(web, "ship v2", by="erin")
     approve(web, refused, "carol")
