@@ -11,7 +11,7 @@ import pytest
 
 from agents.config import load_config
 from agents.errors import ManyServices
-from agents.org import load_org
+from agents.org import cross_service_hosts, load_org
 from agents.services import store_dir
 from bot.cli import main
 from tools.errors import ConfigError
@@ -319,3 +319,34 @@ def test_faces_refuse_a_config_of_several_services_in_one_line(
     assert lines == ["error: deckhand.yml has 2 services (api, docs): deckhand serves one "
                      "service per config until multi-service support lands in a later step "
                      "(issue 40); `deckhand check` validates them all"], lines
+
+
+def test_check_names_each_shared_host_and_warns_when_no_owner_is_common(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("DECKHAND_STATE_DIR", str(tmp_path / "state"))
+    write(tmp_path / "services" / "web.yml",
+          "inventory:\n  hosts: {api-2: {connection: local}}\n  environments:\n"
+          "    live: {hosts: [api-2]}\nowners: {users: [U2]}\n"
+          "policy: {environments: {live: {approvers: {users: [U2, U3]}, lock: wait}}}\n")
+    path = org_files(tmp_path, "services: {api: services/api.yml, web: services/web.yml}\n",
+                     API + "owners: {users: [U1, U3]}\n")
+    org = load_org(path)
+    notes, warnings = cross_service_hosts(org)
+    assert notes[0].startswith("api: host api-2 (local:api-2) is also in web/live: a run of "
+                               "api touching it needs every rule of production, web/live — "
+                               "production: anyone (1 needed) — ")
+    assert "web/live: <@U2>, <@U3> (1 needed) — web/live: services/web.yml:6 policy." \
+           "environments.live, touches api-2" in notes[0]
+    assert "web/live: <@U2> (1 needed) — web/live: owners: services/web.yml:5" in notes[0]
+    assert notes[0].endswith("it holds host lock local:api-2 (lock: refuse)")  # api's default
+    assert notes[1].startswith("web: host api-2 (local:api-2) is also in api/production")
+    assert warnings[0].startswith("api: no user is allowed by name by every rule over host "
+                                  "api-2 (production (owners): <@U1>, <@U3>; web/live: <@U2>, "
+                                  "<@U3>; web/live (owners): <@U2>)")
+    assert len(warnings) == 2  # and web's view of the same host
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "shared host: api: host api-2 (local:api-2) is also in web/live" in out
+    assert "warning: web: no user is allowed by name by every rule over host api-2" in out
