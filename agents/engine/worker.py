@@ -93,6 +93,8 @@ class Worker:
                                  or max(60.0, 3 * self.options.lease))
         self._active: set[str] = set()
         """Runs this worker is executing: never claimed again here as if from a stranger."""
+        self.host_locks: dict[str, list[str]] = {}
+        """The host locks each run locked here holds: renewed and released, no others."""
         store.queue.ensure_group()
 
     def serve(self, stop: threading.Event) -> None:
@@ -323,6 +325,7 @@ class Worker:
         try:
             self.store.locks.acquire(run.service, run.environments, hosts=hosts, run_id=run.id,
                                      worker=self.name, ttl=self.options.lease)
+            self.host_locks[run.id] = hosts
             return True
         except LockHeld as exc:
             if rule.lock == "wait":
@@ -340,9 +343,8 @@ class Worker:
             return False
 
     def _unlock(self, run: Run) -> None:
-        every = run.host_locks(self.services.config.inventory, every=True)  # whatever it took
-        freed = self.store.locks.release(run.service, run.environments, hosts=every,
-                                         run_id=run.id)
+        freed = self.store.locks.release(run.service, run.environments,
+                                         hosts=self.host_locks.pop(run.id, []), run_id=run.id)
         for env in run.environments:
             self.store.queue.wake_next(run.service, env)  # pops and queues in one EXEC
         for host in freed:
@@ -501,8 +503,7 @@ class _Heartbeat:
             self.audit(outage.action, run_id=self.run.id, seconds=round(outage.seconds, 1),
                        lease_lapsed=outage.lapsed, waiting=outage.waiting)
         store.locks.refresh(self.run.service, self.run.environments, run_id=self.run.id,
-                            hosts=self.run.host_locks(self.worker.services.config.inventory,
-                                                      every=True), ttl=lease)
+                            hosts=self.worker.host_locks.get(self.run.id, []), ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
         # what runs now is killed within a beat; what would start next reads the store

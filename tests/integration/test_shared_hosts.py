@@ -31,6 +31,8 @@ from bot.cli import main
 from tests.fixtures.polling import wait_until
 from tests.fixtures.sshd import SSHFleet
 
+LEASE = 6.0
+"""The holding api worker's lease: its heartbeat (every second) renews the host lock."""
 TUESDAY = datetime(2026, 11, 24, 12, tzinfo=UTC).timestamp()
 IN_WEBS_FREEZE = datetime(2030, 1, 1, 12, tzinfo=UTC).timestamp()
 MACHINES = {"api": {"box": "prod-3", "api-1": "prod-1"},  # box first: batch 1
@@ -117,8 +119,9 @@ def approve(services: Services, run: Run, user: str) -> Run:
                                        policy=services.config.policy)
 
 
-def worker(services: Services, name: str) -> Worker:
-    return Worker(services, services.store, name=name, options=WorkerOptions(block=0.1))
+def worker(services: Services, name: str, lease: float = 30.0) -> Worker:
+    return Worker(services, services.store, name=name,
+                  options=WorkerOptions(block=0.1, lease=lease))
 
 
 def marker(tmp_path: Path, machine: str) -> str | None:
@@ -198,6 +201,9 @@ def test_a_second_run_touching_the_shared_host_waits_while_webs_other_hosts_depl
     box_id = org.services["api"].inventory.hosts["box"].lock_id
     held = holder.hold(store, api)
     assert [(i.environment, i.run_id) for i in store.locks.hosts()] == [(box_id, held.id)]
+    key = f"dh:hostlock:{box_id}"  # the heartbeat renews it with the environment's lock
+    wait_until(lambda: 0 < client.pttl(key) < (LEASE - 1) * 1000, what="the lease to run")
+    wait_until(lambda: client.pttl(key) > (LEASE - 0.5) * 1000, what="a heartbeat renewal")
 
     waits = request(web, "ship v2", by="erin")  # web/production: web-1 and shop (= box)
     approve(web, waits, "carol")
@@ -261,8 +267,8 @@ class Holder:
     def hold(self, store: Store, api: Services) -> Run:
         run = request(api, "ship v1", by="erin")
         approve(api, run, "carol")
-        thread = threading.Thread(target=worker(api, "w-api").process, args=(run.id,),
-                                  daemon=True)
+        thread = threading.Thread(target=worker(api, "w-api", lease=LEASE).process,
+                                  args=(run.id,), daemon=True)
         thread.start()
         self.started.append((store, api, run, thread))
         held: Run = wait_until(lambda: (r := store.runs.get(run.id)).awaiting and r,
