@@ -322,25 +322,28 @@ class Worker:
         config = self.services.config
         rule = config.policy.strictest([*run.environments, *run.shared])
         hosts = run.host_locks(config.inventory, every=rule.lock_hosts)
-        try:
-            self.store.locks.acquire(run.service, run.environments, hosts=hosts, run_id=run.id,
-                                     worker=self.name, ttl=self.options.lease)
-            self.host_locks[run.id] = hosts
-            return True
-        except LockHeld as exc:
-            if rule.lock == "wait":
-                for env in run.environments:
-                    self.store.locks.wait_for(run.service, env, run.id)
-                for host in hosts:
-                    self.store.locks.wait_for_host(host, run.id)
-                self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
-                                        reason=str(exc))
-                return False
-            reason = f"{exc}; policy does not queue behind it — try again when it finishes"
-            self.store.runs.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
-                                       reason=reason)
-            self.store.audit.record("refused", actor=self.name, run_id=run.id, reason=reason)
+        while True:  # each pass takes the locks, waits in line, or saw one freed meanwhile
+            try:
+                self.store.locks.acquire(run.service, run.environments, hosts=hosts,
+                                         run_id=run.id, worker=self.name,
+                                         ttl=self.options.lease)
+                self.host_locks[run.id] = hosts
+                return True
+            except LockHeld as exc:
+                if rule.lock == "wait" and not self.store.locks.wait_in_line(
+                        run.service, run.environments, hosts=hosts, run_id=run.id):
+                    continue
+                held = exc
+                break
+        if rule.lock == "wait":
+            self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
+                                    reason=str(held))
             return False
+        reason = f"{held}; policy does not queue behind it — try again when it finishes"
+        self.store.runs.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
+                                   reason=reason)
+        self.store.audit.record("refused", actor=self.name, run_id=run.id, reason=reason)
+        return False
 
     def _unlock(self, run: Run) -> None:
         freed = self.store.locks.release(run.service, run.environments,
