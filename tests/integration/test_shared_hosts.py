@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +86,7 @@ def write_org(tmp_path: Path, fleet: SSHFleet, *, web_lock: str = "wait",
     web = service_doc("web", tmp_path, fleet, {
         "environments": {"production": {"approvers": {"users": ["bob", "carol", "dave"]},
                                         "lock": web_lock}},
+        "limits": {"production": {"runs_per_hour": 5}},
         "freeze": [{"environments": ["production"], "reason": "the sale",
                     "start": "2030-01-01T00:00:00", "end": "2030-01-02T00:00:00"}]},
         ["bob", "carol"])
@@ -135,9 +137,9 @@ def org(tmp_path: Path, sshd_hosts: SSHFleet) -> Org:
 
 
 def test_a_run_touching_the_shared_host_answers_to_both_services(
-        org: Org, tmp_path: Path, redis_url: str, sshd_hosts: SSHFleet,
+        org: Org, tmp_path: Path, redis_url: str, sshd_hosts: SSHFleet, client: redis.Redis,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    store, api, web = on_redis(org, redis_url, TUESDAY)
+    store, api, web = on_redis(org, redis_url, time.time())  # the CLI below counts from now
     run = request(api, "ship v1", by="erin")
     assert (run.service, run.environments, run.shared) == ("api", ["production"],
                                                            ["web/production"])
@@ -155,14 +157,18 @@ def test_a_run_touching_the_shared_host_answers_to_both_services(
 
     monkeypatch.setenv("REDIS_URL", redis_url)
     path = str(org.path)
-    assert main(["policy", "explain", run.id, "--config", path]) == 0
+    assert client.zrange("dh:limits:web:production:carol", 0, -1) == [run.id.encode()]
+    assert client.keys("dh:limits:api:*") == []  # counted where web's limit counts
+    assert main(["policy", "explain", run.id, "--config", path, "--user", "carol"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     for layer in ("production: alice, bob, carol (1 needed) — services/api.yml:",
                   "production: alice, carol (1 needed) — owners: services/api.yml:",
                   "web/production: bob, carol, dave (1 needed) — web/production: "
                   "services/web.yml:", "policy.environments.production, touches box",
                   "web/production: bob, carol (1 needed) — web/production: owners: "
-                  "services/web.yml:", "by name: carol"):
+                  "services/web.yml:", "by name: carol",
+                  "limit: 5 web/production run(s) per hour per person",
+                  "carol approved 1 web/production run(s) in the last hour (limit 5)"):
         assert layer in out, (layer, out)
 
     assert main(["check", path]) == 0
