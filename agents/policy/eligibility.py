@@ -283,9 +283,9 @@ def eligibility(subject: Subject, policy: Policy, *, now: float | None = None) -
         break_glass=(Approvers(users=policy.break_glass.users, groups=policy.break_glass.groups)
                      if subject.break_glass else None),
         glass_granted=bool(subject.break_glass) and any(a.break_glass for a in approvals),
-        freeze=frozen(policy.freeze, subject.environments, moment),
+        freeze=frozen(policy.freeze, subject.scopes, moment),
         over_limit=hosts_problem(policy.limits, subject.reach),
-        limits=tuple(explain_limits(policy.limits, subject.reach, subject.environments)))
+        limits=tuple(explain_limits(policy.limits, subject.reach, subject.scopes)))
 
 
 def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:
@@ -299,10 +299,20 @@ def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:
         else:
             hosts = subject.reach.get(scope, [])
             why = f"touches {', '.join(hosts)}" if hosts else f"changes {scope}"
-            own = [_env_line(scope, why, policy)]
-        out += own + [RuleLine(scope, source, why, rule, layer=source.split(": ")[0])
+            # another service's scope, reached through a shared host: its layers alone
+            own = [] if scope in policy.foreign else [_env_line(scope, why, policy)]
+        out += own + [RuleLine(scope, source, why, rule, layer=_layer(scope, source, policy))
                       for source, rule in policy.layers_of(scope)]
     return out
+
+
+def _layer(scope: str, source: str, policy: Policy) -> str:
+    """The layer a source names (``owners: …``); for another service's scope, the layer of
+    its rules (its own rule, the first, is no layer of it)."""
+    if scope in policy.foreign:
+        source = source.removeprefix(f"{scope}: ")
+        return source.split(": ")[0] if ": " in source else ""
+    return source.split(": ")[0]
 
 
 def _env_line(scope: str, why: str, policy: Policy) -> RuleLine:

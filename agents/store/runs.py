@@ -307,7 +307,7 @@ class Runs(Part):
                 raise ApprovalRefused(problem)
             self._not_locked_by_hand(run)
             glass, version = grant is Grant.BREAK_GLASS, policy_version(policy)
-            counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
+            counted = self.limits.counted(policy, run.service, run.scopes, run_id=run_id,
                                           user=user)
             run.approvals = [*live_approvals(run, policy, now=now),
                              Approval(user=recorded_as or user, via=face, at=now,

@@ -154,7 +154,8 @@ def _counts(services: Services, policy: Policy, environments: list[str], user: s
     limits = policy.limits
     capped = [(env, limits[env].runs_per_hour) for env in environments if env in limits]
     recent, key = services.store.limits.recent, services.config.key
-    return [f"{user} approved {len(recent(key, env, user))} {env} run(s) in "
+    counted = {env: policy.foreign.get(env, (key, env)) for env, _ in capped}  # web/production
+    return [f"{user} approved {len(recent(*counted[env], user))} {env} run(s) in "
             f"the last hour (limit {cap})" for env, cap in capped if cap is not None]
 
 
@@ -170,11 +171,11 @@ def _answer(args: argparse.Namespace, services: Services, org: Org | None
         current = run.model_copy(update={"approvals": live_approvals(run, policy, now=now)})
         return (eligibility(current, policy, now=now),
                 f"run {run.id}{of} ({run.status.value}), requested by {run.requested_by}:",
-                run.environments, policy, run)
+                run.scopes, policy, run)
     plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
     subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
     return (eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):",
-            subject.environments, policy, None)
+            subject.scopes, policy, None)
 
 
 def _plan_services(args: argparse.Namespace) -> Services:

@@ -191,7 +191,7 @@ class Desk:
         no request into a freeze (an MCP client has no break-glass)."""
         self.services.check(plan)
         self.services.refuse_if_locked(plan)
-        blocked = self.services.frozen(self.services.targets(plan).environments)
+        blocked = self.services.frozen(self.services.targets(plan).scopes)
         if blocked is not None:
             raise FreezeRefused(blocked.describe())
 
