@@ -26,6 +26,7 @@ from agents.policy.approvals import approval_grant, policy_version, steer_proble
 from agents.policy.eligibility import Grant, PlanSubject, Subject, eligibility, unapprovable
 from agents.policy.rules import Policy
 from agents.run.record import Judgment, Run, RunStatus, Verdict
+from agents.said import Said, joined, policy_group
 from agents.schedules.model import Schedule
 from agents.services import Services
 from agents.store import Write
@@ -150,9 +151,9 @@ class RunDesk:
                     for line in answer.lines)  # a group could lift every refusal
         if not named or answer.allows(user, groups) or not could:
             return None
-        return (f"{user} is not named by every rule here, and group membership "
-                f"({', '.join(named)}) is known only to Slack, so {face} cannot count it: "
-                f"approve in Slack, or have {user} named in policy")
+        return Said(f"{user} is not named by every rule here, and group membership (",
+                    joined(", ", map(policy_group, named)), f") is known only to Slack, so "
+                    f"{face} cannot count it: approve in Slack, or have {user} named in policy")
 
     def approve_unattended(self, run_id: str, *, schedule: Schedule, plan: Plan) -> Run:
         """Approve and queue ``run_id`` for ``schedule``'s creator, as a person's approval
@@ -280,7 +281,8 @@ def auto_problem(policy: Policy, subject: Subject, *, user: str,
     if answer.over_limit:
         return answer.over_limit
     if not answer.allows(user, groups):
-        return f"{user} is not allowed to approve plans for {where}. Who can: {answer.who()}"
+        return Said(f"{user} is not allowed to approve plans for {where}. Who can: ",
+                    answer.who())
     if rule.min_approvals > 1:
         return f"{where} needs {rule.min_approvals} approvals; a schedule carries only one"
     if not rule.self_approval:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from agents.policy.eligibility import Eligibility, Grant, eligibility
 from agents.policy.rules import Approvers, Policy
 from agents.run.record import Approval, Run, RunStatus, Verdict
+from agents.said import Said, recorded
 
 
 def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,
@@ -68,11 +69,11 @@ def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Po
     answer = eligibility(run, policy)
     if user == run.requested_by or answer.allows(user, user_groups):
         return None
-    return (f"only the requester ({run.requested_by}) or an approver can change this run. "
-            f"Who can approve: {answer.who()}")
+    return Said("only the requester (", recorded(run.requested_by, run.requested_via),
+                ") or an approver can change this run. Who can approve: ", answer.who())
 
 
-def judges(answer: Eligibility, approvers: list[str]) -> str:
+def judges(answer: Eligibility, approvers: list[str]) -> Said:
     """Who may decide a go/no-go: the approval rules' answer, narrowed by the hold's
     ``rollout.judgment.approvers`` (never naming someone either one turns away)."""
     if not approvers:
@@ -82,8 +83,8 @@ def judges(answer: Eligibility, approvers: list[str]) -> str:
     users = [a for a in approvers if a not in rule_groups and not answer.excludes(a)
              and (rule_groups or answer.allows(a))]  # a group may hold anyone
     if not users and not groups:
-        return (f"nobody: rollout.judgment.approvers ({', '.join(approvers)}) names no one "
-                f"the approval rules allow")
+        return Said(f"nobody: rollout.judgment.approvers ({', '.join(approvers)}) names no "
+                    f"one the approval rules allow")
     return Approvers(users=users, groups=groups).describe()
 
 
@@ -102,13 +103,14 @@ def judgment_problem(run: Run, *, user: str, user_groups: Iterable[str], policy:
     groups = list(user_groups)
     answer = eligibility(run, policy)
     if not answer.allows(user, groups):
-        return f"you may not decide this go/no-go. Who can: {judges(answer, held.approvers)}"
+        return Said("you may not decide this go/no-go. Who can: ",
+                    judges(answer, held.approvers))
     if answer.excludes(user):
         return ("you asked for this deploy, and policy forbids approving your own request "
                 "here, so its go/no-go is someone else's to decide")
     if held.approvers and user not in held.approvers and not set(groups) & set(held.approvers):
-        return (f"only {judges(answer, held.approvers)} may decide this go/no-go "
-                f"(rollout.judgment.approvers)")
+        return Said("only ", judges(answer, held.approvers),
+                    " may decide this go/no-go (rollout.judgment.approvers)")
     if verdict is Verdict.CONTINUE and answer.blocked:
         return f"{answer.blocked.split('. If')[0]}: Continue must wait; Roll back is possible"
     return None

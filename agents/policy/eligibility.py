@@ -22,6 +22,7 @@ from agents.policy.freeze import Frozen, frozen
 from agents.policy.limits import explain as explain_limits
 from agents.policy.limits import hosts_problem
 from agents.policy.rules import UNSCOPED, Approvers, EnvPolicy, Policy
+from agents.said import Said, joined, policy_group, policy_user
 from tools.inventory import Inventory
 
 
@@ -68,11 +69,12 @@ class RuleLine:
     def label(self) -> str:
         return f"{self.scope} ({self.layer})" if self.layer else self.scope
 
-    def describe(self, *, exclude: str | None = None) -> str:
+    def describe(self, *, exclude: str | None = None) -> Said:
         count = self.rule.min_approvals
         who = _names(self.rule.approvers, exclude=exclude)
         own = "" if self.rule.self_approval else ", not the requester"
-        return f"{self.scope}: {who} ({count} needed{own}) — {self.source}, {self.why}"
+        return Said(f"{self.scope}: ", who,
+                    f" ({count} needed{own}) — {self.source}, {self.why}")
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class Eligibility:
         if self.over_limit:
             return self.over_limit
         if not env_ok and not glass_ok:
-            return f"you are not allowed to approve this plan. Who can: {self.who()}"
+            return Said("you are not allowed to approve this plan. Who can: ", self.who())
         if self.excludes(user):
             return "you asked for this deploy, and policy forbids approving your own request here"
         if user in self.approved:
@@ -146,10 +148,10 @@ class Eligibility:
         if env_slot:
             return Grant.ENVIRONMENT
         if glass_ok:
-            return (f"the break-glass grant is given; the {self.needed} approval(s) still "
-                    f"needed must come from: {self.who()}")
-        return "the environment approvals are given; one break-glass grant is still needed " \
-               f"from {self.glass_who()}"
+            return Said(f"the break-glass grant is given; the {self.needed} approval(s) "
+                        f"still needed must come from: ", self.who())
+        return Said("the environment approvals are given; one break-glass grant is still "
+                    "needed from ", self.glass_who())
 
     def _other_granter(self, user: str) -> bool:
         """Whether someone besides ``user`` could give the break-glass grant."""
@@ -157,22 +159,24 @@ class Eligibility:
         return glass is not None and (bool(glass.groups) or any(
             u != user and not self.excludes(u) and u not in self.approved for u in glass.users))
 
-    def who(self) -> str:
-        """Who may give an environment approval, per rule, never naming someone excluded."""
+    def who(self) -> Said:
+        """Who may give an environment approval, per rule, never naming someone excluded
+        (the policy's Slack ids as mentions; the requester's name, as typed, literal)."""
         exclude = self.requester if not self.rule.self_approval else None
-        scopes: dict[str, list[str]] = {}
+        scopes: dict[Said, list[str]] = {}
         for line in self.lines:
             if not line.rule.approvers.anyone:
                 text = _names(line.rule.approvers, exclude=exclude)
                 scopes.setdefault(text, []).append(line.label)
         if not scopes:
-            return "anyone" + (f" except {exclude}" if exclude else "")
-        parts = [f"{', '.join(dict.fromkeys(where))}: {text}" for text, where in scopes.items()]
+            return Said("anyone" + (f" except {exclude}" if exclude else ""))
+        parts = [Said(f"{', '.join(dict.fromkeys(where))}: ", text)
+                 for text, where in scopes.items()]
         if len(parts) == 1:
             return parts[0]
         both = self.candidates()
-        also = f" — by name: {Approvers(users=both).describe()}" if both else ""
-        return f"only someone allowed by every rule ({'; '.join(parts)}){also}"
+        also = Said(" — by name: ", Approvers(users=both).describe()) if both else ""
+        return Said("only someone allowed by every rule (", joined("; ", parts), ")", also)
 
     def candidates(self) -> list[str]:
         """Users named in a rule whom every rule allows by name, not excluded."""
@@ -192,7 +196,7 @@ class Eligibility:
         return not self.candidates()
 
     @property
-    def impossible(self) -> str | None:
+    def impossible(self) -> Said | str | None:
         """Why the approvals still needed can never all be given (None: they can): over a
         hosts limit, nobody allowed by every rule, fewer distinct people who may approve
         than approvals needed, or a break-glass grant nobody may give. Groups could hold
@@ -200,16 +204,17 @@ class Eligibility:
         if self.over_limit:
             return self.over_limit
         if self.nobody:
-            rules = "; ".join(line.describe() for line in self.lines)
-            return f"nobody may approve this plan: no one is allowed by every rule that " \
-                   f"covers it ({rules})"
+            rules = joined("; ", (line.describe() for line in self.lines))
+            return Said("nobody may approve this plan: no one is allowed by every rule that "
+                        "covers it (", rules, ")")
         named = not any(line.rule.approvers.groups or line.rule.approvers.anyone
                         for line in self.lines)
         left = [u for u in self.candidates() if u not in self.approved]
         if named and len(left) < self.needed:
-            return (f"this plan needs {self.needed} more approval(s) from distinct people, "
-                    f"and only {len(left)} may still give one ({', '.join(left) or 'nobody'}"
-                    f"; {self._counted_rule()})")
+            return Said(f"this plan needs {self.needed} more approval(s) from distinct "
+                        f"people, and only {len(left)} may still give one (",
+                        joined(", ", map(policy_user, left)) if left else "nobody",
+                        f"; {self._counted_rule()})")
         if self.glass_needed and self.glass_who().startswith("nobody"):
             return "the break-glass grant can come from nobody: set policy.break_glass"
         return None
@@ -220,30 +225,33 @@ class Eligibility:
         own = f", not the requester {self.requester}" if not self.rule.self_approval else ""
         return f"{line.source}: {self.rule.min_approvals} needed{own}"
 
-    def glass_who(self) -> str:
+    def glass_who(self) -> Said:
         if self.break_glass is None:
-            return "nobody"
-        named = [u for u in self.break_glass.users if not self.excludes(u)]
-        return ", ".join([*named, *self.break_glass.groups]) or "nobody (set policy.break_glass)"
+            return Said("nobody")
+        named = [policy_user(u) for u in self.break_glass.users if not self.excludes(u)]
+        named += map(policy_group, self.break_glass.groups)
+        return joined(", ", named) if named else Said("nobody (set policy.break_glass)")
 
     def explain(self) -> list[str]:
         """Every line of the answer, for ``deckhand policy explain`` and MCP."""
         exclude = self.requester if not self.rule.self_approval else None
-        out = [line.describe(exclude=exclude) for line in self.lines]
+        out: list[str] = [line.describe(exclude=exclude) for line in self.lines]
         if self.freeze is not None:
             lifted = " (lifted by break-glass)" if self.break_glass is not None else ""
-            out.append(f"freeze: {self.freeze.describe().split('. If')[0]}{lifted}")
+            out.append(Said(f"freeze: {self.freeze.describe().split('. If')[0]}{lifted}"))
         if self.break_glass is not None:
             state = "given" if self.glass_granted else "needed"
-            out.append(f"break-glass: one grant from {self.glass_who()} ({state}), on top of "
-                       f"the approvals above")
-        out += list(self.limits)
-        if self.impossible:
-            out.append(f"refused: {self.impossible}")
-            return [*out, "still needed: none can complete it — change the plan or the rule"]
-        glass = f", and the break-glass grant from {self.glass_who()}" if self.glass_needed \
-            else ""
-        out.append(f"still needed: {self.needed} approval(s) from {self.who()}{glass}")
+            out.append(Said("break-glass: one grant from ", self.glass_who(),
+                            f" ({state}), on top of the approvals above"))
+        out += map(Said, self.limits)
+        impossible = self.impossible
+        if impossible:
+            out.append(Said("refused: ", impossible))
+            return [*out, Said("still needed: none can complete it — change the plan or the "
+                               "rule")]
+        glass = Said(", and the break-glass grant from ", self.glass_who()) \
+            if self.glass_needed else ""
+        out.append(Said(f"still needed: {self.needed} approval(s) from ", self.who(), glass))
         return out
 
 
@@ -350,9 +358,9 @@ def shared_host_notes(inventory: Inventory, policy: Policy) -> list[str]:
     return out
 
 
-def _names(approvers: Approvers, *, exclude: str | None) -> str:
+def _names(approvers: Approvers, *, exclude: str | None) -> Said:
     if approvers.anyone:
-        return "anyone" + (f" except {exclude}" if exclude else "")
+        return Said("anyone" + (f" except {exclude}" if exclude else ""))
     kept = Approvers(users=[u for u in approvers.users if u != exclude], groups=approvers.groups)
     return kept.describe()
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from agents.plan.targets import UNSCOPED
 from agents.policy.freeze import BreakGlass, FreezeWindow
 from agents.policy.limits import Limits
+from agents.said import Said, joined, policy_group, policy_user
 
 __all__ = ["OTHER_SCOPES", "UNSCOPED", "Approvers", "EnvPolicy", "Layer", "Policy"]
 
@@ -44,12 +45,12 @@ class Approvers(BaseModel):
             return True
         return user in self.users or bool(set(user_groups) & set(self.groups))
 
-    def describe(self) -> str:
+    def describe(self) -> Said:
+        """Who, as parts: Slack ids the policy names are mentions (``agents.said``)."""
         if self.anyone:
-            return "anyone"
-        names = [f"<@{u}>" if u.startswith(("U", "W")) else u for u in self.users]
-        names += [f"<!subteam^{g}>" if g.startswith("S") else g for g in self.groups]
-        return ", ".join(names) or "nobody"
+            return Said("anyone")
+        names = [*map(policy_user, self.users), *map(policy_group, self.groups)]
+        return joined(", ", names) if names else Said("nobody")
 
 
 class EnvPolicy(BaseModel):

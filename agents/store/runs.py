@@ -35,6 +35,7 @@ from agents.policy.approvals import (
 from agents.policy.eligibility import Grant
 from agents.policy.rules import Policy
 from agents.run.record import Approval, HostChange, Pause, Run, RunStatus, StepState
+from agents.said import Said, recorded
 from agents.store._redis import Keys, Part, RedisBase, Write, text
 from agents.store.audit import AuditLog
 from agents.store.limits import ApprovalCounts
@@ -441,9 +442,10 @@ class Runs(Part):
                 raise ApprovalRefused(_not_pausable(run))
             held = pipe.get(key)
             if held is not None:
-                raise ApprovalRefused(f"run {run_id} is already paused by "
-                                      f"{Pause.model_validate_json(held).by}; resume it to "
-                                      f"carry on")
+                was = Pause.model_validate_json(held)
+                raise ApprovalRefused(Said(f"run {run_id} is already paused by ",
+                                           recorded(was.by, was.via),
+                                           "; resume it to carry on"))
             pause = Pause(by=user, at=self.clock(), via=via).model_dump_json()
             self.queue_writes(pipe, [lambda p: p.set(key, pause), *writes])
             pipe.execute()

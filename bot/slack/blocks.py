@@ -21,12 +21,14 @@ from agents.ids import short_id
 from agents.plan.diff import Mark, PlanDiff
 from agents.plan.dryrun import verdict
 from agents.plan.model import Plan, Step, format_params
+from agents.policy.eligibility import eligibility
 from agents.policy.rules import Policy
 from agents.run.gates import where as gate_where
 from agents.run.judgment import waiting_line
 from agents.run.record import GateCheck, Pause, Run, RunStatus, StepState, StepStatus
 from agents.run.results import listed, outputs_of, tally
 from agents.run.unreplicated import replica_wait_line, unreplicated_note
+from agents.said import Mention, Said, recorded
 from agents.store.manual_locks import ManualLock
 
 if TYPE_CHECKING:  # the engine's module imports services: not for a pure renderer
@@ -97,10 +99,17 @@ def params_text(params: Mapping[str, object], limit: int = 120) -> str:
 
 
 def notice(text: str) -> str:
-    """A refusal or notice for one user, escaped like any text. It makes no mentions: a
-    mention is built only by :func:`mention` from an id deckhand resolved itself, never by
-    pattern from text (which may echo what the user typed: ``<@U0EVIL1>``, ``UNKNOWN``)."""
+    """A refusal, notice or "who can approve" line as mrkdwn: a :class:`~agents.said.Said`'s
+    mention parts (ids the policy names or Slack recorded) as live mentions, every literal
+    part escaped; any other text escaped whole. Mentions are never found by pattern in text
+    (which may echo what the user typed: ``<@U0EVIL1>``, ``UNKNOWN``)."""
+    if isinstance(text, Said):
+        return text.render(escape, _live)
     return escape(text)
+
+
+def _live(part: Mention) -> str:
+    return f"<!subteam^{part.id}>" if part.group else f"<@{part.id}>"
 
 
 def shown(text: object, limit: int = MAX_SECTION) -> str:
@@ -126,11 +135,7 @@ def mention(user: str, via: str | None) -> str:
     face that wrote the name, ``agents.faces``), i.e. it is the user id of a signed request;
     any other name (a ``--user``, an MCP client, a schedule, a record from before faces were
     recorded) is escaped text, whatever it looks like (``UNKNOWN``, ``U123ABC``)."""
-    slack = from_slack(via) and _SLACK_USER_ID.fullmatch(user)
-    return f"<@{user}>" if slack else escape(user)
-
-
-_SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
+    return notice(Said(recorded(user, via)))
 
 
 def button_value(run: Run) -> str:
@@ -172,6 +177,8 @@ def plan_blocks(plan: Plan, run: Run, policy: Policy, *, actions: bool = True,
     if note:
         blocks.append(context(note))
     if actions:
+        who = eligibility(run, policy).who()
+        blocks.append(context(notice(Said("Who can approve: ", who))))
         blocks.append(approval_actions(run, policy))
     return _fit(blocks)
 

@@ -29,6 +29,7 @@ from agents.plan.dryrun import verdict
 from agents.plan.model import Plan
 from agents.policy.approvals import approvals_needed
 from agents.run.record import Run, RunStatus, Verdict
+from agents.said import Said
 from agents.services import Services
 from agents.store import Store
 from bot.slack import blocks as bk
@@ -399,11 +400,17 @@ class Bot:
         """How a job tells whoever sent ``body`` that it failed (redacted, escaped)."""
         def tell(text: str) -> None:
             if respond is not None and body.get("response_url"):
-                respond(text=bk.trim(bk.notice(self.services.redact(text)), 3000),
+                respond(text=bk.trim(bk.notice(self.redacted(text)), 3000),
                         response_type="ephemeral")
             else:
                 self.tell(body, text)
         return tell
+
+    def redacted(self, text: str) -> str:
+        """``text`` redacted; a :class:`Said` part by part, so its mentions stay mentions."""
+        if isinstance(text, Said):
+            return text.map_literal(self.services.redact)
+        return self.services.redact(text)
 
     def tell(self, body: dict[str, Any], text: str) -> None:
         """Tell whoever sent ``body`` (a command, click or event): ephemerally in its channel,
@@ -414,7 +421,7 @@ class Bot:
             or (body.get("event") or {}).get("channel")
         if not user:
             return
-        text = bk.trim(bk.notice(self.services.redact(text)), 3000)
+        text = bk.trim(bk.notice(self.redacted(text)), 3000)
         if channel:
             self.ephemeral(channel=channel, user=user, text=text)
         else:

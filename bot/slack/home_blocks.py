@@ -134,7 +134,7 @@ def _pending_text(run: Run, policy: Policy, now: float) -> str:
                    f"requested by {bk.mention(run.requested_by, run.requested_via)} "
                    f"{_ago(run.created_at, now)} · "
                    f"{have}/{have + answer.remaining} approvals, from "
-                   f"{answer.who()} · Modify or Reject in its thread",
+                   f"{bk.notice(answer.who())} · Modify or Reject in its thread",
                    LINE_LIMIT * 2)
 
 
@@ -145,7 +145,7 @@ def _mine_line(run: Run, policy: Policy, now: float) -> str:
     return bk.trim(f"*{bk.shown(run.goal, 200)}* · `{short_id(run.id)}` · "
                    f"{', '.join(run.scopes) or 'local'} · waiting {_ago(run.created_at, now)}"
                    f" · needs {need} more approval{'s' if need != 1 else ''} from "
-                   f"{bk.shown(who, 200)}", LINE_LIMIT)
+                   f"{bk.notice(who)}", LINE_LIMIT)
 
 
 def _approve_only(run: Run, policy: Policy) -> Block:

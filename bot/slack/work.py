@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agents.said import Said, said_of
 from tools.errors import DeckhandError
 
 log = logging.getLogger("deckhand.slack.work")
@@ -123,7 +124,7 @@ def _perform(job: Job) -> None:
         job.run()
     except DeckhandError as exc:
         log.info("%s not done (%s): %s", job.name, type(exc).__name__, exc)  # not all refusals
-        _tell(job, f"⚠️ {exc}")
+        _tell(job, Said("⚠️ ", said_of(exc)))  # its mentions kept
     except Exception as exc:
         log.error("%s failed", job.name, exc_info=exc)
         _tell(job, f"⚠️ Something went wrong handling that ({type(exc).__name__}). "

@@ -13,6 +13,7 @@ from agents.errors import ApprovalRefused
 from agents.ids import short_id
 from agents.plan.yaml import plan_to_yaml
 from agents.run.record import Run, RunStatus, Verdict
+from agents.said import Said, said_of
 from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.judgment_blocks import ACTION as ACTIONS
@@ -112,7 +113,7 @@ def _approve(bot: Bot, body: dict[str, Any], tell: Tell, run_id: str, version: i
     try:
         bot.approve(run_id, version, plan_hash, user=body["user"]["id"], origin=_origin(body))
     except ApprovalRefused as exc:
-        tell(f"🚫 Not approved: {exc}")
+        tell(Said("🚫 Not approved: ", said_of(exc)))
         if not body.get("channel"):  # clicked in the App Home: show it as it is now
             bot.changed(bot.store.runs.get(run_id))
 
@@ -157,7 +158,7 @@ def _may_steer(bot: Bot, run: Run, body: dict[str, Any], tell: Tell, *, what: st
     try:
         bot.check_may_steer(run, body["user"]["id"], what=what)
     except ApprovalRefused as exc:
-        tell(f"🚫 {exc}")
+        tell(Said("🚫 ", said_of(exc)))
         return False
     return True
 
