@@ -17,6 +17,7 @@ from agents.errors import IllegalTransition
 from agents.ids import new_id
 from agents.plan.model import Plan
 from agents.plan.targets import UNSCOPED, PlanTargets
+from agents.said import Said, recorded
 from tools.gates import GateSample
 from tools.inventory import LOCAL_HOST_NAME, Inventory
 
@@ -240,7 +241,8 @@ class Decision(BaseModel):
 
     def describe(self) -> str:
         what = "Continue" if self.verdict is Verdict.CONTINUE else "Roll back"
-        return self.reason or f"{what}, decided by {self.actor} ({self.via})"
+        return self.reason or Said(f"{what}, decided by ", recorded(self.actor, self.via),
+                                   f" ({self.via})")
 
 
 class Judgment(BaseModel):

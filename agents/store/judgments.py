@@ -20,6 +20,7 @@ from agents.errors import ApprovalRefused
 from agents.policy.approvals import judgment_problem
 from agents.policy.rules import Policy
 from agents.run.record import Decision, Judgment, Run, Verdict
+from agents.said import Said
 from agents.store._redis import Part, RedisBase, Write
 from agents.store.audit import AuditLog
 from agents.store.runs import Runs
@@ -83,7 +84,7 @@ class Judgments(Part):
         if held is None:
             done = next((j for j in reversed(run.judgments) if j.hold == hold), None)
             if done is not None and done.decision is not None:
-                return f"this go/no-go was already decided: {done.decision.describe()}"
+                return Said("this go/no-go was already decided: ", done.decision.describe())
             return (f"run {run.id} is not waiting for a go/no-go (it is "
                     f"{run.status.value.replace('_', ' ')})")
         if hold is not None and hold != held.hold:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from agents.policy.approvals import judgment_problem
 from agents.policy.rules import Policy
 from agents.run.record import Judgment, Run, RunStatus, Verdict
+from agents.said import Mention, Said
 
 POLICY = Policy.model_validate({"environments": {"production": {
     "approvers": {"users": ["UAPPROVER1", "UAPPROVER2", "UREQ"]}, "self_approval": False}}})
@@ -28,9 +29,10 @@ def problem(run: Run, user: str) -> str | None:
 def test_who_can_honours_the_judgment_approvers() -> None:
     run = held(["UAPPROVER2", "UREQ"])
     said = problem(run, "UOUTSIDER")
-    assert said == "you may not decide this go/no-go. Who can: <@UAPPROVER2>"
+    assert said == "you may not decide this go/no-go. Who can: UAPPROVER2"  # plain faces
+    assert isinstance(said, Said) and Mention("UAPPROVER2") in said.parts  # Slack's
     assert problem(run, "UAPPROVER2") is None  # the one named may, indeed
-    assert problem(run, "UAPPROVER1") == ("only <@UAPPROVER2> may decide this go/no-go "
+    assert problem(run, "UAPPROVER1") == ("only UAPPROVER2 may decide this go/no-go "
                                           "(rollout.judgment.approvers)")
 
 
@@ -41,4 +43,4 @@ def test_judgment_approvers_nobody_may_be_says_so() -> None:
 
 def test_without_judgment_approvers_the_approval_rules_answer() -> None:
     said = problem(held([]), "UOUTSIDER")
-    assert said is not None and "<@UAPPROVER1>, <@UAPPROVER2>" in said and "UREQ" not in said
+    assert said is not None and "UAPPROVER1, UAPPROVER2" in said and "UREQ" not in said

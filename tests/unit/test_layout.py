@@ -81,7 +81,7 @@ def test_only_bot_mcp_speaks_mcp_or_runs_an_event_loop() -> None:
 AGENT_FLOORS = (
     ("errors", "faces", "ids", "logcontext", "tracing", "prompts", "readiness", "secret_files",
      "state_dir"),
-    ("plan", "schedules", "settings"),
+    ("plan", "said", "schedules", "settings"),
     ("run", "requests"),
     ("history", "policy"),
     ("config", "store"),

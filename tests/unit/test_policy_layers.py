@@ -284,7 +284,7 @@ def test_check_notes_name_which_layer_wins(tmp_path: Path) -> None:
             "production wins over organisation: deckhand.yml:2 policy.environments.production "
             "(3600s)") \
         not in notes  # the organisation did not write a ttl: it has no say
-    assert any(n.startswith("api: owners <@U1> approve its runs") for n in notes)
+    assert any(n.startswith("api: owners U1 approve its runs") for n in notes)
     assert ("web/staging: no organisation rule of that name, so nothing of the "
             "organisation's applies (organisation rules match names)") in notes
 
@@ -351,8 +351,8 @@ def test_check_says_when_the_layers_leave_nobody(tmp_path: Path) -> None:
                  api_extra="owners: {users: [U3]}\n")
     notes = policy_notes(org)
     assert ("api/production: nobody is allowed by every layer, so no plan touching it can "
-            "be approved: only someone allowed by every rule (production: <@U1>, <@U2>; "
-            "production (owners): <@U3>)") in notes
+            "be approved: only someone allowed by every rule (production: U1, U2; "
+            "production (owners): U3)") in notes
     assert not any(n.startswith(("api/staging: nobody", "web/")) and "nobody is" in n
                    for n in notes)
 

@@ -351,14 +351,14 @@ def test_check_names_each_shared_host_and_warns_when_no_owner_is_common(
     assert notes[0].startswith("api: host api-2 (local:api-2) is also in web/live: a run of "
                                "api touching it needs every rule of production, web/live — "
                                "production: anyone (1 needed) — ")
-    assert "web/live: <@U2>, <@U3> (1 needed) — web/live: services/web.yml:6 policy." \
+    assert "web/live: U2, U3 (1 needed) — web/live: services/web.yml:6 policy." \
            "environments.live, touches api-2" in notes[0]
-    assert "web/live: <@U2> (1 needed) — web/live: owners: services/web.yml:5" in notes[0]
+    assert "web/live: U2 (1 needed) — web/live: owners: services/web.yml:5" in notes[0]
     assert notes[0].endswith("it holds host lock local:api-2 (lock: refuse)")  # api's default
     assert notes[1].startswith("web: host api-2 (local:api-2) is also in api/production")
     assert warnings[0].startswith("api: no user is allowed by name by every rule over host "
-                                  "api-2 (production (owners): <@U1>, <@U3>; web/live: <@U2>, "
-                                  "<@U3>; web/live (owners): <@U2>)")
+                                  "api-2 (production (owners): U1, U3; web/live: U2, "
+                                  "U3; web/live (owners): U2)")
     assert len(warnings) == 2  # and web's view of the same host
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out
