@@ -232,7 +232,7 @@ def test_serve_reloads_on_sighup_and_approvals_follow_the_new_rule(
         entry = audited(store, "config_reloaded")
         assert entry.actor.startswith("serve ")
         assert entry.details["diff"][0] == (
-            "staging: changed (who may approve: staging: <@UBOB> → staging: <@UCAROL>; "
+            "staging: changed (who may approve: staging: UBOB → staging: UCAROL; "
             "approvers by name: added UCAROL; removed UBOB)")
 
         waiting = _waiting(services, "staging v1.0.0")

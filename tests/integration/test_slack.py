@@ -189,8 +189,9 @@ def test_deckhand_command_help_runs_status_cancel(world: SlackWorld) -> None:
     world.signer.command("/deckhand", f"cancel {run_id}", user="UMALLORY",
                          response_url=f"{world.standin.url}/response/c")
     refusal = world.standin.wait_for(lambda: world.standin.responses[1:])
-    assert "only the requester (UALICE) or an approver" in refusal[0]["text"]  # no mention:
-    assert "<@" not in refusal[0]["text"]  # deckhand never makes one from text (issue 29.7)
+    said = refusal[0]["text"]  # mentions only from records, never from text (issue 29.7):
+    assert "only the requester (<@UALICE>) or an approver" in said  # Slack recorded UALICE
+    assert "<@UBOB>" in said and "<!subteam^SOPS>" in said  # the policy's (issue 41 §5)
     assert world.store.runs.get(run_id).status is RunStatus.AWAITING_APPROVAL
     world.signer.command("/deckhand", f"cancel {short_id(run_id)}", user="UALICE",
                          response_url=f"{world.standin.url}/response/c")

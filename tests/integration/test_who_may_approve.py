@@ -191,14 +191,14 @@ def test_slack_refusal_and_home_give_the_same_list(world: SlackWorld) -> None:
     assert "UALICE" not in who and "UBOB" in who
     world.click("approve", value, user="UMALLORY")
     refusal = world.standin.wait_for(lambda: world.told("UMALLORY"), what="the refusal")
-    shown = refusal[0].replace("&lt;", "<").replace("&gt;", ">")
-    assert f"Who can: {who}" in shown
+    assert f"Who can: {bk.notice(who)}" in refusal[0]  # the policy's ids: live mentions
+    assert "<@UBOB>" in refusal[0] and "<!subteam^SOPS>" in refusal[0]
     world.runtime.bot.home.interval = 0.05
     assert world.open_home("UBOB")[0] == 200
     home = world.standin.wait_for(
         lambda: [c for c in world.standin.of("views.publish")
                  if c.payload.get("user_id") == "UBOB"], what="UBOB's Home")[0]
-    assert f"0/2 approvals, from {who}" in home.text_of_blocks()
+    assert f"0/2 approvals, from {bk.notice(who)}" in home.text_of_blocks()
     assert world.store.runs.get(run.id).status is RunStatus.AWAITING_APPROVAL
 
 
