@@ -8,7 +8,6 @@ Redis, prints the same refusals with plain ids.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,6 @@ from agents.config import load_config
 from agents.engine.desk import RunDesk
 from agents.faces import Face
 from agents.run.record import RunStatus
-from agents.said import Mention, Said
 from agents.store import Store
 from bot.slack import blocks as bk
 from tests.fixtures.builders import BASE, SHELL_TOOLS
@@ -119,20 +117,10 @@ def test_a_second_pause_names_who_paused_it_as_a_mention(
     wait_until(lambda: world.store.runs.pause_requested(run_id), what="the pause")
     world.click(bk.ActionId.PAUSE, run_id, user="UBOB")
     told = world.standin.wait_for(lambda: world.told("UBOB"), what="the refusal")[0]
-    assert f"already paused by <@UALICE>; resume it" in told  # not a bare id
+    assert "already paused by <@UALICE>; resume it" in told  # not a bare id
     rules = _refusals(world.store, run_id, "pause", "UBOB")
     assert rules and "already paused by UALICE;" in rules[0]  # the audit: plain
     (tmp_path / "go").touch()
     world.click(bk.ActionId.RESUME, run_id, user="UBOB")
     assert world.wait_run(run_id).status is RunStatus.SUCCEEDED
 
-
-def test_only_said_parts_become_mentions() -> None:
-    """The Slack rendering: mention parts live, every literal part escaped; a plain str,
-    whatever it says, escaped whole; concatenation keeps the parts, an f-string drops them."""
-    said = Said("ask ", Mention("UAPPROVER1"), ", ", Mention("SOPS", group=True), f" {EVIL}")
-    assert said == f"ask UAPPROVER1, SOPS {EVIL}"
-    assert bk.notice(said) == "ask <@UAPPROVER1>, <!subteam^SOPS> &lt;@U0EVIL1&gt;"
-    assert bk.notice("🚫 " + said).startswith("🚫 ask <@UAPPROVER1>")
-    assert bk.notice(f"{said}") == f"ask UAPPROVER1, SOPS &lt;@U0EVIL1&gt;"
-    assert json.dumps({"rule": said}) == json.dumps({"rule": str(said)})
