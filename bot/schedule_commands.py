@@ -34,6 +34,7 @@ from agents.errors import NotFound, PlanError, ScheduleError
 from agents.ids import short_id
 from agents.plan.model import Plan
 from agents.policy.eligibility import PlanSubject, eligibility, of_scopes
+from agents.said import Said
 from agents.schedules.model import Schedule, split_spec, zone_named
 from agents.services import Services
 from agents.store.schedules import ScheduleBook
@@ -353,9 +354,9 @@ def _check_rights(ctx: _Ctx, schedule: Schedule, action: str) -> None:
     envs = schedule.environments
     answer = eligibility(of_scopes(envs), ctx.services.config.policy)
     if schedule.auto and not answer.allows(ctx.user, ctx.user_groups):
-        raise ScheduleError(f"{short_id(schedule.id)} runs unattended, so only people who may "
-                            f"approve {', '.join(envs) or 'its plans'} can {action} it. Who can: "
-                            f"{answer.who()}")
+        raise ScheduleError(Said(f"{short_id(schedule.id)} runs unattended, so only people "
+                                 f"who may approve {', '.join(envs) or 'its plans'} can "
+                                 f"{action} it. Who can: ", answer.who()))
 
 
 def _audit(ctx: _Ctx, action: str, schedule: Schedule, **details: Any) -> None:

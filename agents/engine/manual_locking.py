@@ -16,6 +16,7 @@ from agents.ids import short_id
 from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.freeze import Frozen
 from agents.run.record import Run, RunStatus
+from agents.said import Said
 from agents.services import Services
 from agents.store.manual_locks import ManualLock
 
@@ -100,8 +101,8 @@ def _unlock(services: Services, environment: str, *, user: str, groups: Iterable
 def _may(services: Services, env: str, user: str, groups: Iterable[str], verb: str) -> None:
     answer = eligibility(of_scopes([env], requested_by=""), services.config.policy)
     if not answer.allows(user, list(groups)):
-        raise ManualLockRefused(f"only someone who may approve {env} may {verb} it. Who can: "
-                                f"{answer.who()}")
+        raise ManualLockRefused(Said(f"only someone who may approve {env} may {verb} it. "
+                                     f"Who can: ", answer.who()))
 
 
 def _meaning(services: Services, env: str) -> str:
