@@ -30,7 +30,7 @@ from tests.integration.test_slack_pause import WAIT
 POLICY = """
 policy:
   environments:
-    staging: {approvers: {anyone: true}}
+    staging: {approvers: {users: [UAPPROVER1, UALICE, UBOB]}}
     production: {approvers: {users: [UAPPROVER1], groups: [SOPS]}}
 """
 WHO = "production: <@UAPPROVER1>, <!subteam^SOPS>"  # the policy's ids, as Slack shows them
@@ -96,6 +96,9 @@ def test_refusals_mention_the_policy_ids_and_escape_a_typed_name(
 
 def test_the_requesters_home_mentions_approvers_and_escapes_a_typed_goal(
         world: SlackWorld) -> None:
+    world.deploy("ship", user="UALICE")  # a signed request: its plan message says who
+    assert ("Who can approve: staging: <@UAPPROVER1>, <@UALICE>, <@UBOB>"
+            in world.plan_message().text_of_blocks())
     services = world.runtime.services
     plan = services.make_plan("release v1.2.3", requested_by="UREQ1", face=Face.SLACK)
     plan = plan.model_copy(update={"goal": f"{EVIL} hotfix <!channel>"})
@@ -109,7 +112,7 @@ def test_the_requesters_home_mentions_approvers_and_escapes_a_typed_goal(
 
 def test_a_second_pause_names_who_paused_it_as_a_mention(
         world: SlackWorld, tmp_path: Path) -> None:
-    world.deploy("ship", user="UALICE")  # staging: anyone may approve, the requester too
+    world.deploy("ship", user="UALICE")  # staging: its approvers, the requester too
     run_id = bk.parse_button_value(button(world.plan_message(), "approve"))[0]
     world.click("approve", button(world.plan_message(), "approve"), user="UALICE")
     wait_until((tmp_path / "started").exists, what="the first step to start")
