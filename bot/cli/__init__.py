@@ -163,13 +163,14 @@ def _extra_commands() -> list[Callable[[Commands], None]]:
         runs,
         schedules,
         serve,
+        services,
     )
     from bot.cli import eval as evaluation
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
             policy.register, completion.register, control.register, judge.register,
-            locks.register]
+            locks.register, services.register]
 
 
 def _add_demo(commands: Commands) -> None:
