@@ -34,7 +34,7 @@ from bot.cli.common import (
 )
 from bot.cli.json_views import history_json, stats_json, where_json
 from bot.cli.run_views import print_json
-from bot.cli.services import matrix_table, read_scopes, scope_json
+from bot.cli.services import Readers, matrix_table, read_scopes, scope_json
 from tools.errors import DeckhandError
 from tools.gitlog import GitRepo
 
@@ -109,7 +109,7 @@ def _where(args: argparse.Namespace, console: Console) -> int:
 def _where_org(services: Services, org: Org, names: list[str], environment: str | None,
                args: argparse.Namespace, console: Console) -> int:
     """The service × environment matrix; ``--verify`` asks one service's hosts."""
-    scopes = read_scopes(services.store, org, names, environment)
+    scopes = read_scopes(Readers.of(services), org, names, environment)
     observed = None
     if args.verify:
         if len(names) != 1:

@@ -18,9 +18,11 @@ from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.org import Org
 from agents.run.record import TERMINAL, Run, RunStatus
-from agents.store import Store
-from agents.store.locks import LockInfo
-from agents.store.manual_locks import ManualLock
+from agents.services import Services
+from agents.store.history import History
+from agents.store.locks import LockInfo, Locks
+from agents.store.manual_locks import ManualLock, ManualLocks
+from agents.store.runs import Runs
 from bot.cli.common import Commands, add_config_arg, embedded_store_note, run_services
 from bot.cli.json_views import lock_json, where_host
 from bot.cli.run_views import print_json
@@ -48,19 +50,34 @@ class Scope:
         return self.state.environment
 
 
-def read_scopes(store: Store, org: Org, services: list[str],
+@dataclass(frozen=True)
+class Readers:
+    """The store's nouns ``where`` and ``services`` read."""
+
+    history: History
+    locks: Locks
+    manual_locks: ManualLocks
+    runs: Runs
+
+    @classmethod
+    def of(cls, services: Services) -> Readers:
+        store = services.store
+        return cls(store.history, store.locks, store.manual_locks, store.runs)
+
+
+def read_scopes(readers: Readers, org: Org, services: list[str],
                 environment: str | None = None) -> list[Scope]:
     """Every environment of ``services`` (configured, then any only history knows), or
     only ``environment``: the ``where`` keys in one MGET, the run locks in another, the
     open runs from their index once."""
     keys = {name: org.services[name].key for name in services}
-    recorded = {(w.service, w.environment): w for w in store.history.matrix(keys.values())}
-    locks = {(i.service, i.environment): i for i in store.locks.all()}
-    runs = _open_runs(store)
+    recorded = {(w.service, w.environment): w for w in readers.history.matrix(keys.values())}
+    locks = {(i.service, i.environment): i for i in readers.locks.all()}
+    runs = _open_runs(readers.runs)
     out: list[Scope] = []
     for name in services:
         key = keys[name]
-        held = store.manual_locks.all(service=key)
+        held = readers.manual_locks.all(service=key)
         known = [*org.services[name].inventory.environments,
                  *sorted(env for svc, env in recorded if svc == key)]
         for env in dict.fromkeys(known):
@@ -72,9 +89,9 @@ def read_scopes(store: Store, org: Org, services: list[str],
     return out
 
 
-def _open_runs(store: Store) -> dict[tuple[str | None, str], list[Run]]:
+def _open_runs(runs: Runs) -> dict[tuple[str | None, str], list[Run]]:
     found: dict[tuple[str | None, str], list[Run]] = {}
-    for run in store.runs.recent(limit=IN_FLIGHT_SCAN, statuses=OPEN):
+    for run in runs.recent(limit=IN_FLIGHT_SCAN, statuses=OPEN):
         for env in run.environments:
             found.setdefault((run.service, env), []).append(run)
     return found
@@ -92,7 +109,7 @@ def register(commands: Commands) -> None:
 
 def _services(args: argparse.Namespace, console: Console) -> int:
     services, org = run_services(args)
-    scopes = read_scopes(services.store, org, list(org.services))
+    scopes = read_scopes(Readers.of(services), org, list(org.services))
     if args.json:
         print_json(services_json(org, scopes))
         return 0
