@@ -1,25 +1,32 @@
 """Reading across services (docs/services.md 2.6), through ``bot.cli.main`` on a real
 redis-server with history recorded for two services of ``examples/services``: ``where``
 as a service × environment matrix (``--json`` with ``service``), ``history SERVICE ENV``,
-``stats`` per service with the organisation's line, ``deckhand services``; the example
-checks clean and ``init --service`` adds a service that ``check`` accepts."""
+``stats`` per service with the organisation's line, ``deckhand services``, a ``/metrics``
+scrape labelled by service; the example checks clean and ``init --service`` adds a service
+that ``check`` accepts."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agents.history.deploys import DAY, Deploy
-from agents.run.record import Run, RunStatus
+from agents.org import load_org
+from agents.run.record import Event, EventKind, Run, RunStatus
+from agents.services import build_services
+from agents.settings import Settings
 from agents.store import Store
 from agents.store.manual_locks import ManualLock
 from bot.cli import main
-from tests.fixtures.sample import EXAMPLES
+from bot.metrics import Metrics
+from tests.fixtures.sample import EXAMPLES, free_port
 
 
 @pytest.fixture
@@ -164,3 +171,41 @@ def test_the_example_checks_clean_and_init_adds_a_service(
     assert "is valid: 3 service(s): api, web, docs" in capsys.readouterr().out
     assert main(["init", str(org.parent), "--service", "docs"]) == 1
     assert "already" in capsys.readouterr().out
+
+
+def test_a_metrics_scrape_labels_runs_plans_and_dora_by_service(org: Path, store: Store) -> None:
+    now = time.time()
+    store.history.record("api", "a1", [deploy("a1", "production", "v1.0.0", now - DAY,
+                                              ["api-prod-1"])])
+    store.history.record("web", "w1", [deploy("w1", "production", "v9.0.0", now - DAY,
+                                              ["web-prod-1"], outcome=RunStatus.FAILED)])
+    api = build_services(load_org(org).services["api"], Settings(), store=store)
+    plan = store.plans.save(api.make_plan("deploy v1.0.0 to staging", requested_by="U1",
+                                          face="cli"))
+    metrics = Metrics()
+    metrics.record_plan(plan)
+    metrics.watch_org_history(store.history, [("api", "production"), ("web", "production")],
+                              undo_window=DAY)
+    run = Run(id="run-m", plan_id=plan.id, plan_version=plan.version, plan_hash=plan.hash,
+              service=plan.service, environments=["staging"], status=RunStatus.SUCCEEDED)
+    listener = metrics.run_listener_factory(store.plans)(run)
+    listener(Event(kind=EventKind.RUN_FINISHED, run_id=run.id, status="succeeded"), run)
+
+    port = free_port()
+    server = metrics.serve(host="127.0.0.1", port=port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as got:
+            text = got.read().decode()
+    finally:
+        server.shutdown()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert plan.service == "api"
+    assert samples["deckhand_runs_total", (("outcome", "succeeded"), ("service", "api"))] == 1
+    assert samples["deckhand_plans_total", (("planner", plan.planner.name),
+                                            ("service", "api"))] == 1
+    api_prod = (("environment", "production"), ("service", "api"))
+    web_prod = (("environment", "production"), ("service", "web"))
+    assert samples["deckhand_deploys_per_day", api_prod] == pytest.approx(1 / 30)
+    assert samples["deckhand_change_failure_rate", api_prod] == 0
+    assert samples["deckhand_change_failure_rate", web_prod] == 1
