@@ -130,8 +130,8 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
     status, metrics = world.get("/metrics")
     assert status == 200
     # service "": the legacy service, which Prometheus reads as no label at all
-    assert 'deckhand_deploys_per_day{service="",environment="staging"} 0.1' in metrics
-    assert 'deckhand_change_failure_rate{service="",environment="staging"} 0.33' in metrics
+    assert 'deckhand_deploys_per_day{environment="staging",service=""} 0.1' in metrics
+    assert 'deckhand_change_failure_rate{environment="staging",service=""} 0.33' in metrics
     assert world.standin.violations == []
 
 

@@ -209,3 +209,27 @@ def test_a_metrics_scrape_labels_runs_plans_and_dora_by_service(org: Path, store
     assert samples["deckhand_deploys_per_day", api_prod] == pytest.approx(1 / 30)
     assert samples["deckhand_change_failure_rate", api_prod] == 0
     assert samples["deckhand_change_failure_rate", web_prod] == 1
+
+
+def test_audit_names_each_entrys_service_and_filters_by_one(
+        org: Path, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    for run_id, service in [("run-api", "api"), ("run-web", "web")]:
+        store.runs.create(Run(id=run_id, plan_id=f"plan-{service}", plan_version=1,
+                              plan_hash="h", service=service, environments=["production"],
+                              created_at=time.time()))
+        store.audit.record("planned", actor="U1", run_id=run_id)
+    store.manual_locks.take(ManualLock("staging", "alice", "load test", time.time(),
+                                       service="web"), face="cli")
+    store.audit.record("config_reloaded", actor="deckhand")  # about no service
+
+    def lines(*argv: str) -> list[dict[str, Any]]:
+        assert main(["audit", "-c", str(org), "--json", *argv]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    assert [(e["action"], e["service"]) for e in lines()] == [
+        ("planned", "api"), ("planned", "web"), ("locked", "web"), ("config_reloaded", None)]
+    assert [(e["action"], e["run_id"]) for e in lines("--service", "web")] == [
+        ("planned", "run-web"), ("locked", None)]
+    assert main(["audit", "-c", str(org), "--service", "nope"]) == 2
+    said = capsys.readouterr()
+    assert "'nope' is not a service of deckhand.yml (known: api, web)" in said.out + said.err
