@@ -234,7 +234,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))
     # shown, never run: the request ends here, and so does its trace
-    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True)
+    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True,
+                          service=plan.service)
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":
