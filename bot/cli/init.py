@@ -85,7 +85,7 @@ def add_service(directory: Path, name: str, console: Console) -> int:
         console.print(f"{service} already exists; keep it, or choose another name.",
                       highlight=False, soft_wrap=True)
         return 1
-    text = _listed(before or MAIN_TEXT, name, main)
+    text = with_service_line(before or MAIN_TEXT, name, main)
     service.parent.mkdir(parents=True, exist_ok=True)
     service.write_text(service_text(name), encoding="utf-8")
     main.write_text(text, encoding="utf-8")
@@ -110,7 +110,7 @@ def service_text(name: str) -> str:
     return head + TEMPLATE_HOSTS.sub(rf"{name}-\1", body)
 
 
-def _listed(text: str, name: str, main: Path) -> str:
+def with_service_line(text: str, name: str, main: Path) -> str:
     """``text`` with ``  NAME: services/NAME.yml`` as the last line of its ``services:``."""
     lines = text.splitlines(keepends=True)
     heading = next((n for n, line in enumerate(lines) if SERVICES.match(line)), None)
