@@ -73,18 +73,18 @@ def read_scopes(readers: Readers, org: Org, services: list[str],
     keys = {name: org.services[name].key for name in services}
     recorded = {(w.service, w.environment): w for w in readers.history.matrix(keys.values())}
     locks = {(i.service, i.environment): i for i in readers.locks.all()}
+    held = readers.manual_locks.everywhere()
     runs = _open_runs(readers.runs)
     out: list[Scope] = []
     for name in services:
         key = keys[name]
-        held = readers.manual_locks.all(service=key)
         known = [*org.services[name].inventory.environments,
                  *sorted(env for svc, env in recorded if svc == key)]
         for env in dict.fromkeys(known):
             if environment not in (None, env):
                 continue
             state = recorded.get((key, env)) or Where(environment=env, service=key)
-            out.append(Scope(name, state, locks.get((key, env)), held.get(env),
+            out.append(Scope(name, state, locks.get((key, env)), held.get((key, env)),
                              runs.get((key, env), [])))
     return out
 
