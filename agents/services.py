@@ -219,6 +219,10 @@ class Services:
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
                                             partial(self.store.history.versions, plan.service))
+        if problems and self.store.in_process_reason:  # it saw no earlier command's deploys
+            problems.append(f"this store is in-process, so it saw no earlier command's "
+                            f"deploys: {self.store.in_process_reason}; or set REDIS_URL to a "
+                            f"Redis every deckhand process shares")
         if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
             nobody = unapprovable(self.targets(plan), self.config.policy,
                                   requested_by=plan.requested_by)
@@ -299,11 +303,14 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
 
 def build_services(config: Config, settings: Settings | None = None, *,
                    store: Store | None = None) -> Services:
-    """Wire the default services for ``config`` (the store: REDIS_URL, else in-process)."""
+    """Wire the default services for ``config`` (the store: REDIS_URL, else the state
+    directory's server, else in-process: ``Store.local``)."""
     settings = settings or Settings()
     if store is None:
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
-        store = Store.connect(url)
+        store = Store.connect(url) if url else Store.local(
+            store_dir(config), mode=settings.embedded_store, binary=settings.redis_server,
+            idle=settings.embedded_idle)
         store.replica_wait = settings.replica_wait
     redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
     store.redact_with(redact)  # the store's door knows the config's secrets too
@@ -317,3 +324,13 @@ def build_services(config: Config, settings: Settings | None = None, *,
                             old, new, config.catalog))
     executor = Executor(deps, on_failure=config.policy.on_failure)
     return Services(config, settings, planner, executor, runners, redact, store)
+
+
+def store_dir(config: Config) -> Path | None:
+    """The state directory whose server is the store without REDIS_URL: the organisation's
+    (a service's own is ``services/NAME`` in it), so every service shares one store."""
+    own = config.state_dir
+    if own is not None and config.main_path is not None and own.parent.name == "services" \
+            and own.name == config.name:
+        return own.parent.parent
+    return own

@@ -17,6 +17,7 @@ from agents.config import Config
 from agents.org import Org, load_org
 from agents.services import Services, build_services
 from agents.settings import Settings
+from agents.store.local_server import find_binary, no_server_reason
 from bot.logs import json_logging
 from bot.terminal.border import TerminalConsole
 from bot.terminal.console import Confirm
@@ -148,13 +149,23 @@ def services_for(args: argparse.Namespace) -> Services:
 
 
 def embedded_store_note() -> None:
-    """Say so (on stderr) when the store is the in-process one: it dies with this process."""
-    if Settings().redis_url is not None:
+    """Say so (on stderr) when this command's store will be in-process (no REDIS_URL, and
+    no server can run), judged from the settings alone (``in_process_note`` once the store
+    says why)."""
+    settings = Settings()
+    if settings.redis_url is None:
+        in_process_note(no_server_reason(find_binary(settings.redis_server),
+                                         mode=settings.embedded_store))
+
+
+def in_process_note(reason: str | None) -> None:
+    """The store is in-process for ``reason`` (None: it is not): it dies with this process."""
+    if reason is None:
         return
-    text = ("REDIS_URL is not set, so this command uses an embedded store that lives only for "
-            "this one process — it cannot see runs from `serve` or `worker`, and of `deckhand "
-            "run`'s only what it kept in its state directory (`runs show RUN`). "
-            "To share one store, start Redis and set REDIS_URL (e.g. export "
+    text = (f"this command's store is in-process, so it lives only for this one process: "
+            f"{reason}. It sees no earlier command's runs or history, nor runs from `serve` or "
+            "`worker`; of `deckhand run`'s only what it kept in its state directory (`runs "
+            "show RUN`). Or start Redis and set REDIS_URL (e.g. export "
             "REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
     if json_logging():  # `audit ship --log-format json`: a log line like every other
         logging.getLogger("deckhand").warning(text)

@@ -28,7 +28,7 @@ from agents.store.manual_locks import ManualLock
 from bot.cli.common import (
     Commands,
     add_config_arg,
-    embedded_store_note,
+    in_process_note,
     run_services,
     split_scope,
 )
@@ -93,7 +93,7 @@ def _where(args: argparse.Namespace, console: Console) -> int:
             services.store.manual_locks.all(service=services.config.key).items()
             if environment in (None, env)}
     if not any(s.hosts for s in states) and not args.json:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print("No deploys recorded yet.", markup=False)
         _print_locks(console, held)
         return 0
@@ -123,7 +123,7 @@ def _where_org(services: Services, org: Org, names: list[str], environment: str 
     elif observed is not None:
         console.print(where_table([s.state for s in scopes], observed))
     else:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print(matrix_table(scopes))
     return 1 if observed and _disagree([s.state for s in scopes], observed) else 0
 
@@ -200,7 +200,7 @@ def _history(args: argparse.Namespace, console: Console) -> int:
         print_json(rows)
         return 0
     if not deploys:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print(f"No deploys to {environment} recorded.", markup=False)
         return 0
     console.print(history_table(environment, deploys,

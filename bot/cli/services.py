@@ -23,7 +23,7 @@ from agents.store.history import History
 from agents.store.locks import LockInfo, Locks
 from agents.store.manual_locks import ManualLock, ManualLocks
 from agents.store.runs import Runs
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, run_services
+from bot.cli.common import Commands, add_config_arg, in_process_note, run_services
 from bot.cli.json_views import lock_json, where_host
 from bot.cli.run_views import print_json
 
@@ -113,7 +113,7 @@ def _services(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print_json(services_json(org, scopes))
         return 0
-    embedded_store_note()
+    in_process_note(services.store.in_process_reason)
     console.print(services_table(org, scopes))
     return 0
 

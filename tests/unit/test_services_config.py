@@ -12,6 +12,7 @@ import pytest
 from agents.config import load_config
 from agents.errors import ManyServices
 from agents.org import load_org
+from agents.services import store_dir
 from bot.cli import main
 from tools.errors import ConfigError
 
@@ -108,6 +109,8 @@ def test_two_services_one_from_a_file_one_inline(tmp_path: Path,
     assert api.policy.for_env("production").min_approvals == 2
     assert docs.policy.for_env("live").approvers.anyone
     assert api.catalog.tools["ship"].params["environment"].enum == ["production", "staging"]
+    # without REDIS_URL every service shares the organisation's embedded store (issue 43.1)
+    assert store_dir(api) == store_dir(docs) == tmp_path / "state"
 
 
 def test_the_faces_take_one_service_and_refuse_several_in_one_line(tmp_path: Path) -> None:
