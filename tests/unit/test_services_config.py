@@ -290,7 +290,7 @@ def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"], ["worker"],
-                                  ["mcp"], ["plan", "ship v1.2.3 to staging"], ["runs"]])
+                                  ["mcp"], ["plan", "ship v1.2.3 to staging"], ["hosts", "--json"]])
 def test_faces_refuse_a_config_of_several_services_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         argv: list[str]) -> None:
