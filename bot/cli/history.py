@@ -245,17 +245,15 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
                 if _has(org, name, e)]
         for env in envs:
             facts = services.store.history.facts_since(config.key, env, since)
+            window = config.history.undo_window_hours * 3600
             rows.append((name, stats(facts, environment=env, now=now, days=args.days,
-                                     undo_window=config.history.undo_window_hours * 3600,
-                                     commit_time=commit_time)))
-            timelines.append((facts, commit_time))
+                                     undo_window=window, commit_time=commit_time)))
+            timelines.append((facts, commit_time, window))
     figures = [s for _, s in rows]
     if not org.split:
         print_json(stats_json(figures)) if args.json else console.print(stats_table(figures))
         return 0
-    # one undo window for the organisation's line: the organisation's default
-    total = organisation(timelines, environment=ORG, now=now, days=args.days,
-                         undo_window=org.services[names[0]].history.undo_window_hours * 3600)
+    total = organisation(timelines, environment=ORG, now=now, days=args.days)
     if args.json:
         print_json([*({"service": n, **row} for (n, _), row in
                       zip(rows, stats_json(figures), strict=True)),

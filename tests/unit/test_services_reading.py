@@ -41,7 +41,8 @@ def test_the_organisations_line_folds_each_timeline_on_its_own() -> None:
     now = 100 * DAY
     api = [_deploy("a1", now - 3 * DAY, RunStatus.FAILED), _deploy("a2", now - 2 * DAY)]
     web = [_deploy("w1", now - 2.5 * DAY, RunStatus.FAILED), _deploy("w2", now - DAY / 2)]
-    line = organisation([(api, None), (web, None)], environment=ORG, now=now, days=30)
+    line = organisation([(api, None, DAY), (web, None, DAY)], environment=ORG, now=now,
+                        days=30)
     assert (line.deploys, line.failed, line.succeeded) == (4, 2, 2)
     assert line.change_failure_rate == 0.5
     # api restored after 1 day, web after 2: never web's failure "restored" by api's deploy
@@ -59,3 +60,15 @@ def test_init_inserts_one_line_at_the_end_of_services(tmp_path: Path) -> None:
         "services:\n    api: a.yml\n    web: services/web.yml\n")
     with pytest.raises(DeckhandError, match="has no `services:` block: it is one service"):
         with_service_line("tools: {}\n", "web", main)
+
+
+def test_each_services_undo_window_judges_its_own_rollbacks() -> None:
+    now = 100 * DAY
+    undone = [_deploy("a1", now - 3 * DAY), _deploy("a2", now - 3 * DAY + 3600)]
+    undone[1].rollback_of_version = True
+    kept = [d.model_copy(update={"run_id": "w" + d.run_id}) for d in undone]
+    # a rollback an hour later undoes the deploy within api's day, not within web's minute
+    line = organisation([(undone, None, DAY), (kept, None, 60)], environment=ORG, now=now,
+                        days=30)
+    assert (line.deploys, line.failed) == (4, 0)
+    assert line.change_failure_rate == 1 / 4
