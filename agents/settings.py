@@ -32,6 +32,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     config_path: str | None = Field(default=None, alias="DECKHAND_CONFIG")
+    service: str | None = Field(default=None, alias="DECKHAND_SERVICE")
+    """The CLI's service when neither ``--service`` nor the request names one."""
     redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
     schedule_tz: str = Field(default="UTC", alias="DECKHAND_TZ")
     schedule_grace: float = Field(default=1800.0, gt=0, alias="DECKHAND_SCHEDULE_GRACE",

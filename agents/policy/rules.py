@@ -58,7 +58,7 @@ class EnvPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approvers: Approvers = Field(default_factory=Approvers)
-    min_approvals: int = Field(default=1, ge=1, le=10)
+    min_approvals: int = Field(default=1, ge=1, le=10, strict=True)
     self_approval: bool = True
     confirm: bool = False
     unattended: bool = False

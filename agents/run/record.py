@@ -338,6 +338,9 @@ class Approval(BaseModel):
     break_glass: bool = False
     """This approval is the run's break-glass grant (from policy.break_glass), given on top
     of the environments' approvals; False: one of those approvals."""
+    policy: str | None = None
+    """The version of the policy it was checked against (``policy_version``; None: from
+    before versions were recorded)."""
 
 
 class Run(BaseModel):

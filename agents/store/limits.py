@@ -24,14 +24,33 @@ class ApprovalCounts(Part):
                                          f"({self.clock() - WINDOW}", "+inf", withscores=True)
         return [float(score) for _, score in found]
 
+    def problem(self, policy: Policy, service: str | None, environments: Iterable[str], *,
+                run_id: str, user: str) -> str | None:
+        """Why one more approval by ``user`` (of ``run_id``) is over a per-hour limit now:
+        what ``counted`` would refuse, read without writing (``policy explain``)."""
+        for env, cap in _capped(policy, environments).items():
+            with self.errors():
+                seen = self.r.zrangebyscore(self.keys.approved_by(service, env, user),
+                                            f"({self.clock() - WINDOW}", "+inf", withscores=True)
+            problem = rate_problem(env, cap or 0, [float(s) for m, s in seen
+                                                   if text(m) != run_id], now=self.clock())
+            if problem is not None:
+                return problem
+        return None
+
     def counted(self, policy: Policy, service: str | None, environments: Iterable[str], *,
                 run_id: str, user: str) -> Write:
         """The write that counts ``user``'s approval of ``run_id`` (of ``service``'s
         ``environments``); its ``prepare`` raises LimitReached, before anything is written,
         when it is over a limit."""
-        capped = {env: policy.limits[env].runs_per_hour for env in environments
-                  if env in policy.limits and policy.limits[env].runs_per_hour is not None}
-        return _Count(self.keys, service, capped, run_id=run_id, user=user, now=self.clock())
+        return _Count(self.keys, service, _capped(policy, environments), run_id=run_id,
+                      user=user, now=self.clock())
+
+
+def _capped(policy: Policy, environments: Iterable[str]) -> dict[str, int | None]:
+    """Each of ``environments`` with a per-hour limit, and that limit."""
+    return {env: policy.limits[env].runs_per_hour for env in environments
+            if env in policy.limits and policy.limits[env].runs_per_hour is not None}
 
 
 class _Count:

@@ -37,12 +37,15 @@ from bot.cli.common import (
     add_config_arg,
     add_limit_arg,
     add_param_arg,
+    add_service_arg,
     add_user_args,
     confirmer,
     given_config,
+    service_for_request,
     services_for,
 )
 from bot.cli.health import report_audit_key, report_audit_sink, report_redis
+from bot.cli.where_can import answer_where
 from bot.logs import announce, configure_logging, requested_format
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
@@ -227,12 +230,17 @@ def _add_run(commands: Commands) -> None:
     add_param_arg(parser)
     add_limit_arg(parser)
     add_config_arg(parser)
+    add_service_arg(parser)
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    services = services_for(args)
+    org = services_for(args)
     try:
+        services, picked = service_for_request(org, args.request, args, console,
+                                               ask=not args.yes)  # --yes: never a prompt
+        if picked.how == "where":
+            return answer_where(console, services, user=args.user)
         flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args),
                            params=parse_assignments(args.set), limit=parse_limit(args.limit))
         if args.dry_run:
@@ -240,7 +248,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             return ExitCode.SUCCEEDED if dry.status is RunStatus.SUCCEEDED else ExitCode.FAILED
         flow.handle(args.request, yes=args.yes, break_glass=args.break_glass)
     finally:
-        services.close()
+        org.close()
     return flow.exit_code
 
 
@@ -251,11 +259,15 @@ def _add_plan(commands: Commands) -> None:
     add_param_arg(parser)
     add_limit_arg(parser)
     add_config_arg(parser)
+    add_service_arg(parser)
     parser.set_defaults(handler=_plan)
 
 
 def _plan(args: argparse.Namespace, console: Console) -> int:
-    services = services_for(args)
+    services, picked = service_for_request(services_for(args), args.request, args, console,
+                                           ask=args.format == "table")  # scripts: never ask
+    if picked.how == "where":
+        return answer_where(console, services, user=getpass.getuser())
     plan = services.make_plan(args.request, requested_by=getpass.getuser(), face="cli",
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))

@@ -110,7 +110,7 @@ def test_approvers_every_layer_must_allow(tmp_path: Path) -> None:
 
 def test_default_and_unscoped_both_layers_apply(tmp_path: Path) -> None:
     org = org_of(tmp_path, "{default: {approvers: {users: [U1]}}, "
-                           "unscoped: {approvers: {users: [U1]}, min_approvals: 2}}",
+                           "unscoped: {approvers: {users: [U1, U2]}, min_approvals: 2}}",
                  "{default: {approvers: {anyone: true}}, unscoped: {approvers: {anyone: true}}}")
     api = org.services["api"].policy
     assert not api.may_approve("U9", [], ["staging"]) and api.may_approve("U1", [], ["staging"])
@@ -274,8 +274,8 @@ def test_org_index(tmp_path: Path) -> None:
 
 
 def test_check_notes_name_which_layer_wins(tmp_path: Path) -> None:
-    org = org_of(tmp_path, "{environments: {production: {approvers: {users: [U1]}, "
-                           "min_approvals: 2}}}",
+    org = org_of(tmp_path, "{environments: {production: {approvers: {users: [U1, U2]}, "
+                           "min_approvals: 2}}}",  # two named: a count one name could not meet
                  P % "approval_ttl: 60", api_extra="owners: {users: [U1]}\n")
     notes = policy_notes(org)
     assert ("api/production: min_approvals 2 — organisation: deckhand.yml:2 policy.environments."
