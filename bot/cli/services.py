@@ -19,10 +19,7 @@ from agents.ids import short_id
 from agents.org import Org
 from agents.run.record import TERMINAL, Run, RunStatus
 from agents.services import Services
-from agents.store.history import History
-from agents.store.locks import LockInfo, Locks
-from agents.store.manual_locks import ManualLock, ManualLocks
-from agents.store.runs import Runs
+from agents.store import History, LockInfo, Locks, ManualLock, ManualLocks, Runs
 from bot.cli.common import Commands, add_config_arg, in_process_note, run_services
 from bot.cli.json_views import lock_json, where_host
 from bot.cli.run_views import print_json
