@@ -162,6 +162,23 @@ def split_scope(org: Org, words: list[str | None]) -> tuple[list[str], str | Non
     return list(org.services), (given[0] if given else None)
 
 
+
+def read_scope(args: argparse.Namespace, org: Org) -> tuple[list[str], str | None]:
+    """``split_scope`` of ``args.first``/``args.second``, narrowed to ``--service`` or
+    $DECKHAND_SERVICE when given (ServiceNotChosen when it is unknown, or another service
+    than the one named)."""
+    names, environment = split_scope(org, [args.first, getattr(args, "second", None)])
+    flag, given_by = given_service(args)
+    if flag is None:
+        return names, environment
+    if flag not in org.services:
+        raise ServiceNotChosen(f"{given_by} names unknown service {flag!r}; known services: "
+                               f"{', '.join(org.services)}")
+    if len(names) == 1 and names[0] != flag and org.split:
+        raise ServiceNotChosen(f"{given_by} says {flag}, the command line {names[0]}: "
+                               f"name one")
+    return [flag], environment
+
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
     """``--user`` and ``--confirm``: the terminal trusts its operator (see docs/start.md)."""
     parser.add_argument("--user", default=getpass.getuser(),

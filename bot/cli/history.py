@@ -28,9 +28,10 @@ from agents.store.manual_locks import ManualLock
 from bot.cli.common import (
     Commands,
     add_config_arg,
+    add_service_arg,
     in_process_note,
+    read_scope,
     run_services,
-    split_scope,
 )
 from bot.cli.json_views import history_json, stats_json, where_json
 from bot.cli.run_views import print_json
@@ -76,6 +77,7 @@ def _scope_args(parser: argparse.ArgumentParser, *, env_required: bool) -> None:
                         help="a service (with `services:`), else an environment")
     parser.add_argument("second", nargs="?", metavar="ENVIRONMENT",
                         help="the environment, after a service")
+    add_service_arg(parser)
 
 
 def add_json_arg(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +87,7 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 
 def _where(args: argparse.Namespace, console: Console) -> int:
     services, org = run_services(args)
-    names, environment = split_scope(org, [args.first, args.second])
+    names, environment = read_scope(args, org)
     if org.split:
         return _where_org(services, org, names, environment, args, console)
     states = _states(services, environment)
@@ -183,7 +185,7 @@ def _said(seen: Observed | None, recorded: str | None) -> Text:
 
 def _history(args: argparse.Namespace, console: Console) -> int:
     services, org = run_services(args)
-    names, environment = split_scope(org, [args.first, args.second])
+    names, environment = read_scope(args, org)
     if environment is None:
         raise DeckhandError(f"history of which environment? e.g. deckhand history {names[0]} "
                             f"production")
@@ -232,7 +234,7 @@ def history_table(environment: str, deploys: list[Deploy],
 
 def _stats(args: argparse.Namespace, console: Console) -> int:
     services, org = run_services(args)
-    names, environment = split_scope(org, [args.first, args.second])
+    names, environment = read_scope(args, org)
     now = time.time()
     since = now - args.days * DAY  # the whole window: an index range, never a sample
     rows: list[tuple[str, Stats]] = []

@@ -38,6 +38,7 @@ def org(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Path
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("DECKHAND_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("DECKHAND_CONFIG", raising=False)
+    monkeypatch.delenv("DECKHAND_SERVICE", raising=False)
     monkeypatch.setenv("COLUMNS", "200")  # a table row on one line
     return tmp_path / "services" / "deckhand.yml"
 
@@ -91,11 +92,17 @@ def test_where_reads_both_services_as_a_matrix(org: Path, store: Store,
             for r in cli_json(capsys, "where", "web", "production", "-c", str(org))] == [
         ("web", "v9.0.0")]
     assert {r["service"] for r in cli_json(capsys, "where", "api", "-c", str(org))} == {"api"}
+    assert [(r["service"], r["environment"]) for r in cli_json(
+        capsys, "where", "production", "--service", "web", "-c", str(org))] == [
+        ("web", "production")]
 
     assert main(["where", "-c", str(org)]) == 0
     text = capsys.readouterr().out
     assert "drift: api-prod-2" in text and "alice: db migration" in text
     assert "run-api-live" in text
+    assert main(["where", "api", "--service", "web", "-c", str(org)]) == 2
+    said = capsys.readouterr()
+    assert "--service says web, the command line api: name one" in said.out + said.err
     assert main(["where", "nope", "production", "-c", str(org)]) == 2
     said = capsys.readouterr()  # (errors move to stderr with issue 43)
     assert "'nope' is not a service of deckhand.yml (known: api, web)" in said.out + said.err
