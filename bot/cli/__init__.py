@@ -165,7 +165,7 @@ EXTRA = {"init": "init", "runs": "runs", "audit": "runs", "approve": "runs",
          "hosts": "hosts", "serve": "serve", "schedules": "schedules",
          "retention": "retention", "mcp": "mcp", "eval": "eval", "policy": "policy",
          "cancel": "control", "pause": "control", "resume": "control", "stop": "control",
-         "judge": "judge", "lock": "locks", "unlock": "locks"}
+         "judge": "judge", "lock": "locks", "unlock": "locks", "services": "services"}
 """The module that registers each other command: naming one, only it is imported (the
 others cost ~0.1 s of a read-only command's start); `completion`, help and an unknown word
 get them all (test_cli_first_hour keeps this true)."""
@@ -192,13 +192,14 @@ def _extra_commands(command: str | None = None) -> list[Callable[[Commands], Non
         runs,
         schedules,
         serve,
+        services,
     )
     from bot.cli import eval as evaluation
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
             policy.register, completion.register, control.register, judge.register,
-            locks.register]
+            locks.register, services.register]
 
 
 def _add_demo(commands: Commands) -> None:
@@ -271,7 +272,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))
     # shown, never run: the request ends here, and so does its trace
-    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True)
+    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True,
+                          service=plan.service)
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":

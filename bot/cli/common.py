@@ -145,6 +145,40 @@ def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
     return build_services(base, Settings()), org
 
 
+def split_scope(org: Org, words: list[str | None]) -> tuple[list[str], str | None]:
+    """A read command's ``[SERVICE] [ENV]``: (the services meant, in config order, and the
+    environment or None). The first word is a service if it names one (service and
+    environment names never collide under ``services:``); with two words, the first must.
+    DeckhandError, naming the services, otherwise."""
+    given = [w for w in words if w]
+    named = org.index.names.get(given[0].lower()) if given else None
+    if named is not None and (org.split or len(given) == 2
+                              or given[0] not in org.services[named].inventory.environments):
+        return [named], (given[1] if len(given) == 2 else None)
+    if len(given) == 2:
+        raise DeckhandError(f"{given[0]!r} is not a service of {org.path.name} (known: "
+                            f"{', '.join(org.services)}); give SERVICE ENVIRONMENT, or "
+                            f"one environment")
+    return list(org.services), (given[0] if given else None)
+
+
+
+def read_scope(args: argparse.Namespace, org: Org) -> tuple[list[str], str | None]:
+    """``split_scope`` of ``args.first``/``args.second``, narrowed to ``--service`` or
+    $DECKHAND_SERVICE when given (ServiceNotChosen when it is unknown, or another service
+    than the one named)."""
+    names, environment = split_scope(org, [args.first, getattr(args, "second", None)])
+    flag, given_by = given_service(args)
+    if flag is None:
+        return names, environment
+    if flag not in org.services:
+        raise ServiceNotChosen(f"{given_by} names unknown service {flag!r}; known services: "
+                               f"{', '.join(org.services)}")
+    if len(names) == 1 and names[0] != flag and org.split:
+        raise ServiceNotChosen(f"{given_by} says {flag}, the command line {names[0]}: "
+                               f"name one")
+    return [flag], environment
+
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
     """``--user`` and ``--confirm``: the terminal trusts its operator (see docs/start.md)."""
     parser.add_argument("--user", default=getpass.getuser(),
