@@ -112,6 +112,17 @@ class Desk:
                           f"the run id, or call without `service` (the run knows its own)")
         return own
 
+    def _acting_on(self, run: Run, service: str | None, *, what: str, actor: str,
+                   action: str) -> Services:
+        """``of_run`` for a verb that changes the run: its refusal is audited."""
+        try:
+            return self.of_run(run, service)
+        except Refused as exc:
+            self.services.store.audit.refused(what, action=action, actor=actor, face="mcp",
+                                              rule=str(exc), run_id=run.id,
+                                              plan_id=run.plan_id, via="mcp")
+            raise
+
     def catalog(self, service: str | None = None) -> CatalogView:
         scoped = self.scope(service)
         inventory = scoped.config.inventory
@@ -184,7 +195,9 @@ class Desk:
         """Pause, resume or stop a run for ``requester``: allowed to the run's requester and
         approvers only (as Stop in Slack), refused and audited otherwise (``via: mcp``)."""
         run = self.services.store.runs.find(run_id)
-        RunDesk(self.of_run(run, service)).control(control, run.id, user=requester, via="mcp")
+        scoped = self._acting_on(run, service, what=control.value, actor=requester,
+                                 action=f"{control.value}_refused")
+        RunDesk(scoped).control(control, run.id, user=requester, via="mcp")
         return self.run_status(run.id)
 
     def judge_run(self, run_id: str, decision: str, *, user: str, verified: bool,
@@ -194,7 +207,8 @@ class Desk:
         calls itself, so it is refused. Refusals say why in one line, audited."""
         store = self.services.store
         run, verdict = store.runs.find(run_id), Verdict(decision)
-        scoped = self.of_run(run, service)
+        scoped = self._acting_on(run, service, what="judge", actor=user,
+                                 action="judgment_refused")
         if not verified:
             reason = ("judge_run needs a verified user (MCP over HTTP with a bearer token); "
                       "decide in Slack or with `deckhand judge RUN continue|rollback`")
