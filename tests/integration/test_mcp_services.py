@@ -17,6 +17,8 @@ from mcp import ClientSession
 from agents.plan.model import Plan
 from agents.run.record import RunStatus
 from agents.store import Store
+from tests.fixtures.slack_standin import SlackStandin
+from tests.fixtures.slack_world import actions_of
 from tests.integration.test_mcp_server import error_text, ok, server_env, stdio_session
 
 SERVICE = """
@@ -56,8 +58,10 @@ REQUEST = "ship v1.2.3 to staging"
 
 
 def test_two_services_over_stdio(org_path: Path, redis_url: str, store: Store,
-                                 tmp_path: Path) -> None:
-    env = server_env(org_path, redis_url, DECKHAND_STATE_DIR=str(tmp_path / "state"))
+                                 tmp_path: Path, slack_standin: SlackStandin) -> None:
+    env = server_env(org_path, redis_url, DECKHAND_STATE_DIR=str(tmp_path / "state"),
+                     SLACK_BOT_TOKEN="xoxb-test-token",
+                     SLACK_API_URL=f"{slack_standin.url}/api/")
 
     async def scenario() -> dict[str, dict[str, Any]]:
         async with stdio_session(env) as session:
@@ -74,7 +78,11 @@ def test_two_services_over_stdio(org_path: Path, redis_url: str, store: Store,
         assert (run.service, run.status, run.environments) == (
             name, RunStatus.AWAITING_APPROVAL, ["staging"])
         assert store.plans.get(run.plan_id, run.plan_version).service == name
+        assert run.meta["slack"]["channel"] == "CDEPLOY"
     assert len(store.runs.recent()) == 2
+    posts = [c for c in slack_standin.of("chat.postMessage") if actions_of(c)]
+    assert sorted(p.text_of_blocks().count("ship v1.2.3 of api") > 0 for p in posts) == [
+        False, True] and slack_standin.violations == []  # each service's plan, once
     refused = [e for e in store.audit.entries() if e.action.endswith("refused")]
     assert {(e.action, e.actor, e.details["face"], e.run_id) for e in refused} == {
         ("plan_refused", "mcp:pytest-agent", "mcp", None),  # none named, then two
@@ -128,7 +136,10 @@ async def plan_and_request(session: ClientSession, name: str) -> dict[str, Any]:
     plan = Plan.model_validate(planned["plan"])
     assert plan.service == name and plan.hash == planned["plan_hash"]
     assert planned["hosts"] == [f"{name}-1"] and plan.goal == f"ship v1.2.3 of {name} to staging"
-    return ok(await session.call_tool("request_deploy", {"plan_hash": planned["plan_hash"]}))
+    requested = ok(await session.call_tool("request_deploy", {
+        "plan_hash": planned["plan_hash"], "channel": "CDEPLOY"}))
+    assert requested["slack_channel"] == "CDEPLOY" and requested["slack_ts"]
+    return requested
 
 
 async def runs_are_read_under_their_own_service(session: ClientSession,
@@ -155,6 +166,6 @@ async def another_service_is_refused(session: ClientSession,
     text = error_text(await session.call_tool(
         "judge_run", {"run_id": web, "decision": "rollback", "service": "api"}))
     assert f"run {web} is service web's, not api's" in text
-    text = error_text(await session.call_tool(
-        "request_deploy", {"plan_hash": runs["web"]["plan_hash"], "service": "api"}))
+    text = error_text(await session.call_tool("request_deploy", {
+        "plan_hash": runs["web"]["plan_hash"], "channel": "CDEPLOY", "service": "api"}))
     assert "that plan is service web's, not api's" in text
