@@ -14,9 +14,13 @@ import anyio
 import pytest
 from mcp import ClientSession
 
+from agents.org import load_org
 from agents.plan.model import Plan
 from agents.run.record import RunStatus
+from agents.services import build_services
 from agents.store import Store
+from bot.mcp.desk import Desk
+from bot.mcp.server import build_server
 from tests.fixtures.slack_standin import SlackStandin
 from tests.fixtures.slack_world import actions_of
 from tests.integration.test_mcp_server import error_text, ok, server_env, stdio_session
@@ -169,3 +173,28 @@ async def another_service_is_refused(session: ClientSession,
     text = error_text(await session.call_tool("request_deploy", {
         "plan_hash": runs["web"]["plan_hash"], "channel": "CDEPLOY", "service": "api"}))
     assert "that plan is service web's, not api's" in text
+
+
+def test_a_reload_that_adds_a_service_lists_it_in_every_schema(org_path: Path,
+                                                               store: Store) -> None:
+    """The enum follows the names in force (``refresh_services`` runs after each SIGHUP),
+    and the desk takes the new service at once."""
+    services = build_services(load_org(org_path), store=store)
+    server = build_server(Desk(services))
+
+    def enums() -> dict[str, list[str]]:
+        tools = anyio.run(server.list_tools)
+        return {t.name: next(b["enum"] for b in t.input_schema["properties"]["service"]["anyOf"]
+                             if b.get("type") == "string")
+                for t in tools if "service" in t.input_schema["properties"]}
+
+    assert len(enums()) == 9 and all(v == ["api", "web"] for v in enums().values())
+    (org_path.parent / "services" / "docs.yml").write_text(
+        textwrap.dedent(SERVICE).replace("NAME", "docs"))
+    org_path.write_text("services: {api: services/api.yml, web: services/web.yml, "
+                        "docs: services/docs.yml}\n")
+    services.swap(build_services(load_org(org_path), store=store))  # as a reload does
+    server.add_request_tool()
+    server.refresh_services()
+    assert len(enums()) == 9 and all(v == ["api", "docs", "web"] for v in enums().values())
+    assert server.desk.catalog("docs").service == "docs"
