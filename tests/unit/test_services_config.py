@@ -306,7 +306,7 @@ def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFix
     assert "services/api.yml:" in out and "planner: `planner` is organisation-wide" in out
 
 
-@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"], ["mcp"]])
+@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"]])
 def test_slack_and_mcp_refuse_a_config_of_several_services_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         argv: list[str]) -> None:
