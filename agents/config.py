@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +163,8 @@ class OrgWide:
     owners_map: dict[str, list[str]] = field(default_factory=dict)
     """Backstage owner references (in full, ``agents.owners.entity_ref``) -> Slack ids."""
     uses_state_dir: bool = False
+    contents: str = ""
+    """The main config's sections but ``services`` as read (for ``CheckVerdicts`` keys)."""
 
 
 def load_main(path: Path, doc: Located) -> tuple[OrgWide, list[Problem]]:
@@ -168,11 +174,15 @@ def load_main(path: Path, doc: Located) -> tuple[OrgWide, list[Problem]]:
     return loader.build_main(), loader.problems
 
 
-def load_service(name: str, path: Path, doc: Located, org: OrgWide
+def load_service(name: str, path: Path, doc: Located, org: OrgWide, *,
+                 playbooks: bool = True, verdicts: CheckVerdicts | None = None
                  ) -> tuple[Config | None, list[Problem]]:
     """Service ``name`` of ``org``: ``doc`` is its file at ``path``, or the main config's
-    node ``services.NAME`` (``Located.under``) for an inline one."""
+    node ``services.NAME`` (``Located.under``) for an inline one. ``playbooks`` False
+    skips the playbook checks (half a load; ``check`` and a reload run them); with
+    ``verdicts``, only a service whose inputs changed since a clean check runs them."""
     loader = _Loader(path, doc, role="service", org=org, name=name)
+    loader.playbooks, loader.verdicts = playbooks, verdicts
     config = loader.build()
     return (None if loader.problems else config), loader.problems
 
@@ -200,6 +210,8 @@ class _Loader:
             raw = doc.data.get("state_dir") if isinstance(doc.data, dict) else None
             self.state_dir = resolve_state_dir(path.parent, str(raw) if raw else None)
         self.dirs = {"{config_dir}": str(path.parent), STATE_DIR: str(self.state_dir)}
+        self.playbooks: bool = True
+        self.verdicts: CheckVerdicts | None = None
 
     def build(self) -> Config | None:
         data = self.doc.data
@@ -260,7 +272,8 @@ class _Loader:
                                         _expand(data.get("audit") or {}, self.dirs),
                                         ("audit",)) or AuditSettings(),
                       uses_state_dir=STATE_DIR in str({k: v for k, v in data.items()
-                                                       if k != "services"}))
+                                                       if k != "services"}),
+                      contents=repr({k: v for k, v in data.items() if k != "services"}))
         services = data.get("services")
         if not isinstance(services, dict) or not services:
             self._add(self.doc, ("services",), "must map each service's name to its config "
@@ -572,13 +585,110 @@ class _Loader:
             names = [n for n in env.rollout.after_each_batch if n not in self.broken_tools]
             for problem in _batch_gate_problems(names, config.catalog):
                 self._add(self.doc, ("inventory", "environments", env_name, "rollout"), problem)
+        self._check_playbooks(config, playbooks)
+
+    def _check_playbooks(self, config: Config, playbooks: list[tuple[int, Playbook]]) -> None:
+        """Each playbook as a plan and each example request (``_PlaybookCheck``), unless
+        turned off, or ``verdicts`` know these very inputs passed them."""
+        if not self.playbooks:
+            return
+        key = self._verdict_key(config) if self.verdicts is not None else ""
+        if self.verdicts is not None and self.verdicts.passed(key):
+            return
+        before = len(self.problems)
         for index, book in playbooks:
             checker = _PlaybookCheck(book, config, self.broken_tools)
             for path, problem in checker.problems():
                 self._add(self.doc, ("playbooks", index, *path), problem)
+        if self.verdicts is not None and len(self.problems) == before:
+            self.verdicts.add(key)
+
+    def _verdict_key(self, config: Config) -> str:
+        """Everything the playbook checks read, as read: the main config, this service's
+        sections and tools file, its policy with every layer (owners from a catalog too)."""
+        return verdict_key(self.org.contents if self.org else "", repr(self.doc.data),
+                           repr(self.tools_doc.data), config.policy.model_dump_json())
 
     def _add(self, doc: Located, path: Where, message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))
+
+
+VERDICTS_FILE = "check-verdicts.json"
+VERDICT_CODE = ("agents.config", "agents.plan.model", "agents.plan.validation",
+                "agents.plan.targets", "agents.requests.playbooks", "agents.requests.phrasing",
+                "agents.policy.rules", "tools.catalog", "tools.inventory")
+"""The modules whose code decides a verdict: a change to any re-checks every service."""
+
+
+def verdict_key(*contents: str) -> str:
+    """The sha256 of ``contents`` and of the checking code itself (a release, or a change
+    to a checking module, never trusts an older verdict)."""
+    digest = hashlib.sha256(_checking_code())
+    for part in contents:
+        digest.update(len(part).to_bytes(8, "big") + part.encode())
+    return digest.hexdigest()
+
+
+_CODE: list[bytes] = []
+
+
+def _checking_code() -> bytes:
+    if not _CODE:
+        digest = hashlib.sha256()
+        for name in VERDICT_CODE:
+            digest.update(Path(str(sys.modules[name].__file__)).read_bytes())
+        _CODE.append(digest.digest())
+    return _CODE[0]
+
+
+class CheckVerdicts:
+    """``deckhand check``'s memory of the services whose playbook checks passed, by
+    ``verdict_key`` of everything they read: JSON in the state directory (data, never a
+    pickle). A file that cannot be read or is not this shape is no memory: every service is
+    checked again; one that cannot be written costs only the next check's time."""
+
+    FORMAT = 1
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.known = self._read()
+        self.now: set[str] = set()
+
+    def _read(self) -> set[str]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return set()
+        if not isinstance(data, dict) or data.get("format") != self.FORMAT \
+                or not isinstance(data.get("passed"), list):
+            return set()
+        return {key for key in data["passed"] if isinstance(key, str)}
+
+    def passed(self, key: str) -> bool:
+        if key in self.known:
+            self.now.add(key)
+            return True
+        return False
+
+    def add(self, key: str) -> None:
+        self.now.add(key)
+
+    def save(self) -> bool:
+        """Keep this check's passes only (a changed or removed service's old key goes);
+        False if the state directory cannot be written."""
+        if self.now == self.known and self.path.exists():
+            return True
+        body = json.dumps({"format": self.FORMAT, "passed": sorted(self.now)}, indent=0)
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temp.write_text(body, encoding="utf-8")
+            os.replace(temp, self.path)  # never half a file, whatever stops us
+        except OSError:
+            with suppress(OSError):
+                temp.unlink(missing_ok=True)
+            return False
+        return True
 
 
 def _misplaced(section: str, role: str) -> str:

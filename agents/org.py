@@ -15,6 +15,8 @@ from typing import Any
 
 from agents.config import (
     SERVICE_NAME,
+    VERDICTS_FILE,
+    CheckVerdicts,
     Config,
     OrgWide,
     load_main,
@@ -119,15 +121,23 @@ class Org:
             f"validates them all")
 
 
-def load_org(path: Path | str) -> Org:
+def load_org(path: Path | str, *, playbooks: bool = True, remember: bool = False) -> Org:
     """Load the config at ``path`` and, with ``services:``, every service it names; one
-    ConfigError lists every problem of every file."""
+    ConfigError lists every problem of every file.
+
+    For an organisation (docs/services.md section 4): ``playbooks`` False skips each
+    service's playbook checks (half a load: a start does, ``check`` and a reload do not;
+    every plan is validated when it is made anyway), and ``remember`` (``check``) keeps the
+    services that passed them in the state directory (``CheckVerdicts``), so the next check
+    runs them only for services whose inputs changed. A config without ``services:`` is
+    checked in full, as before."""
     path = Path(path).resolve()
     doc = load_yaml_file(path)
     if not isinstance(doc.data, dict) or "services" not in doc.data:
         config = single_config(path, doc)
         return Org(path, {config.name: config}, legacy=config.name)
     org, problems = load_main(path, doc)
+    verdicts = CheckVerdicts(org.state_dir / VERDICTS_FILE) if playbooks and remember else None
     services: dict[str, Config] = {}
     origins: dict[str, tuple[Path, Located]] = {}
     loaded_from: dict[Path, str] = {}
@@ -138,11 +148,14 @@ def load_org(path: Path | str) -> Org:
         source = _source(key, body, path, doc, here, loaded_from, problems)
         if source is None:
             continue
-        loaded, found = load_service(name, *source, org)
+        loaded, found = load_service(name, *source, org, playbooks=playbooks,
+                                     verdicts=verdicts)
         problems += found
         if loaded is not None:
             services[name], origins[name] = loaded, source
     problems += _between(org, services, origins, doc)
+    if verdicts is not None:
+        verdicts.save()  # the services that passed, even if another one failed
     if problems:
         raise ConfigError(problems)
     index = OrgIndex.of(services)
