@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import sys
 from collections.abc import Callable, Mapping
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.config_cache import CheckVerdicts, verdict_key
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
 from agents.history.retention import RetentionSettings
@@ -175,14 +172,16 @@ def load_main(path: Path, doc: Located) -> tuple[OrgWide, list[Problem]]:
 
 
 def load_service(name: str, path: Path, doc: Located, org: OrgWide, *,
-                 playbooks: bool = True, verdicts: CheckVerdicts | None = None
+                 playbooks: bool = True, verdicts: CheckVerdicts | None = None,
+                 parse: Callable[[Path], Located] = load_yaml_file
                  ) -> tuple[Config | None, list[Problem]]:
     """Service ``name`` of ``org``: ``doc`` is its file at ``path``, or the main config's
     node ``services.NAME`` (``Located.under``) for an inline one. ``playbooks`` False
     skips the playbook checks (half a load; ``check`` and a reload run them); with
-    ``verdicts``, only a service whose inputs changed since a clean check runs them."""
+    ``verdicts``, only a service whose inputs changed since they passed runs them;
+    ``parse`` reads its tools file (``agents.config_cache.ParseCache.load``)."""
     loader = _Loader(path, doc, role="service", org=org, name=name)
-    loader.playbooks, loader.verdicts = playbooks, verdicts
+    loader.playbooks, loader.verdicts, loader.parse = playbooks, verdicts, parse
     config = loader.build()
     return (None if loader.problems else config), loader.problems
 
@@ -212,6 +211,7 @@ class _Loader:
         self.dirs = {"{config_dir}": str(path.parent), STATE_DIR: str(self.state_dir)}
         self.playbooks: bool = True
         self.verdicts: CheckVerdicts | None = None
+        self.parse: Callable[[Path], Located] = load_yaml_file
 
     def build(self) -> Config | None:
         data = self.doc.data
@@ -481,7 +481,7 @@ class _Loader:
     def _tools(self, raw: Any) -> dict[str, Tool] | None:
         if isinstance(raw, str):  # a path to a separate tools.yml
             try:
-                self.tools_doc = load_yaml_file(self.path.parent / raw)
+                self.tools_doc = self.parse(self.path.parent / raw)
             except ConfigError as exc:
                 self.problems += exc.problems
                 return None
@@ -611,84 +611,6 @@ class _Loader:
 
     def _add(self, doc: Located, path: Where, message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))
-
-
-VERDICTS_FILE = "check-verdicts.json"
-VERDICT_CODE = ("agents.config", "agents.plan.model", "agents.plan.validation",
-                "agents.plan.targets", "agents.requests.playbooks", "agents.requests.phrasing",
-                "agents.policy.rules", "tools.catalog", "tools.inventory")
-"""The modules whose code decides a verdict: a change to any re-checks every service."""
-
-
-def verdict_key(*contents: str) -> str:
-    """The sha256 of ``contents`` and of the checking code itself (a release, or a change
-    to a checking module, never trusts an older verdict)."""
-    digest = hashlib.sha256(_checking_code())
-    for part in contents:
-        digest.update(len(part).to_bytes(8, "big") + part.encode())
-    return digest.hexdigest()
-
-
-_CODE: list[bytes] = []
-
-
-def _checking_code() -> bytes:
-    if not _CODE:
-        digest = hashlib.sha256()
-        for name in VERDICT_CODE:
-            digest.update(Path(str(sys.modules[name].__file__)).read_bytes())
-        _CODE.append(digest.digest())
-    return _CODE[0]
-
-
-class CheckVerdicts:
-    """``deckhand check``'s memory of the services whose playbook checks passed, by
-    ``verdict_key`` of everything they read: JSON in the state directory (data, never a
-    pickle). A file that cannot be read or is not this shape is no memory: every service is
-    checked again; one that cannot be written costs only the next check's time."""
-
-    FORMAT = 1
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.known = self._read()
-        self.now: set[str] = set()
-
-    def _read(self) -> set[str]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return set()
-        if not isinstance(data, dict) or data.get("format") != self.FORMAT \
-                or not isinstance(data.get("passed"), list):
-            return set()
-        return {key for key in data["passed"] if isinstance(key, str)}
-
-    def passed(self, key: str) -> bool:
-        if key in self.known:
-            self.now.add(key)
-            return True
-        return False
-
-    def add(self, key: str) -> None:
-        self.now.add(key)
-
-    def save(self) -> bool:
-        """Keep this check's passes only (a changed or removed service's old key goes);
-        False if the state directory cannot be written."""
-        if self.now == self.known and self.path.exists():
-            return True
-        body = json.dumps({"format": self.FORMAT, "passed": sorted(self.now)}, indent=0)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            temp.write_text(body, encoding="utf-8")
-            os.replace(temp, self.path)  # never half a file, whatever stops us
-        except OSError:
-            with suppress(OSError):
-                temp.unlink(missing_ok=True)
-            return False
-        return True
 
 
 def _misplaced(section: str, role: str) -> str:

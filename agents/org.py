@@ -9,14 +9,13 @@ file:line. Until the faces learn several services (later steps of issue 40), the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.config import (
     SERVICE_NAME,
-    VERDICTS_FILE,
-    CheckVerdicts,
     Config,
     OrgWide,
     load_main,
@@ -24,6 +23,7 @@ from agents.config import (
     policy_problems,
     single_config,
 )
+from agents.config_cache import CACHE_DIR, CheckVerdicts, ParseCache
 from agents.errors import ManyServices, ServiceUnknown
 from agents.policy.eligibility import eligibility, of_scopes
 from agents.policy.layers import winners
@@ -121,23 +121,25 @@ class Org:
             f"validates them all")
 
 
-def load_org(path: Path | str, *, playbooks: bool = True, remember: bool = False) -> Org:
+def load_org(path: Path | str, *, playbooks: bool = True, cache: bool = False) -> Org:
     """Load the config at ``path`` and, with ``services:``, every service it names; one
     ConfigError lists every problem of every file.
 
     For an organisation (docs/services.md section 4): ``playbooks`` False skips each
     service's playbook checks (half a load: a start does, ``check`` and a reload do not;
-    every plan is validated when it is made anyway), and ``remember`` (``check``) keeps the
-    services that passed them in the state directory (``CheckVerdicts``), so the next check
-    runs them only for services whose inputs changed. A config without ``services:`` is
-    checked in full, as before."""
+    every plan is validated when it is made anyway). ``cache`` reads and keeps, in the
+    state directory (``agents.config_cache``), each service file's parse and which services
+    passed the playbook checks, so the next load parses and checks only what changed. A
+    config without ``services:`` is loaded and checked in full, as before."""
     path = Path(path).resolve()
     doc = load_yaml_file(path)
     if not isinstance(doc.data, dict) or "services" not in doc.data:
         config = single_config(path, doc)
         return Org(path, {config.name: config}, legacy=config.name)
     org, problems = load_main(path, doc)
-    verdicts = CheckVerdicts(org.state_dir / VERDICTS_FILE) if playbooks and remember else None
+    folder = org.state_dir / CACHE_DIR
+    parse = ParseCache(folder) if cache else None
+    verdicts = CheckVerdicts(folder) if cache and playbooks else None
     services: dict[str, Config] = {}
     origins: dict[str, tuple[Path, Located]] = {}
     loaded_from: dict[Path, str] = {}
@@ -145,17 +147,20 @@ def load_org(path: Path | str, *, playbooks: bool = True, remember: bool = False
         name = str(key)
         here = doc.where(("services", name))
         problems += _name_problems(name, here)
-        source = _source(key, body, path, doc, here, loaded_from, problems)
+        source = _source(key, body, path, doc, here, loaded_from, problems,
+                         parse.load if parse else load_yaml_file)
         if source is None:
             continue
         loaded, found = load_service(name, *source, org, playbooks=playbooks,
-                                     verdicts=verdicts)
+                                     verdicts=verdicts,
+                                     parse=parse.load if parse else load_yaml_file)
         problems += found
         if loaded is not None:
             services[name], origins[name] = loaded, source
     problems += _between(org, services, origins, doc)
-    if verdicts is not None:
+    if verdicts is not None and parse is not None:  # a check: it read every file
         verdicts.save()  # the services that passed, even if another one failed
+        parse.prune()
     if problems:
         raise ConfigError(problems)
     index = OrgIndex.of(services)
@@ -175,8 +180,8 @@ def _name_problems(name: str, here: str) -> list[Problem]:
 
 
 def _source(key: Any, body: Any, main: Path, doc: Located, here: str,
-            loaded_from: dict[Path, str], problems: list[Problem]
-            ) -> tuple[Path, Located] | None:
+            loaded_from: dict[Path, str], problems: list[Problem],
+            parse: Callable[[Path], Located]) -> tuple[Path, Located] | None:
     """Where service ``key`` is written: its own file (relative to the main config), or
     the main config's node ``services.KEY``. None (a problem said why) if neither."""
     name = str(key)
@@ -197,7 +202,7 @@ def _source(key: Any, body: Any, main: Path, doc: Located, here: str,
         return None
     loaded_from[file] = name
     try:
-        return file, load_yaml_file(file)
+        return file, parse(file)
     except ConfigError as exc:  # said where the main config names it, and what is wrong
         problems += [Problem(here, f"{p.where}: {p.message}" if p.where else p.message)
                      for p in exc.problems]

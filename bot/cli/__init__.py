@@ -265,8 +265,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         return check_store(args, console)
     args.config = given_config(args.config, args.config_flag)
     # every service file, each problem at its file:line; playbook checks only where the
-    # service's inputs changed since the last clean check (agents.config.CheckVerdicts)
-    org = load_org(args.config, remember=True)
+    # service's inputs changed since they passed (agents.config_cache)
+    org = load_org(args.config, cache=True)
     configs = list(org.services.values())
     if not org.split:
         config = configs[0]

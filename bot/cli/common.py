@@ -96,14 +96,15 @@ def config_for(args: argparse.Namespace) -> Config:
     """The loaded config for the command line's ``--config`` (or the discovered one): its
     one service (ManyServices, one line, for a config of several: the faces serve one
     until multi-service support lands)."""
-    return load_org(find_config(getattr(args, "config", None)), playbooks=False).only()
+    return load_org(find_config(getattr(args, "config", None)), playbooks=False,
+                    cache=True).only()
 
 
 def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
     """For a command about a stored run, which names its own service: the organisation's
     store and clock (over its legacy, else first, service), and the org, whose
     ``service_of(run.service)`` gives the rules the run is judged by, never another's."""
-    org = load_org(find_config(getattr(args, "config", None)), playbooks=False)
+    org = load_org(find_config(getattr(args, "config", None)), playbooks=False, cache=True)
     base = org.services.get(org.legacy or "") or next(iter(org.services.values()))
     return build_services(base, Settings()), org
 
