@@ -18,6 +18,7 @@ dict, which strict mode cannot express, so on the wire parameters are ``{name, v
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -116,6 +117,13 @@ class WireReplan(BaseModel):
 # -- schema -------------------------------------------------------------------------------
 
 
+@functools.cache
+def _json_schema(model: type[BaseModel]) -> str:
+    """A wire model's JSON schema, made once (pydantic takes ~10 ms; ``check`` asks for
+    every service's, the LLM planner for every request)."""
+    return json.dumps(model.model_json_schema())
+
+
 def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> dict[str, Any]:
     """The JSON schema of ``model`` in OpenAI strict form, refs inlined.
 
@@ -123,7 +131,7 @@ def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> 
         model: a wire model.
         tools: if given, ``tool`` fields are restricted to these names.
     """
-    raw: dict[str, Any] = model.model_json_schema()
+    raw: dict[str, Any] = json.loads(_json_schema(model))  # a fresh copy: changed below
     defs = raw.pop("$defs", {})
     schema: dict[str, Any] = _strictify(_inline(raw, defs))
     if tools:

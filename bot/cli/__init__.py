@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -295,7 +296,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         console.print(f"policy: {note}", markup=False, highlight=False, soft_wrap=True)
     state = max(_report_state(console, config) for config in configs)
     _report_charts(console)
-    gates = max(_report_gates(console, config) for config in configs)
+    asked: dict[Any, Any] = {}
+    gates = max(_report_gates(console, config, asked) for config in configs)
     settings = Settings()
     gates = max(gates, _report_planner(console, configs, settings))
     redis = report_redis(console, settings)
@@ -325,11 +327,12 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
     return 1 if findings else 0
 
 
-def _report_gates(console: Console, config: Config) -> int:
-    """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
+def _report_gates(console: Console, config: Config, asked: dict[Any, Any]) -> int:
+    """Gates' filled URLs and queries, asked of their Prometheus (each URL and query once
+    per check: ``asked``); 1 if one is refused."""
     from bot.cli.check_gates import gate_findings
 
-    problems, notes = gate_findings(config)
+    problems, notes = gate_findings(config, asked=asked)
     for line in problems:
         console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
     for line in notes:
