@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -164,24 +165,34 @@ CHECK = """
 import contextlib, io, sys, time
 import matplotlib  # check's charts line imports it: a cost that does not grow with services
 from bot.cli import main
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["check", sys.argv[1]])
-print(code, (time.perf_counter() - started) * 1000)
+print(code, (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000)
 """
 
 
-def check_ms(main: Path) -> tuple[float, float]:
+def check_ms(main: Path) -> tuple[float, float, float]:
     """``deckhand check`` (no REDIS_URL: the config only) in a fresh process: the command
-    after its imports, and the process's wall time."""
+    after its imports (wall, CPU), and the whole process's wall time."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", CHECK, str(main)], env=_env(),
                           capture_output=True, text=True)
     wall = (time.perf_counter() - started) * 1000
-    code, took = done.stdout.split()[-2:] if done.returncode == 0 else ("?", "0")
+    code, took, cpu = done.stdout.split()[-3:] if done.returncode == 0 else ("?", "0", "0")
     if code not in ("0", "1"):  # 1: a gate's Prometheus is away (not the subject here)
         raise SystemExit(f"check failed: {done.stdout}{done.stderr}")
-    return float(took), wall
+    return float(took), wall, float(cpu)
+
+
+def cpu_ms(work: Callable[[], object], repeat: int) -> float:
+    """Median CPU milliseconds of ``work`` (what the code costs, however busy the machine)."""
+    times = []
+    for _ in range(repeat):
+        started = time.process_time()
+        work()
+        times.append((time.process_time() - started) * 1000)
+    return statistics.median(times)
 
 
 def _env() -> dict[str, str]:
@@ -198,6 +209,9 @@ class Figures:
     cold_check: float
     warm_check: float
     check_wall: float
+    cold_check_cpu: float
+    warm_check_cpu: float
+    warm_load_cpu: float
     where: float
     where_rows: int
     home: float
@@ -220,6 +234,7 @@ def measure(main: Path, redis_url: str, reps: int, acks: int) -> Figures:
         warms.append(check_ms(main))
     start = statistics.median(start_ms(main) for _ in range(max(1, reps // 2)))
     warm_load = median_ms(lambda: load_org(main, playbooks=False, cache=True), reps)
+    warm_cpu = cpu_ms(lambda: load_org(main, playbooks=False, cache=True), reps)
     full = median_ms(lambda: load_org(main), max(1, reps // 2))
     org = load_org(main)
     store = Store.connect(redis_url)
@@ -251,7 +266,9 @@ def measure(main: Path, redis_url: str, reps: int, acks: int) -> Figures:
     return Figures(statistics.median(firsts), start, warm_load, full,
                    statistics.median(c[0] for c in colds),
                    statistics.median(c[0] for c in warms),
-                   statistics.median(c[1] for c in warms), where, len(rows), home,
+                   statistics.median(c[1] for c in warms),
+                   statistics.median(c[2] for c in colds),
+                   statistics.median(c[2] for c in warms), warm_cpu, where, len(rows), home,
                    len(org.index.owned_by(OWNER)), statistics.median(took),
                    percentile(took, 99))
 
@@ -264,13 +281,17 @@ def report(count: int, many: Figures, one: Figures) -> None:
 
     print(f"{count} services × {len(ENVIRONMENTS)} environments × {HOSTS_PER_ENV} hosts "
           f"(where rows {many.where_rows} vs {one.where_rows}; Home owner of "
-          f"{many.home_services} services)")
+          f"{many.home_services} services; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: wall times stretch with it, CPU times do not)")
     row("start load, new process, no cache", many.first_start, one.first_start, 1000)
     row("start load, new process, cached", many.start, one.start, 1000)
     row("start load, in process (median)", many.warm_load, one.warm_load, 1000)
+    row("  (the same, CPU time)", many.warm_load_cpu, one.warm_load_cpu, 1000)
     row("full load, no cache (as before)", many.full_load, one.full_load, 1000)
     row("deckhand check, no cache", many.cold_check, one.cold_check, 1000)
+    row("  (the same, CPU time)", many.cold_check_cpu, one.cold_check_cpu, 1000)
     row("deckhand check, cached", many.warm_check, one.warm_check, 1000)
+    row("  (the same, CPU time)", many.warm_check_cpu, one.warm_check_cpu, 1000)
     row("  (cached, the whole process)", many.check_wall, one.check_wall, 1000)
     row("where --json (History.matrix)", many.where, one.where, 100)
     row("home_data (owner of 3)", many.home, one.home, 100)

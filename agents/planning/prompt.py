@@ -118,10 +118,12 @@ class WireReplan(BaseModel):
 
 
 @functools.cache
-def _json_schema(model: type[BaseModel]) -> str:
-    """A wire model's JSON schema, made once (pydantic takes ~10 ms; ``check`` asks for
-    every service's, the LLM planner for every request)."""
-    return json.dumps(model.model_json_schema())
+def _strict_json(model: type[BaseModel]) -> str:
+    """A wire model's strict schema, made once (pydantic and the inlining take ~10 ms;
+    ``check`` asks for every service's, the LLM planner for every request)."""
+    raw: dict[str, Any] = model.model_json_schema()
+    defs = raw.pop("$defs", {})
+    return json.dumps(_strictify(_inline(raw, defs)))
 
 
 def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> dict[str, Any]:
@@ -131,9 +133,7 @@ def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> 
         model: a wire model.
         tools: if given, ``tool`` fields are restricted to these names.
     """
-    raw: dict[str, Any] = json.loads(_json_schema(model))  # a fresh copy: changed below
-    defs = raw.pop("$defs", {})
-    schema: dict[str, Any] = _strictify(_inline(raw, defs))
+    schema: dict[str, Any] = json.loads(_strict_json(model))  # a fresh copy: changed below
     if tools:
         _restrict_tools(schema, sorted(tools))
     return schema
