@@ -37,6 +37,7 @@ from pydantic import SecretStr
 
 from agents.history.deploys import Deploy
 from agents.org import Org, load_org
+from agents.plan.model import Plan
 from agents.plan.targets import resolve
 from agents.run.record import Run, RunStatus
 from agents.schedules.model import Schedule
@@ -106,8 +107,8 @@ def _service(name: str, index: int, playbooks: str) -> str:
 
 
 def seed(store: Store, org: Org) -> dict[str, int]:
-    """History for every (service, environment); an open run, a lock and a schedule for
-    every tenth service; one run awaiting approval per owned service."""
+    """History for every (service, environment); a schedule with an approved plan for
+    every service; an open run holding a lock for every tenth and each owned service."""
     store.r.flushdb()
     now = time.time()
     counts = {"deploys": 0, "runs": 0, "locks": 0, "schedules": 0}
@@ -124,31 +125,29 @@ def seed(store: Store, org: Org) -> dict[str, int]:
                     hosts=dict.fromkeys(config.inventory.environments[env].hosts,
                                         f"v1.{index}.{n}"))])
                 counts["deploys"] += 1
+        plan = _plan(store, org, name, requested_by="UREQ")
+        store.schedules.create(Schedule(
+            spec="every day at 02:00", cron="0 2 * * *", request="deploy v9.9.9",
+            service=key, created_by="USEED", created_at=datetime.now(UTC),
+            armed_at=datetime.now(UTC), auto=True, approved_plan_id=plan.id,
+            approved_plan_hash=plan.hash))
+        counts["schedules"] += 1
         if index % 10 == 0 or index < OWNED:
-            run = _open_run(store, org, name, requested_by="UREQ")
+            config = org.services[name]
+            run = store.runs.create(Run.for_plan(
+                plan, resolve(plan, config.catalog, config.inventory),
+                status=RunStatus.AWAITING_APPROVAL))
+            store.locks.acquire(key, ["production"], run_id=run.id, worker="bench", ttl=3600)
             counts["runs"] += 1
-            if index % 10 == 0:
-                store.locks.acquire(key, ["production"], run_id=run.id, worker="bench",
-                                    ttl=3600)
-                store.schedules.create(Schedule(
-                    spec="every day at 02:00", cron="0 2 * * *", request="deploy v9.9.9",
-                    service=key, created_by="USEED", created_at=datetime.now(UTC),
-                    armed_at=datetime.now(UTC), auto=True, approved_plan_id=run.plan_id,
-                    approved_plan_hash=run.plan_hash))
-                counts["locks"] += 1
-                counts["schedules"] += 1
+            counts["locks"] += 1
     return counts
 
 
-def _open_run(store: Store, org: Org, name: str, *, requested_by: str) -> Run:
+def _plan(store: Store, org: Org, name: str, *, requested_by: str) -> Plan:
     config = org.services[name]
     book = next(b for b in config.playbooks if b.name == "deploy")
     plan = book.instantiate({"version": "v9.9.9"}, requested_by=requested_by)
-    plan = plan.model_copy(update={"service": config.key})
-    store.plans.save(plan)
-    run = Run.for_plan(plan, resolve(plan, config.catalog, config.inventory),
-                       status=RunStatus.AWAITING_APPROVAL)
-    return store.runs.create(run)
+    return store.plans.save(plan.model_copy(update={"service": config.key}))
 
 
 def start_ms(main: Path) -> float:
