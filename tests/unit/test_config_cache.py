@@ -4,6 +4,7 @@ them (agents/config_cache.py) — so nothing stale is ever used."""
 
 from __future__ import annotations
 
+import gc
 import json
 import textwrap
 from pathlib import Path
@@ -160,3 +161,19 @@ def test_a_parse_json_cannot_hold_is_not_kept(org: Path) -> None:
         assert str(loaded.services["web"].vars["since"]) == "2024-01-02"
     entries = list((org.parent / "state" / CACHE_DIR / "yaml").glob("*.json"))
     assert len(entries) == 3  # not web.yml: a date would come back a string
+
+
+def test_a_load_leaves_the_collector_as_it_found_it(org: Path) -> None:
+    assert gc.isenabled()
+    load_org(org, cache=True)
+    assert gc.isenabled()
+    _break_example(org, "api")
+    with pytest.raises(ConfigError):
+        load_org(org)
+    assert gc.isenabled()  # back on after a refused load too
+    gc.disable()
+    try:
+        load_org(org, playbooks=False)
+        assert not gc.isenabled()  # never turned on for a caller who had it off
+    finally:
+        gc.enable()
