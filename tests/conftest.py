@@ -1,11 +1,17 @@
 """Shared fixtures. Each fixture module under tests/fixtures/ is registered here."""
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from bot.logs import HANDLER_NAME
+
+# Without REDIS_URL, deckhand starts a Redis server for the state directory (it outlives the
+# command, until idle). The suite's commands keep the in-process store, as they always did;
+# the tests of that server (test_local_server.py) ask for it.
+os.environ.setdefault("DECKHAND_EMBEDDED_STORE", "memory")
 
 pytest_plugins = [
     "tests.fixtures.sample",

@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from agents.errors import ApprovalRefused, NotFound, PlanError
+from agents.errors import ApprovalRefused, NotFound, PlanError, ServiceUnknown
 from agents.faces import Face
 from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.model import Plan
@@ -105,10 +105,11 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     # its audit entry and the queue entry in one EXEC (approve_unattended).
     done = _Done(services.store, schedule, fire_time, manual)
     book = services.store.schedules
-    try:
+    try:  # planned, stored and approved under its own service's config
+        services = services.for_record(schedule.service, what=f"schedule {schedule.id}")
         plan = services.make_plan(schedule.request, requested_by=schedule.requester,
                               face="schedule")
-    except PlanError as exc:
+    except (PlanError, ServiceUnknown) as exc:  # unknown: never under another's config
         book.flag(schedule.id, plan_problem=f"{schedule.local(fire_time)}: {exc}")
         return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}")
     book.flag(schedule.id, plan_problem=None)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agents.errors import StoreError
-from agents.org import load_org
+from agents.org import Org, load_org
 from agents.policy.diff import policy_diff
 from agents.services import Services, build_services
 from tools.errors import ConfigError, DeckhandError
@@ -38,7 +38,7 @@ class ConfigReload:
     def __init__(self, services: Services, *, actor: str, path: Path | None = None,
                  adopt: Iterable[Adopt] = (), after: Iterable[After] = ()):
         self.services, self.actor = services, actor
-        self.path = path or services.config.main_path or services.config.path
+        self.path = path or services.org.path
         self.adopt = list(adopt)
         self._asked = threading.Event()
         self._lock = threading.Lock()
@@ -73,9 +73,9 @@ class ConfigReload:
         if the store cannot audit the change (who may approve never changes unrecorded)."""
         with self._lock:
             try:
-                config = load_org(self.path).only()
-                fresh = build_services(config, self.services.settings,
-                                       store=self.services.store)
+                org = load_org(self.path)  # a face serving one service still serves one
+                fresh = build_services(org.only() if self.services.single else org,
+                                       self.services.settings, store=self.services.store)
             except DeckhandError as exc:
                 return self._refuse(_one_line(exc))
             try:
@@ -97,18 +97,36 @@ class ConfigReload:
 
     def _swap(self, fresh: Services) -> bool:
         """Audited first, then swapped: a change the store cannot record is not made."""
-        old, new = self.services.config, fresh.config
-        diff = policy_diff((old.policy, old.inventory), (new.policy, new.inventory))
+        changed, summary = _policy_changes(self.services.org, fresh.org)
         for adopt in self.adopt:  # (only adds redaction to what is shared: safe if undone)
             adopt(fresh)
-        summary = diff.summary()
         self.services.store.audit.record("config_reloaded", actor=self.actor,
-                                         path=str(self.path), policy_changed=diff.changed,
+                                         path=str(self.path), policy_changed=changed,
                                          diff=summary)
         self.services.swap(fresh)
         log.info("config reloaded from %s: %s", self.path,
                  "; ".join(summary) if summary else "no policy change")
         return True
+
+
+def _policy_changes(old: Org, new: Org) -> tuple[bool, list[str]]:
+    """Whether who-may-do-what changed, and how: per service when there are several
+    (a service added or removed is a change: its runs waiting for approval are refused)."""
+    if len(old.services) == len(new.services) == 1:
+        (before,), (after,) = old.services.values(), new.services.values()
+        diff = policy_diff((before.policy, before.inventory), (after.policy, after.inventory))
+        return diff.changed, diff.summary()
+    changed, summary = False, []
+    for name in sorted({*old.services, *new.services}):
+        was, now = old.services.get(name), new.services.get(name)
+        if was is None or now is None:
+            changed = True
+            summary.append(f"service {name} {'added' if was is None else 'removed'}")
+            continue
+        diff = policy_diff((was.policy, was.inventory), (now.policy, now.inventory))
+        changed = changed or diff.changed
+        summary += [f"{name}: {line}" for line in diff.summary()]
+    return changed, summary
 
 
 def _one_line(exc: DeckhandError) -> str:

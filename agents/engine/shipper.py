@@ -180,7 +180,7 @@ class Shipper:
 def shipper_for(services: Services, *, owner: str, lease: float = LEASE) -> Shipper | None:
     """The shipper ``audit.sink`` configures (None without one); SinkError if a header's
     secret cannot be read."""
-    settings = services.config.audit.sink
+    settings = services.common.audit.sink  # organisation-wide
     if settings is None:
         return None
     sink = open_sink(settings)

@@ -32,7 +32,14 @@ from agents.engine.retention import (
     kept_runs,
     run_exclusively,
 )
-from agents.errors import IllegalTransition, LockHeld, NotFound, RetentionError, StoreError
+from agents.errors import (
+    IllegalTransition,
+    LockHeld,
+    NotFound,
+    RetentionError,
+    ServiceUnknown,
+    StoreError,
+)
 from agents.readiness import Liveness
 from agents.run.executor import Listener
 from agents.run.record import Phase, Run, RunStatus
@@ -147,16 +154,19 @@ class Worker:
         except NotFound:
             log.warning("queue names unknown run %s; dropping it", run_id)
             return None, True
-        if run.status.terminal or self._frozen_out(run) or self._locked_out(run):
+        if run.status.terminal or self._locked_out(run):
             return None, True
         if run.status is RunStatus.AWAITING_APPROVAL:
             # a revision waits for approval (its worker went right after the replan): it
             # stays held, with nothing to lock or run until an approval queues it again
             return None, True
+        service = self._service_of(run)
+        if service is None or self._frozen_out(run, service):
+            return None, True
         with logcontext.bound(run_id=run.id, plan_id=run.plan_id):  # on every log line
             if run_id in self._active:  # ours, still executing: its own entry came back
                 return None, False
-            if not self._lock(run):
+            if not self._lock(run, service):
                 return None, True  # refused, or queued behind the lock (re-enqueued later)
             fence = LeaseFence(self.options.lease)  # counted from before the claim is sent
             claimed = self.store.leases.claim(run_id, worker=self.name, lease=self.options.lease)
@@ -166,13 +176,29 @@ class Worker:
                 return None, not self._still_running(run_id)
             self._active.add(run_id)
             try:
-                return self._execute(claimed, entry_id, listeners, fence), True
+                return self._execute(claimed, entry_id, listeners, fence, service), True
             finally:
                 self._active.discard(run_id)
 
-    def _frozen_out(self, run: Run) -> bool:
+    def _service_of(self, run: Run) -> Services | None:
+        """The services focused on ``run``'s service; None (the run failed, closed) if this
+        process does not serve it: never run under another service's config."""
+        try:
+            return self.services.for_run(run)
+        except ServiceUnknown as exc:
+            reason = f"not run here: {exc}"
+        log.error("run %s: %s", run.id, reason)
+        try:
+            self.store.runs.transition(run.id, RunStatus.FAILED, expect={run.status},
+                                       reason=reason)
+        except IllegalTransition:
+            return None  # moved meanwhile (approved again, cancelled): that stands
+        self.store.audit.record("refused", actor=self.name, run_id=run.id, reason=reason)
+        return None
+
+    def _frozen_out(self, run: Run, service: Services) -> bool:
         """A queued run whose environment froze after its approval does not start."""
-        blocked = self.services.frozen(run.environments)
+        blocked = service.frozen(run.environments)
         if run.status is not RunStatus.QUEUED or blocked is None or run.break_glass:
             return False
         try:
@@ -211,8 +237,11 @@ class Worker:
         so several workers sweeping at once expire each run once.
         """
         now, expired = self.store.clock(), []
-        policy = self.services.config.policy
         for run in self.store.runs.recent(limit=200, statuses=[RunStatus.AWAITING_APPROVAL]):
+            try:
+                policy = self.services.for_run(run).config.policy
+            except ServiceUnknown:
+                continue  # not this process's to judge: a worker serving it expires it
             window = policy.strictest(run.environments).approval_ttl
             if now - self.store.plans.get(run.plan_id, run.plan_version).created_at <= window:
                 continue
@@ -285,10 +314,13 @@ class Worker:
     def retain(self) -> RetentionReport | None:
         """A slice (``SLICE`` seconds) of the retention pass when one is due: never long
         enough to keep queued runs waiting, and one process at a time across replicas."""
-        settings = self.services.config.retention
+        configs = list(self.services.org.services.values())
+        settings = configs[0].retention  # organisation-wide: every service has the same
         if settings is None or not due(self.store.locks, settings):
             return None
-        history_days = self.services.config.history.retention_days
+        kept = [config.history.retention_days for config in configs]
+        # one trim for every service's deploys: the longest any service keeps (None: all)
+        history_days = None if None in kept else max(d for d in kept if d is not None)
         try:
             retention = Retention.configured(self.store, settings, history_days=history_days,
                                              sink=self.services.config.audit.sink is not None)
@@ -316,8 +348,8 @@ class Worker:
 
     # -- locks -----------------------------------------------------------------------------
 
-    def _lock(self, run: Run) -> bool:
-        rule = self.services.config.policy.strictest(run.environments)
+    def _lock(self, run: Run, service: Services) -> bool:
+        rule = service.config.policy.strictest(run.environments)
         try:
             self.store.locks.acquire(run.service, run.environments, run_id=run.id,
                                      worker=self.name, ttl=self.options.lease)
@@ -343,7 +375,7 @@ class Worker:
     # -- execution -------------------------------------------------------------------------
 
     def _execute(self, run: Run, entry_id: str | None, listeners: list[Listener],
-                 fence: LeaseFence) -> Run:
+                 fence: LeaseFence, service: Services) -> Run:
         plan = self.store.plans.get(run.plan_id, run.plan_version)
         previous = run.meta.get("previous_worker")
         action = "resumed" if previous else "started"
@@ -358,15 +390,15 @@ class Worker:
                                plans=self.store.plans, worker=self.name, token=token,
                                feed=self.store.run_feed)
         pause = PauseSwitch(run.id, runs=self.store.runs, audit=recorder.audit, token=token,
-                            timeout=self.services.config.policy.pause_timeout)
+                            timeout=service.config.policy.pause_timeout)
         with contextlib.suppress(StoreError):  # a taken-over run stays held (or stopped)
             pause.relay(*self.store.runs.controls(run.id))  # from its start
         beat = _Heartbeat(self, run, entry_id, token, fence, pause, audit=recorder.audit)
         beat.start()  # before stopping leftovers: that can take a grace period per host
         try:
             if previous:
-                self._stop_leftovers(run)
-            final = self.services.executor.execute(
+                self._stop_leftovers(run, service)
+            final = service.executor.execute(
                 plan, run, cancel=token, listeners=[recorder, *front_ends, *listeners],
                 durable=recorder.durable, may_start=lambda what: _fenced(fence, recorder, what),
                 hold=pause, judge=self.store.judgments.for_run(run))
@@ -377,7 +409,11 @@ class Worker:
                 log.warning("run %s: this worker lost it to another worker; its own view of "
                             "the end (%s) is not recorded", run.id, final.status.value)
             elif final.status.terminal:
-                self.services.record_history(final)
+                try:
+                    service.record_history(final)
+                except ServiceUnknown as exc:  # a reload dropped its service meanwhile
+                    log.error("run %s: its deploys are not recorded in history: %s",
+                              run.id, exc)
             return final
         finally:
             beat.stop()
@@ -387,13 +423,19 @@ class Worker:
                 close = getattr(front_end, "close", None)
                 if close is not None:
                     close()
-            self.keep(run.id)
+            self.keep(run.id, service)
 
-    def keep(self, run_id: str) -> None:
+    def keep(self, run_id: str, service: Services | None = None) -> None:
         """On the in-process store (no REDIS_URL), which ends with this process, append the
-        run's record to the state directory's ``runs.jsonl`` (``retention.keep_run``)."""
-        state_dir = self.services.config.state_dir
-        if not self.store.embedded or state_dir is None:
+        run's record to its service's state directory's ``runs.jsonl``
+        (``retention.keep_run``)."""
+        if not self.store.embedded:
+            return
+        try:
+            state_dir = (service or self.services).config.state_dir
+        except ServiceUnknown:  # a reload dropped its service meanwhile: nowhere to keep it
+            return
+        if state_dir is None:
             return
         path = kept_runs(state_dir)
         try:
@@ -402,19 +444,21 @@ class Worker:
             log.error("run %s: could not keep its record in %s (%s); it ends with this "
                       "process", run_id, path, exc)
 
-    def _stop_leftovers(self, run: Run) -> None:
+    def _stop_leftovers(self, run: Run, service: Services) -> None:
         """Taking a run over: stop what the dead worker's commands left running, on every
         host, before anything is re-run or rolled back — so nothing lands after it."""
         for phase in Phase:
             for state in run.states(phase).values():
                 for result in state.hosts.values():
                     if result.pid is not None:
-                        self._stop_leftover(run, state.id, result.host, result.pid)
+                        self._stop_leftover(run, state.id, result.host, result.pid,
+                                            service)
 
-    def _stop_leftover(self, run: Run, step_id: str, host_name: str, pid: int) -> None:
-        host = self.services.config.inventory.hosts.get(host_name) or LOCAL_HOST
+    def _stop_leftover(self, run: Run, step_id: str, host_name: str, pid: int,
+                       service: Services) -> None:
+        host = service.config.inventory.hosts.get(host_name) or LOCAL_HOST
         try:
-            self.services.runners.for_host(host).kill_group(pid)
+            service.runners.for_host(host).kill_group(pid)
             outcome = "stopped"
         except DeckhandError as exc:  # unreachable: the rollback will say so on that host
             outcome = f"could not stop it: {exc}"

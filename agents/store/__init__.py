@@ -7,13 +7,15 @@ module per kind of record; all of them go through ``_redis``: one
 connection with one key namer (``Keys``), one translation of redis-py's errors (``errors()``),
 one compare-and-set loop (``cas()``) and one WAIT (``replicate()``), so double clicks, Slack
 retries and several replicas can never start a run twice. With ``REDIS_URL`` unset the same
-code runs on an in-process fakeredis.
+code runs on a server started for the state directory (``local_server``), or, where none can
+run, on an in-process fakeredis.
 
 ``check.StoreCheck`` verifies (and repairs) the invariants the nouns keep together.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -27,6 +29,7 @@ from agents.store.history import History
 from agents.store.judgments import Judgments
 from agents.store.leases import Leases, LostOwnership
 from agents.store.limits import ApprovalCounts
+from agents.store.local_server import LocalServer, find_binary, in_process_reason
 from agents.store.locks import LockInfo, Locks
 from agents.store.manual_locks import ManualLock, ManualLocks
 from agents.store.plans import Plans
@@ -64,6 +67,10 @@ class Store(RedisBase):
         self.schedules = ScheduleBook(self)
         self.run_feed = RunFeed(self)
         self.viewers = HomeViewers(self)
+        self.in_process_reason: str | None = None
+        """Why this store is in-process without REDIS_URL (for the note), or None."""
+        self.server: LocalServer | None = None
+        """The state directory's server this store joined (it holds ``users.lock``)."""
 
     @classmethod
     def connect(cls, url: str | None, **options: Any) -> Store:
@@ -76,6 +83,24 @@ class Store(RedisBase):
 
             return cls(fakeredis.FakeRedis(), where=EMBEDDED, **options)
         return cls(connect_client(url), where=safe_url(url), **options)
+
+    @classmethod
+    def local(cls, state_dir: Path | None, *, mode: str = "server",
+              binary: str | None = None, idle: float = 300.0, **options: Any) -> Store:
+        """Without REDIS_URL: the server of ``state_dir`` (started if need be), else an
+        in-process store that keeps why (``in_process_reason``). StoreError if a server
+        should run but cannot start: history is never dropped silently."""
+        found = find_binary(binary)
+        reason = in_process_reason(state_dir, found, mode=mode)
+        if reason is not None or state_dir is None or found is None:
+            store = cls.connect(None, **options)
+            store.in_process_reason = reason
+            return store
+        server = LocalServer(state_dir, found, idle=idle)
+        store = cls(connect_client(server.open()), where=f"embedded server ({server.socket})",
+                    **options)
+        store.server = server
+        return store
 
 
 __all__ = ["CAS_RETRIES", "GROUP", "ApprovalCounts", "AuditEntry", "AuditFeed", "AuditLog",

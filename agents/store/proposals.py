@@ -90,7 +90,13 @@ def _verified(raw: bytes | str, plan_hash: str) -> Proposal:
 
 
 def _missing(plan_hash: str, requester: str) -> str:
-    who = requester.partition("@")[0]  # not the connection's binding token
-    return (f"no plan with hash {plan_hash[:12]}… was made for {who} on this connection "
-            f"recently (unknown, "
-            f"changed or expired); call `plan` and request the hash it returns")
+    who, _, connection = requester.partition("@")  # never show the connection's token
+    text = (f"no plan with hash {plan_hash[:12]}… was made for {who} on this connection "
+            f"recently (unknown, changed or expired)")
+    if not connection:
+        return text + "; call `plan` and request the hash it returns"
+    # stdio: a client that opens a new connection per call (the MCP Inspector's CLI mode)
+    # has just called `plan`, on another connection
+    return (text + ". A plan is bound to the connection that made it: call `plan` and "
+            "`request_deploy` on one connection, or use `deckhand mcp --http`, where a plan "
+            "is bound to the token's user")

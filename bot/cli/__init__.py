@@ -30,6 +30,7 @@ from agents.policy.eligibility import shared_host_notes
 from agents.prompts.templates import PromptSet
 from agents.requests.explicit import parse_assignments
 from agents.run.record import RunStatus
+from agents.services import store_dir
 from agents.settings import Settings
 from bot.cli.common import (
     Commands,
@@ -37,12 +38,15 @@ from bot.cli.common import (
     add_config_arg,
     add_limit_arg,
     add_param_arg,
+    add_service_arg,
     add_user_args,
     confirmer,
     given_config,
+    service_for_request,
     services_for,
 )
 from bot.cli.health import report_audit_key, report_audit_sink, report_redis
+from bot.cli.where_can import answer_where
 from bot.logs import announce, configure_logging, requested_format
 from bot.telemetry import configure_tracing
 from bot.telemetry import shutdown as shutdown_tracing
@@ -85,6 +89,8 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
 
             hold_sighup()
     configure_tracing()
+    if _for_scripts(args):  # its error never lands in what a script reads (`| jq`)
+        console = TerminalConsole(stderr=True)
     try:
         return handler(args, console)
     except ConfigError as exc:
@@ -115,6 +121,13 @@ def _runs_for_good(args: argparse.Namespace) -> bool:
     return hasattr(args, "log_format") and getattr(args, "what", "ship") == "ship"
 
 
+def _for_scripts(args: argparse.Namespace) -> bool:
+    """``--json`` or ``--format json|yaml``: stdout is the answer alone (printed with
+    print_json / sys.stdout), so the console — errors, notes — writes to stderr."""
+    return getattr(args, "json", False) is True or getattr(args, "format", None) in (
+        "json", "yaml")
+
+
 def _error(console: Console, message: str) -> None:
     announce(console, message, level=logging.ERROR)  # JSON too under --log-format json
 
@@ -141,15 +154,31 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_run(commands)
     _add_plan(commands)
     _add_check(commands)
-    for register in ([] if command in CORE else _extra_commands()):
+    for register in ([] if command in CORE else _extra_commands(command)):
         register(commands)
     add_examples(parser)
     parser.set_defaults(root_parser=parser)  # for `deckhand completion`, without a cycle
     return parser
 
 
-def _extra_commands() -> list[Callable[[Commands], None]]:
-    """Subcommands that live next to what they drive (hosts, store, Slack, schedules)."""
+EXTRA = {"init": "init", "runs": "runs", "audit": "runs", "approve": "runs",
+         "worker": "runs", "where": "history", "history": "history", "stats": "history",
+         "hosts": "hosts", "serve": "serve", "schedules": "schedules",
+         "retention": "retention", "mcp": "mcp", "eval": "eval", "policy": "policy",
+         "cancel": "control", "pause": "control", "resume": "control", "stop": "control",
+         "judge": "judge", "lock": "locks", "unlock": "locks"}
+"""The module that registers each other command: naming one, only it is imported (the
+others cost ~0.1 s of a read-only command's start); `completion`, help and an unknown word
+get them all (test_cli_first_hour keeps this true)."""
+
+
+def _extra_commands(command: str | None = None) -> list[Callable[[Commands], None]]:
+    """Subcommands that live next to what they drive (hosts, store, Slack, schedules): the
+    one module registering ``command``, else all of them."""
+    if command in EXTRA:
+        from importlib import import_module
+
+        return [import_module(f"bot.cli.{EXTRA[command]}").register]
     from bot.cli import (
         completion,
         control,
@@ -201,12 +230,17 @@ def _add_run(commands: Commands) -> None:
     add_param_arg(parser)
     add_limit_arg(parser)
     add_config_arg(parser)
+    add_service_arg(parser)
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    services = services_for(args)
+    org = services_for(args)
     try:
+        services, picked = service_for_request(org, args.request, args, console,
+                                               ask=not args.yes)  # --yes: never a prompt
+        if picked.how == "where":
+            return answer_where(console, services, user=args.user)
         flow = ConsoleFlow(services, console, user=args.user, confirm=confirmer(args),
                            params=parse_assignments(args.set), limit=parse_limit(args.limit))
         if args.dry_run:
@@ -214,7 +248,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             return ExitCode.SUCCEEDED if dry.status is RunStatus.SUCCEEDED else ExitCode.FAILED
         flow.handle(args.request, yes=args.yes, break_glass=args.break_glass)
     finally:
-        services.close()
+        org.close()
     return flow.exit_code
 
 
@@ -225,11 +259,15 @@ def _add_plan(commands: Commands) -> None:
     add_param_arg(parser)
     add_limit_arg(parser)
     add_config_arg(parser)
+    add_service_arg(parser)
     parser.set_defaults(handler=_plan)
 
 
 def _plan(args: argparse.Namespace, console: Console) -> int:
-    services = services_for(args)
+    services, picked = service_for_request(services_for(args), args.request, args, console,
+                                           ask=args.format == "table")  # scripts: never ask
+    if picked.how == "where":
+        return answer_where(console, services, user=getpass.getuser())
     plan = services.make_plan(args.request, requested_by=getpass.getuser(), face="cli",
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))
@@ -271,10 +309,11 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     configs = list(org.services.values())
     if not org.split:
         config = configs[0]
-        console.print(f"[green]{args.config} is valid:[/] {len(config.catalog.tools)} tools, "
+        console.print(f"[green]{escape(str(args.config))} is valid:[/] "  # a path, whole
+                      f"{len(config.catalog.tools)} tools, "
                       f"{len(config.inventory.hosts)} hosts, "
                       f"{len(config.inventory.environments)} environments, "
-                      f"{len(config.playbooks)} playbooks")
+                      f"{len(config.playbooks)} playbooks", soft_wrap=True)
     else:
         console.print(f"[green]{escape(str(args.config))} is valid:[/] {len(configs)} "
                       f"service(s): {escape(', '.join(org.services))}", soft_wrap=True)
@@ -300,7 +339,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     gates = max(_report_gates(console, config, asked) for config in configs)
     settings = Settings()
     gates = max(gates, _report_planner(console, configs, settings))
-    redis = report_redis(console, settings)
+    redis = report_redis(console, settings, store_dir(configs[0]))
     if redis == 0:
         report_audit_sink(console, configs[0], settings)  # organisation-wide
         report_audit_key(console, settings)

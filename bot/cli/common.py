@@ -14,12 +14,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from agents.config import Config
+from agents.errors import ServiceNotChosen, WhichService
+from agents.ids import short_id
 from agents.org import Org, load_org
+from agents.requests.services import Picked
+from agents.run.record import Run
 from agents.services import Services, build_services
 from agents.settings import Settings
+from agents.store.local_server import find_binary, no_server_reason
 from bot.logs import json_logging
 from bot.terminal.border import TerminalConsole
-from bot.terminal.console import Confirm
+from bot.terminal.console import Confirm, ask_service
 from tools.errors import ConfigNotFound, DeckhandError
 
 Handler = Callable[[argparse.Namespace, Console], int]
@@ -92,19 +97,57 @@ def given_config(positional: Path | None, flag: str | Path | None) -> Path:
     return find_config(str(given) if given is not None else None)
 
 
+def started_org(args: argparse.Namespace) -> Org:
+    """The organisation of the command line's ``--config`` (or the discovered one), as a
+    start loads it: without the playbook checks (``check`` and a reload run them) and with
+    the config cache in the state directory (docs/services.md section 4)."""
+    return load_org(find_config(getattr(args, "config", None)), playbooks=False, cache=True)
+
+
 def config_for(args: argparse.Namespace) -> Config:
     """The loaded config for the command line's ``--config`` (or the discovered one): its
-    one service (ManyServices, one line, for a config of several: the faces serve one
-    until multi-service support lands)."""
-    return load_org(find_config(getattr(args, "config", None)), playbooks=False,
-                    cache=True).only()
+    one service (ManyServices, one line, for a config of several: Slack and MCP serve one
+    until their multi-service support lands)."""
+    return started_org(args).only()
+
+
+def service_config(args: argparse.Namespace) -> Config:
+    """The config of the service ``--service`` (or $DECKHAND_SERVICE) names, else of the
+    only one: ServiceNotChosen or WhichService, listing them, when neither says which."""
+    org = started_org(args)
+    name, given_by = given_service(args)
+    known = sorted(org.services)
+    if name is None and len(known) > 1:
+        raise WhichService(known)
+    config = org.services.get(name) if name is not None else org.only()
+    if config is None:
+        raise ServiceNotChosen(f"{given_by} names unknown service {name!r}; known services: "
+                               f"{', '.join(known)}")
+    return config
+
+
+def add_service_arg(parser: argparse.ArgumentParser) -> None:
+    """``--service NAME``: which service of the organisation (default $DECKHAND_SERVICE;
+    a request that names one needs neither). Absent unless given, like ``--config``."""
+    parser.add_argument("--service", default=argparse.SUPPRESS, metavar="NAME",
+                        help="the service to act on when the config has several (default: "
+                             "$DECKHAND_SERVICE; a request may name it: `deploy api v1`)")
+
+
+def given_service(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The service named by ``--service``, else $DECKHAND_SERVICE (or None), and by which
+    (lowercased: service names are)."""
+    flag = getattr(args, "service", None)
+    if flag:
+        return flag.strip().lower(), "--service"
+    return (Settings().service or "").strip().lower() or None, "DECKHAND_SERVICE"
 
 
 def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
     """For a command about a stored run, which names its own service: the organisation's
     store and clock (over its legacy, else first, service), and the org, whose
     ``service_of(run.service)`` gives the rules the run is judged by, never another's."""
-    org = load_org(find_config(getattr(args, "config", None)), playbooks=False, cache=True)
+    org = started_org(args)
     base = org.services.get(org.legacy or "") or next(iter(org.services.values()))
     return build_services(base, Settings()), org
 
@@ -127,18 +170,65 @@ def confirmer(args: argparse.Namespace) -> Confirm | None:
 
 
 def services_for(args: argparse.Namespace) -> Services:
-    """Services for the config named on the command line (or by the environment)."""
-    return build_services(config_for(args), Settings())
+    """Services for every service of the config named on the command line (or by the
+    environment), focused on ``--service``/$DECKHAND_SERVICE if given: a command that
+    needs one service and has none to choose fails listing them (WhichService)."""
+    org = started_org(args)
+    name, given_by = given_service(args)
+    if name is not None and name not in org.services:
+        known = ", ".join(sorted(org.services))
+        raise ServiceNotChosen(f"{given_by} names unknown service {name!r}; known services: "
+                               f"{known}")
+    services = build_services(org, Settings())
+    return services.focus(name) if name is not None else services
+
+
+def service_for_request(services: Services, request: str, args: argparse.Namespace,
+                        console: Console, *, ask: bool) -> tuple[Services, Picked]:
+    """``services`` focused on the service ``request`` names, else ``--service`` or
+    $DECKHAND_SERVICE, else the only one; with several and none named, the terminal asks
+    (``ask``) with the list. Raised before anything is planned: ServiceNotChosen, and
+    WhichService when nobody answers."""
+    name, given_by = given_service(args)
+    try:
+        return services.for_request(request, given=name, given_by=given_by)
+    except WhichService as which:
+        chosen = ask_service(console, which.names) if ask else None
+        if chosen is None:
+            raise
+        return services.for_request(request, given=chosen, given_by="your answer")
+
+
+def service_of_run(services: Services, run: Run) -> Services:
+    """``services`` focused on ``run``'s own service; refused when ``--service`` (or
+    $DECKHAND_SERVICE) named another: an approval meant for one service never lands on
+    another's run."""
+    own = services.for_run(run)
+    if services.current is not None and own.current != services.current:
+        raise ServiceNotChosen(f"run {short_id(run.id)} is service {own.current}'s, not "
+                               f"{services.current}'s (as --service or DECKHAND_SERVICE "
+                               f"says): check the run id")
+    return own
 
 
 def embedded_store_note() -> None:
-    """Say so (on stderr) when the store is the in-process one: it dies with this process."""
-    if Settings().redis_url is not None:
+    """Say so (on stderr) when this command's store will be in-process (no REDIS_URL, and
+    no server can run), judged from the settings alone (``in_process_note`` once the store
+    says why)."""
+    settings = Settings()
+    if settings.redis_url is None:
+        in_process_note(no_server_reason(find_binary(settings.redis_server),
+                                         mode=settings.embedded_store))
+
+
+def in_process_note(reason: str | None) -> None:
+    """The store is in-process for ``reason`` (None: it is not): it dies with this process."""
+    if reason is None:
         return
-    text = ("REDIS_URL is not set, so this command uses an embedded store that lives only for "
-            "this one process — it cannot see runs from `serve` or `worker`, and of `deckhand "
-            "run`'s only what it kept in its state directory (`runs show RUN`). "
-            "To share one store, start Redis and set REDIS_URL (e.g. export "
+    text = (f"this command's store is in-process, so it lives only for this one process: "
+            f"{reason}. It sees no earlier command's runs or history, nor runs from `serve` or "
+            "`worker`; of `deckhand run`'s only what it kept in its state directory (`runs "
+            "show RUN`). Or start Redis and set REDIS_URL (e.g. export "
             "REDIS_URL=redis://localhost:6379/0) for every deckhand process.")
     if json_logging():  # `audit ship --log-format json`: a log line like every other
         logging.getLogger("deckhand").warning(text)

@@ -16,7 +16,15 @@ from agents.engine.control import Control, steer
 from agents.errors import AlreadyStopping
 from agents.ids import short_id
 from agents.run.record import Run
-from bot.cli.common import Commands, Handler, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import (
+    Commands,
+    Handler,
+    add_config_arg,
+    add_service_arg,
+    embedded_store_note,
+    service_of_run,
+    services_for,
+)
 from bot.terminal.console import ExitCode
 
 HELP = {Control.PAUSE: "hold a running run before its next step or batch",
@@ -33,6 +41,7 @@ def register(commands: Commands) -> None:
         parser.add_argument("--user", default=getpass.getuser(),
                             help="who asks (default: your login name; trusted, see docs/start.md)")
         add_config_arg(parser)
+        add_service_arg(parser)
         parser.set_defaults(handler=_handler(control))
 
 
@@ -41,7 +50,8 @@ def _handler(control: Control) -> Handler:
         embedded_store_note()
         services = services_for(args)
         store = services.store
-        run_id = store.runs.find(args.run_id).id
+        found = store.runs.find(args.run_id)
+        services, run_id = service_of_run(services, found), found.id  # its own rules
         try:
             run = steer(services.config.policy, control, run_id, runs=store.runs,
                         audit=store.audit, user=args.user, via="cli")

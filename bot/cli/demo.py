@@ -27,6 +27,7 @@ from rich.table import Table
 from agents.config import Config, load_config
 from agents.run.record import RunStatus
 from agents.services import Services, build_services
+from agents.settings import Settings
 from bot.terminal.console import ConsoleFlow
 
 GOOD, BROKEN = "v2.3.1", "v2.4.0-broken"
@@ -117,7 +118,8 @@ def run_demo(console: Console, *, workdir: Path | None = None, keep: bool = Fals
     """
     base = Path(tempfile.mkdtemp(prefix="deckhand-demo-", dir=workdir))
     config = prepare_workspace(base / "sample")
-    services = build_services(config)
+    # in-process without REDIS_URL: the demo's state directory is removed at its end
+    services = build_services(config, Settings(DECKHAND_EMBEDDED_STORE="memory"))
     try:
         ok = _two_deploys(services, console)
         versions = _show_endpoints(config, console)

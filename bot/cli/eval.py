@@ -35,9 +35,10 @@ from agents.store import Store
 from bot.cli.common import (
     Commands,
     add_config_arg,
+    add_service_arg,
     age_seconds,
-    config_for,
     embedded_store_note,
+    service_config,
 )
 from bot.terminal import evaluation as tables
 from bot.terminal.border import TerminalConsole
@@ -57,6 +58,7 @@ def register(commands: Commands) -> None:
                              "(46 natural requests for `deckhand init`'s config) (default: "
                              "the bundled cases that fit the config)")
     add_config_arg(parser)
+    add_service_arg(parser)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--planner", metavar="SPEC", help="what to evaluate (default: composite "
                        "with OPENAI_API_KEY or --replay, else playbook)")
@@ -108,7 +110,7 @@ def _age(text: str) -> float:
 def _eval(args: argparse.Namespace, console: Console) -> int:
     if args.from_history:
         return _from_history(args, console)
-    config = config_for(args)
+    config = service_config(args)  # a service's planner, tools and hosts are its own
     cases = load_cases(args.cases, config=config)
     cases = spread(cases, args.limit) if args.limit else cases
     settings = Settings()

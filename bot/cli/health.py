@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from rich.console import Console
 
@@ -11,14 +12,17 @@ from agents.settings import Settings
 from agents.store import Health, Store
 from agents.store.checkpoints import signing_key
 from agents.store.feed import SINK_JOB
+from agents.store.local_server import LocalServer, find_binary, in_process_reason
 
 log = logging.getLogger("deckhand.store")
 
 
-def report_redis(console: Console, settings: Settings) -> int:
-    """Print every finding about ``REDIS_URL``'s server; 1 if one of them is an error."""
+def report_redis(console: Console, settings: Settings, state_dir: Path | None = None) -> int:
+    """Print every finding about ``REDIS_URL``'s server; 1 if one of them is an error.
+    Without it, which store the state directory ``state_dir`` gives (nothing is started)."""
     if settings.redis_url is None:
-        console.print("REDIS_URL is not set: not checking a Redis server.", style="dim")
+        console.print(embedded_store_line(settings, state_dir), markup=False,
+                      highlight=False, soft_wrap=True)
         return 0
     store = Store.connect(settings.redis_url.get_secret_value())
     findings = store.health.findings()
@@ -29,6 +33,21 @@ def report_redis(console: Console, settings: Settings) -> int:
         console.print(f"Redis {store.where}: safe for deploy records.", style="green",
                       markup=False)
     return 1 if any(f.level == "error" for f in findings) else 0
+
+
+def embedded_store_line(settings: Settings, state_dir: Path | None) -> str:
+    """Without REDIS_URL: the state directory's server (and whether it runs), or why the
+    store is in-process."""
+    binary = find_binary(settings.redis_server)
+    reason = in_process_reason(state_dir, binary, mode=settings.embedded_store)
+    if reason is not None or state_dir is None:
+        return (f"store: in-process, so no history between commands: {reason}; or set "
+                f"REDIS_URL")
+    running = LocalServer(state_dir, binary or Path()).running()
+    return (f"store: REDIS_URL is not set: {binary} for {state_dir / 'redis'} "
+            f"({'running' if running else 'started by the next command that needs it'}); "
+            f"history is kept between commands on this machine (set REDIS_URL for "
+            f"processes on several machines)")
 
 
 def warn_about_redis(health: Health) -> None:

@@ -15,7 +15,7 @@ from agents.history.verify import Observed
 from agents.ids import short_id
 from agents.services import Services
 from agents.store.manual_locks import ManualLock
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import Commands, add_config_arg, in_process_note, services_for
 from bot.cli.json_views import history_json, stats_json, where_json
 from bot.cli.run_views import print_json
 from tools.gitlog import GitRepo
@@ -60,7 +60,7 @@ def _where(args: argparse.Namespace, console: Console) -> int:
             services.store.manual_locks.all(service=services.config.key).items()
             if args.environment in (None, env)}
     if not any(s.hosts for s in states) and not args.json:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print("No deploys recorded yet.", markup=False)
         _print_locks(console, held)
         return 0
@@ -134,7 +134,7 @@ def _history(args: argparse.Namespace, console: Console) -> int:
         print_json(history_json(deploys))
         return 0
     if not deploys:
-        embedded_store_note()
+        in_process_note(services.store.in_process_reason)
         console.print(f"No deploys to {args.environment} recorded.", markup=False)
         return 0
     console.print(history_table(args.environment, deploys))

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.prompt import Confirm
 from rich.table import Table
 
-from bot.cli.common import Commands, add_config_arg, config_for
+from bot.cli.common import Commands, add_config_arg, add_service_arg, service_config
 from bot.cli.history import add_json_arg
 from bot.cli.json_views import host_checks_json, hosts_json
 from bot.cli.run_views import print_json
@@ -32,15 +32,18 @@ def register(commands: Commands) -> None:
     check.add_argument("--timeout", type=float, default=10.0, help="seconds per host")
     add_json_arg(check)
     add_config_arg(check)
+    add_service_arg(check)
     check.set_defaults(handler=_check)
     trust = sub.add_parser("trust", help="add a host's key to known_hosts after confirmation")
     trust.add_argument("host", help="host name from the inventory")
     trust.add_argument("--yes", "-y", action="store_true", help="trust without asking")
     trust.add_argument("--timeout", type=float, default=10.0)
     add_config_arg(trust)
+    add_service_arg(trust)
     trust.set_defaults(handler=_trust)
     add_json_arg(hosts)
     add_config_arg(hosts)
+    add_service_arg(hosts)
     hosts.set_defaults(handler=lambda args, console: _list(args) if args.json else _usage(hosts))
 
 
@@ -50,7 +53,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _inventory(args: argparse.Namespace) -> Inventory:
-    return config_for(args).inventory
+    return service_config(args).inventory  # one service's: their environments share names
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -10,7 +10,14 @@ from rich.markup import escape
 
 from agents.ids import short_id
 from agents.run.record import Verdict
-from bot.cli.common import Commands, add_config_arg, embedded_store_note, services_for
+from bot.cli.common import (
+    Commands,
+    add_config_arg,
+    add_service_arg,
+    embedded_store_note,
+    service_of_run,
+    services_for,
+)
 
 
 def register(commands: Commands) -> None:
@@ -22,6 +29,7 @@ def register(commands: Commands) -> None:
     judge.add_argument("--user", default=getpass.getuser(),
                        help="who decides (default: your login name; trusted, see docs/start.md)")
     add_config_arg(judge)
+    add_service_arg(judge)
     judge.set_defaults(handler=_judge)
 
 
@@ -31,8 +39,10 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     services = services_for(args)
     store = services.store
     user = args.user
+    found = store.runs.find(args.run_id)
+    services = service_of_run(services, found)  # the run's own rules
     run, held = store.judgments.decide(
-        store.runs.find(args.run_id).id, Verdict(args.decision), user=user, via="cli",
+        found.id, Verdict(args.decision), user=user, via="cli",
         policy=services.config.policy)
     what = "continues with the next batch" if args.decision == Verdict.CONTINUE else \
         "rolls back the hosts it changed"

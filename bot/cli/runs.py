@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -23,7 +24,7 @@ from agents.engine.retention import JOB as RETENTION_JOB
 from agents.engine.retention import kept_runs
 from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
-from agents.errors import AmbiguousId, ApprovalRefused, NotFound
+from agents.errors import AmbiguousId, ApprovalRefused, NotFound, ServiceUnknown
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
 from agents.plan.model import Plan
@@ -40,10 +41,11 @@ from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
     add_config_arg,
+    add_service_arg,
     add_user_args,
     confirmer,
     embedded_store_note,
-    run_services,
+    service_of_run,
     services_for,
 )
 from bot.cli.drain import DRAIN_STORE_WAIT, leave_now, watch_store
@@ -141,6 +143,7 @@ def register(commands: Commands) -> None:
     approve.add_argument("run_id")
     add_user_args(approve, who="who approves")
     add_config_arg(approve)
+    add_service_arg(approve)
     approve.set_defaults(handler=_approve)
 
 
@@ -164,7 +167,7 @@ def _worker(args: argparse.Namespace, console: Console) -> int:
     _ship_audit(services, worker.name, stop)
     _drain_on_signals(stop, console, services.store.ping_primary, wait=args.drain_store_wait)
     reload_on_sighup(services, actor=worker.name, stop=stop,  # a new planner is counted too
-                     adopt=[lambda fresh: metrics.observe_retries(fresh.planner)]
+                     adopt=[lambda fresh: observe_planners(metrics, fresh)]
                      if metrics else [])
     announce(console, f"worker {worker.name} on {services.store.where}; Ctrl-C (or SIGTERM) "
                       f"drains: the current run finishes, no new one starts; SIGHUP reloads "
@@ -205,12 +208,19 @@ def _worker_metrics(args: argparse.Namespace, services: Services) -> Metrics | N
     from bot.metrics import Metrics
 
     metrics = Metrics()
-    metrics.observe_retries(services.planner)  # replans call the model from workers
+    observe_planners(metrics, services)  # replans call the model from workers
     metrics.watch_queue(services.store.queue)
     metrics.watch_ssh(lambda: services.runners.setup_stats)
-    if services.config.audit.sink is not None:
+    if services.common.audit.sink is not None:
         metrics.watch_audit_sink(services.store.feed)
     return metrics
+
+
+def observe_planners(metrics: Metrics, services: Services) -> None:
+    """Count the retried model calls of every service's planner (built now, so a run's
+    replan is counted whichever service it is)."""
+    for name in services.org.services:
+        metrics.observe_retries(services.service(name).planner)
 
 
 def _ship_audit(services: Services, name: str, stop: threading.Event) -> None:
@@ -264,6 +274,8 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
     else:
         run, plan = _stored_run(args.run_id, runs=store.runs, locks=store.locks,
                                 plans=store.plans)
+    with contextlib.suppress(ServiceUnknown):  # its hosts are its service's (if served)
+        services = services.for_run(run)
     if args.output is not None:
         return show_output(console, services, run, step=args.output, host=args.host,
                            as_json=args.json)
@@ -305,8 +317,10 @@ def _show_run(args: argparse.Namespace, console: Console, services: Services) ->
 def _kept_runs(services: Services) -> Path | None:
     """Without REDIS_URL: the state directory's record of the runs executed on the
     in-process store (``retention.keep_run``), if there is one."""
-    state_dir = services.config.state_dir
-    if not services.store.embedded or state_dir is None:
+    if not services.store.embedded:
+        return None
+    state_dir = services.config.state_dir  # the service's (--service, with several)
+    if state_dir is None:
         return None
     path = kept_runs(state_dir)
     return path if path.exists() else None
@@ -375,10 +389,11 @@ def _audited_run(runs: Runs, typed: str) -> str:
 
 def _approve(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    services, org = run_services(args)
+    services = services_for(args)
     store = services.store
     run = store.runs.find(args.run_id)
-    policy = org.service_of(run.service).policy  # the run's service's rules, every layer
+    services = service_of_run(services, run)  # the run's rules (every layer), never another's
+    policy = services.config.policy
     problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
                                plan_version=run.plan_version, plan_hash=run.plan_hash,
                                policy=policy, now=services.clock())

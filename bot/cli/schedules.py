@@ -21,7 +21,7 @@ from agents.engine.occurrences import Occurrence
 from agents.errors import StoreError
 from agents.schedules.model import utc_now
 from agents.services import Services
-from bot.cli.common import Commands, add_config_arg, services_for
+from bot.cli.common import Commands, add_config_arg, add_service_arg, services_for
 from bot.cli.history import add_json_arg
 from bot.cli.json_views import schedules_json
 from bot.cli.reload import reload_on_sighup
@@ -46,6 +46,7 @@ def register(commands: Commands) -> None:
     add.add_argument("--auto", action="store_true",
                      help="run without a click while the plan stays as approved now")
     add.add_argument("--yes", "-y", action="store_true", help="approve the --auto plan unasked")
+    add_service_arg(add)  # the schedule's service: its occurrences plan under it
     add_json_arg(_action(actions, "list", "schedules and their next fire times"))
     for name, text in (("pause", "stop firing until resumed"), ("resume", "fire again"),
                        ("remove", "delete a schedule"), ("run", "fire an occurrence now")):

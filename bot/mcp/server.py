@@ -23,7 +23,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
 from pydantic import AnyHttpUrl, BaseModel, Field, ValidationError
 
@@ -51,9 +51,11 @@ STEER = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_
                         open_world_hint=False)
 """Pause, resume and stop change a running deploy (a stop rolls hosts back)."""
 
-PlanHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from `plan`")]
-RunId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,80}$")]
-Channel = Annotated[str | None, Field(default=None, pattern=r"^#?[A-Za-z0-9_.-]{1,80}$",
+PLAN_HASH, RUN_ID, CHANNEL = (r"^[0-9a-f]{64}$", r"^[A-Za-z0-9_.:-]{1,80}$",
+                              r"^#?[A-Za-z0-9_.-]{1,80}$")
+PlanHash = Annotated[str, Field(pattern=PLAN_HASH, description="from `plan`")]
+RunId = Annotated[str, Field(pattern=RUN_ID)]
+Channel = Annotated[str | None, Field(default=None, pattern=CHANNEL,
                                       description="Slack channel for the approval post")]
 Request = Annotated[str, Field(min_length=1, max_length=500,
                                description="what to do, e.g. 'deploy v2.3.1 to staging'")]
@@ -176,10 +178,15 @@ class DeskServer(MCPServer[Any]):
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
+                # the SDK's, for the arguments (an Unexpected one is a result's, a bug)
+                exc = ToolError(f"{name}: " + argument_problems(cause, arguments))
+                exc.__cause__ = cause
             if not _raised_by_deckhand(exc):  # deckhand's own refusals are audited there
                 await anyio.to_thread.run_sync(functools.partial(
                     self._audit_refusal, name, arguments, context, exc))
-            raise
+            raise exc from cause
 
     def _audit_refusal(self, name: str, arguments: dict[str, Any],
                        context: Context[Any, Any] | None, exc: ToolError) -> None:
@@ -190,6 +197,50 @@ class DeskServer(MCPServer[Any]):
         self.desk.services.store.audit.refused(
             name[:80], actor=actor, face="mcp", rule=str(exc)[:300], action="mcp_call_refused",
             fields=fields, arguments=_shapes(arguments))
+
+
+EXPECTED = {
+    PLAN_HASH: "the 64-character plan_hash that `plan` returned",
+    RUN_ID: "a run id, like run-01j9z3k7w2abcd (`run_status`, `deckhand runs`)",
+    CHANNEL: "a Slack channel name, like #deploys",
+}
+"""What a pattern-checked argument takes, in words (the regex alone says little)."""
+
+
+def argument_problems(exc: ValidationError, arguments: dict[str, Any]) -> str:
+    """One line per bad argument: which one, what it takes, what it got (its type and size,
+    never its value) — instead of pydantic's text and its errors.pydantic.dev link."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in err["loc"]) or "arguments"
+        given = arguments.get(str(err["loc"][0])) if err["loc"] else None
+        got = f" (got {_shape(given)})" if err["type"] != "missing" else ""
+        lines.append(f"argument `{name}` {_expected(err)}{got}")
+    return "; ".join(lines)
+
+
+def _expected(err: Any) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not an argument of this tool"
+    if kind == "string_pattern_mismatch":
+        return "must be " + EXPECTED.get(str(ctx.get("pattern")), f"text matching "
+                                         f"{ctx.get('pattern')}")
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind == "string_too_short":
+        return f"must be at least {ctx.get('min_length')} character(s)"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    return f"is not valid: {err['msg']}"
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, str):
+        return f"text of {len(value)} characters"
+    return "nothing" if value is None else f"a {type(value).__name__}"
 
 
 def _raised_by_deckhand(exc: BaseException) -> bool:

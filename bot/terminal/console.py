@@ -48,7 +48,8 @@ Editor = Callable[[str], str]
 """Takes the plan as YAML text, returns the edited text."""
 Confirm = Callable[[str], str]
 """Asks the user to type a name (an environment, or ``local``); returns what they typed."""
-
+SAME_STORE = "the same REDIS_URL, or without it the same state directory on this machine"
+"""Where other approvers' `deckhand approve` must point to see this terminal's run."""
 
 
 class NoAnswer(EOFError):
@@ -187,8 +188,8 @@ class ConsoleFlow:
         store = self.services.store
         store.audit.record("left_for_approvers", actor=self.user, run_id=run_id)
         self.console.print(f"[yellow]Left for other approvers: `deckhand approve "
-                           f"{short_id(run_id)} --user NAME` against the same REDIS_URL; a "
-                           f"`deckhand worker` then runs it.[/]")
+                           f"{short_id(run_id)} --user NAME` on the same store ({SAME_STORE}); "
+                           f"a `deckhand worker` then runs it.[/]")
         self.exit_code = ExitCode.NEEDS_APPROVALS
         return store.runs.get(run_id)
 
@@ -313,8 +314,8 @@ class ConsoleFlow:
         if run.status is RunStatus.AWAITING_APPROVAL:
             self.console.print(f"[yellow]Approved by you; {approvals_needed(run, policy)} more "
                                f"approval(s) needed: other approvers run `deckhand approve "
-                               f"{short_id(run_id)} --user NAME` against the same REDIS_URL; a "
-                               f"`deckhand worker` then runs it.[/]")
+                               f"{short_id(run_id)} --user NAME` on the same store "
+                               f"({SAME_STORE}); a `deckhand worker` then runs it.[/]")
             self.exit_code = ExitCode.NEEDS_APPROVALS
             return run
         return self.execute(plan, run_id)
@@ -482,6 +483,18 @@ class ConsoleFlow:
             raise NoAnswer from None
         return {"a": Decision.APPROVE, "m": Decision.MODIFY, "r": Decision.REJECT,
                 "l": Decision.LEAVE}[choice]
+
+
+def ask_service(console: Console, names: Sequence[str]) -> str | None:
+    """Which service a request that named none is for, asked with the list; None when
+    nobody answers (end of input): nothing is planned."""
+    listed = ", ".join(names)
+    try:
+        return Prompt.ask(f"[bold]Which service?[/] ({escape(listed)})", choices=list(names),
+                          show_choices=False, console=console)
+    except (EOFError, OSError):  # no terminal to answer from: never guess
+        console.print("\nNo answer (end of input): nothing was planned.")
+        return None
 
 
 def confirmation_problem(run: Run, policy: Policy, confirm: Confirm) -> str | None:

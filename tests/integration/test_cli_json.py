@@ -184,3 +184,24 @@ def test_limit_narrows_a_run_within_policy(cli: Cli) -> None:
     assert [h["host"] for h in production["hosts"]] == ["prod-1"]
     unknown = cli("plan", "status", "--limit", "prod-9", code=2)
     assert "--limit 'prod-9': no host, group or environment has that name" in unknown.stdout
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (("plan", "cancel", "--format", "json"), "cancel"),
+    (("plan", "cancel", "--format", "yaml"), "cancel"),
+    (("eval", "--cases", "no-such-cases.yml", "--json"), "no-such-cases.yml"),
+    (("runs", "show", "run-nosuchrun", "--json"), "nosuchrun"),
+    (("runs", "show", "run-nosuchrun", "--output", "--json"), "nosuchrun"),
+    (("policy", "diff", "no-such-old.yml", "--json"), "no-such-old.yml"),
+    (("where", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("history", "production", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("stats", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("schedules", "list", "--json", "--config", "no-such.yml"), "no-such.yml"),
+    (("hosts", "--json", "--config", "no-such.yml"), "no-such.yml"),
+])
+def test_an_error_of_a_json_command_is_on_stderr_only(cli: Cli, argv: tuple[str, ...],
+                                                      names: str) -> None:
+    """Issue 43.4: `| jq` reads the answer alone, and `2>/dev/null` hides the error."""
+    done = cli(*argv, code=2)
+    assert done.stdout == ""
+    assert names in done.stderr, done.stderr

@@ -41,6 +41,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
            and not k.startswith(("DECKHAND_", "REDIS_URL", "SLACK_", "OPENAI_"))}
     return {**env, **IMAGE, "PYTHONPATH": str(ROOT),
             "DECKHAND_STATE_DIR": str(tmp_path / "state"),
+            "DECKHAND_EMBEDDED_STORE": "memory",  # as the suite's other tests (conftest)
             "DECKHAND_HEALTH_FILE": str(tmp_path / "health"), **extra}
 
 

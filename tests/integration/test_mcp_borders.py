@@ -40,7 +40,9 @@ def test_a_plan_hash_is_bound_to_its_connection_not_the_clients_name(
             return text, mine["run_id"]
 
     refused, run_id = anyio.run(scenario)
-    assert "call `plan`" in refused
+    assert "call `plan`" in refused  # and why a client that just did is refused (issue 43.4)
+    assert "A plan is bound to the connection that made it" in refused
+    assert "one connection, or use `deckhand mcp --http`" in refused
     (run,) = store.runs.recent()
     assert run.id == run_id and run.requested_by == "mcp:agent-a"
     assert [e["plan_hash"][:12] for e in audited(store, "mcp_request_refused")] == \
@@ -88,6 +90,15 @@ def test_refused_arguments_are_audited_and_an_edited_proposal_never_runs(
 
     texts, plan_hash, tampered = anyio.run(scenario)
     assert all(texts)
+    for text, (name, _, field) in zip(texts, BAD_CALLS, strict=True):  # said in words
+        assert "pydantic" not in text and "validation error" not in text, text
+        assert not field or text.startswith(f"{name}: argument `{field}` "), text
+    assert texts[0] == "plan: argument `request` must be at least 1 character(s) (got text " \
+                       "of 0 characters)"
+    assert texts[4] == "plan: argument `request` is required"
+    assert "plan_hash` must be the 64-character plan_hash that `plan` returned" in texts[5]
+    assert "run_id` must be a run id, like run-" in texts[7]
+    assert "decision` must be one of 'continue' or 'rollback'" in texts[10]
     entries = audited(store, "mcp_call_refused")
     assert [(e["actor"], e["what"], e["fields"]) for e in entries] == [
         ("mcp:fuzzer", name, [field] if field else []) for name, _, field in BAD_CALLS]

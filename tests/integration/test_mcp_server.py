@@ -148,8 +148,9 @@ async def refuse_everything_else(session: ClientSession, planned: dict[str, Any]
         text = error_text(await session.call_tool(
             "request_deploy", {"plan_hash": plan_hash, "channel": "CDEPLOY"}))
         assert "call `plan`" in text
-    assert "pattern" in error_text(await session.call_tool(
-        "request_deploy", {"plan_hash": "not-a-hash", "channel": "CDEPLOY"}))
+    assert "argument `plan_hash` must be the 64-character plan_hash that `plan` returned" in \
+        error_text(await session.call_tool("request_deploy", {"plan_hash": "not-a-hash",
+                                                              "channel": "CDEPLOY"}))
 
 
 def test_stdio_without_slack_leaves_the_run_for_deckhand_approve(

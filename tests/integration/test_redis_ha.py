@@ -47,10 +47,11 @@ def _approve(store: Store, run: Run, plan: Plan) -> Run:
 def test_sentinel_failover_keeps_every_acknowledged_approval(
         sentinel_group: SentinelGroup) -> None:
     store = Store.connect(sentinel_group.url)
-    store.replicate_timeout = 0.5
+    store.replicate_timeout = 5.0  # a loaded machine's replica may take over 0.5 s
     runs = [_waiting_run(store) for _ in range(6)]
     before = [_approve(store, run, plan) for run, plan in runs[:3]]
     assert all("unreplicated" not in r.meta for r in before)  # WAIT saw the replica
+    store.replicate_timeout = 0.5  # after the failover no replica answers: each WAIT times out
 
     sentinel_group.kill_primary()  # Sentinel promotes the replica; deckhand retries meanwhile
     after = [_approve(store, run, plan) for run, plan in runs[3:]]

@@ -39,4 +39,4 @@ def test_unwritten_environments_are_named_open(tmp_path: Path,
 def test_a_written_default_is_open_on_purpose(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = _check(tmp_path, "  default: {approvers: {anyone: true}}", capsys)
-    assert "OPEN" not in out
+    assert "OPEN —" not in out

@@ -85,11 +85,26 @@ def _closure(names: list[str]) -> set[str]:
     return set(lock.closure(names))
 
 
+def _module_level(tree: ast.Module) -> list[ast.stmt]:
+    """Statements run when the module is imported (collection): top level, and inside a
+    top-level if/try. An import inside a function runs only when it is called (the opt-in
+    real-model server imports its packages so)."""
+    out: list[ast.stmt] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        out.append(node)
+        if isinstance(node, ast.If | ast.Try):
+            pending += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            pending += [s for h in getattr(node, "handlers", []) for s in h.body]
+    return out
+
+
 def _third_party_imports() -> set[str]:
     local = {"agents", "bot", "tools", "tests", "bench"}
     found: set[str] = set()
     for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _module_level(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

@@ -104,3 +104,27 @@ def test_readme_starts_with_venv_and_explains_test_prerequisites_first() -> None
     assert readme.index("redis-server") < test_command and readme.index("sshd") < test_command
     troubles = readme.split("### Troubleshooting", 1)[1].split("\n## ", 1)[0]
     assert troubles.count("\n* **") == 5
+
+
+def test_each_command_loads_only_the_module_that_registers_it() -> None:
+    """Issue 43.7: `deckhand runs` imports bot.cli.runs, not eval, mcp or schedules — and the
+    table that says so names the module that really registers each command."""
+    import argparse
+
+    from bot.cli import CORE, EXTRA, _extra_commands, build_parser
+
+    registered = {}
+    for register in _extra_commands():
+        parser = argparse.ArgumentParser()
+        commands = parser.add_subparsers()
+        register(commands)
+        registered.update(dict.fromkeys(commands.choices, register.__module__))
+    assert {word: f"bot.cli.{module}" for word, module in EXTRA.items()} == {
+        word: module for word, module in registered.items() if word != "completion"}
+    for word in [*EXTRA, *CORE]:
+        sub = next(a for a in build_parser(word)._actions
+                   if isinstance(a, argparse._SubParsersAction))
+        assert word in sub.choices
+    assert {"runs", "eval", "mcp", "completion"} <= set(next(
+        a for a in build_parser("completion")._actions
+        if isinstance(a, argparse._SubParsersAction)).choices)

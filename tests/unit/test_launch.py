@@ -27,6 +27,7 @@ HEAVY_OFF_THE_RUN_PATH = (
     "openai", "apscheduler", "http.client", "mcp", "slack_sdk", "slack_bolt", "waitress",
     "prometheus_client", "matplotlib", "bot.cli.eval", "bot.cli.schedules", "bot.mcp",
     "bot.slack", "bot.scheduler", "opentelemetry.sdk.trace",
+    "paramiko",  # issue 43.7: imported with the first SSH runner, not at start
     # optional extras our dependencies would load for features deckhand never uses
     # (tools.lean_imports), and pydantic-settings' asyncio/dotenv/cloud providers
     "numpy", "jsonpath_ng", "invoke", "opentelemetry.sdk.metrics", "pydantic_settings")
@@ -51,6 +52,7 @@ def test_planning_a_playbook_loads_no_model_client_scheduler_or_other_face(
              "if m in sys.modules])")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OPENAI_", "OTEL_", "DECKHAND_", "REDIS_"))}
+    env["DECKHAND_EMBEDDED_STORE"] = "memory"  # as the suite's other tests (conftest)
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]

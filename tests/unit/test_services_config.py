@@ -12,6 +12,7 @@ import pytest
 from agents.config import load_config
 from agents.errors import ManyServices
 from agents.org import load_org
+from agents.services import store_dir
 from bot.cli import main
 from tools.errors import ConfigError
 
@@ -108,6 +109,8 @@ def test_two_services_one_from_a_file_one_inline(tmp_path: Path,
     assert api.policy.for_env("production").min_approvals == 2
     assert docs.policy.for_env("live").approvers.anyone
     assert api.catalog.tools["ship"].params["environment"].enum == ["production", "staging"]
+    # without REDIS_URL every service shares the organisation's embedded store (issue 43.1)
+    assert store_dir(api) == store_dir(docs) == tmp_path / "state"
 
 
 def test_the_faces_take_one_service_and_refuse_several_in_one_line(tmp_path: Path) -> None:
@@ -286,9 +289,8 @@ def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFix
     assert "services/api.yml:" in out and "planner: `planner` is organisation-wide" in out
 
 
-@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"], ["worker"],
-                                  ["mcp"], ["plan", "ship v1.2.3 to staging"], ["where"]])
-def test_faces_refuse_a_config_of_several_services_in_one_line(
+@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"], ["mcp"]])
+def test_slack_and_mcp_refuse_a_config_of_several_services_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         argv: list[str]) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
@@ -299,3 +301,18 @@ def test_faces_refuse_a_config_of_several_services_in_one_line(
     assert lines == ["error: deckhand.yml has 2 services (api, docs): deckhand serves one "
                      "service per config until multi-service support lands in a later step "
                      "(issue 40); `deckhand check` validates them all"], lines
+
+
+@pytest.mark.parametrize("argv", [["plan", "ship v1.2.3 to staging"], ["where"],
+                                  ["run", "--yes", "ship v1.2.3 to staging"]])
+def test_the_cli_asks_which_service_when_nothing_names_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        argv: list[str]) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("DECKHAND_SERVICE", raising=False)
+    path = org_files(tmp_path)
+    assert main([*argv, "--config", str(path)]) == 2
+    out = capsys.readouterr()
+    lines = [line for line in (out.out + out.err).splitlines() if line.strip()]
+    assert lines[-1].startswith("error: which service? This organisation has api, docs: "
+                                "name one"), lines

@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from tools.errors import SSHConnectError
 from tools.inventory import Host, Inventory, SSHSettings
 from tools.runners.base import Runner
-from tools.runners.known_hosts import KnownHosts
 from tools.runners.local import LocalRunner
 from tools.runners.pacing import HandshakePacer, SetupStats
-from tools.runners.ssh import SSHOptions, SSHRunner
+
+if TYPE_CHECKING:  # paramiko is imported with the first SSH host (~0.05 s of every start)
+    from tools.runners.known_hosts import KnownHosts
+    from tools.runners.ssh import SSHOptions, SSHRunner
 
 log = logging.getLogger("deckhand.ssh")
 
@@ -32,17 +36,33 @@ class RunnerPool:
         if known_hosts is None and inventory is not None:
             known_hosts = inventory.known_hosts
         self.known_hosts = known_hosts
-        self.host_keys = KnownHosts(known_hosts)
         self.inventory = inventory
         self.settings = ssh or (inventory.ssh if inventory is not None else SSHSettings())
-        self.ssh_options = ssh_options or SSHOptions(
-            connect_timeout=self.settings.connect_timeout)
+        self._ssh_options = ssh_options
+        self._host_keys: KnownHosts | None = None
+        self._keys_lock = threading.Lock()
         self.pacer = HandshakePacer(self.settings)
         self._local = LocalRunner()
         self._remote: dict[str, SSHRunner] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._reaper: threading.Thread | None = None
+
+    @property
+    def host_keys(self) -> KnownHosts:
+        """The one parsed known_hosts every SSH runner shares (made on first use, once)."""
+        with self._keys_lock:
+            if self._host_keys is None:
+                from tools.runners.known_hosts import KnownHosts
+
+                self._host_keys = KnownHosts(self.known_hosts)
+            return self._host_keys
+
+    @cached_property
+    def ssh_options(self) -> SSHOptions:
+        from tools.runners.ssh import SSHOptions
+
+        return self._ssh_options or SSHOptions(connect_timeout=self.settings.connect_timeout)
 
     @property
     def setup_stats(self) -> SetupStats:
@@ -63,6 +83,8 @@ class RunnerPool:
             return runner
 
     def _ssh(self, host: Host, chain: tuple[str, ...]) -> SSHRunner:
+        from tools.runners.ssh import SSHRunner
+
         runner = self._remote.get(host.name)
         if runner is None:
             via = self._ssh(self._jump_of(host, chain), (*chain, host.name)) \
