@@ -286,7 +286,7 @@ def report(count: int, many: Figures, one: Figures) -> None:
     row("start load, new process, cached", many.start, one.start, 1000)
     row("start load, in process (median)", many.warm_load, one.warm_load, 1000)
     row("  (the same, CPU time)", many.warm_load_cpu, one.warm_load_cpu, 1000)
-    row("full load, no cache (as before)", many.full_load, one.full_load, 1000)
+    row("load with playbook checks, no cache", many.full_load, one.full_load, 1000)
     row("deckhand check, no cache", many.cold_check, one.cold_check, 1000)
     row("  (the same, CPU time)", many.cold_check_cpu, one.cold_check_cpu, 1000)
     row("deckhand check, cached", many.warm_check, one.warm_check, 1000)
