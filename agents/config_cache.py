@@ -20,7 +20,7 @@ from tools.errors import Problem
 from tools.yamlsrc import Located, load_yaml, load_yaml_file
 
 CACHE_DIR = "config-cache"
-"""Under the organisation's state directory: ``verdicts.json`` and ``yaml/SHA256.json``."""
+"""Under the organisation's state directory: ``verdicts.json`` and ``parses.json``."""
 FORMAT = 1
 VERDICT_CODE = ("agents.config", "agents.plan.model", "agents.plan.validation",
                 "agents.plan.targets", "agents.requests.playbooks", "agents.requests.phrasing",
@@ -81,13 +81,26 @@ class CheckVerdicts:
 
 
 class ParseCache:
-    """YAML files as parsed (data, lines, duplicate-key problems), one JSON file each,
-    named by the sha256 of the file's path and bytes. A parse whose data JSON cannot hold
-    faithfully (dates, non-string keys) is not kept: that file is parsed every time."""
+    """YAML files as parsed (data, lines, duplicate-key problems), in one JSON file (one
+    open, not one per file: a filesystem's opens were most of a first load), each entry
+    under the sha256 of its file's path and bytes and kept as its own JSON text, so a save
+    re-encodes only new parses. A parse whose data JSON cannot hold faithfully (a date, a
+    non-string key) is not kept: that file is parsed every time."""
 
     def __init__(self, folder: Path):
-        self.folder = folder / "yaml"
-        self.used: set[str] = set()
+        self.path = folder / "parses.json"
+        self.known: dict[str, str] | None = None
+        self.now: dict[str, str] = {}
+        self.new = False
+
+    def _known(self) -> dict[str, str]:
+        if self.known is None:
+            body = _read_json(self.path)
+            entries = body.get("entries") if isinstance(body, dict) \
+                and body.get("format") == FORMAT else None
+            self.known = {k: v for k, v in entries.items() if isinstance(v, str)} \
+                if isinstance(entries, dict) else {}
+        return self.known
 
     def load(self, path: Path) -> Located:
         """``path`` parsed, as ``tools.yamlsrc.load_yaml_file`` would."""
@@ -97,35 +110,39 @@ class ParseCache:
             return load_yaml_file(path)  # which says what is wrong with the file
         source = str(path)
         key = hashlib.sha256(f"{source}\0{text}".encode()).hexdigest()
-        entry = self.folder / f"{key}.json"
-        self.used.add(key)
-        found = _located(_read_json(entry), source)
-        if found is not None:
+        kept = self._known().get(key)
+        try:
+            found = _located(json.loads(kept), source) if kept is not None else None
+        except ValueError:
+            found = None
+        if found is not None and kept is not None:
+            self.now[key] = kept
             return found
         located = load_yaml(text, source)
-        body = _entry(located)
-        if body is not None:
-            _write_json(entry, body)
+        entry = _entry(located)
+        if entry is not None:
+            self.now[key], self.new = entry, True
         return located
 
-    def prune(self) -> None:
-        """Forget the parses of files this load did not read (edited or removed since)."""
-        with suppress(OSError):
-            for old in self.folder.glob("*.json"):
-                if old.stem not in self.used:
-                    old.unlink(missing_ok=True)
+    def save(self) -> bool:
+        """Keep this load's parses only (an edited or removed file's go), if anything
+        changed; False if the state directory cannot be written."""
+        if not self.new and set(self.now) == set(self._known()):
+            return True
+        return _write_json(self.path, {"format": FORMAT, "entries": self.now})
 
 
-def _entry(located: Located) -> dict[str, Any] | None:
+def _entry(located: Located) -> str | None:
+    """``located`` as JSON, or None if its data would not come back the same."""
     body = {"format": FORMAT, "source": located.source, "data": located.data,
             "lines": [[list(k), v] for k, v in located.lines.items()],
             "text_starts": [[list(k), v] for k, v in located.text_starts.items()],
             "problems": [[p.where, p.message] for p in located.problems]}
     try:
-        faithful = json.loads(json.dumps(body["data"], allow_nan=False)) == located.data
-    except (TypeError, ValueError):
+        text = json.dumps(body, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):  # a date, say
         return None
-    return body if faithful else None
+    return text if json.loads(text)["data"] == located.data else None  # e.g. an int key
 
 
 def _located(body: Any, source: str) -> Located | None:
@@ -149,12 +166,17 @@ def _read_json(path: Path) -> Any:
 
 
 def _write_json(path: Path, body: dict[str, Any]) -> bool:
+    with suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return _write_text(path, json.dumps(body, separators=(",", ":")))
+
+
+def _write_text(path: Path, text: str) -> bool:
     temp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
+        temp.write_text(text, encoding="utf-8")
         os.replace(temp, path)  # never half a file, whatever stops us
-    except (OSError, TypeError, ValueError):
+    except OSError:
         with suppress(OSError):
             temp.unlink(missing_ok=True)
         return False

@@ -178,9 +178,10 @@ def _load_org(path: Path, *, playbooks: bool, cache: bool) -> Org:
         if loaded is not None:
             services[name], origins[name] = loaded, source
     problems += _between(org, services, origins, doc)
-    if verdicts is not None and parse is not None:  # a check: it read every file
+    if parse is not None:  # every service file was read: keep exactly their parses
+        parse.save()
+    if verdicts is not None:
         verdicts.save()  # the services that passed, even if another one failed
-        parse.prune()
     if problems:
         raise ConfigError(problems)
     index = OrgIndex.of(services)

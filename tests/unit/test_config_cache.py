@@ -119,9 +119,14 @@ def test_a_verdict_file_that_is_not_ours_is_no_memory(org: Path, checked: list[s
     assert len(json.loads(verdicts.read_text())["passed"]) == 2
 
 
+def _parses(main: Path) -> set[str]:
+    body = json.loads((main.parent / "state" / CACHE_DIR / "parses.json").read_text())
+    return set(body["entries"])
+
+
 def test_the_parse_cache_never_serves_an_edited_file(org: Path) -> None:
     assert load_org(org, cache=True).services["api"].vars["team"] == "api"
-    entries = sorted((org.parent / "state" / CACHE_DIR / "yaml").glob("*.json"))
+    entries = _parses(org)
     assert len(entries) == 4  # both services' files and tools files
 
     service = org.parent / "services" / "api.yml"
@@ -132,15 +137,21 @@ def test_the_parse_cache_never_serves_an_edited_file(org: Path) -> None:
     assert loaded.services["api"].vars["team"] == "payments"
     assert loaded.services["api"].catalog.get("ship").description.startswith("put a version "
                                                                               "on each host")
-    now = sorted((org.parent / "state" / CACHE_DIR / "yaml").glob("*.json"))
-    assert len(now) == 4 and len(set(now) & set(entries)) == 2  # the edited two replaced
+    now = _parses(org)
+    assert len(now) == 4 and len(now & entries) == 2  # the edited two replaced
 
 
 def test_a_damaged_parse_is_parsed_again_and_problems_keep_their_lines(org: Path) -> None:
     load_org(org, cache=True)
-    for entry in (org.parent / "state" / CACHE_DIR / "yaml").glob("*.json"):
-        entry.write_text('{"format": 1, "source": "elsewhere", "data": {}}')
+    parses = org.parent / "state" / CACHE_DIR / "parses.json"
+    damaged = {key: '{"format": 1, "source": "elsewhere", "data": {}}' if i % 2 else "{not"
+               for i, key in enumerate(_parses(org))}
+    parses.write_text(json.dumps({"format": 1, "entries": damaged}))
     assert load_org(org, cache=True).services["web"].vars["team"] == "web"
+    assert _parses(org) == set(damaged)  # parsed again, and kept again
+    parses.write_text("[1, 2")
+    assert load_org(org, cache=True).services["api"].vars["team"] == "api"
+    assert _parses(org) == set(damaged)
 
     service = org.parent / "services" / "web.yml"  # a problem from a cached parse
     service.write_text(service.read_text().replace("staging: {hosts: [web-1]}",
@@ -159,8 +170,7 @@ def test_a_parse_json_cannot_hold_is_not_kept(org: Path) -> None:
     for _ in range(2):
         loaded = load_org(org, cache=True)
         assert str(loaded.services["web"].vars["since"]) == "2024-01-02"
-    entries = list((org.parent / "state" / CACHE_DIR / "yaml").glob("*.json"))
-    assert len(entries) == 3  # not web.yml: a date would come back a string
+    assert len(_parses(org)) == 3  # not web.yml: a date would come back a string
 
 
 def test_a_load_leaves_the_collector_as_it_found_it(org: Path) -> None:
