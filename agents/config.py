@@ -675,7 +675,7 @@ def policy_problems(policy: Policy, known: Mapping[str, Environment]
     for index, window in enumerate(policy.freeze):  # a typo here freezes nothing
         out += [(("freeze", index, "environments", i), f"unknown environment {name!r} {hint}")
                 for i, name in enumerate(window.environments) if name not in known]
-    return out + _approver_problems(policy)
+    return out + _approver_problems(policy) + _impossible_rules(policy)
 
 
 def _approver_problems(policy: Policy) -> list[tuple[Where, str]]:
@@ -696,6 +696,45 @@ def _approver_problems(policy: Policy) -> list[tuple[Where, str]]:
         elif who.anyone and (who.users or who.groups):
             out.append(((*where, "approvers"), "says `anyone: true` and also lists approvers: "
                         "keep one"))
+    return out
+
+
+def _impossible_rules(policy: Policy) -> list[tuple[Where, str]]:
+    """Rules that can never be met, and names that can never match: a count above the
+    distinct people a rule names, a name listed twice or with spaces around it (Slack ids
+    and login names have none), a written break-glass that names nobody."""
+    out: list[tuple[Where, str]] = []
+    rules: list[tuple[Where, EnvPolicy]] = [
+        (("environments", name), rule) for name, rule in policy.environments.items()]
+    rules += [(("default",), policy.default)] if "default" in policy.model_fields_set else []
+    rules += [(("unscoped",), policy.unscoped)] if policy.unscoped is not None else []
+    for where, rule in rules:
+        out += _name_problems((*where, "approvers"), rule.approvers.users, rule.approvers.groups)
+        who = rule.approvers
+        distinct = set(who.users)
+        if not (who.anyone or who.groups) and distinct and rule.min_approvals > len(distinct):
+            out.append(((*where, "min_approvals"), f"needs {rule.min_approvals} approvals but "
+                        f"the rule names {len(distinct)} approver(s) ({', '.join(sorted(distinct))}"
+                        f"): no plan could ever be approved; lower min_approvals or add "
+                        f"approvers"))
+    glass = policy.break_glass
+    out += _name_problems(("break_glass",), glass.users, glass.groups)
+    if "break_glass" in policy.model_fields_set and not (glass.users or glass.groups):
+        out.append((("break_glass",), "names nobody: a break-glass run could never get its "
+                    "grant; list users or groups, or remove break_glass"))
+    return out
+
+
+def _name_problems(where: Where, users: list[str], groups: list[str]) -> list[tuple[Where, str]]:
+    out: list[tuple[Where, str]] = []
+    for kind, names in (("users", users), ("groups", groups)):
+        for index, name in enumerate(names):
+            if name != name.strip() or not name.strip():
+                out.append(((*where, kind, index), f"{name!r} has spaces around it (or is "
+                            f"empty); no user or group is named that: write {name.strip()!r}"))
+            elif name in names[:index]:
+                out.append(((*where, kind, index), f"{name!r} is listed twice; each person "
+                            f"counts once"))
     return out
 
 

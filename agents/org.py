@@ -27,7 +27,7 @@ from agents.config import (
 )
 from agents.config_cache import CACHE_DIR, CheckVerdicts, ParseCache
 from agents.errors import ManyServices, ServiceUnknown
-from agents.policy.eligibility import eligibility, of_scopes
+from agents.policy.eligibility import PlanSubject, RuleLine, eligibility, of_scopes
 from agents.policy.layers import winners
 from agents.policy.rules import Policy
 from tools.errors import ConfigError, Problem
@@ -261,27 +261,26 @@ def _between(org: OrgWide, services: dict[str, Config],
 
 def _shared_hosts(services: dict[str, Config],
                   origins: dict[str, tuple[Path, Located]]) -> list[Problem]:
-    """A host in two services (by name; an SSH host also by address and port): its rules
-    and locks would be two services' at once, which lands in a later step."""
-    seen: dict[HostId, tuple[str, str]] = {}
+    """One host name meaning two machines in two services: the name would join rules and
+    locks that are not one machine's (a machine under two names is one host, 2.5)."""
+    seen: dict[str, tuple[str, Host]] = {}
     out: list[Problem] = []
     for name, config in services.items():
         doc = origins[name][1]
         for host_name, host in config.inventory.hosts.items():
-            for identity in _identities(host_name, host):
-                first = seen.setdefault(identity, (name, host_name))
-                if first[0] == name:
-                    continue
-                also = (f"host {first[1]!r} of service {first[0]}" if first[1] != host_name
-                        else f"a host of service {first[0]} too")
-                out.append(Problem(doc.where(("inventory", "hosts", host_name)),
-                                   f"host {host_name!r} is {also}: hosts shared between "
-                                   f"services are not supported yet: both services' rules "
-                                   f"would apply, but their runs could change it at once "
-                                   f"until host locks land (issue 40, step 4); give each "
-                                   f"service its own hosts"))
-                break
+            first, theirs = seen.setdefault(host_name, (name, host))
+            if first == name or _machine(theirs) == _machine(host):
+                continue
+            out.append(Problem(doc.where(("inventory", "hosts", host_name)),
+                               f"host {host_name!r} is {theirs.label} in service {first} but "
+                               f"{host.label} here: one name is one machine across services "
+                               f"(its rules and locks are shared); rename one of them"))
     return out
+
+
+def _machine(host: Host) -> tuple[str, ...]:
+    return (host.connection,) if host.connection == "local" else (
+        host.connection, host.address, str(host.port))
 
 
 def _identities(name: str, host: Host) -> list[HostId]:
@@ -336,43 +335,84 @@ def _open_environments(label: str, config: Config) -> list[str]:
             f"an entry naming the approvers"]
 
 
-def share_layers(services: dict[str, Config], index: OrgIndex) -> None:
-    """A host two services list gets every service's layers (docs/services.md 2.5): each
-    environment of S listing a host that web/production lists too takes web/production's
-    rule, its layers (organisation, owners) and its freezes, named ``web/production: …``.
+def cross_service_hosts(org: Org) -> tuple[list[str], list[str]]:
+    """For ``deckhand check``: each host a service shares with another and every rule that
+    results for a run touching it (notes), and where no user is allowed by name by all of
+    those rules, e.g. both services' owners (warnings: group overlap is unknown at load;
+    such a plan is refused as unapprovable when it is made)."""
+    notes: list[str] = []
+    warnings: list[str] = []
+    for name, config in org.services.items():
+        inventory, policy = config.inventory, config.policy
+        for host_name, foreign in inventory.shared.items():
+            own = [e for e, env in inventory.environments.items() if host_name in env.hosts]
+            scopes = [*own, *foreign]
+            subject = PlanSubject(own, {s: [host_name] for s in scopes}, "", scopes)
+            answer = eligibility(subject, policy)
+            rule = policy.strictest(scopes)
+            host = inventory.hosts[host_name]
+            notes.append(f"{name}: host {host_name} ({host.lock_id}) is also in "
+                         f"{', '.join(foreign)}: a run of {name} touching it needs every "
+                         f"rule of {', '.join(scopes)} — "
+                         f"{'; '.join(line.describe() for line in answer.lines)}; their "
+                         f"freezes and limits apply, and it holds host lock {host.lock_id} "
+                         f"(lock: {rule.lock})")
+            warnings += _by_name(name, host_name, answer.lines)
+    return notes, warnings
 
-    Per environment, not yet per host: until plan targets name the other service's scopes
-    (``PlanTargets.shared``), every run of that environment answers to them — stricter than
-    the design, never looser. (Loading still refuses shared hosts until host locks land.)
-    """
+
+def _by_name(name: str, host: str, lines: tuple[RuleLine, ...]) -> list[str]:
+    """A warning if no user named anywhere is allowed by every line's approvers."""
+    strict = [line for line in lines if not line.rule.approvers.anyone]
+    named = {u for line in strict for u in line.rule.approvers.users}
+    if len(strict) < 2 or any(all(line.rule.approvers.allows(u) for line in strict)
+                              for u in named):
+        return []
+    who = "; ".join(f"{line.label}: {line.rule.approvers.describe()}" for line in strict)
+    return [f"{name}: no user is allowed by name by every rule over host {host} ({who}): "
+            f"only someone in a group they all allow can approve a run touching it, and "
+            f"without one such plans are refused as unapprovable"]
+
+
+def share_layers(services: dict[str, Config], index: OrgIndex) -> None:
+    """A host several services list gets every service's layers (docs/services.md 2.5):
+    each service's policy learns the other services' environments listing one of its hosts,
+    under their qualified names (``web/production``: that service's rule, its layers, its
+    freezes and limits, reasons prefixed ``web/production:``), and its inventory learns
+    which hosts reach them (``Inventory.shared``), so plan targets name them exactly for
+    the runs that touch such a host."""
     before = {name: config.policy.model_copy(deep=True) for name, config in services.items()}
     for name, config in services.items():
-        for env_name, env in config.inventory.environments.items():
-            for other, theirs in _sharing(name, env.hosts, config, index):
-                _take(config.policy, env_name, f"{other}/{theirs}", before[other], theirs)
+        shared: dict[str, tuple[str, ...]] = {}
+        for host_name, host in config.inventory.hosts.items():
+            others = _sharing(name, host_name, host, index)
+            shared[host_name] = tuple(f"{s}/{e}" for s, e in others)
+            for other, theirs in others:
+                _take(config.policy, f"{other}/{theirs}", before[other], (other, theirs))
+        config.inventory.share(shared)
 
 
-def _sharing(name: str, hosts: list[str], config: Config, index: OrgIndex
-             ) -> list[tuple[str, str]]:
-    """Other services' (service, environment) that list one of ``hosts``."""
-    found = [scope for host in hosts if host in config.inventory.hosts
-             for identity in _identities(host, config.inventory.hosts[host])
+def _sharing(name: str, host_name: str, host: Host, index: OrgIndex) -> list[tuple[str, str]]:
+    """Other services' (service, environment) that list the machine ``host`` is."""
+    found = [scope for identity in _identities(host_name, host)
              for scope in index.hosts.get(identity, []) if scope[0] != name]
     return list(dict.fromkeys(found))
 
 
-def _take(policy: Policy, env: str, label: str, theirs: Policy, their_env: str) -> None:
-    """Copy ``theirs``'s rules over ``their_env`` into ``policy``'s scope ``env``."""
-    own = theirs.for_env(their_env)
-    source = theirs.sources.get(their_env) or (
-        f"policy.environments.{their_env}" if their_env in theirs.environments
-        else "policy.default")
-    layers = policy.layers.setdefault(env, [*policy.layers_of(env)])
-    known = {s for s, _ in layers} | {policy.sources.get(env, "")}
-    for where, rule in [(source, own), *theirs.layers_of(their_env)]:
-        if where not in known:  # the organisation's rule, once
-            layers.append((f"{label}: {where}", rule))
-            known.add(where)
-    policy.freeze += [w.model_copy(update={"environments": [env],
+def _take(policy: Policy, label: str, theirs: Policy, scope: tuple[str, str]) -> None:
+    """Make ``theirs``'s rules over its environment ``scope[1]`` a scope ``label`` of
+    ``policy``: governed by those rules alone, never by ``policy``'s own."""
+    if label in policy.foreign:
+        return
+    env = scope[1]
+    policy.add_foreign(label, *scope)
+    source = theirs.sources.get(env) or (
+        f"policy.environments.{env}" if env in theirs.environments else "policy.default")
+    policy.layers[label] = [(f"{label}: {where}", rule)
+                            for where, rule in [(source, theirs.for_env(env)),
+                                                *theirs.layers_of(env)]]
+    policy.freeze += [w.model_copy(update={"environments": [label],
                                            "reason": f"{label}: {w.reason}"})
-                      for w in theirs.freeze if their_env in w.environments]
+                      for w in theirs.freeze if env in w.environments]
+    if env in theirs.limits:
+        policy.limits[label] = theirs.limits[env].model_copy()

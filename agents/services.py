@@ -275,7 +275,7 @@ class Services:
             span.set_attributes(_plan_attributes(plan))
             self.check(plan)
         self.refuse_if_locked(plan)
-        blocked = self.frozen(self.targets(plan).environments)
+        blocked = self.frozen(self.targets(plan).scopes)
         if blocked is not None and not break_glass:
             raise FreezeRefused(blocked.describe())
         if blocked is None and break_glass:  # it lifts a freeze; it never replaces approvers
@@ -314,7 +314,7 @@ class Services:
 
     def break_glass_note(self, plan: Plan, reason: str) -> str:
         """What approvers of a break-glass plan are told (the freeze, why, who grants it)."""
-        blocked = self.frozen(self.targets(plan).environments)
+        blocked = self.frozen(self.targets(plan).scopes)
         grant = self.config.policy.break_glass
         who = ", ".join([*grant.users, *grant.groups]) or "nobody (set policy.break_glass)"
         during = f"{blocked.environment} is frozen ({blocked.reason}); " if blocked else ""

@@ -8,7 +8,7 @@ a message saying what to type, and nothing is stored.
 Who may do what: anyone may add a plain schedule (each occurrence still needs an approval),
 list, and pause any schedule (pausing only ever stops things). An ``--auto`` schedule runs
 without a click, so creating one needs the rights to approve its environments in person
-(``agents.engine.occurrences.auto_problem``), and resuming, running or removing one needs
+(``agents.engine.desk.auto_problem``), and resuming, running or removing one needs
 approver rights for its environments.
 
 ``add --auto`` is two steps, like any approval: without ``--approve`` it only plans and
@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agents.engine.occurrences import Occurrence, auto_problem, run_occurrence
+from agents.engine.desk import auto_problem
+from agents.engine.occurrences import Occurrence, run_occurrence
 from agents.engine.schedule_health import checked
 from agents.engine.schedule_health import flags as schedule_flags
 from agents.errors import NotFound, PlanError, ScheduleError
 from agents.ids import short_id
 from agents.plan.model import Plan
-from agents.policy.eligibility import eligibility, of_scopes
+from agents.policy.eligibility import PlanSubject, eligibility, of_scopes
 from agents.schedules.model import Schedule, split_spec, zone_named
 from agents.services import Services
 from agents.store.schedules import ScheduleBook
@@ -224,8 +225,9 @@ def _plan(ctx: _Ctx, schedule: Schedule) -> Plan:
 
 
 def _add_auto(ctx: _Ctx, schedule: Schedule, plan: Plan, opts: _AddOptions) -> ScheduleReply:
-    problem = auto_problem(ctx.services.config.policy, schedule.environments, user=ctx.user,
-                           user_groups=ctx.user_groups)
+    subject = PlanSubject.of(ctx.services.targets(plan), requested_by=schedule.requester)
+    problem = auto_problem(ctx.services.config.policy, subject, user=ctx.user,
+                           user_groups=ctx.user_groups)  # the plan's real hosts, limits too
     if problem:
         raise ScheduleError(f"cannot create an --auto schedule: {problem}. Without --auto, "
                             f"each occurrence is posted for approval.")

@@ -6,7 +6,15 @@ import math
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -28,6 +36,13 @@ class Host(BaseModel):
     key_file: str | None = None
     jump: str | None = None
     vars: dict[str, str | int | bool] = Field(default_factory=dict)
+
+    @property
+    def lock_id(self) -> str:
+        """What a host lock is keyed by: the machine, whatever an inventory calls it
+        (``ADDRESS:PORT``; ``local:NAME`` for a local host)."""
+        return f"local:{self.name}" if self.connection == "local" else \
+            f"{self.address}:{self.port}"
 
     @property
     def label(self) -> str:
@@ -170,6 +185,17 @@ class Inventory(BaseModel):
     hosts: dict[str, Host] = Field(default_factory=dict)
     environments: dict[str, Environment] = Field(default_factory=dict)
     groups: dict[str, list[str]] = Field(default_factory=dict)
+    _shared: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    @property
+    def shared(self) -> dict[str, tuple[str, ...]]:
+        """Host name -> the scopes of other inventories that list the same machine
+        (``web/production``): their rules govern a change to it too. Never written in a
+        file; set by whoever loads several inventories together (``agents.org``)."""
+        return self._shared
+
+    def share(self, shared: dict[str, tuple[str, ...]]) -> None:
+        self._shared = {host: tuple(scopes) for host, scopes in shared.items() if scopes}
 
     @model_validator(mode="after")
     def _names_resolve(self, info: ValidationInfo) -> Inventory:

@@ -20,7 +20,7 @@ from agents.faces import face_of
 from agents.policy.approvals import steer_problem
 from agents.policy.rules import Policy
 from agents.run.record import Run
-from agents.store import AuditLog, Runs
+from agents.store import AuditLog, Runs, Write
 
 
 class Control(StrEnum):
@@ -44,29 +44,29 @@ def steer(policy: Policy, control: Control, run_id: str, *, runs: Runs, audit: A
         problem = steer_problem(run, user=user, user_groups=list(user_groups), policy=policy)
         if problem:
             raise ApprovalRefused(problem)
-        _REQUEST[control](runs, run, user, via)
+        entry = audit.write(AUDITED[control], actor=user, run_id=run_id,
+                            plan_id=run.plan_id, via=via)
+        _REQUEST[control](runs, run, user, via, entry)  # the entry lands with the request
     except ApprovalRefused as exc:
         audit.refused(control.value, action=f"{control.value}_refused", actor=user,
                       face=face_of(via), rule=str(exc), run_id=run_id, via=via)
         raise
-    if control is not Control.STOP:  # a stop's entry landed with it, in one EXEC
-        audit.record(AUDITED[control], actor=user, run_id=run_id, via=via)
     return runs.get(run_id)
 
 
-def _pause(runs: Runs, run: Run, user: str, via: str) -> None:
-    runs.request_pause(run.id, user=user, via=via)
+def _pause(runs: Runs, run: Run, user: str, via: str, entry: Write) -> None:
+    runs.request_pause(run.id, user=user, via=via, writes=[entry])
 
 
-def _resume(runs: Runs, run: Run, user: str, via: str) -> None:
-    runs.request_resume(run.id)
+def _resume(runs: Runs, run: Run, user: str, via: str, entry: Write) -> None:
+    runs.request_resume(run.id, writes=[entry])
 
 
-def _stop(runs: Runs, run: Run, user: str, via: str) -> None:
+def _stop(runs: Runs, run: Run, user: str, via: str, entry: Write) -> None:
     # a rollback is never stopped: refused, unless it is the stop's own (then "already
-    # stopping", naming who stopped it)
+    # stopping", naming who stopped it); its entry is written by the same compare-and-set
     runs.request_cancel(run.id, user=user, via=via, stop_rollback=False)
 
 
-_REQUEST: dict[Control, Callable[[Runs, Run, str, str], None]] = {
+_REQUEST: dict[Control, Callable[[Runs, Run, str, str, Write], None]] = {
     Control.PAUSE: _pause, Control.RESUME: _resume, Control.STOP: _stop}

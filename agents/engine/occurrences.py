@@ -15,22 +15,18 @@ lock in the worker's queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from redis.client import Pipeline
-
-from agents.errors import ApprovalRefused, NotFound, PlanError, ServiceUnknown
+from agents.engine.desk import RunDesk
+from agents.errors import ApprovalRefused, NotFound, PlanError, PlanInvalid, ServiceUnknown
 from agents.faces import Face
 from agents.plan.diff import PlanDiff, diff_plans
 from agents.plan.model import Plan
-from agents.plan.targets import PlanTargets
-from agents.policy.eligibility import eligibility, of_scopes
-from agents.policy.rules import Policy
-from agents.run.record import Approval, Run, RunStatus
+from agents.run.record import Run
 from agents.schedules.keys import occurrence_key, occurrence_run_id
 from agents.schedules.model import Schedule
 from agents.services import Services
@@ -100,9 +96,8 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     Returns:
         What happened, with the plan, run and message to post.
     """
-    # The whole Store (through services): one occurrence walks six nouns in turn (schedules,
-    # locks, plans, runs, audit, queue), and an unattended approval commits the run record,
-    # its audit entry and the queue entry in one EXEC (approve_unattended).
+    # The whole Store (through services): one occurrence walks its nouns in turn (schedules,
+    # locks, plans, audit); the run's verbs are the desk's (agents.engine.desk).
     done = _Done(services.store, schedule, fire_time, manual)
     book = services.store.schedules
     try:  # planned, stored and approved under its own service's config
@@ -119,7 +114,11 @@ def run_occurrence(services: Services, schedule: Schedule, fire_time: datetime, 
     if lock is not None and services.config.policy.strictest(targets.scopes).lock == "refuse":
         return done(Outcome.SKIPPED_LOCKED, f"skipped: {lock.describe()}, and policy does not "
                     f"queue behind it", plan=plan, lock=lock)
-    run, created = _store_run(services.store, schedule, plan, targets, fire_time, manual)
+    try:
+        run, created = _store_run(RunDesk(services), schedule, plan, fire_time, manual)
+    except PlanInvalid as exc:  # nobody could complete its approvals: refused, audited
+        return done(Outcome.PLAN_FAILED, f"could not plan {schedule.request!r}: {exc}",
+                    plan=plan)
     if not created:
         return done(Outcome.ALREADY_STORED, f"run {run.id} for this occurrence was stored by "
                     f"an earlier attempt; it is {run.status.value}",
@@ -170,23 +169,17 @@ def _lock_note(lock: LockInfo | None) -> str:
     return f" — {lock.describe()}; once approved it waits for that run to finish"
 
 
-def _store_run(store: Store, schedule: Schedule, plan: Plan, targets: PlanTargets,
-               fire_time: datetime, manual: bool) -> tuple[Run, bool]:
+def _store_run(desk: RunDesk, schedule: Schedule, plan: Plan, fire_time: datetime,
+               manual: bool) -> tuple[Run, bool]:
     """The occurrence's run, and whether this call stored it: a clock-fired occurrence's
     run id comes from its idempotency key, so every attempt at it stores one run."""
-    store.plans.save(plan)
     meta = {"schedule": schedule.id, "fire_time": fire_time.isoformat(), "manual": manual,
             "occurrence": occurrence_key(schedule.id, fire_time)}
-    fresh = Run.for_plan(plan, targets, meta=meta)
+    said: dict[str, Any] = {"user": schedule.requester, "face": Face.SCHEDULE, "meta": meta,
+            "request": schedule.request, "schedule": schedule.id}
     if manual:
-        return store.runs.create(fresh), True
-    run, created = store.runs.create_once(
-        fresh.model_copy(update={"id": occurrence_run_id(schedule.id, fire_time)}))
-    if not created:
-        return run, False
-    store.audit.record("planned", actor=schedule.requester, run_id=run.id, plan_id=plan.id,
-                       request=schedule.request, schedule=schedule.id)
-    return run, True
+        return desk.propose(plan, **said), True
+    return desk.propose_once(plan, run_id=occurrence_run_id(schedule.id, fire_time), **said)
 
 
 # -- unattended (--auto) -----------------------------------------------------------------
@@ -194,19 +187,18 @@ def _store_run(store: Store, schedule: Schedule, plan: Plan, targets: PlanTarget
 
 def _unattended(services: Services, done: _Done, plan: Plan, run: Run,
                 lock: LockInfo | None) -> Occurrence:
-    schedule, policy = done.schedule, services.config.policy
+    schedule = done.schedule
     if plan.hash != schedule.approved_plan_hash:
         diff = _diff_from_approved(services.store, schedule, plan)
         what = _describe(diff) if diff else "the approved plan is no longer stored"
         return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: the plan changed since "
                     f"{schedule.created_by} approved it at creation ({what}); approve it to run",
                     plan=plan, run=run, diff=diff, lock=lock)
-    problem = auto_problem(policy, run.scopes, user=schedule.created_by,
-                           user_groups=schedule.created_by_groups)
-    if problem:
-        return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: not run unattended ({problem}); "
+    try:  # as a person's approval: the run's hosts, the creator's count, audited
+        queued = RunDesk(services).approve_unattended(run.id, schedule=schedule, plan=plan)
+    except ApprovalRefused as exc:
+        return done(Outcome.AWAITING_APPROVAL, f"{plan.goal}: not run unattended ({exc}); "
                     f"approve it to run", plan=plan, run=run, lock=lock)
-    queued = approve_unattended(services.store, run.id, schedule=schedule, plan=plan)
     wait = f" — {lock.describe()}; it starts when that run finishes" if lock else ""
     return done(Outcome.QUEUED, f"{plan.goal}: unchanged since approved by "
                 f"{schedule.created_by} at creation; queued without a click{wait}",
@@ -232,47 +224,3 @@ def _diff_from_approved(store: Store, schedule: Schedule, plan: Plan) -> PlanDif
         return diff_plans(store.plans.get(schedule.approved_plan_id), plan)
     except NotFound:
         return None
-
-
-def auto_problem(policy: Policy, environments: Iterable[str], *, user: str,
-                 user_groups: Iterable[str]) -> str | None:
-    """Why ``user`` may not have plans for ``environments`` run unattended (None if they may).
-
-    The same rights as approving there, plus: the policy allows unattended runs, needs a
-    single approval, and allows approving one's own request (the creator approves it).
-    """
-    envs, groups = list(environments), list(user_groups)
-    rule = policy.strictest(envs)
-    where = ", ".join(envs) or "the default environment"
-    if not rule.unattended:
-        return f"policy does not allow unattended runs in {where}"
-    answer = eligibility(of_scopes(envs, requested_by=user), policy)
-    if not answer.allows(user, groups):
-        return f"{user} is not allowed to approve plans for {where}. Who can: {answer.who()}"
-    if rule.min_approvals > 1:
-        return f"{where} needs {rule.min_approvals} approvals; a schedule carries only one"
-    if not rule.self_approval:
-        return f"policy forbids approving your own request in {where}"
-    return None
-
-
-def approve_unattended(store: Store, run_id: str, *, schedule: Schedule, plan: Plan) -> Run:
-    """Approve and queue ``run_id`` as the schedule, in one compare-and-set (with the XADD).
-
-    The approval is recorded as ``schedule:ID (approved by U123 at creation)``.
-    """
-    def change(run: Run) -> list[Callable[[Pipeline], Any]]:
-        if run.status is not RunStatus.AWAITING_APPROVAL:
-            raise ApprovalRefused(f"run {run_id} is {run.status.value}; nothing to approve")
-        if (run.plan_version, run.plan_hash) != (plan.version, plan.hash):
-            raise ApprovalRefused(f"run {run_id} is no longer bound to the approved plan")
-        run.approvals.append(Approval(user=schedule.approver_label, via=Face.SCHEDULE,
-                                      at=store.clock(), plan_version=plan.version,
-                                      plan_hash=plan.hash))
-        run.move(RunStatus.APPROVED)
-        run.move(RunStatus.QUEUED)
-        audit = store.audit.write("approved", actor=schedule.approver_label, run_id=run_id,
-                                  plan_id=plan.id, version=plan.version, hash=plan.hash)
-        return [audit, store.queue.step(run_id)]  # approval, audit and queue: one EXEC
-
-    return store.runs.update(run_id, change)

@@ -100,6 +100,8 @@ class Worker:
                                  or max(60.0, 3 * self.options.lease))
         self._active: set[str] = set()
         """Runs this worker is executing: never claimed again here as if from a stranger."""
+        self.host_locks: dict[str, list[str]] = {}
+        """The host locks each run locked here holds: renewed and released, no others."""
         store.queue.ensure_group()
 
     def serve(self, stop: threading.Event) -> None:
@@ -198,7 +200,7 @@ class Worker:
 
     def _frozen_out(self, run: Run, service: Services) -> bool:
         """A queued run whose environment froze after its approval does not start."""
-        blocked = service.frozen(run.environments)
+        blocked = service.frozen(run.scopes)
         if run.status is not RunStatus.QUEUED or blocked is None or run.break_glass:
             return False
         try:
@@ -349,28 +351,39 @@ class Worker:
     # -- locks -----------------------------------------------------------------------------
 
     def _lock(self, run: Run, service: Services) -> bool:
-        rule = service.config.policy.strictest(run.environments)
-        try:
-            self.store.locks.acquire(run.service, run.environments, run_id=run.id,
-                                     worker=self.name, ttl=self.options.lease)
-            return True
-        except LockHeld as exc:
-            if rule.lock == "wait":
-                for env in run.environments:
-                    self.store.locks.wait_for(run.service, env, run.id)
-                self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
-                                        reason=str(exc))
-                return False
-            reason = f"{exc}; policy does not queue behind it — try again when it finishes"
-            self.store.runs.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
-                                       reason=reason)
-            self.store.audit.record("refused", actor=self.name, run_id=run.id, reason=reason)
+        config = service.config
+        rule = config.policy.strictest([*run.environments, *run.shared])
+        hosts = run.host_locks(config.inventory, every=rule.lock_hosts)
+        while True:  # each pass takes the locks, waits in line, or saw one freed meanwhile
+            try:
+                self.store.locks.acquire(run.service, run.environments, hosts=hosts,
+                                         run_id=run.id, worker=self.name,
+                                         ttl=self.options.lease)
+                self.host_locks[run.id] = hosts
+                return True
+            except LockHeld as exc:
+                if rule.lock == "wait" and not self.store.locks.wait_in_line(
+                        run.service, run.environments, hosts=hosts, run_id=run.id):
+                    continue
+                held = exc
+                break
+        if rule.lock == "wait":
+            self.store.audit.record("waiting_for_lock", actor=self.name, run_id=run.id,
+                                    reason=str(held))
             return False
+        reason = f"{held}; policy does not queue behind it — try again when it finishes"
+        self.store.runs.transition(run.id, RunStatus.FAILED, expect={RunStatus.QUEUED},
+                                   reason=reason)
+        self.store.audit.record("refused", actor=self.name, run_id=run.id, reason=reason)
+        return False
 
     def _unlock(self, run: Run) -> None:
-        self.store.locks.release(run.service, run.environments, run_id=run.id)
+        freed = self.store.locks.release(run.service, run.environments,
+                                         hosts=self.host_locks.pop(run.id, []), run_id=run.id)
         for env in run.environments:
             self.store.queue.wake_next(run.service, env)  # pops and queues in one EXEC
+        for host in freed:
+            self.store.queue.wake_next_host(host)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -537,7 +550,7 @@ class _Heartbeat:
             self.audit(outage.action, run_id=self.run.id, seconds=round(outage.seconds, 1),
                        lease_lapsed=outage.lapsed, waiting=outage.waiting)
         store.locks.refresh(self.run.service, self.run.environments, run_id=self.run.id,
-                            ttl=lease)
+                            hosts=self.worker.host_locks.get(self.run.id, []), ttl=lease)
         if self.entry_id:  # reset the entry's idle time so nobody reclaims a live run
             store.queue.touch(name, self.entry_id)
         # what runs now is killed within a beat; what would start next reads the store

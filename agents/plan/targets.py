@@ -53,7 +53,12 @@ class PlanTargets:
     steps: Mapping[str, StepTargets]
     reach: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """For each environment touched, which of its hosts the plan touches: why its rules
-    apply (``production: (prod-1,)`` for a staging deploy that includes prod-1)."""
+    apply (``production: (prod-1,)`` for a staging deploy that includes prod-1); also for
+    each of ``shared``, the hosts through which it is reached."""
+    shared: tuple[str, ...] = ()
+    """Other services' environments whose rules apply because the plan touches a host
+    they list too (``web/production``; docs/services.md 2.3): policy scopes, never locked,
+    promoted or recorded as this service's environments."""
 
     @property
     def environments(self) -> list[str]:
@@ -73,8 +78,9 @@ class PlanTargets:
 
     @property
     def scopes(self) -> list[str]:
-        """Policy scopes: the environments, plus UNSCOPED when that rule applies."""
-        return [*self.environments, *([UNSCOPED] if self.unscoped else [])]
+        """Policy scopes: the environments, the shared ones, plus UNSCOPED when that rule
+        applies."""
+        return [*self.environments, *self.shared, *([UNSCOPED] if self.unscoped else [])]
 
     def of(self, step_id: str) -> StepTargets:
         return self.steps.get(step_id, StepTargets())
@@ -92,7 +98,8 @@ def resolve(plan: Plan, catalog: Catalog, inventory: Inventory) -> PlanTargets:
     for step in plan.all_steps:
         if step.id not in out:
             out[step.id] = step_targets(step, catalog, inventory, undo=undo, limit=plan.limit)
-    return PlanTargets(out, _reach(out, inventory))
+    reach, shared = _reach(out, inventory), _shared(out, inventory)
+    return PlanTargets(out, {**reach, **shared}, tuple(shared))
 
 
 def step_targets(step: Step | RollbackStep, catalog: Catalog, inventory: Inventory, *,
@@ -145,6 +152,16 @@ def _reach(steps: Mapping[str, StepTargets], inventory: Inventory
     envs = _unique(e for t in steps.values() for e in t.environments)
     return {env: tuple(h for h in found.hosts if h in touched)
             for env in envs for found in [inventory.environments.get(env)] if found is not None}
+
+
+def _shared(steps: Mapping[str, StepTargets], inventory: Inventory
+            ) -> dict[str, tuple[str, ...]]:
+    """Each other service's scope reached through a shared host, and those hosts."""
+    out: dict[str, list[str]] = {}
+    for host in _unique(h for t in steps.values() for h in t.hosts):
+        for scope in inventory.shared.get(host, ()):
+            out.setdefault(scope, []).append(host)
+    return {scope: tuple(hosts) for scope, hosts in out.items()}
 
 
 def _unique(items: Iterable[str]) -> list[str]:

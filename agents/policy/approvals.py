@@ -4,19 +4,19 @@ compare-and-set, so an answer holds when it is written."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
-from agents.policy.eligibility import Grant, eligibility
-from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus, Verdict
+from agents.policy.eligibility import Eligibility, Grant, eligibility
+from agents.policy.rules import Approvers, Policy
+from agents.run.record import Approval, Run, RunStatus, Verdict
 
 
 def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,
                      plan_hash: str, policy: Policy, now: float) -> str | None:
     """Why ``user`` may not approve ``run`` now (a message for them), or None if they may.
 
-    Called inside the store's atomic transition, so the answer holds when it is written.
-    Expired approvals are dropped from ``run.approvals`` as a side effect.
+    ``run`` is left as it is (expired approvals are only not counted).
     """
     grant = approval_grant(run, user=user, user_groups=user_groups, plan_version=plan_version,
                            plan_hash=plan_hash, policy=policy, now=now)
@@ -26,7 +26,8 @@ def approval_problem(run: Run, *, user: str, user_groups: Iterable[str], plan_ve
 def approval_grant(run: Run, *, user: str, user_groups: Iterable[str], plan_version: int,
                    plan_hash: str, policy: Policy, now: float) -> Grant | str:
     """What ``user``'s approval of ``run`` would count as now (an environment approval or
-    the break-glass grant), or why it is refused. Expired approvals are dropped."""
+    the break-glass grant), or why it is refused. Expired approvals do not count; ``run``
+    is left as it is (the store drops them from the record it writes: ``live_approvals``)."""
     if run.status is not RunStatus.AWAITING_APPROVAL:
         return f"this run is {run.status.value.replace('_', ' ')}; there is nothing to approve"
     if plan_version != run.plan_version:
@@ -35,9 +36,20 @@ def approval_grant(run: Run, *, user: str, user_groups: Iterable[str], plan_vers
     if plan_hash != run.plan_hash:  # same version, other content: not a newer plan
         return (f"this button does not match plan version {run.plan_version} as stored (its "
                 f"content differs), so it approves nothing; approve from the plan message")
+    current = run.model_copy(update={"approvals": live_approvals(run, policy, now=now)})
+    return eligibility(current, policy, now=now).grant(user, user_groups)
+
+
+def live_approvals(run: Run, policy: Policy, *, now: float) -> list[Approval]:
+    """``run``'s approvals that have not expired at ``now`` (``approval_ttl``)."""
     ttl = policy.strictest(run.scopes).approval_ttl
-    run.approvals = [a for a in run.approvals if now - a.at <= ttl]
-    return eligibility(run, policy, now=now).grant(user, user_groups)
+    return [a for a in run.approvals if now - a.at <= ttl]
+
+
+def policy_version(policy: Policy) -> str:
+    """The policy's version: a short hash of its content, recorded on each run, approval
+    and audit entry, so anyone can tell which rules a decision was made under."""
+    return hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:12]
 
 
 def approvals_needed(run: Run, policy: Policy) -> int:
@@ -60,6 +72,21 @@ def steer_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Po
             f"Who can approve: {answer.who()}")
 
 
+def judges(answer: Eligibility, approvers: list[str]) -> str:
+    """Who may decide a go/no-go: the approval rules' answer, narrowed by the hold's
+    ``rollout.judgment.approvers`` (never naming someone either one turns away)."""
+    if not approvers:
+        return answer.who()
+    rule_groups = {g for line in answer.lines for g in line.rule.approvers.groups}
+    groups = [a for a in approvers if a in rule_groups]
+    users = [a for a in approvers if a not in rule_groups and not answer.excludes(a)
+             and (rule_groups or answer.allows(a))]  # a group may hold anyone
+    if not users and not groups:
+        return (f"nobody: rollout.judgment.approvers ({', '.join(approvers)}) names no one "
+                f"the approval rules allow")
+    return Approvers(users=users, groups=groups).describe()
+
+
 def judgment_problem(run: Run, *, user: str, user_groups: Iterable[str], policy: Policy,
                      verdict: Verdict) -> str | None:
     """Why ``user`` may not decide the go/no-go ``run`` waits at (None if they may).
@@ -75,12 +102,12 @@ def judgment_problem(run: Run, *, user: str, user_groups: Iterable[str], policy:
     groups = list(user_groups)
     answer = eligibility(run, policy)
     if not answer.allows(user, groups):
-        return f"you may not decide this go/no-go. Who can: {answer.who()}"
+        return f"you may not decide this go/no-go. Who can: {judges(answer, held.approvers)}"
     if answer.excludes(user):
         return ("you asked for this deploy, and policy forbids approving your own request "
                 "here, so its go/no-go is someone else's to decide")
     if held.approvers and user not in held.approvers and not set(groups) & set(held.approvers):
-        return (f"only {', '.join(held.approvers)} may decide this go/no-go "
+        return (f"only {judges(answer, held.approvers)} may decide this go/no-go "
                 f"(rollout.judgment.approvers)")
     if verdict is Verdict.CONTINUE and answer.blocked:
         return f"{answer.blocked.split('. If')[0]}: Continue must wait; Roll back is possible"

@@ -191,6 +191,35 @@ class Eligibility:
             return False
         return not self.candidates()
 
+    @property
+    def impossible(self) -> str | None:
+        """Why the approvals still needed can never all be given (None: they can): over a
+        hosts limit, nobody allowed by every rule, fewer distinct people who may approve
+        than approvals needed, or a break-glass grant nobody may give. Groups could hold
+        anyone, so a rule naming one is never counted short."""
+        if self.over_limit:
+            return self.over_limit
+        if self.nobody:
+            rules = "; ".join(line.describe() for line in self.lines)
+            return f"nobody may approve this plan: no one is allowed by every rule that " \
+                   f"covers it ({rules})"
+        named = not any(line.rule.approvers.groups or line.rule.approvers.anyone
+                        for line in self.lines)
+        left = [u for u in self.candidates() if u not in self.approved]
+        if named and len(left) < self.needed:
+            return (f"this plan needs {self.needed} more approval(s) from distinct people, "
+                    f"and only {len(left)} may still give one ({', '.join(left) or 'nobody'}"
+                    f"; {self._counted_rule()})")
+        if self.glass_needed and self.glass_who().startswith("nobody"):
+            return "the break-glass grant can come from nobody: set policy.break_glass"
+        return None
+
+    def _counted_rule(self) -> str:
+        """The rule the count comes from, and the requester it leaves out."""
+        line = max(self.lines, key=lambda ln: ln.rule.min_approvals)
+        own = f", not the requester {self.requester}" if not self.rule.self_approval else ""
+        return f"{line.source}: {self.rule.min_approvals} needed{own}"
+
     def glass_who(self) -> str:
         if self.break_glass is None:
             return "nobody"
@@ -209,8 +238,9 @@ class Eligibility:
             out.append(f"break-glass: one grant from {self.glass_who()} ({state}), on top of "
                        f"the approvals above")
         out += list(self.limits)
-        if self.over_limit:
-            out.append(f"refused: {self.over_limit}")
+        if self.impossible:
+            out.append(f"refused: {self.impossible}")
+            return [*out, "still needed: none can complete it — change the plan or the rule"]
         glass = f", and the break-glass grant from {self.glass_who()}" if self.glass_needed \
             else ""
         out.append(f"still needed: {self.needed} approval(s) from {self.who()}{glass}")
@@ -253,9 +283,9 @@ def eligibility(subject: Subject, policy: Policy, *, now: float | None = None) -
         break_glass=(Approvers(users=policy.break_glass.users, groups=policy.break_glass.groups)
                      if subject.break_glass else None),
         glass_granted=bool(subject.break_glass) and any(a.break_glass for a in approvals),
-        freeze=frozen(policy.freeze, subject.environments, moment),
+        freeze=frozen(policy.freeze, subject.scopes, moment),
         over_limit=hosts_problem(policy.limits, subject.reach),
-        limits=tuple(explain_limits(policy.limits, subject.reach, subject.environments)))
+        limits=tuple(explain_limits(policy.limits, subject.reach, subject.scopes)))
 
 
 def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:
@@ -269,10 +299,20 @@ def _lines(subject: Subject, policy: Policy) -> list[RuleLine]:
         else:
             hosts = subject.reach.get(scope, [])
             why = f"touches {', '.join(hosts)}" if hosts else f"changes {scope}"
-            own = [_env_line(scope, why, policy)]
-        out += own + [RuleLine(scope, source, why, rule, layer=source.split(": ")[0])
+            # another service's scope, reached through a shared host: its layers alone
+            own = [] if scope in policy.foreign else [_env_line(scope, why, policy)]
+        out += own + [RuleLine(scope, source, why, rule, layer=_layer(scope, source, policy))
                       for source, rule in policy.layers_of(scope)]
     return out
+
+
+def _layer(scope: str, source: str, policy: Policy) -> str:
+    """The layer a source names (``owners: …``); for another service's scope, the layer of
+    its rules (its own rule, the first, is no layer of it)."""
+    if scope in policy.foreign:
+        source = source.removeprefix(f"{scope}: ")
+        return source.split(": ")[0] if ": " in source else ""
+    return source.split(": ")[0]
 
 
 def _env_line(scope: str, why: str, policy: Policy) -> RuleLine:
@@ -318,10 +358,6 @@ def _names(approvers: Approvers, *, exclude: str | None) -> str:
 
 
 def unapprovable(targets: PlanTargets, policy: Policy, *, requested_by: str) -> str | None:
-    """Why a plan with these targets would wait for approval forever (no one is allowed by
-    every rule that covers it), or None."""
-    answer = eligibility(PlanSubject.of(targets, requested_by=requested_by), policy)
-    if not answer.nobody:
-        return None
-    rules = "; ".join(line.describe() for line in answer.lines)
-    return f"nobody may approve this plan: no one is allowed by every rule that covers it ({rules})"
+    """Why a plan with these targets would wait for approval forever (``impossible``: a
+    hosts limit, nobody allowed, too few distinct people for the count), or None."""
+    return eligibility(PlanSubject.of(targets, requested_by=requested_by), policy).impossible

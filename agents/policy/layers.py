@@ -193,7 +193,7 @@ def winners(policy: Policy, scope: str) -> list[str]:
     for name, pick in FIELDS.items():
         out += _numeric(name, pick, rules)
     for name, strict in (("self_approval", False), ("confirm", True), ("unattended", False),
-                         ("lock", "refuse")):
+                         ("lock", "refuse"), ("lock_hosts", True)):
         out += _flag(name, strict, rules)
     return out
 

@@ -22,10 +22,11 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    runs_per_hour: int | None = Field(default=None, ge=1, description="runs of this "
-                                      "environment one person may approve per hour")
-    hosts_per_run: int | None = Field(default=None, ge=1, description="hosts of this "
-                                      "environment one run may touch")
+    # strict: `true` or '3' is a mistake to name, never a 1 or a 3 read into it
+    runs_per_hour: int | None = Field(default=None, ge=1, strict=True, description="runs of "
+                                      "this environment one person may approve per hour")
+    hosts_per_run: int | None = Field(default=None, ge=1, strict=True, description="hosts of "
+                                      "this environment one run may touch")
 
     def describe(self, environment: str) -> str:
         parts = []

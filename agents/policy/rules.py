@@ -5,10 +5,10 @@ How the rules apply to a run (who may approve or steer it now) is ``agents.polic
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from agents.plan.targets import UNSCOPED
 from agents.policy.freeze import BreakGlass, FreezeWindow
@@ -58,12 +58,15 @@ class EnvPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approvers: Approvers = Field(default_factory=Approvers)
-    min_approvals: int = Field(default=1, ge=1, le=10)
+    min_approvals: int = Field(default=1, ge=1, le=10, strict=True)
     self_approval: bool = True
     confirm: bool = False
     unattended: bool = False
     approval_ttl: float = Field(default=3600.0, gt=0, description="seconds an approval stays valid")
     lock: Literal["wait", "refuse"] = "refuse"
+    lock_hosts: bool = Field(default=False, description="also lock each host a run touches, "
+                             "not only the environment (hosts shared between services are "
+                             "always locked)")
 
 
 NEUTRAL = EnvPolicy(approvers=Approvers(anyone=True), unattended=True,
@@ -105,6 +108,19 @@ class Policy(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)
     """Scope -> where this policy's own rule for it is written (``services/api.yml:12``),
     for ``policy explain`` and ``check``; empty: named by its policy path alone."""
+    _foreign: dict[str, tuple[str, str]] = PrivateAttr(default_factory=dict)
+    # private: a config could otherwise name its own environment foreign and drop its rule
+
+    @property
+    def foreign(self) -> Mapping[str, tuple[str, str]]:
+        """Scopes of another service reached through a shared host (``web/production`` ->
+        ``("web", "production")``, docs/services.md 2.5): governed by its layers alone
+        (that service's rule, organisation and owners), never by this policy's own rules."""
+        return self._foreign
+
+    def add_foreign(self, label: str, service: str, environment: str) -> None:
+        """Make ``label`` a scope of ``service``'s ``environment`` (its layers come apart)."""
+        self._foreign[label] = (service, environment)
 
     def for_env(self, environment: str) -> EnvPolicy:
         return self.environments.get(environment, self.default)
@@ -114,7 +130,9 @@ class Policy(BaseModel):
         scope's layers included: all of them must allow."""
         out: list[EnvPolicy] = []
         for scope in scopes:
-            if scope != UNSCOPED:
+            if scope in self.foreign:
+                pass  # another service's rules, all of them in its layers
+            elif scope != UNSCOPED:
                 out.append(self.for_env(scope))
             elif self.unscoped is not None:
                 out.append(self.unscoped)
@@ -138,6 +156,7 @@ class Policy(BaseModel):
             unattended=all(r.unattended for r in rules),
             approval_ttl=min(r.approval_ttl for r in rules),
             lock="refuse" if any(r.lock == "refuse" for r in rules) else "wait",
+            lock_hosts=any(r.lock_hosts for r in rules),
         )
 
     def may_approve(self, user: str, user_groups: Iterable[str],

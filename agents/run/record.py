@@ -18,6 +18,7 @@ from agents.ids import new_id
 from agents.plan.model import Plan
 from agents.plan.targets import UNSCOPED, PlanTargets
 from tools.gates import GateSample
+from tools.inventory import LOCAL_HOST_NAME, Inventory
 
 
 class RunStatus(StrEnum):
@@ -338,6 +339,9 @@ class Approval(BaseModel):
     break_glass: bool = False
     """This approval is the run's break-glass grant (from policy.break_glass), given on top
     of the environments' approvals; False: one of those approvals."""
+    policy: str | None = None
+    """The version of the policy it was checked against (``policy_version``; None: from
+    before versions were recorded)."""
 
 
 class Run(BaseModel):
@@ -354,7 +358,11 @@ class Run(BaseModel):
     environments: list[str] = Field(default_factory=list)
     hosts: list[str] = Field(default_factory=list)
     reach: dict[str, list[str]] = Field(default_factory=dict)
-    """Per environment, the hosts of it the plan touches (why its rules apply)."""
+    """Per environment (and shared scope), the hosts of it the plan touches (why its rules
+    apply)."""
+    shared: list[str] = Field(default_factory=list)
+    """Other services' environments reached through a shared host (``web/production``):
+    their rules apply to this run, their locks do not (a host lock does instead)."""
     unscoped: bool = False
     status: RunStatus = RunStatus.AWAITING_APPROVAL
     requested_by: str = "unknown"
@@ -408,6 +416,7 @@ class Run(BaseModel):
         """Record what the plan touches (every step, rollback included)."""
         self.environments, self.hosts = targets.environments, targets.hosts
         self.reach = {env: list(hosts) for env, hosts in targets.reach.items()}
+        self.shared = list(targets.shared)
         self.unscoped = targets.unscoped
 
     @property
@@ -417,9 +426,18 @@ class Run(BaseModel):
 
     @property
     def scopes(self) -> list[str]:
-        """The policy scopes approvals are checked against (environments, UNSCOPED)."""
+        """The policy scopes approvals, freezes and limits are checked against
+        (environments, shared scopes, UNSCOPED)."""
         unscoped = self.unscoped or not self.environments  # records from before: fail closed
-        return [*self.environments, *([UNSCOPED] if unscoped else [])]
+        return [*self.environments, *self.shared, *([UNSCOPED] if unscoped else [])]
+
+    def host_locks(self, inventory: Inventory, *, every: bool = False) -> list[str]:
+        """The host locks this run takes (``Host.lock_id``): each host it shares with
+        another service, or with ``every`` (``lock_hosts``) each host it touches."""
+        names = self.hosts if every else [h for s in self.shared for h in self.reach.get(s, [])]
+        found = [inventory.hosts[h].lock_id for h in names
+                 if h != LOCAL_HOST_NAME and h in inventory.hosts]
+        return sorted(set(found))
 
     @property
     def awaiting(self) -> Judgment | None:

@@ -10,10 +10,10 @@ Decision), ``run:ID:audit`` (list: that run's audit entries, as JSON), ``run:ID:
 record was last written; folded into ``run:ID`` and deleted when the run ends or is taken
 over), ``replication:probe`` (a
 counter written before each WAIT), ``lock:ENV``, ``locks`` (set of environments
-whose lock may be held), ``lockq:ENV`` (waiting runs), ``hostlock:ID`` and ``hostlocks``
-(hosts services share), ``runs:svc:S`` (a service's runs), ``queue`` (stream, group
-``workers``; an entry is deleted when acknowledged), ``audit`` (stream; group ``sink``: the
-sink's cursor, see ``feed``), ``audit:chain``
+whose lock may be held), ``lockq:ENV`` (waiting runs), ``hostlock:ID``, ``hostlocks`` and
+``hostlockq:ID`` (hosts services share, or ``lock_hosts``), ``runs:svc:S`` (a service's
+runs), ``queue`` (stream, group ``workers``; an entry is deleted when acknowledged),
+``audit`` (stream; group ``sink``: the sink's cursor, see ``feed``), ``audit:chain``
 (hash: the stream's hash chain, see ``chain``), ``dedupe:KEY``,
 ``schedule:ID``, ``schedules`` (zset), ``schedules:version``, ``schedule:ID:KIND:ISO``
 (fire claims), ``history:env:ENV`` (zset of deploys), ``history:envs``,
@@ -238,6 +238,10 @@ class Keys:
     def host_locks(self) -> str:
         """The hosts whose lock may be held (set)."""
         return self("hostlocks")
+
+    def host_lock_queue(self, host: str) -> str:
+        """Runs waiting for a host's lock (list, first come first served)."""
+        return self("hostlockq", host)
 
     def queue(self) -> str:
         return self("queue")

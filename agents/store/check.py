@@ -185,7 +185,7 @@ class StoreCheck:
 
     def _waiting_for_locks(self) -> set[str]:
         found: set[str] = set()
-        for key in self._scan("lockq:*"):
+        for key in [*self._scan("lockq:*"), *self._scan("hostlockq:*")]:
             found |= {text(m) for m in self.r.lrange(key, 0, -1)}
         return found
 

@@ -82,9 +82,11 @@ class Locks(Part):
             self._if_holder(key, info, run_id, _extend(ttl))
 
     def release(self, service: str | None, environments: Iterable[str], *,
-                hosts: Iterable[str] = (), run_id: str) -> None:
-        for key, info in self._held(service, environments, hosts):
-            self._if_holder(key, info, run_id, self._unlock(info))
+                hosts: Iterable[str] = (), run_id: str) -> list[str]:
+        """Release what ``run_id`` holds of these locks (a lock another run holds is
+        left alone); the host IDs it did release, whose waiting runs may go next."""
+        return [info.environment for key, info in self._held(service, environments, hosts)
+                if self._if_holder(key, info, run_id, self._unlock(info)) and info.host]
 
     def _held(self, service: str | None, environments: Iterable[str],
               hosts: Iterable[str]) -> list[tuple[str, LockInfo]]:
@@ -203,8 +205,38 @@ class Locks(Part):
     def wait_for(self, service: str | None, environment: str, run_id: str) -> None:
         """Queue ``run_id`` behind ``service``'s ``environment`` lock (first come, first
         served, once)."""
-        key = self.keys.lock_queue(service, environment)
+        label = scope_label(service, environment)
+        self._wait(self.keys.lock_queue(service, environment), label, run_id)
 
+    def wait_in_line(self, service: str | None, environments: Iterable[str], *,
+                     hosts: Iterable[str] = (), run_id: str) -> bool:
+        """Queue ``run_id`` behind each of these locks (first come, first served, once)
+        while another run holds one of them: True. False if none is held by another run
+        any more: take them now. One WATCH over the locks and their queues, so a release
+        between a refused ``acquire`` and this is never missed (its wake would have found
+        an empty queue and left the run waiting for nothing)."""
+        held = self._held(service, environments, hosts)
+        queues = [self._queue_of(info) for _, info in held]
+
+        def attempt(pipe: Pipeline) -> bool:
+            holders = [_lock_info(info, pipe.get(key)) for key, info in held]
+            if not any(h is not None and h.run_id != run_id for h in holders):
+                return False
+            waiting = [q for q in queues if run_id.encode() not in pipe.lrange(q, 0, -1)]
+            pipe.multi()
+            for queue in waiting:
+                pipe.rpush(queue, run_id)
+            pipe.execute()
+            return True
+
+        return self.cas([key for key, _ in held] + queues, attempt, busy="the lock queues")
+
+    def _queue_of(self, info: LockInfo) -> str:
+        if info.host:
+            return self.keys.host_lock_queue(info.environment)
+        return self.keys.lock_queue(info.service, info.environment)
+
+    def _wait(self, key: str, label: str, run_id: str) -> None:
         def attempt(pipe: Pipeline) -> None:
             if run_id.encode() in pipe.lrange(key, 0, -1):
                 return
@@ -212,7 +244,6 @@ class Locks(Part):
             pipe.rpush(key, run_id)
             pipe.execute()
 
-        label = scope_label(service, environment)
         self.cas([key], attempt, busy=f"the queue for {label}'s lock")
 
 

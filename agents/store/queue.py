@@ -50,8 +50,14 @@ class Queue(Part):
         """Move the first run waiting for ``service``'s ``environment`` lock onto the queue,
         popping and queueing in one EXEC (a crash in between would strand it); None if none
         waits."""
-        key = self.keys.lock_queue(service, environment)
+        label = scope_label(service, environment)
+        return self._wake(self.keys.lock_queue(service, environment), label)
 
+    def wake_next_host(self, host: str) -> str | None:
+        """Move the first run waiting for the lock on host ``host`` onto the queue."""
+        return self._wake(self.keys.host_lock_queue(host), f"host {host}")
+
+    def _wake(self, key: str, label: str) -> str | None:
         def attempt(pipe: Pipeline) -> str | None:
             first = pipe.lindex(key, 0)
             if first is None:
@@ -62,7 +68,6 @@ class Queue(Part):
             pipe.execute()
             return text(first)
 
-        label = scope_label(service, environment)
         return self.cas([key], attempt, busy=f"the queue for {label}'s lock")
 
     def ensure_group(self) -> None:

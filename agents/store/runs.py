@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from redis.client import Pipeline
 
@@ -25,7 +26,12 @@ from agents.errors import (
 from agents.ids import normalize
 from agents.plan.model import Plan
 from agents.plan.targets import PlanTargets
-from agents.policy.approvals import approval_grant, approvals_needed
+from agents.policy.approvals import (
+    approval_grant,
+    approvals_needed,
+    live_approvals,
+    policy_version,
+)
 from agents.policy.eligibility import Grant
 from agents.policy.rules import Policy
 from agents.run.record import Approval, HostChange, Pause, Run, RunStatus, StepState
@@ -37,6 +43,10 @@ from agents.store.queue import Queue
 
 Change = Callable[[Run], "list[Write] | None"]
 """Edits a run in place; may return extra commands to run in the same transaction."""
+Companions = Callable[[str], Sequence[Write]]
+"""The writes that go with a new run (given the id it is stored under): its audit entry."""
+Check = Callable[[Run], "str | None"]
+"""One more reason to refuse, read inside the transaction (None: no objection)."""
 
 
 ID_TEXT = re.compile(r"[a-z0-9-]+")
@@ -55,32 +65,37 @@ class Runs(Part):
         self.audit, self.queue, self.limits = audit, queue, limits
         self.manual_locks = manual_locks
 
-    def create(self, run: Run) -> Run:
-        """Store a new run and index it, all or nothing; a taken id is replaced in place."""
+    def create(self, run: Run, *, then: Companions | None = None) -> Run:
+        """Store a new run and index it, all or nothing; a taken id is replaced in place.
+        ``then(run_id)``: writes for the same EXEC (its audit entry)."""
         run.id = self.create_unique(
             "run", run.id, lambda run_id: [self.keys.run(run_id)],
-            lambda pipe, run_id: self._write_new_run(pipe, run, run_id))
+            lambda pipe, run_id: self._write_new_run(pipe, run, run_id, then))
         return run
 
-    def create_once(self, run: Run) -> tuple[Run, bool]:
+    def create_once(self, run: Run, *, then: Companions | None = None) -> tuple[Run, bool]:
         """Store ``run`` under its own id unless a run has it already: (the stored run,
         whether this call created it). For ids derived from an idempotency key."""
         created = self.cas([self.keys.run(run.id)],
-                           lambda pipe: self._write_new_run(pipe, run, run.id),
+                           lambda pipe: self._write_new_run(pipe, run, run.id, then),
                            busy=f"run {run.id}")
         return (run, True) if created else (self.get(run.id), False)
 
-    def _write_new_run(self, pipe: Pipeline, run: Run, run_id: str) -> bool:
+    def _write_new_run(self, pipe: Pipeline, run: Run, run_id: str,
+                       then: Companions | None) -> bool:
         if pipe.exists(self.keys.run(run_id)):
             return False
-        pipe.multi()
         stored = run.model_copy(update={"id": run_id})
-        pipe.set(self.keys.run(run_id), stored.record_json())
-        pipe.zadd(self.keys.runs(), {run_id: run.created_at})
-        pipe.zadd(self.keys.run_ids(), {run_id: 0})
-        if run.service is not None:  # the legacy service's runs are the rest of ``runs``
-            pipe.zadd(self.keys.runs_of(run.service), {run_id: run.created_at})
-        index_open(pipe, self.keys, stored)
+
+        def record(p: Pipeline) -> None:
+            p.set(self.keys.run(run_id), stored.record_json())
+            p.zadd(self.keys.runs(), {run_id: run.created_at})
+            p.zadd(self.keys.run_ids(), {run_id: 0})
+            if run.service is not None:  # the legacy service's runs are the rest of ``runs``
+                p.zadd(self.keys.runs_of(run.service), {run_id: run.created_at})
+            index_open(p, self.keys, stored)
+
+        self.queue_writes(pipe, [record, *(then(run_id) if then else ())])
         pipe.execute()
         return True
 
@@ -269,29 +284,39 @@ class Runs(Part):
 
     def approve(self, run_id: str, *, user: str, face: str, user_groups: Iterable[str] = (),
                 plan_version: int, plan_hash: str, policy: Policy,
-                actor: str | None = None) -> Run:
+                actor: str | None = None, recorded_as: str | None = None,
+                check: Check | None = None, **details: Any) -> Run:
         """Record an approval and its audit entry; when it is the last one needed, queue
-        the run — all in one EXEC. ``actor`` names the approver in the audit log when it is
-        not ``user`` (an unattended schedule). A refusal (the rules, a limit, a stale plan)
-        is audited here, for every face (``face``: slack, cli, terminal), then raised."""
+        the run — all in one EXEC. ``user`` is the person whose rights and per-hour count
+        it uses; ``recorded_as`` and ``actor`` name the approval and its audit entry when
+        that is not ``user`` (an unattended schedule); ``check`` may refuse it for one
+        more reason, read in the same transaction. A refusal (the rules, a limit, a stale
+        plan) is audited here, for every face (``face``: slack, cli, terminal, schedule),
+        then raised."""
         groups = list(user_groups)
 
         def change(run: Run) -> list[Write]:
+            now = self.clock()
             grant = approval_grant(run, user=user, user_groups=groups,
                                    plan_version=plan_version, plan_hash=plan_hash,
-                                   policy=policy, now=self.clock())
+                                   policy=policy, now=now)
             if not isinstance(grant, Grant):
                 raise ApprovalRefused(grant)
+            problem = check(run) if check is not None else None
+            if problem:
+                raise ApprovalRefused(problem)
             self._not_locked_by_hand(run)
-            glass = grant is Grant.BREAK_GLASS
-            counted = self.limits.counted(policy, run.service, run.environments, run_id=run_id,
+            glass, version = grant is Grant.BREAK_GLASS, policy_version(policy)
+            counted = self.limits.counted(policy, run.service, run.scopes, run_id=run_id,
                                           user=user)
-            run.approvals.append(Approval(user=user, via=face, at=self.clock(),
-                                          plan_version=plan_version, plan_hash=plan_hash,
-                                          break_glass=glass))
+            run.approvals = [*live_approvals(run, policy, now=now),
+                             Approval(user=recorded_as or user, via=face, at=now,
+                                      plan_version=plan_version, plan_hash=plan_hash,
+                                      break_glass=glass, policy=version)]
             audit = self.audit.write("approved", actor=actor or user, run_id=run_id,
                                      plan_id=run.plan_id, version=plan_version,
-                                     hash=plan_hash, grant=grant.value)
+                                     hash=plan_hash, grant=grant.value, face=face,
+                                     policy=version, **details)
             if approvals_needed(run, policy) > 0:
                 return [counted, audit]  # counted first: over a limit, nothing is written
             run.move(RunStatus.APPROVED)
@@ -302,7 +327,8 @@ class Runs(Part):
             run = self.durable(self.update(run_id, change), f"approval by {user}")
         except ApprovalRefused as exc:  # who was held back, and by which rule (its words)
             self.audit.refused("approve", actor=actor or user, face=face, rule=str(exc),
-                               run_id=run_id, version=plan_version)
+                               run_id=run_id, version=plan_version,
+                               policy=policy_version(policy), **details)
             raise
         with tracing.span("deckhand.approval", {
                 "deckhand.run.id": run_id, "deckhand.approver": user,
@@ -326,9 +352,11 @@ class Runs(Part):
         return self.update(run.id, lambda r: r.meta.setdefault("unreplicated", [])
                            .append(what))
 
-    def revise(self, run_id: str, plan: Plan, targets: PlanTargets) -> Run:
-        """Bind a waiting run to a new plan version; earlier approvals no longer count."""
-        def change(run: Run) -> None:
+    def revise(self, run_id: str, plan: Plan, targets: PlanTargets, *,
+               writes: Sequence[Write] = ()) -> Run:
+        """Bind a waiting run to a new plan version; earlier approvals no longer count.
+        ``writes`` go in the same EXEC (the revision's audit entry)."""
+        def change(run: Run) -> list[Write]:
             run.move(RunStatus.AWAITING_APPROVAL)
             run.plan_version, run.plan_hash = plan.version, plan.hash
             run.approvals = []
@@ -338,6 +366,7 @@ class Runs(Part):
             run.modified_versions.append(plan.version)
             run.steps = {s.id: StepState(id=s.id) for s in plan.steps}
             run.rollback = {r.id: StepState(id=r.id) for r in plan.rollback}
+            return list(writes)
 
         return self.update(run_id, change)
 
@@ -396,10 +425,11 @@ class Runs(Part):
             who = self.r.get(self.keys.cancel(run_id))
         return who.decode() if who else None
 
-    def request_pause(self, run_id: str, *, user: str, via: str) -> Run:
+    def request_pause(self, run_id: str, *, user: str, via: str,
+                      writes: Sequence[Write] = ()) -> Run:
         """Ask the worker of a running run to hold it before its next step or rollout batch
         (its heartbeat relays this, as a cancel); ApprovalRefused unless it is running and
-        not paused already."""
+        not paused already. ``writes`` go in the same EXEC (its audit entry)."""
         run_key, key = self.keys.run(run_id), self.keys.pause(run_id)
 
         def attempt(pipe: Pipeline) -> Run:
@@ -414,16 +444,16 @@ class Runs(Part):
                 raise ApprovalRefused(f"run {run_id} is already paused by "
                                       f"{Pause.model_validate_json(held).by}; resume it to "
                                       f"carry on")
-            pipe.multi()
-            pipe.set(key, Pause(by=user, at=self.clock(), via=via).model_dump_json())
+            pause = Pause(by=user, at=self.clock(), via=via).model_dump_json()
+            self.queue_writes(pipe, [lambda p: p.set(key, pause), *writes])
             pipe.execute()
             return run
 
         return self.cas([run_key, key], attempt, busy=f"run {run_id}")
 
-    def request_resume(self, run_id: str) -> Pause:
+    def request_resume(self, run_id: str, *, writes: Sequence[Write] = ()) -> Pause:
         """Lift a run's pause (its worker carries on within a heartbeat): the pause lifted;
-        ApprovalRefused if it is not paused."""
+        ApprovalRefused if it is not paused. ``writes`` go in the same EXEC."""
         key = self.keys.pause(run_id)
 
         def attempt(pipe: Pipeline) -> Pause:
@@ -433,8 +463,7 @@ class Runs(Part):
                 ended = f" (it {status.value.replace('_', ' ')})" if status.terminal else ""
                 raise ApprovalRefused(f"run {run_id} is not paused{ended}; there is nothing "
                                       f"to resume")
-            pipe.multi()
-            pipe.delete(key)
+            self.queue_writes(pipe, [lambda p: p.delete(key), *writes])
             pipe.execute()
             return Pause.model_validate_json(held)
 

@@ -23,7 +23,7 @@ from rich.markup import escape
 from agents import tracing
 from agents.config import Config
 from agents.errors import ApprovalRefused
-from agents.org import load_org, policy_notes
+from agents.org import cross_service_hosts, load_org, policy_notes
 from agents.plan.limit import parse_limit
 from agents.plan.yaml import plan_to_yaml
 from agents.policy.eligibility import shared_host_notes
@@ -333,6 +333,11 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             console.print(f"note: {of}{note}", markup=False, highlight=False, soft_wrap=True)
     for note in policy_notes(org):
         console.print(f"policy: {note}", markup=False, highlight=False, soft_wrap=True)
+    shared, warnings = cross_service_hosts(org)
+    for note in shared:
+        console.print(f"shared host: {note}", markup=False, highlight=False, soft_wrap=True)
+    for warning in warnings:
+        console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     state = max(_report_state(console, config) for config in configs)
     _report_charts(console)
     asked: dict[Any, Any] = {}

@@ -12,7 +12,8 @@ import getpass
 
 from rich.console import Console
 
-from agents.engine.control import Control, steer
+from agents.engine.control import Control
+from agents.engine.desk import RunDesk
 from agents.errors import AlreadyStopping
 from agents.ids import short_id
 from agents.run.record import Run
@@ -53,8 +54,7 @@ def _handler(control: Control) -> Handler:
         found = store.runs.find(args.run_id)
         services, run_id = service_of_run(services, found), found.id  # its own rules
         try:
-            run = steer(services.config.policy, control, run_id, runs=store.runs,
-                        audit=store.audit, user=args.user, via="cli")
+            run = RunDesk(services).control(control, run_id, user=args.user, via="cli")
         except AlreadyStopping as exc:  # the first Stop won: said (exit 3), not as a refusal
             console.print(f"run {short_id(run_id)}: already stopping (stopped by "
                           f"{exc.by}) — its worker kills what runs and rolls back; this "

@@ -8,6 +8,7 @@ import getpass
 from rich.console import Console
 from rich.markup import escape
 
+from agents.engine.desk import RunDesk
 from agents.ids import short_id
 from agents.run.record import Verdict
 from bot.cli.common import (
@@ -41,9 +42,7 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     user = args.user
     found = store.runs.find(args.run_id)
     services = service_of_run(services, found)  # the run's own rules
-    run, held = store.judgments.decide(
-        found.id, Verdict(args.decision), user=user, via="cli",
-        policy=services.config.policy)
+    run, held = RunDesk(services).judge(found.id, Verdict(args.decision), user=user, via="cli")
     what = "continues with the next batch" if args.decision == Verdict.CONTINUE else \
         "rolls back the hosts it changed"
     console.print(f"run {short_id(run.id)}: go/no-go {escape(held.where())} decided by "

@@ -13,12 +13,16 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agents.config import Config
+from agents.engine.desk import RunDesk
 from agents.errors import PlanError
+from agents.faces import Face
 from agents.org import Org, load_org
 from agents.plan.model import Plan
+from agents.policy.approvals import live_approvals, policy_version
 from agents.policy.diff import policy_diff
 from agents.policy.eligibility import Eligibility, Grant, PlanSubject, eligibility
 from agents.policy.rules import Policy
+from agents.run.record import Run
 from agents.services import Services, build_services
 from bot.cli.common import (
     DEFAULT_NAME,
@@ -94,15 +98,17 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
     services, org = run_services(args) if args.run_id is not None else (
         _plan_services(args), None)
     try:
-        answer, title, environments, policy = _answer(args, services, org)
+        answer, title, environments, policy, run = _answer(args, services, org)
         counts = _counts(services, policy, environments, args.user) if args.user else []
+        grant = _verdict(services, org, answer, policy, environments, run, args.user) \
+            if args.user else None
     finally:
         services.close()
-    console.print(title, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{title.rstrip(':')} {_versions(policy, run)}:", markup=False,
+                  highlight=False, soft_wrap=True)
     for line in answer.explain():
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
-    if args.user:
-        grant = answer.grant(args.user)
+    if grant is not None:
         kind = "the break-glass grant" if grant is Grant.BREAK_GLASS else "an environment approval"
         verdict = f"yes ({kind})" if isinstance(grant, Grant) else f"no: {grant}"
         console.print(f"{args.user} may approve: {verdict}", markup=False, highlight=False,
@@ -112,6 +118,35 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _versions(policy: Policy, run: Run | None) -> str:
+    """Which policy the answer is given under, and which ones the run met before."""
+    now = policy_version(policy)
+    if run is None:
+        return f"[policy {now}]"
+    seen = dict.fromkeys(v for v in [run.meta.get("policy"), *(a.policy for a in run.approvals)]
+                         if v)
+    before = [v for v in seen if v != now]
+    also = f"; earlier under {', '.join(before)}" if before else ""
+    return f"[policy {now}{also}]"
+
+
+def _verdict(services: Services, org: Org | None, answer: Eligibility, policy: Policy,
+             environments: list[str], run: Run | None, user: str) -> Grant | str:
+    """The answer ``deckhand approve`` gives ``user`` (the desk's), limits included; for a
+    plan file, the rules' and the per-hour count as they stand."""
+    if run is not None and org is not None:
+        desk = RunDesk(services, rules=lambda service: org.service_of(service).policy)
+        return desk.verdict(run, user=user, face=Face.CLI)
+    if answer.impossible:  # the desk would not even store it
+        return f"the plan would be refused: {answer.impossible}"
+    grant = answer.grant(user)
+    if not isinstance(grant, Grant):
+        return grant
+    limited = services.store.limits.problem(policy, services.config.key,
+                                            environments, run_id="", user=user)
+    return limited or grant
+
+
 def _counts(services: Services, policy: Policy, environments: list[str], user: str
             ) -> list[str]:
     """How many runs ``user`` approved lately where ``policy.limits`` counts them (the
@@ -119,26 +154,28 @@ def _counts(services: Services, policy: Policy, environments: list[str], user: s
     limits = policy.limits
     capped = [(env, limits[env].runs_per_hour) for env in environments if env in limits]
     recent, key = services.store.limits.recent, services.config.key
-    return [f"{user} approved {len(recent(key, env, user))} {env} run(s) in "
+    counted = {env: policy.foreign.get(env, (key, env)) for env, _ in capped}  # web/production
+    return [f"{user} approved {len(recent(*counted[env], user))} {env} run(s) in "
             f"the last hour (limit {cap})" for env, cap in capped if cap is not None]
 
 
 def _answer(args: argparse.Namespace, services: Services, org: Org | None
-            ) -> tuple[Eligibility, str, list[str], Policy]:
-    """The answer, its title, the environments it is about and the policy (every layer:
-    a run is judged by its own service's)."""
+            ) -> tuple[Eligibility, str, list[str], Policy, Run | None]:
+    """The answer, its title, the environments it is about, the policy (every layer: a run
+    is judged by its own service's) and the run (None: a plan file)."""
     policy, now = services.config.policy, services.clock()
     if org is not None:
         run = services.store.runs.find(args.run_id)
         policy = org.service_of(run.service).policy
         of = f" of {run.service or org.legacy}" if org.split else ""
-        return (eligibility(run, policy, now=now),
+        current = run.model_copy(update={"approvals": live_approvals(run, policy, now=now)})
+        return (eligibility(current, policy, now=now),
                 f"run {run.id}{of} ({run.status.value}), requested by {run.requested_by}:",
-                run.environments, policy)
+                run.scopes, policy, run)
     plan = _read_plan(args.plan, requested_by=args.requested_by or "(nobody yet)")
     subject = PlanSubject.of(services.targets(plan), requested_by=plan.requested_by)
     return (eligibility(subject, policy, now=now), f"plan {args.plan} ({plan.goal}):",
-            subject.environments, policy)
+            subject.scopes, policy, None)
 
 
 def _plan_services(args: argparse.Namespace) -> Services:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,15 +20,17 @@ from rich.table import Table
 from rich.text import Text
 
 from agents import tracing
+from agents.engine.desk import RunDesk
 from agents.engine.retention import JOB as RETENTION_JOB
 from agents.engine.retention import kept_runs
 from agents.engine.shipper import shipper_for, start_in_thread
 from agents.engine.worker import Worker, WorkerOptions
-from agents.errors import AmbiguousId, ApprovalRefused, NotFound, ServiceUnknown
+from agents.errors import AmbiguousId, NotFound, ServiceUnknown
+from agents.faces import Face
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
 from agents.plan.model import Plan
-from agents.policy.approvals import approval_problem, approvals_needed
+from agents.policy.approvals import approvals_needed
 from agents.readiness import StoreProbe
 from agents.run.gates import gate_lines
 from agents.run.judgment import judgment_lines
@@ -36,7 +38,7 @@ from agents.run.record import Run
 from agents.run.unreplicated import replica_wait_line, unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
-from agents.store import AuditLog, Locks, Plans, Runs
+from agents.store import Locks, Plans, Runs
 from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
@@ -393,29 +395,22 @@ def _approve(args: argparse.Namespace, console: Console) -> int:
     store = services.store
     run = store.runs.find(args.run_id)
     services = service_of_run(services, run)  # the run's rules (every layer), never another's
-    policy = services.config.policy
-    problem = approval_problem(run.model_copy(deep=True), user=args.user, user_groups=[],
-                               plan_version=run.plan_version, plan_hash=run.plan_hash,
-                               policy=policy, now=services.clock())
+    desk = RunDesk(services)
+    policy = desk.policy_of(run.service)
+    problem = desk.problem(run, user=args.user, face=Face.CLI)  # before asking to confirm
     if problem:
-        _refuse(store.audit, run.id, args.user, problem)
+        raise desk.refused(run, user=args.user, face=Face.CLI, rule=problem)
     typed = confirmation_problem(run, policy, confirmer(args) or _ask(console))
     if typed:
-        _refuse(store.audit, run.id, args.user, f"not confirmed: {typed}")
-    # the rules changed, or another approval landed first: refused, audited by the store
-    run = store.runs.approve(run.id, user=args.user, face="cli", plan_version=run.plan_version,
-                             plan_hash=run.plan_hash, policy=policy)
+        raise desk.refused(run, user=args.user, face=Face.CLI, rule=f"not confirmed: {typed}")
+    # the rules changed, or another approval landed first: refused, audited by the desk
+    run = desk.approve(run.id, user=args.user, face=Face.CLI, plan_version=run.plan_version,
+                       plan_hash=run.plan_hash)
     needed = approvals_needed(run, policy)
     console.print(f"run {short_id(run.id)}: {run.status.value}"
                   + (f" — {needed} more approval(s) needed" if needed else
                      " — a `deckhand worker` will run it"))
     return 0
-
-
-def _refuse(audit: AuditLog, run_id: str, user: str, rule: str) -> NoReturn:
-    """Audit the refused approval, then refuse it (exit 3)."""
-    audit.refused("approve", actor=user, face="cli", rule=rule, run_id=run_id)
-    raise ApprovalRefused(rule)
 
 
 def _ask(console: Console) -> Confirm:

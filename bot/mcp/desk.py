@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.engine.control import Control, steer
+from agents.engine.control import Control
+from agents.engine.desk import RunDesk
 from agents.errors import FreezeRefused, NotFound, PlanError, PlanInvalid
+from agents.faces import Face
 from agents.plan.model import Plan
 from agents.policy.eligibility import eligibility
 from agents.run.judgment import waiting_line
@@ -111,9 +113,7 @@ class Desk:
         """Pause, resume or stop a run for ``requester``: allowed to the run's requester and
         approvers only (as Stop in Slack), refused and audited otherwise (``via: mcp``)."""
         run = self.services.store.runs.find(run_id)
-        store = self.services.store
-        steer(self.services.config.policy, control, run.id, runs=store.runs,
-              audit=store.audit, user=requester, via="mcp")
+        RunDesk(self.services).control(control, run.id, user=requester, via="mcp")
         return self.run_status(run.id)
 
     def judge_run(self, run_id: str, decision: str, *, user: str, verified: bool) -> RunView:
@@ -129,8 +129,7 @@ class Desk:
                                 rule=reason, run_id=run.id, plan_id=run.plan_id,
                                 decision=verdict.value, via="mcp")
             raise Refused(reason)
-        store.judgments.decide(run.id, verdict, user=user, via="mcp",
-                               policy=self.services.config.policy)
+        RunDesk(self.services).judge(run.id, verdict, user=user, via="mcp")
         return self.run_status(run.id)
 
     def where(self, *, recent: int = 100) -> WhereReport:
@@ -177,13 +176,12 @@ class Desk:
             proposal = store.proposals.take(plan_hash, owner, run_id=run_id)
         if proposal.run_id is not None:  # requested before (or a concurrent twin won)
             return self._already(proposal.run_id, channel)
-        plan = store.plans.save(proposal.plan)  # a taken plan id is replaced in place
-        run = store.runs.create(Run.for_plan(plan, self.services.targets(plan), id=run_id,
-                                             meta={"via": "mcp", "client": client}))
-        if run.id != run_id:  # so was a taken run id: point the proposal at the new one
+        plan = proposal.plan
+        run = RunDesk(self.services).propose(plan, user=requester, face=Face.MCP, run_id=run_id,
+                                             meta={"via": "mcp", "client": client}, via="mcp",
+                                             client=client, plan_hash=plan_hash)
+        if run.id != run_id:  # a taken run id: point the proposal at the new one
             store.proposals.rebind(plan_hash, owner, old=run_id, new=run.id)
-        store.audit.record("planned", actor=requester, run_id=run.id, plan_id=plan.id, via="mcp",
-                           client=client, plan_hash=plan_hash)
         if self.poster is not None and channel:
             run = self.poster.post_plan(plan, run, channel=channel)
         return deploy_request(run, already=False, slack=self.poster is not None)
@@ -193,7 +191,7 @@ class Desk:
         no request into a freeze (an MCP client has no break-glass)."""
         self.services.check(plan)
         self.services.refuse_if_locked(plan)
-        blocked = self.services.frozen(self.services.targets(plan).environments)
+        blocked = self.services.frozen(self.services.targets(plan).scopes)
         if blocked is not None:
             raise FreezeRefused(blocked.describe())
 

@@ -18,16 +18,16 @@ from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from agents.engine.control import Control, steer
+from agents.engine.control import Control
+from agents.engine.desk import RunDesk
 from agents.engine.manual_locking import said_in_chat
 from agents.engine.manual_locking import where_can_i_deploy as outlook
-from agents.errors import ApprovalRefused
 from agents.faces import Face
 from agents.ids import short_id
 from agents.plan.diff import PlanDiff
 from agents.plan.dryrun import verdict
 from agents.plan.model import Plan
-from agents.policy.approvals import approvals_needed, steer_problem
+from agents.policy.approvals import approvals_needed
 from agents.run.record import Run, RunStatus, Verdict
 from agents.services import Services
 from agents.store import Store
@@ -131,6 +131,11 @@ class Bot:
     """Where listeners hand off everything that calls the Web API (never Bolt's threads)."""
 
     @property
+    def desk(self) -> RunDesk:
+        """The one door for the run verbs (``agents.engine.desk``)."""
+        return RunDesk(self.services)
+
+    @property
     def store(self) -> Store:
         # The whole Store: the Slack face drives a run's approval life (plan saved, run
         # created and audited, approved, modified, rejected, judged: runs, plans, audit,
@@ -167,11 +172,8 @@ class Bot:
             return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
                                                  self.post_plan(plan, run, channel=channel,
                                                                 actions=False, note=READ_ONLY))
-        self.store.plans.save(plan)
-        run = self.store.runs.create(Run.for_plan(plan, self.services.targets(plan),
-                                                  break_glass=break_glass))
-        self.store.audit.record("planned", actor=user, run_id=run.id, plan_id=plan.id,
-                                request=request, break_glass=break_glass)
+        run = self.desk.propose(plan, user=user, face=Face.SLACK, break_glass=break_glass,
+                                request=request)
         note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
             if break_glass else None
         try:
@@ -183,10 +185,10 @@ class Bot:
     def _unposted(self, run: Run, user: str, exc: SlackApiError) -> PlanNotPosted:
         """Close a run whose plan could not be posted: nobody could ever approve it."""
         error = str(exc.response.get("error", "unknown"))
-        self.store.runs.transition(run.id, RunStatus.EXPIRED, expect={RunStatus.AWAITING_APPROVAL},
-                                   reason=f"the plan could not be posted to Slack ({error})")
-        self.store.audit.record("plan_not_posted", actor="deckhand", run_id=run.id,
-                                plan_id=run.plan_id, error=error, requested_by=user)
+        self.desk.close(run.id, RunStatus.EXPIRED, actor="deckhand", action="plan_not_posted",
+                        reason=f"the plan could not be posted to Slack ({error})",
+                        expect={RunStatus.AWAITING_APPROVAL}, face=Face.SLACK, error=error,
+                        requested_by=user)
         return PlanNotPosted(f"Slack refused the plan message ({error}), so run `{run.id}` "
                              f"was closed. Try again in a minute.")
 
@@ -217,7 +219,7 @@ class Bot:
         reply = self.client.chat_postMessage(
             channel=channel, text=f"Plan: {bk.shown(plan.goal, 300)}", blocks=blocks)
         slack = {"channel": reply["channel"], "thread_ts": reply["ts"], "plan_ts": reply["ts"]}
-        run = self.store.runs.update(run.id, lambda r: r.meta.update(slack=slack))
+        run = self.desk.posted(run.id, "slack", **slack)
         self.changed(run)
         return run
 
@@ -247,10 +249,9 @@ class Bot:
 
         ``origin`` is where the clicked message is: Slack can show a plan (and deliver a
         click on it) before the bot has stored where it posted it; replies then go there."""
-        run = self.store.runs.approve(run_id, user=user, face="slack",  # a refusal: audited
-                                      user_groups=self.directory.groups_of(user),
-                                      plan_version=version, plan_hash=plan_hash,
-                                      policy=self.services.config.policy)
+        run = self.desk.approve(run_id, user=user, face=Face.SLACK,  # a refusal: audited
+                                groups=self.directory.groups_of(user), plan_version=version,
+                                plan_hash=plan_hash)
         if origin and not run.meta.get("slack"):
             run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
         needed = approvals_needed(run, self.services.config.policy)
@@ -268,12 +269,9 @@ class Bot:
 
     def revise(self, run_id: str, plan: Plan, *, user: str) -> Run:
         """Post a new plan version in the thread; the old message loses its buttons."""
-        self.services.check(plan)
-        self.store.plans.save(plan)
         old = self.store.runs.get(run_id)
-        run = self.store.runs.revise(run_id, plan, self.services.targets(plan))
-        self.store.audit.record("modified", actor=user, run_id=run_id, plan_id=plan.id,
-                                version=plan.version)
+        run = self.desk.revise(run_id, plan, user=user, face=Face.SLACK,
+                               groups=self.directory.groups_of(user))
         who = bk.mention(user, Face.SLACK)  # the click's user: resolved by Slack
         self.refresh_plan_message(old, actions=False,
                                   note=f"✏️ Superseded by version {plan.version} "
@@ -285,18 +283,15 @@ class Bot:
             blocks=bk.plan_blocks(plan, run, self.services.config.policy,
                                   note=f"Version {plan.version}, modified by {who}",
                                   diff=self.diff_from_previous(run)))
-        run = self.store.runs.update(run_id, lambda r: r.meta["slack"].update(plan_ts=reply["ts"]))
+        run = self.desk.posted(run_id, "slack", plan_ts=reply["ts"])
         self.changed(run)
         return run
 
     def reject(self, run_id: str, reason: str, *, user: str) -> Run:
         reason = bk.trim(reason, 500)
         shown = bk.escape(reason)  # trimmed first, so the cut never falls inside an entity
-        run = self.store.runs.transition(run_id, RunStatus.REJECTED,
-                                         expect={RunStatus.AWAITING_APPROVAL},
-                                         reason=f"rejected by {user}: {reason}")
-        self.store.audit.record("rejected", actor=user, run_id=run_id, plan_id=run.plan_id,
-                                reason=reason)
+        run = self.desk.reject(run_id, user=user, face=Face.SLACK, reason=reason,
+                               groups=self.directory.groups_of(user))
         self.note_plan(run, actions=False,
                        note=f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
         self.thread_reply(run, f"🚫 Rejected by {bk.mention(user, Face.SLACK)}: {shown}")
@@ -340,9 +335,8 @@ class Bot:
         return run
 
     def _steer(self, control: Control, run_id: str, user: str, *, via: str = "button") -> Run:
-        run = steer(self.services.config.policy, control, run_id, runs=self.store.runs,
-                    audit=self.store.audit, user=user, via=via,
-                    user_groups=self.directory.groups_of(user))
+        run = self.desk.control(control, run_id, user=user, via=via,
+                                groups=self.directory.groups_of(user))
         self.changed(run)
         return run
 
@@ -350,9 +344,8 @@ class Bot:
         """A Continue or Roll back click on a go/no-go message: the rules that say who may
         approve the run decide (``agents.store.judgments``); ApprovalRefused (audited)
         tells anyone else. The worker picks the decision up; its thread message says so."""
-        run, _ = self.store.judgments.decide(run_id, verdict, user=user, via="slack",
-                                             user_groups=self.directory.groups_of(user),
-                                             policy=self.services.config.policy, hold=hold)
+        run, _ = self.desk.judge(run_id, verdict, user=user, via="slack", hold=hold,
+                                 groups=self.directory.groups_of(user))
         self.changed(run)
         return run
 
@@ -361,12 +354,8 @@ class Bot:
     def check_may_steer(self, run: Run, user: str, *, what: str = "steer") -> None:
         """ApprovalRefused (audited) unless ``user`` may modify, reject or cancel ``run``;
         ``what`` names the attempt in the audit entry."""
-        problem = steer_problem(run, user=user, user_groups=self.directory.groups_of(user),
-                                policy=self.services.config.policy)
-        if problem:
-            self.store.audit.refused(what, actor=user, face="slack", rule=problem,
-                                     run_id=run.id)
-            raise ApprovalRefused(problem)
+        self.desk.may_steer(run, user=user, face=Face.SLACK, what=what,
+                            groups=self.directory.groups_of(user))
 
     def thread_reply(self, run: Run, text: str) -> None:
         """Say ``text`` in the run's thread: through its feed, so it waits there while Slack

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from slack_sdk.errors import SlackApiError
 
 from agents.engine.schedule_health import checked
-from agents.policy.approvals import approval_problem
+from agents.policy.approvals import approval_problem, judgment_problem
 from agents.policy.rules import Policy
-from agents.run.record import Run, RunStatus
+from agents.run.record import Run, RunStatus, Verdict
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
 from bot.slack.home_blocks import HomeData, home_view, in_progress
@@ -58,14 +58,15 @@ def home_data(bot: Bot, user: str) -> HomeData:
         locks=store.locks.of(bot.services.config.key),
         schedules=_schedules(bot),
         deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)},
-        held=store.manual_locks.all(service=bot.services.config.key))
+        held=store.manual_locks.all(service=bot.services.config.key),
+        deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
+            r, user=user, user_groups=groups, policy=policy, verdict=Verdict.ROLLBACK) is None})
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
     if run.status is not RunStatus.AWAITING_APPROVAL:
         return False
-    copy = run.model_copy(deep=True)  # approval_problem drops expired approvals in place
-    return approval_problem(copy, user=user, user_groups=groups, plan_version=run.plan_version,
+    return approval_problem(run, user=user, user_groups=groups, plan_version=run.plan_version,
                             plan_hash=run.plan_hash, policy=policy, now=now) is None
 
 

@@ -58,6 +58,8 @@ class HomeData:
     """What history says each environment runs."""
     held: dict[str, ManualLock] = field(default_factory=dict)
     """Environments locked by a person (``deckhand lock``)."""
+    deciding: set[str] = field(default_factory=set)
+    """Runs holding at a go/no-go this user may decide (they alone get its buttons)."""
 
 
 def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
@@ -113,7 +115,11 @@ def _hold_blocks(data: HomeData) -> list[Block]:
     blocks: list[Block] = [{"type": "divider"},
                            bk.section(f"*⏸️ Waiting for a go/no-go* ({len(held)})")]
     for run, hold in held[:MAX_HOLDS]:
-        blocks += judgment_blocks(run.id, hold)
+        shown = judgment_blocks(run.id, hold)
+        if run.id not in data.deciding:  # scoped as Approve is: no buttons that refuse
+            shown = [b for b in shown if b.get("type") != "actions"]
+            shown.append(bk.context("Someone who may decide it will; see its thread."))
+        blocks += shown
     if len(held) > MAX_HOLDS:
         blocks.append(bk.context(f"…and {len(held) - MAX_HOLDS} more — see `deckhand runs`"))
     return blocks

@@ -24,15 +24,17 @@ from rich.prompt import Prompt
 from rich.text import Text
 
 from agents import tracing
+from agents.engine.desk import RunDesk
 from agents.engine.worker import Worker
 from agents.errors import ApprovalRefused, IllegalTransition, PlanInvalid, StoreError
+from agents.faces import Face
 from agents.ids import short_id
 from agents.plan.diff import diff_plans
 from agents.plan.dryrun import LABEL as DRY_LABEL
 from agents.plan.dryrun import dry_plan, verdict
 from agents.plan.model import Plan
 from agents.plan.yaml import plan_from_yaml, plan_to_yaml
-from agents.policy.approvals import approval_problem, approvals_needed
+from agents.policy.approvals import approvals_needed
 from agents.policy.rules import UNSCOPED, Policy
 from agents.run.mirror import RunMirror
 from agents.run.record import Event, Run, RunStatus
@@ -131,6 +133,11 @@ class ConsoleFlow:
         self._keys: TerminalKeys | None = None
         """The keys that steer the run while its live table shows (a terminal only)."""
 
+    @property
+    def desk(self) -> RunDesk:
+        """The one door for the run verbs (``agents.engine.desk``)."""
+        return RunDesk(self.services)
+
     def handle(self, request: str, *, yes: bool = False,
                break_glass: str | None = None) -> Run:
         """Plan ``request``, get it approved, run it; ``exit_code`` says how it ended.
@@ -145,12 +152,8 @@ class ConsoleFlow:
             self.console.print("[dim]Read-only: running it now, no approval needed.[/]")
             run = self.services.queue_read_only(plan, user=self.user)
             return self.show_output(self.execute(plan, run.id))
-        store = self.services.store
-        store.plans.save(plan)
-        run = store.runs.create(Run.for_plan(plan, self.services.targets(plan),
-                                             break_glass=break_glass))
-        store.audit.record("planned", actor=self.user, run_id=run.id, plan_id=plan.id,
-                           request=request, break_glass=break_glass)
+        run = self.desk.propose(plan, user=self.user, face=Face.TERMINAL,
+                                break_glass=break_glass, request=request)
         if break_glass:
             self.console.print(f"🚨 {self.services.break_glass_note(plan, break_glass)}",
                                markup=False)
@@ -175,13 +178,11 @@ class ConsoleFlow:
         """Close a run this person walked away from before it started: cancelled, with who
         and why, audited (one that started meanwhile is left to its worker)."""
         reason = f"cancelled by {self.user}: {why}"
-        store = self.services.store
-        try:
-            store.runs.transition(run_id, RunStatus.CANCELLED, reason=reason, expect={
-                     RunStatus.AWAITING_APPROVAL, RunStatus.APPROVED, RunStatus.QUEUED})
-        except IllegalTransition:
-            return
-        store.audit.record("cancelled", actor=self.user, run_id=run_id, reason=reason)
+        with contextlib.suppress(IllegalTransition):
+            self.desk.close(run_id, RunStatus.CANCELLED, actor=self.user, action="cancelled",
+                            reason=reason, face=Face.TERMINAL, expect={
+                                RunStatus.AWAITING_APPROVAL, RunStatus.APPROVED,
+                                RunStatus.QUEUED})
 
     def _leave(self, run_id: str) -> Run:
         """Said explicitly: the run waits for other approvers."""
@@ -221,9 +222,8 @@ class ConsoleFlow:
 
     def _close(self, run_id: str, reason: str, message: str) -> Run:
         """End a run nobody can approve here: recorded as rejected, exit REFUSED."""
-        store = self.services.store
-        run = store.runs.transition(run_id, RunStatus.REJECTED, reason=reason)
-        store.audit.record("rejected", actor=self.user, run_id=run_id, reason=reason)
+        run = self.desk.reject(run_id, user=self.user, face=Face.TERMINAL, reason=reason,
+                               recorded=reason)
         self.console.print(f"[yellow]{escape(message)}[/]")
         self.exit_code = ExitCode.REFUSED
         return run
@@ -247,10 +247,7 @@ class ConsoleFlow:
                 return decision
             revised = self.modify(plan)
             if revised is not plan and run_id is not None:
-                self.services.store.plans.save(revised)
-                self.services.store.runs.revise(run_id, revised, self.services.targets(revised))
-                self.services.store.audit.record("modified", actor=self.user, run_id=run_id,
-                                                 plan_id=plan.id, version=revised.version)
+                self.desk.revise(run_id, revised, user=self.user, face=Face.TERMINAL)
             plan = revised
 
     def modify(self, plan: Plan) -> Plan:
@@ -296,9 +293,7 @@ class ConsoleFlow:
         unreachable = self._uncollectable(run)
         if unreachable:
             return self._close(run_id, unreachable, unreachable)
-        problem = approval_problem(run, user=self.user, user_groups=[], policy=policy,
-                                   plan_version=plan.version, plan_hash=plan.hash,
-                                   now=self.services.clock())
+        problem = self.desk.problem(run, user=self.user, face=Face.TERMINAL)
         if problem:  # refused before asking for a confirmation that could not count
             return self._refused(run_id, problem)
         typed = confirmation_problem(run, policy, self.confirm)
@@ -306,9 +301,8 @@ class ConsoleFlow:
             return self._close(run_id, f"not confirmed by {self.user}: {typed}",
                                f"Not confirmed ({typed}) — nothing was run.")
         try:
-            run = store.runs.approve(run_id, user=self.user, face="terminal",
-                                     plan_version=plan.version, plan_hash=plan.hash,
-                                     policy=policy)
+            run = self.desk.approve(run_id, user=self.user, face=Face.TERMINAL,
+                                    plan_version=plan.version, plan_hash=plan.hash)
         except ApprovalRefused as exc:  # audited by the store
             return self._refused(run_id, str(exc), audited=True)
         if run.status is RunStatus.AWAITING_APPROVAL:
@@ -324,8 +318,8 @@ class ConsoleFlow:
         """This user may not approve (audited, unless the store already did): a shared
         store keeps the run for approvers who may."""
         if not audited:
-            self.services.store.audit.refused("approve", actor=self.user, face="terminal",
-                                              rule=why, run_id=run_id)
+            self.desk.refused(self.services.store.runs.get(run_id), user=self.user,
+                              face=Face.TERMINAL, rule=why)
         if self.services.store.where.startswith("in-process"):
             return self._close(run_id, f"approval refused: {why}",
                                f"Approval refused: {why} — nothing was run.")
@@ -429,7 +423,7 @@ class ConsoleFlow:
         does, and say so where anyone may still read it."""
         try:  # the first stop is audited with it (via: terminal); one already asked (a
             # Stop in Slack), or a run that just ended, is left as it is
-            self.services.store.runs.request_cancel(run_id, user=self.user, via="terminal")
+            self.desk.cancel(run_id, user=self.user, via="terminal")
         except ApprovalRefused:  # stopping already, or ended meanwhile: nothing to add
             return
         except StoreError as exc:  # its worker stops it all the same once its lease lapses

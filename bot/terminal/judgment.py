@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.prompt import Prompt
 
+from agents.engine.desk import RunDesk
 from agents.errors import ApprovalRefused
 from agents.run.judgment import clock_time, measured_line, results_line
 from agents.run.mirror import RunMirror
@@ -76,8 +77,7 @@ class GoNoGoPrompt:
 
     def _decide(self, run_id: str, held: Judgment, verdict: Verdict) -> None:
         try:
-            self.services.store.judgments.decide(run_id, verdict, user=self.user,
-                                                 via="terminal", hold=held.hold,
-                                                 policy=self.services.config.policy)
+            RunDesk(self.services).judge(run_id, verdict, user=self.user, via="terminal",
+                                         hold=held.hold)
         except ApprovalRefused as exc:
             self.console.print(f"refused: {exc}", markup=False)

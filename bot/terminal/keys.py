@@ -32,7 +32,8 @@ from typing import Any
 
 from rich.console import Console
 
-from agents.engine.control import Control, steer
+from agents.engine.control import Control
+from agents.engine.desk import RunDesk
 from agents.ids import short_id
 from agents.services import Services
 from tools.errors import DeckhandError
@@ -166,9 +167,8 @@ class KeySteering:
             self._say("Not stopped.")
             return
         try:
-            store = self.services.store
-            steer(self.services.config.policy, control, self.run_id, runs=store.runs,
-                  audit=store.audit, user=self.user, via="terminal")
+            RunDesk(self.services).control(control, self.run_id, user=self.user,
+                                           via="terminal")
         except DeckhandError as exc:  # refused (audited by steer), or the store failed
             self._say(f"{control.value} refused: {exc}")
             return

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from agents.config import load_config
-from agents.errors import ApprovalRefused, LimitReached
+from agents.errors import ApprovalRefused, LimitReached, PlanInvalid
 from agents.run.record import Run, RunStatus
 from agents.services import Services, build_services
 from agents.store import Store
@@ -112,9 +112,16 @@ def test_runs_per_hour_counted_in_redis_across_replicas(
 def test_hosts_per_run_and_explain(tmp_path: Path, store: Store, redis_url: str,
                                    monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # planned before the limit was written: then the approval is refused, and explain says
+    # that nobody can complete it (issue 41: not "still needed: 1" beside "refused")
+    before = build_services(load_config(write(tmp_path, CONFIG.replace(
+        "    staging: {hosts_per_run: 1}\n", ""))), store=store)
+    wide = waiting(before, "staging v1.0.0")  # staging has two hosts; one allowed per run
     path = write(tmp_path)
     services = build_services(load_config(path), store=store)
-    wide = waiting(services, "staging v1.0.0")  # staging has two hosts; one allowed per run
+    with pytest.raises(PlanInvalid, match=r"limit: 1 staging host\(s\) per run "
+                       r"\(policy.limits.staging.hosts_per_run\); this run touches 2"):
+        waiting(services, "staging v1.0.0")  # a new plan is refused before it is stored
     with pytest.raises(ApprovalRefused, match=r"^limit: 1 staging host\(s\) per run "
                        r"\(policy.limits.staging.hosts_per_run\); this run touches 2"):
         approve(services, wide, "alice")
@@ -124,6 +131,7 @@ def test_hosts_per_run_and_explain(tmp_path: Path, store: Store, redis_url: str,
     assert "limit: 1 staging host(s) per run — policy.limits.staging (this run: 2 staging " \
            "host(s))" in out
     assert "refused: limit: 1 staging host(s) per run" in out
+    assert "still needed: none can complete it" in out and "still needed: 1" not in out
     prod = waiting(services, "production v1.0.0")
     approve(services, prod, "alice")
     assert main(["policy", "explain", prod.id, "--user", "alice", "--config", str(path)]) == 0

@@ -167,10 +167,11 @@ def _faces_say_unreplicated(store: Store, run: Run, tmp_path: Path, url: str) ->
 def test_a_run_rides_through_a_failover_mid_command_and_runs_nothing_twice(
         tmp_path: Path, sentinel_group: SentinelGroup) -> None:
     store = Store.connect(sentinel_group.url)
-    store.replicate_timeout = 0.5
+    store.replicate_timeout = 5.0  # the approved run is on the replica before anything else
     services = build_services(config_for(tmp_path), store=store)
     plan = gated_plan(tmp_path)
     run = submit(services, plan)
+    store.replicate_timeout = 0.5  # after the failover no replica answers: each WAIT times out
     worker = Worker(services, store, name="w", options=WorkerOptions(block=0.1, lease=5))
     thread = threading.Thread(target=worker.step)
     thread.start()

@@ -156,6 +156,13 @@ def test_the_app_home_offers_the_go_no_go_and_a_click_there_decides(
     assert found[bk.ActionId.JUDGE_CONTINUE]["value"] == go["value"]  # the same hold
     home = json.dumps(held.standin.of("views.publish")[-1].payload["view"])
     assert "Waiting for a go/no-go" in home and "1 host(s) done (web-2)" in home
+    held.open_home("UALICE")  # she asked for it: the hold shows, without buttons (issue 41)
+    alices = held.standin.wait_for(lambda: [
+        c.payload["view"] for c in held.standin.of("views.publish")
+        if c.payload.get("user_id") == "UALICE"
+        and "Waiting for a go/no-go" in json.dumps(c.payload["view"])], what="UALICE's Home")
+    assert not [b for b in alices[-1]["blocks"] if b.get("type") == "actions"
+                and any(e["action_id"] == bk.ActionId.JUDGE_CONTINUE for e in b["elements"])]
 
     held.click_in_home(bk.ActionId.JUDGE_CONTINUE, go["value"], user="UALICE")  # refused
     held.standin.wait_for(  # no response_url on the Home: told by DM

@@ -327,7 +327,7 @@ def test_terminal_approve_and_runs_commands(tmp_path: Path, store: Store, redis_
 
     config = config_for(tmp_path)
     data = yaml.safe_load(config.path.read_text())
-    data["policy"] = config.policy.model_dump(mode="json")  # the CLI reads the file
+    data["policy"] = config.policy.model_dump(mode="json", exclude_unset=True)  # as written
     config.path.write_text(yaml.safe_dump(data))
     services = build_services(config, store=store)
     run = submit(services, gated_plan(tmp_path, env="production"), approvers=())

@@ -82,6 +82,23 @@ def test_host_locks_are_taken_in_the_same_compare_and_set(store: Store,
     assert store.locks.host(HOST) is not None and store.locks.host(HOST).run_id == "run-web"
 
 
+def test_a_run_waits_in_line_only_while_another_holds_a_lock(store: Store,
+                                                            client: redis.Redis) -> None:
+    """Queued behind every lock it wants (its environments' and the host's), once; and
+    never once the holder has let go (its wake would have found nobody, stranding it)."""
+    store.locks.acquire("api", ["production"], hosts=[HOST], run_id="run-api", worker="w",
+                        ttl=60)
+    for _ in range(2):
+        assert store.locks.wait_in_line("web", ["production"], hosts=[HOST], run_id="run-web")
+    assert client.lrange(f"dh:hostlockq:{HOST}", 0, -1) == [b"run-web"]
+    assert client.lrange("dh:lockq:web:production", 0, -1) == [b"run-web"]
+    assert store.queue.wake_next_host(HOST) == "run-web"  # onto the run queue
+    store.locks.release("api", ["production"], hosts=[HOST], run_id="run-api")
+    assert not store.locks.wait_in_line("web", ["production"], hosts=[HOST], run_id="run-web2")
+    assert client.lrange(f"dh:hostlockq:{HOST}", 0, -1) == []
+    assert client.lrange("dh:lockq:web:production", 0, -1) == [b"run-web"]
+
+
 def test_racing_runs_sharing_a_host_never_both_hold_it(store: Store) -> None:
     """Each round, api/production and web/production race for the host they share: one
     wins and the other takes nothing (no lock order to deadlock on, no half-held set)."""

@@ -70,7 +70,7 @@ playbooks:
     rollback: [{{id: undo, tool: undo_local}}]
 policy:
   environments:
-    staging: {{approvers: {{users: [sam, alice, bob]}}}}
+    staging: {{approvers: {{users: [sam, alice, bob, carol]}}}}
     production:
       approvers: {{users: [alice, bob, carol]}}
       min_approvals: 2
@@ -140,8 +140,8 @@ def test_no_environment_local_and_shared_host_answer_alike(
 
     shared = stored(services, "staging v1.0.0", by="alice")  # web-2 is production's too
     who = same_everywhere(services, shared, path, capsys)
-    assert who == ("only someone allowed by every rule (staging: sam, bob; production: bob, "
-                   "carol) — by name: bob")
+    assert who == ("only someone allowed by every rule (staging: sam, bob, carol; production: "
+                   "bob, carol) — by name: bob, carol")
     lines = explained(shared, path, capsys)
     assert "production: bob, carol (2 needed, not the requester) — policy.environments." \
            "production, touches web-2" in lines
@@ -163,8 +163,8 @@ def test_freeze_and_break_glass_answer_alike(
     lines = explained(glass, path, capsys)
     assert "break-glass: one grant from ic1 (needed), on top of the approvals above" in lines
     assert lines[-1] == ("still needed: 2 approval(s) from only someone allowed by every rule "
-                         "(production: bob, carol; staging: sam, bob) — by name: bob, and the "
-                         "break-glass grant from ic1")  # web-2 is staging's too
+                         "(production: bob, carol; staging: sam, bob, carol) — by name: bob, "
+                         "carol, and the break-glass grant from ic1")  # web-2 is staging's too
     assert main(["policy", "explain", glass.id, "--user", "ic1", "--config", str(path)]) == 0
     assert "ic1 may approve: yes (the break-glass grant)" in capsys.readouterr().out
 

@@ -203,3 +203,37 @@ def test_only_the_modules_that_compose_many_nouns_are_handed_the_whole_store() -
     assert not unexplained and not gone, (
         f"handed the whole Store without a reason in WHOLE_STORE: {unexplained}; "
         f"listed there but no longer handed it: {gone}")
+
+
+RUN_VERBS = {"runs": {"create", "create_once", "approve", "revise", "transition", "update",
+                      "request_cancel", "request_pause", "request_resume"},
+             "judgments": {"decide", "settle"}}
+"""The store's verbs that change a run's approval state (or its holds): the desk's alone."""
+DESK_CALLERS = ("bot", "agents.engine.occurrences")
+"""The faces, and the scheduler's occurrences: they call ``agents.engine.desk``."""
+
+
+def _verb_calls(tree: ast.Module) -> set[str]:
+    """``runs.approve(...)``, ``store.runs.create(...)``, ``judgments.decide(...)`` …"""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            noun = owner.attr if isinstance(owner, ast.Attribute) else \
+                owner.id if isinstance(owner, ast.Name) else None
+            if node.func.attr in RUN_VERBS.get(noun or "", ()):
+                found.add(f"{noun}.{node.func.attr}")
+    return found
+
+
+def test_only_the_desk_changes_a_runs_approval_state() -> None:
+    """Every face (and unattended schedules) go through ``agents.engine.desk``: none calls
+    the store's run verbs, nor the control door, nor a copy of the approval check."""
+    files = [f for top in PACKAGES for f in (ROOT / top).rglob("*.py")
+             if _module(f).startswith(DESK_CALLERS)]
+    reached = sorted(f"{_module(f)}: {', '.join(sorted(calls))}" for f in files
+                     if (calls := _verb_calls(ast.parse(f.read_text()))))
+    assert not reached, "run verbs called around the desk:\n" + "\n".join(reached)
+    around = sorted(m for m, deps in _graph().items() if m.startswith(DESK_CALLERS)
+                    and deps & {"agents.engine.control.steer", "agents.store.runs"})
+    assert not around, f"the control door or the run noun reached directly: {around}"

@@ -110,7 +110,7 @@ def test_approvers_every_layer_must_allow(tmp_path: Path) -> None:
 
 def test_default_and_unscoped_both_layers_apply(tmp_path: Path) -> None:
     org = org_of(tmp_path, "{default: {approvers: {users: [U1]}}, "
-                           "unscoped: {approvers: {users: [U1]}, min_approvals: 2}}",
+                           "unscoped: {approvers: {users: [U1, U2]}, min_approvals: 2}}",
                  "{default: {approvers: {anyone: true}}, unscoped: {approvers: {anyone: true}}}")
     api = org.services["api"].policy
     assert not api.may_approve("U9", [], ["staging"]) and api.may_approve("U1", [], ["staging"])
@@ -274,8 +274,8 @@ def test_org_index(tmp_path: Path) -> None:
 
 
 def test_check_notes_name_which_layer_wins(tmp_path: Path) -> None:
-    org = org_of(tmp_path, "{environments: {production: {approvers: {users: [U1]}, "
-                           "min_approvals: 2}}}",
+    org = org_of(tmp_path, "{environments: {production: {approvers: {users: [U1, U2]}, "
+                           "min_approvals: 2}}}",  # two named: a count one name could not meet
                  P % "approval_ttl: 60", api_extra="owners: {users: [U1]}\n")
     notes = policy_notes(org)
     assert ("api/production: min_approvals 2 — organisation: deckhand.yml:2 policy.environments."
@@ -290,32 +290,48 @@ def test_check_notes_name_which_layer_wins(tmp_path: Path) -> None:
 
 
 def test_a_shared_host_takes_every_services_layers(tmp_path: Path) -> None:
-    """The policy half of step 4: loading still refuses shared hosts (no host locks yet), so
-    the layering is shown on two services loaded apart and indexed together."""
+    """Step 4: api's policy learns web/production (the machine box/shop both list) as a
+    scope of its own, governed by web's rule and layers alone; api's own environments keep
+    only their own rules, so a run not touching the host answers to api alone."""
     box = "{address: 10.0.0.5, port: 2222}"
     api = write(tmp_path / "api.yml", service("api").replace("api-3: {connection: local}", f"box: {box}")
-                .replace("[api-2, api-3]", "[api-2, box]") + "owners: {users: [U1]}\n")
+                .replace("[api-2, api-3]", "[api-2, box]") + "owners: {users: [U1]}\n"
+                "policy:\n  environments: {production: {approvers: {users: [U1, U2]}}}\n")
     web = write(tmp_path / "web.yml", service("web").replace("web-3: {connection: local}", f"shop: {box}")
                 .replace("[web-2, web-3]", "[web-2, shop]") + "owners: {users: [U2]}\n"
                 "policy:\n  environments: {production: {approvers: {anyone: true}, "
-                "min_approvals: 2}}\n  freeze: [{environments: [production], reason: sale, "
-                "start: '2030-01-01T00:00:00', end: '2030-01-02T00:00:00'}]\n")
+                "min_approvals: 2, lock: wait}}\n  freeze: [{environments: [production], "
+                "reason: sale, start: '2030-01-01T00:00:00', end: '2030-01-02T00:00:00'}]\n"
+                "  limits: {production: {hosts_per_run: 1, runs_per_hour: 3}}\n")
     services = {"api": load_config(api), "web": load_config(web)}
     index = OrgIndex.of(services)
     assert index.hosts[("ssh", "10.0.0.5", "2222")] == [("api", "production"),
                                                          ("web", "production")]
     share_layers(services, index)
     policy = services["api"].policy
-    assert not policy.may_approve("U1", [], ["production"])  # api's owner, not web's
-    assert not policy.may_approve("U2", [], ["production"])  # web's owner, not api's
-    assert policy.may_approve("U1", [], ["staging"])  # no shared host there
-    assert policy.strictest(["production"]).min_approvals == 2
-    assert reason(policy, "production") == "web/production: sale"
-    assert [line.source for line in eligibility(of_scopes(["production"]), policy).lines] == [
-        "policy.default (production has no entry)", "owners: api.yml:9",
-        "web/production: policy.environments.production", "web/production: owners: web.yml:9"]
-    assert services["web"].policy.strictest(["production"]).min_approvals == 2
-    assert not services["web"].policy.may_approve("U2", [], ["production"])  # api's too
+    assert services["api"].inventory.shared == {"box": ("web/production",)}
+    assert policy.foreign == {"web/production": ("web", "production")}
+    assert policy.may_approve("U1", [], ["production"])  # api alone: not touching box
+    assert policy.strictest(["production"]).min_approvals == 1
+    assert reason(policy, "production") is None
+    both = ["production", "web/production"]
+    assert not policy.may_approve("U1", [], both)  # api's owner, not web's
+    assert not policy.may_approve("U2", [], both)  # web's owner, not api's
+    assert policy.may_approve("U2", [], ["web/production"])  # api's own rules not there
+    assert policy.strictest(both).min_approvals == 2
+    assert policy.strictest(both).lock == "refuse"  # api's own production rule refuses
+    assert reason(policy, "web/production") == "web/production: sale"
+    assert policy.limits["web/production"].hosts_per_run == 1
+    assert [line.source for line in eligibility(of_scopes(both), policy).lines] == [
+        "policy.environments.production", "owners: api.yml:9",
+        "web/production: policy.environments.production",
+        "web/production: owners: web.yml:9"]
+    assert [line.label for line in eligibility(of_scopes(both), policy).lines] == [
+        "production", "production (owners)", "web/production", "web/production (owners)"]
+    web_policy = services["web"].policy
+    assert web_policy.strictest(["production"]).min_approvals == 2  # nothing of api's
+    assert web_policy.may_approve("U2", [], ["production"])
+    assert not web_policy.may_approve("U2", [], ["production", "api/production"])
 
 
 def test_policy_diff_sees_owners_not_the_lines_they_moved_to(tmp_path: Path) -> None:
@@ -339,3 +355,13 @@ def test_check_says_when_the_layers_leave_nobody(tmp_path: Path) -> None:
             "production (owners): <@U3>)") in notes
     assert not any(n.startswith(("api/staging: nobody", "web/")) and "nobody is" in n
                    for n in notes)
+
+
+def test_a_config_cannot_call_its_own_environment_foreign(tmp_path: Path) -> None:
+    """Which scopes are another service's is computed at load, never read from a file:
+    written, it would drop the environment's own rule."""
+    path = write(tmp_path / "deckhand.yml", service("app") + "policy:\n  foreign: "
+                 "{production: [web, production]}\n  environments: {production: "
+                 "{approvers: {users: [U1]}}}\n")
+    with pytest.raises(ConfigError, match="foreign"):
+        load_config(path)

@@ -11,7 +11,7 @@ import pytest
 
 from agents.config import load_config
 from agents.errors import ManyServices
-from agents.org import load_org
+from agents.org import cross_service_hosts, load_org
 from agents.services import store_dir
 from bot.cli import main
 from tools.errors import ConfigError
@@ -58,7 +58,7 @@ inventory:
   ssh: {max_handshakes: 4}
 policy:
   environments:
-    production: {approvers: {users: [U1]}, min_approvals: 2}
+    production: {approvers: {users: [U1, U2]}, min_approvals: 2}
 """
 
 
@@ -253,22 +253,39 @@ def test_the_main_policy_names_environments_of_any_service(tmp_path: Path) -> No
                               f"production, staging)"]
 
 
-def test_a_host_two_services_share_is_refused_until_its_step(tmp_path: Path) -> None:
+def test_a_machine_two_services_list_is_one_shared_host(tmp_path: Path) -> None:
+    """By address and port (whatever each calls it) or by name: loaded, and each service's
+    inventory knows the other's environments it reaches (docs/services.md 2.5)."""
     ssh_api = API.replace("api-2: {connection: local, vars: {dir: \"{config_dir}/api-2\"}}",
                           "api-2: {address: 10.0.0.5, port: 2222}")
     write(tmp_path / "services" / "web.yml",
           "inventory:\n  hosts:\n    box: {address: 10.0.0.5, port: 2222}\n"
-          "    api-1: {connection: local}\n  environments:\n    live: {hosts: [box, api-1]}\n")
+          "    api-1: {connection: local}\n    web-1: {connection: local}\n"
+          "  environments:\n    live: {hosts: [box, api-1]}\n    beta: {hosts: [web-1]}\n")
+    org = load_org(org_files(tmp_path, "services: {api: services/api.yml, "
+                                       "web: services/web.yml}\n", ssh_api))
+    api, web = org.services["api"], org.services["web"]
+    assert api.inventory.shared == {"api-1": ("web/live",), "api-2": ("web/live",)}
+    assert web.inventory.shared == {"box": ("api/production",), "api-1": ("api/staging",)}
+    assert api.inventory.hosts["api-2"].lock_id == web.inventory.hosts["box"].lock_id \
+        == "10.0.0.5:2222"
+    assert web.inventory.hosts["api-1"].lock_id == "local:api-1"
+    assert set(api.policy.foreign) == {"web/live"} and "web/live" not in api.policy.environments
+
+
+def test_one_host_name_for_two_machines_is_refused(tmp_path: Path) -> None:
+    ssh_api = API.replace("api-2: {connection: local, vars: {dir: \"{config_dir}/api-2\"}}",
+                          "api-2: {address: 10.0.0.5, port: 2222}")
+    write(tmp_path / "services" / "web.yml",
+          "inventory:\n  hosts:\n    api-2: {address: 10.0.0.6, port: 2222}\n"
+          "  environments:\n    live: {hosts: [api-2]}\n")
     path = org_files(tmp_path, "services: {api: services/api.yml, web: services/web.yml}\n",
                      ssh_api)
     web = tmp_path / "services" / "web.yml"
-    found = problems(path)
-    assert any(p.startswith(f"{web}:3 inventory.hosts.box: host 'box' is host 'api-2' of "
-                            f"service api: hosts shared between services are not supported "
-                            f"yet") for p in found), found
-    assert any(p.startswith(f"{web}:4 inventory.hosts.api-1: host 'api-1' is a host of "
-                            f"service api too") for p in found), found
-    assert len(found) == 2
+    assert problems(path) == [
+        f"{web}:3 inventory.hosts.api-2: host 'api-2' is api-2 (10.0.0.5:2222) in service "
+        f"api but api-2 (10.0.0.6:2222) here: one name is one machine across services (its "
+        f"rules and locks are shared); rename one of them"]
 
 
 def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -316,3 +333,34 @@ def test_the_cli_asks_which_service_when_nothing_names_one(
     lines = [line for line in (out.out + out.err).splitlines() if line.strip()]
     assert lines[-1].startswith("error: which service? This organisation has api, docs: "
                                 "name one"), lines
+
+
+def test_check_names_each_shared_host_and_warns_when_no_owner_is_common(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("DECKHAND_STATE_DIR", str(tmp_path / "state"))
+    write(tmp_path / "services" / "web.yml",
+          "inventory:\n  hosts: {api-2: {connection: local}}\n  environments:\n"
+          "    live: {hosts: [api-2]}\nowners: {users: [U2]}\n"
+          "policy: {environments: {live: {approvers: {users: [U2, U3]}, lock: wait}}}\n")
+    path = org_files(tmp_path, "services: {api: services/api.yml, web: services/web.yml}\n",
+                     API + "owners: {users: [U1, U3]}\n")
+    org = load_org(path)
+    notes, warnings = cross_service_hosts(org)
+    assert notes[0].startswith("api: host api-2 (local:api-2) is also in web/live: a run of "
+                               "api touching it needs every rule of production, web/live — "
+                               "production: anyone (1 needed) — ")
+    assert "web/live: <@U2>, <@U3> (1 needed) — web/live: services/web.yml:6 policy." \
+           "environments.live, touches api-2" in notes[0]
+    assert "web/live: <@U2> (1 needed) — web/live: owners: services/web.yml:5" in notes[0]
+    assert notes[0].endswith("it holds host lock local:api-2 (lock: refuse)")  # api's default
+    assert notes[1].startswith("web: host api-2 (local:api-2) is also in api/production")
+    assert warnings[0].startswith("api: no user is allowed by name by every rule over host "
+                                  "api-2 (production (owners): <@U1>, <@U3>; web/live: <@U2>, "
+                                  "<@U3>; web/live (owners): <@U2>)")
+    assert len(warnings) == 2  # and web's view of the same host
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "shared host: api: host api-2 (local:api-2) is also in web/live" in out
+    assert "warning: web: no user is allowed by name by every rule over host api-2" in out

@@ -34,6 +34,7 @@ def test_keys_that_name_no_environment_are_unchanged() -> None:
     assert (KEYS.locks(), KEYS.history_environments()) == ("dh:locks", "dh:history:envs")
     assert KEYS.host_lock("10.0.0.5:22") == "dh:hostlock:10.0.0.5:22"
     assert KEYS.host_locks() == "dh:hostlocks"
+    assert KEYS.host_lock_queue("local:web-1") == "dh:hostlockq:local:web-1"
     assert KEYS.runs_of("api") == "dh:runs:svc:api"
     assert KEYS.runs_of_complete() == "dh:runs:svc:complete"
 
