@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -304,7 +305,9 @@ def _check(args: argparse.Namespace, console: Console) -> int:
 
         return check_store(args, console)
     args.config = given_config(args.config, args.config_flag)
-    org = load_org(args.config)  # every service file, each problem at its file:line
+    # every service file, each problem at its file:line; playbook checks only where the
+    # service's inputs changed since they passed (agents.config_cache)
+    org = load_org(args.config, cache=True)
     configs = list(org.services.values())
     if not org.split:
         config = configs[0]
@@ -339,7 +342,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     state = max(_report_state(console, config) for config in configs)
     _report_charts(console)
-    gates = max(_report_gates(console, config) for config in configs)
+    asked: dict[Any, Any] = {}
+    gates = max(_report_gates(console, config, asked) for config in configs)
     settings = Settings()
     gates = max(gates, _report_planner(console, configs, settings))
     redis = report_redis(console, settings, store_dir(configs[0]))
@@ -369,11 +373,12 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
     return 1 if findings else 0
 
 
-def _report_gates(console: Console, config: Config) -> int:
-    """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
+def _report_gates(console: Console, config: Config, asked: dict[Any, Any]) -> int:
+    """Gates' filled URLs and queries, asked of their Prometheus (each URL and query once
+    per check: ``asked``); 1 if one is refused."""
     from bot.cli.check_gates import gate_findings
 
-    problems, notes = gate_findings(config)
+    problems, notes = gate_findings(config, asked=asked)
     for line in problems:
         console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
     for line in notes:

@@ -97,17 +97,24 @@ def given_config(positional: Path | None, flag: str | Path | None) -> Path:
     return find_config(str(given) if given is not None else None)
 
 
+def started_org(args: argparse.Namespace) -> Org:
+    """The organisation of the command line's ``--config`` (or the discovered one), as a
+    start loads it: without the playbook checks (``check`` and a reload run them) and with
+    the config cache in the state directory (docs/services.md section 4)."""
+    return load_org(find_config(getattr(args, "config", None)), playbooks=False, cache=True)
+
+
 def config_for(args: argparse.Namespace) -> Config:
     """The loaded config for the command line's ``--config`` (or the discovered one): its
     one service (ManyServices, one line, for a config of several: Slack and MCP serve one
     until their multi-service support lands)."""
-    return load_org(find_config(getattr(args, "config", None))).only()
+    return started_org(args).only()
 
 
 def service_config(args: argparse.Namespace) -> Config:
     """The config of the service ``--service`` (or $DECKHAND_SERVICE) names, else of the
     only one: ServiceNotChosen or WhichService, listing them, when neither says which."""
-    org = load_org(find_config(getattr(args, "config", None)))
+    org = started_org(args)
     name, given_by = given_service(args)
     known = sorted(org.services)
     if name is None and len(known) > 1:
@@ -140,7 +147,7 @@ def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
     """For a command about a stored run, which names its own service: the organisation's
     store and clock (over its legacy, else first, service), and the org, whose
     ``service_of(run.service)`` gives the rules the run is judged by, never another's."""
-    org = load_org(find_config(getattr(args, "config", None)))
+    org = started_org(args)
     base = org.services.get(org.legacy or "") or next(iter(org.services.values()))
     return build_services(base, Settings()), org
 
@@ -200,7 +207,7 @@ def services_for(args: argparse.Namespace) -> Services:
     """Services for every service of the config named on the command line (or by the
     environment), focused on ``--service``/$DECKHAND_SERVICE if given: a command that
     needs one service and has none to choose fails listing them (WhichService)."""
-    org = load_org(find_config(getattr(args, "config", None)))
+    org = started_org(args)
     name, given_by = given_service(args)
     if name is not None and name not in org.services:
         known = ", ".join(sorted(org.services))
