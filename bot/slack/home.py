@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
@@ -28,7 +29,7 @@ from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, Verdict
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
-from bot.slack.home_blocks import HomeData, home_view, in_progress
+from bot.slack.home_blocks import MAX_ENVIRONMENTS, HomeData, home_view, in_progress
 from tools.errors import DeckhandError
 
 log = logging.getLogger("deckhand.slack.home")
@@ -39,26 +40,69 @@ OPEN = [status for status in RunStatus if not status.terminal]
 
 
 def home_data(bot: Bot, user: str) -> HomeData:
-    """Read everything ``user``'s Home shows."""
-    store, policy = bot.store, bot.services.config.policy
+    """Read everything ``user``'s Home shows: each run judged by its own service's rules
+    (a run of a service this process lacks is left out: never shown under another's)."""
+    store, policy = bot.store, bot.policy_of
     now = store.clock()
     groups = bot.directory.groups_of(user)
-    runs = store.runs.mentioning(user, scan=RUN_SCAN)  # parses only records naming them
-    unfinished = store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
-    pending = [r for r in unfinished if _may_approve(r, user, groups, policy, now)]
+    runs = [r for r in store.runs.mentioning(user, scan=RUN_SCAN)  # parses only theirs
+            if _known(bot, r.service)]
+    unfinished = [r for r in store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # an index
+                  if _known(bot, r.service)]
+    pending = [r for r in unfinished if _may_approve(r, user, groups, policy(r.service), now)]
+    environments = _environments(bot, user, groups)
     return HomeData(
         user=user, now=now, pending=pending,
         mine=[r for r in unfinished if r.status is RunStatus.AWAITING_APPROVAL
               and r.requested_by == user and r not in pending],
         active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
-        environments=sorted(bot.services.config.inventory.environments),
-        locks=store.locks.of(bot.services.config.key),
+        environments=[label for _, _, label in environments],
         schedules=_schedules(bot),
-        deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)},
-        held=store.manual_locks.all(service=bot.services.config.key),
+        **_environment_states(bot, environments),
         deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
-            r, user=user, user_groups=groups, policy=policy, verdict=Verdict.ROLLBACK) is None})
+            r, user=user, user_groups=groups, policy=policy(r.service),
+            verdict=Verdict.ROLLBACK) is None})
+
+
+def _known(bot: Bot, service: str | None) -> bool:
+    try:
+        bot.services.org.service_of(service)
+    except DeckhandError:
+        return False
+    return True
+
+
+Scope = tuple[str | None, str, str]
+"""(service key, environment, label): ``production`` alone, ``api/production`` in an
+organisation of several services."""
+
+
+def _environments(bot: Bot, user: str, groups: list[str]) -> list[Scope]:
+    """Every environment, the services ``user`` (or a group of theirs) owns first."""
+    org = bot.services.org
+    owned = org.index.owned_by(user, groups)
+    names = [*owned, *[name for name in org.services if name not in owned]]
+    several = len(org.services) > 1
+    return [(org.services[name].key, env, f"{name}/{env}" if several else env)
+            for name in names for env in sorted(org.services[name].inventory.environments)]
+
+
+def _environment_states(bot: Bot, scopes: list[Scope]) -> dict[str, Any]:
+    """Locks, deployed versions and locks by hand of the environments the Home shows (the
+    first ``MAX_ENVIRONMENTS``: a large organisation's Home reads no more than it shows),
+    by label: one read of the locks, one MGET of what is deployed."""
+    shown = scopes[:MAX_ENVIRONMENTS]
+    label = {(key, env): name for key, env, name in shown}
+    services = list(dict.fromkeys(key for key, _, _ in shown))
+    store = bot.store
+    locks = {label[(i.service, i.environment)]: i for i in store.locks.all()
+             if (i.service, i.environment) in label}
+    deployed = {label[(w.service, w.environment)]: w for w in store.history.matrix(services)
+                if (w.service, w.environment) in label}
+    held = {label[(key, env)]: lock for key in services
+            for env, lock in store.manual_locks.all(service=key).items() if (key, env) in label}
+    return {"locks": locks, "deployed": deployed, "held": held}
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
@@ -73,15 +117,18 @@ def _involves(run: Run, user: str) -> bool:
 
 
 def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
+    """Each schedule, checked against its own service's config (one of a service this
+    process lacks is left out)."""
     now = datetime.now(UTC)
-    config = bot.services.config
-    return [(checked(s, config, plans=bot.store.plans), None if s.paused else s.next_fire(now))
-            for s in bot.store.schedules.all()]
+    org = bot.services.org
+    return [(checked(s, org.service_of(s.service), plans=bot.store.plans),
+             None if s.paused else s.next_fire(now))
+            for s in bot.store.schedules.all() if _known(bot, s.service)]
 
 
 def publish_home(bot: Bot, user: str) -> None:
     """Publish ``user``'s Home now (errors reach the caller)."""
-    view = home_view(home_data(bot, user), bot.services.config.policy)
+    view = home_view(home_data(bot, user), bot.policy_of)
     bot.client.views_publish(user_id=user, view=view)
 
 
@@ -175,9 +222,11 @@ class HomeTab:
         return list(dict.fromkeys([*self._viewers, *shared]))[:self.max_viewers]
 
     def _interested(self, changes: Iterable[Run], viewers: list[str]) -> set[str]:
-        policy = self.bot.services.config.policy
         out: set[str] = set()
         for run in changes:
+            if not _known(self.bot, run.service):
+                continue
+            policy = self.bot.policy_of(run.service)
             for user in viewers:
                 if user in out:
                     continue
