@@ -50,8 +50,8 @@ class Asks(Part):
             raise NotFound(_gone(ask_id))
         ask = Ask.model_validate_json(raw)
         if ask.user != user:
-            raise AskNotYours(f"only <@{ask.user}>, who asked, can choose the service of "
-                              f"this request; ask for your own with /deploy")
+            raise AskNotYours("only the person who asked can choose the service of this "
+                              "request; ask for your own with /deploy")
         with self.errors():
             taken = self.r.getdel(key)
         if taken is None:  # the sender's other click took it a moment ago
