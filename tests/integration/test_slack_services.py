@@ -267,9 +267,11 @@ def test_a_request_naming_no_service_asks_and_plans_on_the_askers_click(
 
 
 def test_the_menu_choice_and_an_unknown_service(world: OrgWorld) -> None:
-    world.deploy("wbe v1.4.0", user="UERIN")
-    wait_until(lambda: "'wbe' is not a service (did you mean web?); known services: api, web"
-               in world.told("UERIN"), what="the unknown service named with the known ones")
+    world.deploy("webb v1.4.0", user="UERIN")
+    told = wait_until(lambda: "webb" in world.told("UERIN") and world.told("UERIN"),
+                      what="the unknown service refused")
+    assert "'webb' is not a service (did you mean web?); known services: api, web" in told
+    assert not [r for r in world.store.runs.recent(limit=100) if "v1.4.0" in r.goal]
     world.deploy("v1.4.0", user="UERIN")
     question = wait_until(lambda: next((c for c in world.standin.of("chat.postEphemeral")
                                         if c.payload.get("user") == "UERIN"
