@@ -305,16 +305,23 @@ class Bot:
 
     # -- locks by hand ----------------------------------------------------------------------
 
-    def lock_by_hand(self, words: list[str], *, user: str) -> str:
+    def in_channel(self, channel: str | None) -> Services:
+        """The services focused on ``channel``'s default service, if it has one (else as
+        they are: the only service, or WhichService listing them where one is needed)."""
+        default = self.services.org.channels.get(channel or "")
+        return self.services.focus(default) if default else self.services
+
+    def lock_by_hand(self, words: list[str], *, user: str, channel: str | None = None) -> str:
         """``lock ENV --reason …`` / ``unlock ENV`` as said in Slack: what to tell the channel
-        (escaped; ManualLockRefused says why not, audited)."""
-        said = said_in_chat(self.services, words, user=user,
+        (escaped; ManualLockRefused says why not, audited); in the channel's service."""
+        said = said_in_chat(self.in_channel(channel), words, user=user,
                             groups=self.directory.groups_of(user), face="slack")
         return bk.escape(said)
 
-    def where_can_i_deploy(self, user: str) -> str:
-        """``.wcid``: each environment open or why not, and whether ``user`` may approve."""
-        return bk.wcid_text(outlook(self.services, user=user,
+    def where_can_i_deploy(self, user: str, channel: str | None = None) -> str:
+        """``.wcid``: each environment open or why not, and whether ``user`` may approve
+        (of the channel's service)."""
+        return bk.wcid_text(outlook(self.in_channel(channel), user=user,
                                     groups=self.directory.groups_of(user)))
 
     def announce(self, channel: str, text: str) -> None:

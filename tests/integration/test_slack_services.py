@@ -312,3 +312,21 @@ def test_the_home_lists_owned_services_first(world: OrgWorld) -> None:
     text = view.text_of_blocks()
     assert len(view.blocks) <= MAX_HOME_BLOCKS
     assert text.index("web/production") < text.index("api/production")
+
+
+def test_a_lock_by_hand_takes_the_channels_service(world: OrgWorld) -> None:
+    def lock(channel: str) -> Any:
+        return world.signer.command("/deckhand", 'lock production --reason "db work"',
+                                    user="UAPI", channel=channel,
+                                    response_url=f"{world.standin.url}/response/UAPI")
+    lock("CDEPLOY")  # no default here, and the request names no service
+    wait_until(lambda: "which service?" in world.told("UAPI"), what="which service, listed")
+    assert world.store.manual_locks.all(service="api") == {}
+    lock("CAPI")
+    held = wait_until(lambda: world.store.manual_locks.get("production", service="api"),
+                      what="api/production locked by hand")
+    assert (held.holder, world.store.manual_locks.all(service="web")) == ("UAPI", {})
+    world.signer.command("/deckhand", "unlock production", user="UAPI", channel="CAPI",
+                         response_url=f"{world.standin.url}/response/UAPI")
+    wait_until(lambda: world.store.manual_locks.get("production", service="api") is None,
+               what="the lock lifted")

@@ -58,9 +58,9 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
     words = split_words(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
     if WCID.fullmatch(" ".join(text.split())):
-        return bot.where_can_i_deploy(user)
+        return bot.where_can_i_deploy(user, channel)
     if verb in LOCK_VERBS:
-        return ForEveryone(bot.lock_by_hand(words, user=user))
+        return ForEveryone(bot.lock_by_hand(words, user=user, channel=channel))
     if verb in NOOP_VERBS and args:  # a dry run: the plan and its checks follow in channel
         request = deploy_request(text.strip()[len(words[0]):].strip())
         run = bot.dry_run(request, user=user, channel=channel)
