@@ -179,6 +179,7 @@ def world(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     runtime = BotRuntime(build_services(org, settings, store=store), settings, workers=2,
                          worker_options=WorkerOptions(block=0.1))
     runtime.start_workers()
+    runtime.start_scheduler()  # as `deckhand serve` does, over the whole organisation
     port = free_port()
     runtime.start_http(host="127.0.0.1", port=port)
     signer = Signer(SECRET, f"http://127.0.0.1:{port}/slack/events")
