@@ -331,3 +331,36 @@ def test_a_lock_by_hand_takes_the_channels_service(world: OrgWorld) -> None:
                          response_url=f"{world.standin.url}/response/UAPI")
     wait_until(lambda: world.store.manual_locks.get("production", service="api") is None,
                what="the lock lifted")
+
+
+def test_the_workflow_step_takes_the_channels_service_and_has_nobody_to_ask(
+        world: OrgWorld) -> None:
+    def execute(execution: str, channel: str) -> None:
+        world.signer.event({
+            "type": "function_executed", "function_execution_id": execution,
+            "workflow_execution_id": f"W{execution}", "event_ts": str(time.time()),
+            "bot_access_token": "xwfp-test-token",
+            "function": {"id": "Fn1", "callback_id": "deploy_with_deckhand",
+                         "title": "Deploy with deckhand", "type": "app"},
+            "inputs": {"request": "v1.7.0", "channel": channel, "requested_by": "UALICE"}},
+            event_id=f"Ev{execution}")
+    execute("FxOrg1", "CDEPLOY")
+    failed = wait_until(lambda: next((c.payload for c in world.standin.of(
+        "functions.completeError") if c.payload.get("function_execution_id") == "FxOrg1"),
+        None), what="the step failed")
+    assert "which service? This organisation has api, web" in str(failed["error"])
+    assert not [r for r in world.store.runs.recent(limit=100) if "v1.7.0" in r.goal]
+    execute("FxOrg2", "CAPI")
+    assert world.new_run("Deploy v1.7.0 of api to production").service == "api"
+
+
+def test_a_mention_names_its_service_or_is_asked(world: OrgWorld) -> None:
+    def mention(text: str, event_id: str) -> None:
+        world.signer.event({"type": "app_mention", "user": "UFRAN", "channel": "CDEPLOY",
+                            "text": f"<@UBOT> {text}", "ts": str(time.time())},
+                           event_id=event_id)
+    mention("deploy web/v1.8.0", "EvMention1")
+    assert world.new_run("Deploy v1.8.0 of web to production").service == "web"
+    mention("deploy v1.8.1", "EvMention2")
+    wait_until(lambda: "Which service is" in world.told("UFRAN"), what="the question")
+    assert not [r for r in world.store.runs.recent(limit=100) if "v1.8.1" in r.goal]
