@@ -293,6 +293,11 @@ def test_an_owner_of_api_is_refused_on_webs_plan(world: OrgWorld) -> None:
                what="the refusal naming web's approvers")
     assert world.store.runs.get(web.id).status is RunStatus.AWAITING_APPROVAL
     assert world.store.runs.get(web.id).approvals == []
+    world.click(bk.ActionId.REJECT, bk.button_value(web), user="UAPI")  # nor may they reject
+    wait_until(lambda: world.told("UAPI").count("🚫") >= 2, what="the reject refused")
+    refused = [e for e in world.store.audit.entries(run_id=web.id) if e.action == "refused"]
+    assert {(e.actor, e.details.get("what")) for e in refused} == {("UAPI", "approve"),
+                                                                   ("UAPI", "reject")}
     world.approve(web, user="UWEB")  # web's owner may
     wait_until(lambda: world.store.runs.get(web.id).approvals, what="web's owner's approval")
 
