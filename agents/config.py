@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.config_cache import CheckVerdicts, verdict_key
 from agents.errors import PlanError
 from agents.history.deploys import HistorySettings
 from agents.history.retention import RetentionSettings
@@ -159,6 +160,8 @@ class OrgWide:
     owners_map: dict[str, list[str]] = field(default_factory=dict)
     """Backstage owner references (in full, ``agents.owners.entity_ref``) -> Slack ids."""
     uses_state_dir: bool = False
+    contents: str = ""
+    """The main config's sections but ``services`` as read (for ``CheckVerdicts`` keys)."""
 
 
 def load_main(path: Path, doc: Located) -> tuple[OrgWide, list[Problem]]:
@@ -168,11 +171,17 @@ def load_main(path: Path, doc: Located) -> tuple[OrgWide, list[Problem]]:
     return loader.build_main(), loader.problems
 
 
-def load_service(name: str, path: Path, doc: Located, org: OrgWide
+def load_service(name: str, path: Path, doc: Located, org: OrgWide, *,
+                 playbooks: bool = True, verdicts: CheckVerdicts | None = None,
+                 parse: Callable[[Path], Located] = load_yaml_file
                  ) -> tuple[Config | None, list[Problem]]:
     """Service ``name`` of ``org``: ``doc`` is its file at ``path``, or the main config's
-    node ``services.NAME`` (``Located.under``) for an inline one."""
+    node ``services.NAME`` (``Located.under``) for an inline one. ``playbooks`` False
+    skips the playbook checks (half a load; ``check`` and a reload run them); with
+    ``verdicts``, only a service whose inputs changed since they passed runs them;
+    ``parse`` reads its tools file (``agents.config_cache.ParseCache.load``)."""
     loader = _Loader(path, doc, role="service", org=org, name=name)
+    loader.playbooks, loader.verdicts, loader.parse = playbooks, verdicts, parse
     config = loader.build()
     return (None if loader.problems else config), loader.problems
 
@@ -200,6 +209,9 @@ class _Loader:
             raw = doc.data.get("state_dir") if isinstance(doc.data, dict) else None
             self.state_dir = resolve_state_dir(path.parent, str(raw) if raw else None)
         self.dirs = {"{config_dir}": str(path.parent), STATE_DIR: str(self.state_dir)}
+        self.playbooks: bool = True
+        self.verdicts: CheckVerdicts | None = None
+        self.parse: Callable[[Path], Located] = load_yaml_file
 
     def build(self) -> Config | None:
         data = self.doc.data
@@ -260,7 +272,8 @@ class _Loader:
                                         _expand(data.get("audit") or {}, self.dirs),
                                         ("audit",)) or AuditSettings(),
                       uses_state_dir=STATE_DIR in str({k: v for k, v in data.items()
-                                                       if k != "services"}))
+                                                       if k != "services"}),
+                      contents=repr({k: v for k, v in data.items() if k != "services"}))
         services = data.get("services")
         if not isinstance(services, dict) or not services:
             self._add(self.doc, ("services",), "must map each service's name to its config "
@@ -468,7 +481,7 @@ class _Loader:
     def _tools(self, raw: Any) -> dict[str, Tool] | None:
         if isinstance(raw, str):  # a path to a separate tools.yml
             try:
-                self.tools_doc = load_yaml_file(self.path.parent / raw)
+                self.tools_doc = self.parse(self.path.parent / raw)
             except ConfigError as exc:
                 self.problems += exc.problems
                 return None
@@ -572,10 +585,29 @@ class _Loader:
             names = [n for n in env.rollout.after_each_batch if n not in self.broken_tools]
             for problem in _batch_gate_problems(names, config.catalog):
                 self._add(self.doc, ("inventory", "environments", env_name, "rollout"), problem)
+        self._check_playbooks(config, playbooks)
+
+    def _check_playbooks(self, config: Config, playbooks: list[tuple[int, Playbook]]) -> None:
+        """Each playbook as a plan and each example request (``_PlaybookCheck``), unless
+        turned off, or ``verdicts`` know these very inputs passed them."""
+        if not self.playbooks:
+            return
+        key = self._verdict_key(config) if self.verdicts is not None else ""
+        if self.verdicts is not None and self.verdicts.passed(key):
+            return
+        before = len(self.problems)
         for index, book in playbooks:
             checker = _PlaybookCheck(book, config, self.broken_tools)
             for path, problem in checker.problems():
                 self._add(self.doc, ("playbooks", index, *path), problem)
+        if self.verdicts is not None and len(self.problems) == before:
+            self.verdicts.add(key)
+
+    def _verdict_key(self, config: Config) -> str:
+        """Everything the playbook checks read, as read: the main config, this service's
+        sections and tools file, its policy with every layer (owners from a catalog too)."""
+        return verdict_key(self.org.contents if self.org else "", repr(self.doc.data),
+                           repr(self.tools_doc.data), config.policy.model_dump_json())
 
     def _add(self, doc: Located, path: Where, message: str) -> None:
         self.problems.append(Problem(doc.where(path), message))

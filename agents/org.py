@@ -9,6 +9,9 @@ file:line. Until the faces learn several services (later steps of issue 40), the
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from agents.config import (
     policy_problems,
     single_config,
 )
+from agents.config_cache import CACHE_DIR, CheckVerdicts, ParseCache
 from agents.errors import ManyServices, ServiceUnknown
 from agents.policy.eligibility import PlanSubject, RuleLine, eligibility, of_scopes
 from agents.policy.layers import winners
@@ -119,15 +123,43 @@ class Org:
             f"validates them all")
 
 
-def load_org(path: Path | str) -> Org:
+def load_org(path: Path | str, *, playbooks: bool = True, cache: bool = False) -> Org:
     """Load the config at ``path`` and, with ``services:``, every service it names; one
-    ConfigError lists every problem of every file."""
-    path = Path(path).resolve()
+    ConfigError lists every problem of every file.
+
+    For an organisation (docs/services.md section 4): ``playbooks`` False skips each
+    service's playbook checks (half a load: a start does, ``check`` and a reload do not;
+    every plan is validated when it is made anyway). ``cache`` reads and keeps, in the
+    state directory (``agents.config_cache``), each service file's parse and which services
+    passed the playbook checks, so the next load parses and checks only what changed. A
+    config without ``services:`` is loaded and checked in full, as before."""
+    with _no_collection():
+        return _load_org(Path(path).resolve(), playbooks=playbooks, cache=cache)
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The cyclic collector paused while a load builds ~100,000 objects that all stay: it
+    would otherwise walk them again and again, ~45% of a 200-service load (docs/services.md
+    section 4). What a load leaves unreachable is collected once it is back on."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _load_org(path: Path, *, playbooks: bool, cache: bool) -> Org:
     doc = load_yaml_file(path)
     if not isinstance(doc.data, dict) or "services" not in doc.data:
         config = single_config(path, doc)
         return Org(path, {config.name: config}, legacy=config.name)
     org, problems = load_main(path, doc)
+    folder = org.state_dir / CACHE_DIR
+    parse = ParseCache(folder) if cache else None
+    verdicts = CheckVerdicts(folder) if cache and playbooks else None
     services: dict[str, Config] = {}
     origins: dict[str, tuple[Path, Located]] = {}
     loaded_from: dict[Path, str] = {}
@@ -135,14 +167,21 @@ def load_org(path: Path | str) -> Org:
         name = str(key)
         here = doc.where(("services", name))
         problems += _name_problems(name, here)
-        source = _source(key, body, path, doc, here, loaded_from, problems)
+        source = _source(key, body, path, doc, here, loaded_from, problems,
+                         parse.load if parse else load_yaml_file)
         if source is None:
             continue
-        loaded, found = load_service(name, *source, org)
+        loaded, found = load_service(name, *source, org, playbooks=playbooks,
+                                     verdicts=verdicts,
+                                     parse=parse.load if parse else load_yaml_file)
         problems += found
         if loaded is not None:
             services[name], origins[name] = loaded, source
     problems += _between(org, services, origins, doc)
+    if parse is not None:  # every service file was read: keep exactly their parses
+        parse.save()
+    if verdicts is not None:
+        verdicts.save()  # the services that passed, even if another one failed
     if problems:
         raise ConfigError(problems)
     index = OrgIndex.of(services)
@@ -162,8 +201,8 @@ def _name_problems(name: str, here: str) -> list[Problem]:
 
 
 def _source(key: Any, body: Any, main: Path, doc: Located, here: str,
-            loaded_from: dict[Path, str], problems: list[Problem]
-            ) -> tuple[Path, Located] | None:
+            loaded_from: dict[Path, str], problems: list[Problem],
+            parse: Callable[[Path], Located]) -> tuple[Path, Located] | None:
     """Where service ``key`` is written: its own file (relative to the main config), or
     the main config's node ``services.KEY``. None (a problem said why) if neither."""
     name = str(key)
@@ -184,7 +223,7 @@ def _source(key: Any, body: Any, main: Path, doc: Located, here: str,
         return None
     loaded_from[file] = name
     try:
-        return file, load_yaml_file(file)
+        return file, parse(file)
     except ConfigError as exc:  # said where the main config names it, and what is wrong
         problems += [Problem(here, f"{p.where}: {p.message}" if p.where else p.message)
                      for p in exc.problems]

@@ -451,6 +451,7 @@ def _plan_attributes(plan: Plan) -> dict[str, str | int | float]:
     info = plan.planner
     found: dict[str, str | int | float | None] = {
         "deckhand.plan.id": plan.id, "deckhand.plan.steps": len(plan.steps),
+        "deckhand.service": plan.service,  # never service.name: that one names deckhand
         "deckhand.planner": info.name, "deckhand.planner.model": info.model,
         "deckhand.prompt.name": info.prompt, "deckhand.prompt.version": info.prompt_version,
         "deckhand.planner.latency_ms": info.latency_ms, "deckhand.planner.repairs": info.repairs}

@@ -212,10 +212,11 @@ def request_root() -> tuple[otel_context.Context | None, dict[str, Any] | None]:
 
 
 def request_ended(recorded: Any, *, status: str, ok: bool, why: str = "",
-                  run_id: str | None = None) -> None:
+                  run_id: str | None = None, service: str | None = None) -> None:
     """Emit the request's root span (``recorded`` by ``request_root``), ending now, with the
-    request's outcome (``why``: redacted by the caller, it is exported). Nothing when it
-    was not recorded or tracing is off."""
+    request's outcome (``why``: redacted by the caller, it is exported) and its service
+    (``deckhand.service``; none for the legacy service). Nothing when it was not recorded
+    or tracing is off."""
     if _off() or not isinstance(recorded, dict) or not isinstance(recorded.get("start"), int):
         return
     context = trace.get_current_span(context_of(recorded.get("traceparent"))).get_span_context()
@@ -226,7 +227,9 @@ def request_ended(recorded: Any, *, status: str, ok: bool, why: str = "",
         root = _tracer.start_span("deckhand.request", context=otel_context.Context(),
                                   start_time=recorded["start"],
                                   attributes={"deckhand.run.id": run_id or "",
-                                              "deckhand.run.status": status})
+                                              "deckhand.run.status": status,
+                                              **({"deckhand.service": service}
+                                                 if service else {})})
     finally:
         _reuse.reset(token)
     root.set_status(Status(StatusCode.OK) if ok else

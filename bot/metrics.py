@@ -4,7 +4,7 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand serve --http`` and, with ``--metrics-port``, by ``deckhand worker``:
 
 =====================================  ==========================================================
-``deckhand_runs_total{outcome}``       runs that ended (succeeded, rolled_back, failed, …)
+``deckhand_runs_total{outcome,service}``  runs that ended (succeeded, rolled_back, failed, …)
 ``deckhand_step_duration_seconds``     step (and rollback step) durations, by ``tool``, ``phase``
                                        and ``status``
 ``deckhand_run_start_delay_seconds``   last approval → run start: queueing, plus any wait behind
@@ -13,15 +13,15 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_redis_up``                  1 if Redis answered the scrape
 ``deckhand_slack_api_errors_total``    Slack Web API failures by ``method`` and ``error``
 ``deckhand_slack_rate_limited_total``  429 answers by ``method`` (each one, retries included)
-``deckhand_plans_total{planner}``      plans made
+``deckhand_plans_total{planner,service}``  plans made
 ``deckhand_plan_latency_seconds``      planner latency by ``planner``
 ``deckhand_llm_tokens_total``          LLM tokens by ``model`` and ``kind`` (prompt/completion)
 ``deckhand_llm_retries_total``         model calls retried by ``model`` and ``reason``
                                        (rate_limited, server_error, timeout, connection)
 ``deckhand_timeline_uploads_total``    run timeline uploads by ``result`` (ok/failed)
-``deckhand_deploys_per_day``           deploys per ``environment``, last 30 days (history)
-``deckhand_change_failure_rate``       failed or undone deploys / deploys, per ``environment``
-``deckhand_time_to_restore_seconds``   mean failed deploy → next good one, per ``environment``
+``deckhand_deploys_per_day``           deploys per ``service`` and ``environment``, last 30 days
+``deckhand_change_failure_rate``       failed or undone deploys / deploys, same labels
+``deckhand_time_to_restore_seconds``   mean failed deploy → next good one, same labels
 ``deckhand_slack_work_depth``          Slack jobs waiting or running in the bot's own pool
 ``deckhand_slack_work_refused_total``  Slack jobs refused because that pool was full
 ``deckhand_plan_outcomes``             runs of the last 30 days by what made their first plan
@@ -36,6 +36,11 @@ Each ``Metrics`` has its own registry (no module globals), served at ``/metrics`
 ``deckhand_audit_sink_lag``            audit entries not yet taken by ``audit.sink`` (read from
                                        Redis at scrape time; absent when Redis does not answer)
 =====================================  ==========================================================
+
+``service`` is the service's name, empty for the legacy service (a config without
+``services:``): Prometheus reads an empty label as none, so one-service queries and
+dashboards are unchanged. Step durations carry no service (tools × phases × buckets ×
+services would be tens of thousands of series).
 
 Hooks, so ``agents`` never imports this module: a run listener factory for workers, a
 planner wrapper, and an observing retry handler on the Slack client.
@@ -80,8 +85,8 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.runs = Counter("deckhand_runs", "Runs that ended, by outcome", ["outcome"],
-                            registry=r)
+        self.runs = Counter("deckhand_runs", "Runs that ended, by outcome",
+                            ["outcome", "service"], registry=r)
         self.step_seconds = Histogram(
             "deckhand_step_duration_seconds", "Step durations by tool",
             ["tool", "phase", "status"], buckets=STEP_BUCKETS, registry=r)
@@ -93,7 +98,8 @@ class Metrics:
                                     ["method", "error"], registry=r)
         self.slack_rate_limited = Counter("deckhand_slack_rate_limited",
                                           "Slack 429 answers", ["method"], registry=r)
-        self.plans = Counter("deckhand_plans", "Plans made", ["planner"], registry=r)
+        self.plans = Counter("deckhand_plans", "Plans made", ["planner", "service"],
+                             registry=r)
         self.plan_seconds = Histogram("deckhand_plan_latency_seconds", "Planner latency",
                                       ["planner"], buckets=PLAN_BUCKETS, registry=r)
         self.llm_tokens = Counter("deckhand_llm_tokens", "LLM tokens used for plans",
@@ -123,7 +129,14 @@ class Metrics:
                       undo_window: float, service: str | None = None) -> None:
         """Export delivery figures (DORA, last 30 days) per environment of ``service``,
         read at scrape time."""
-        self.registry.register(_HistoryCollector(history, environments, undo_window, service))
+        self.watch_org_history(history, [(service, env) for env in environments],
+                               undo_window=undo_window)
+
+    def watch_org_history(self, history: History, scopes: list[tuple[str | None, str]], *,
+                          undo_window: float) -> None:
+        """Export delivery figures (DORA, last 30 days) per (service, environment) of an
+        organisation, read at scrape time (one collector: the families are registered once)."""
+        self.registry.register(_HistoryCollector(history, scopes, undo_window))
 
     def watch_plan_quality(self, *, runs: Runs, plans: Plans, max_makers: int = 10,
                            clock: Callable[[], float] = time.time) -> None:
@@ -164,7 +177,7 @@ class Metrics:
     def record_plan(self, plan: Plan) -> None:
         """Count a plan, its planner's latency and, for an LLM plan, its tokens."""
         info = plan.planner
-        self.plans.labels(info.name).inc()
+        self.plans.labels(info.name, plan.service or "").inc()
         self.plan_seconds.labels(info.name).observe(info.latency_ms / 1000)
         if info.model:
             self.llm_tokens.labels(info.model, "prompt").inc(info.prompt_tokens)
@@ -197,7 +210,7 @@ class _RunRecorder:
         elif event.kind is EventKind.STEP_FINISHED and event.step_id:
             self._step(event, run)
         elif event.kind is EventKind.RUN_FINISHED:
-            self.metrics.runs.labels(event.status or "unknown").inc()
+            self.metrics.runs.labels(event.status or "unknown", run.service or "").inc()
 
     def _started(self, run: Run) -> None:
         if run.meta.get("previous_worker") or not run.approvals or run.started_at is None:
@@ -220,10 +233,9 @@ class _HistoryCollector(Collector):
 
     DAYS = 30.0
 
-    def __init__(self, history: History, environments: list[str], undo_window: float,
-                 service: str | None = None):
-        self.history, self.environments, self.undo_window = history, environments, undo_window
-        self.service = service
+    def __init__(self, history: History, scopes: list[tuple[str | None, str]],
+                 undo_window: float):
+        self.history, self.scopes, self.undo_window = history, scopes, undo_window
 
     def describe(self) -> Iterable[Metric]:
         return self._families()  # no samples: registering must not call Redis
@@ -231,31 +243,32 @@ class _HistoryCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         per_day, failure, restore = self._families()
         now = time.time()
-        for env in self.environments:
+        for service, env in self.scopes:
+            labels = [service or "", env]
             try:
-                deploys = self.history.facts_since(self.service, env,
+                deploys = self.history.facts_since(service, env,
                                                    now - self.DAYS * DAY)  # all of it
             except StoreError:
                 return  # deckhand_redis_up says why
             figures = stats(deploys, environment=env, now=now, days=self.DAYS,
                             undo_window=self.undo_window)
-            per_day.add_metric([env], figures.per_day)
+            per_day.add_metric(labels, figures.per_day)
             if figures.change_failure_rate is not None:
-                failure.add_metric([env], figures.change_failure_rate)
+                failure.add_metric(labels, figures.change_failure_rate)
             if figures.time_to_restore is not None:
-                restore.add_metric([env], figures.time_to_restore)
+                restore.add_metric(labels, figures.time_to_restore)
         yield from (per_day, failure, restore)
 
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
         return [GaugeMetricFamily("deckhand_deploys_per_day", "Deploys per day, last 30 days",
-                                  labels=["environment"]),
+                                  labels=["service", "environment"]),
                 GaugeMetricFamily("deckhand_change_failure_rate",
                                   "Failed or undone deploys / deploys, last 30 days",
-                                  labels=["environment"]),
+                                  labels=["service", "environment"]),
                 GaugeMetricFamily("deckhand_time_to_restore_seconds",
                                   "Mean time from a failed deploy to the next good one",
-                                  labels=["environment"])]
+                                  labels=["service", "environment"])]
 class _QualityCollector(Collector):
     """Plan quality from real use (``agents.evaluation.quality``) over the last 30 days.
 

@@ -280,15 +280,39 @@ def stats(deploys: Iterable[DeployFacts], *, environment: str, now: float, days:
           undo_window: float = DAY,
           commit_time: Callable[[str], float | None] | None = None) -> Stats:
     """Delivery metrics over the deploys that finished in the last ``days`` days."""
-    recent = sorted((d for d in deploys if d.environment == environment
-                     and now - d.finished_at <= days * DAY), key=lambda d: d.finished_at)
-    failed = sum(1 for d in recent if d.failed) + _undone(recent, undo_window)
-    return Stats(environment=environment, days=days, deploys=len(recent),
-                 succeeded=sum(1 for d in recent if not d.failed),
-                 failed=sum(1 for d in recent if d.failed), per_day=len(recent) / days,
-                 change_failure_rate=failed / len(recent) if recent else None,
-                 time_to_restore=_mean(_restores(recent)),
-                 lead_time=_mean(_lead_times(recent, commit_time)))
+    return organisation([(deploys, commit_time, undo_window)], environment=environment,
+                        now=now, days=days)
+
+
+ORG = "*"
+"""``organisation``'s environment for a line over every environment."""
+
+
+Timeline = tuple[Iterable[DeployFacts], Callable[[str], float | None] | None, float]
+"""One (service, environment)'s deploys, how to date its versions' commits (or None), and
+its service's undo window (seconds: a success a rollback undid within it failed)."""
+
+
+def organisation(timelines: Iterable[Timeline], *, environment: str, now: float,
+                 days: float) -> Stats:
+    """The figures of several timelines at once (an organisation's line): deploys summed,
+    the failure rate over every deploy, restore and lead times over every restore and
+    deploy. Each timeline is folded on its own: web's success never restores api."""
+    timelines = list(timelines)
+    recent = [sorted((d for d in deploys if environment in (ORG, d.environment)
+                      and now - d.finished_at <= days * DAY), key=lambda d: d.finished_at)
+              for deploys, _, _ in timelines]
+    count = sum(len(line) for line in recent)
+    failed = sum(1 for line in recent for d in line if d.failed)
+    undone = sum(_undone(line, window)
+                 for line, (_, _, window) in zip(recent, timelines, strict=True))
+    restores = [t for line in recent for t in _restores(line)]
+    leads = [t for line, (_, commit_time, _) in zip(recent, timelines, strict=True)
+             for t in _lead_times(line, commit_time)]
+    return Stats(environment=environment, days=days, deploys=count,
+                 succeeded=count - failed, failed=failed, per_day=count / days,
+                 change_failure_rate=(failed + undone) / count if count else None,
+                 time_to_restore=_mean(restores), lead_time=_mean(leads))
 
 
 def _undone(deploys: list[DeployFacts], window: float) -> int:

@@ -18,6 +18,7 @@ dict, which strict mode cannot express, so on the wire parameters are ``{name, v
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -116,6 +117,15 @@ class WireReplan(BaseModel):
 # -- schema -------------------------------------------------------------------------------
 
 
+@functools.cache
+def _strict_json(model: type[BaseModel]) -> str:
+    """A wire model's strict schema, made once (pydantic and the inlining take ~10 ms;
+    ``check`` asks for every service's, the LLM planner for every request)."""
+    raw: dict[str, Any] = model.model_json_schema()
+    defs = raw.pop("$defs", {})
+    return json.dumps(_strictify(_inline(raw, defs)))
+
+
 def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> dict[str, Any]:
     """The JSON schema of ``model`` in OpenAI strict form, refs inlined.
 
@@ -123,9 +133,7 @@ def strict_schema(model: type[BaseModel], *, tools: list[str] | None = None) -> 
         model: a wire model.
         tools: if given, ``tool`` fields are restricted to these names.
     """
-    raw: dict[str, Any] = model.model_json_schema()
-    defs = raw.pop("$defs", {})
-    schema: dict[str, Any] = _strictify(_inline(raw, defs))
+    schema: dict[str, Any] = json.loads(_strict_json(model))  # a fresh copy: changed below
     if tools:
         _restrict_tools(schema, sorted(tools))
     return schema

@@ -183,6 +183,7 @@ class Executor:
         lost = tracing.attempt_lost(run.meta, parent=parent, run_id=run.id)  # a dead worker's
         with tracing.span("deckhand.run", {
                 "deckhand.run.id": run.id, "deckhand.plan.id": plan.id,
+                "deckhand.service": run.service,
                 "deckhand.plan.version": plan.version, "deckhand.worker": run.worker,
                 "deckhand.run.taken_over_from": run.meta.get("previous_worker"),
                 "deckhand.run.environments": ",".join(run.environments)},
@@ -197,7 +198,8 @@ class Executor:
         if final.status.terminal:  # the request's root: the trace's status is the run's
             tracing.request_ended(final.meta.get(tracing.ROOT), status=final.status.value,
                                   ok=final.status is RunStatus.SUCCEEDED,
-                                  why=self._why(final), run_id=final.id)
+                                  why=self._why(final), run_id=final.id,
+                                  service=final.service)
         return final
 
     def _why(self, run: Run) -> str:

@@ -147,6 +147,15 @@ class ManualLocks(Part):
         found = [lock for e in envs if (lock := self.get(e, service=service)) is not None]
         return {lock.environment: lock for lock in found}
 
+    def everywhere(self) -> dict[tuple[str | None, str], ManualLock]:
+        """Every lock held now, of every service, by (service, environment): the index
+        and one MGET, however many services (``where`` across an organisation)."""
+        with self.errors():
+            scopes = [split_member(m) for m in self.r.smembers(self._index())]
+            values = self.r.mget([self.key(*scope) for scope in scopes]) if scopes else []
+        return {scope: lock for scope, raw in zip(scopes, values, strict=True)
+                if (lock := self._live(raw)) is not None}
+
     def _read(self, pipe: Pipeline, key: str) -> ManualLock | None:
         return self._live(pipe.get(key))
 

@@ -491,7 +491,7 @@ def _ended_unexecuted(run: Run) -> None:
     waiting) ends its request's trace too; an executed one's executor ends it."""
     if tracing.ATTEMPT not in run.meta:
         tracing.request_ended(run.meta.get(tracing.ROOT), status=run.status.value, ok=False,
-                              why=run.status.value, run_id=run.id)
+                              why=run.status.value, run_id=run.id, service=run.service)
 
 
 def _not_pausable(run: Run) -> str:

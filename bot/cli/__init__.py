@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -165,7 +166,7 @@ EXTRA = {"init": "init", "runs": "runs", "audit": "runs", "approve": "runs",
          "hosts": "hosts", "serve": "serve", "schedules": "schedules",
          "retention": "retention", "mcp": "mcp", "eval": "eval", "policy": "policy",
          "cancel": "control", "pause": "control", "resume": "control", "stop": "control",
-         "judge": "judge", "lock": "locks", "unlock": "locks"}
+         "judge": "judge", "lock": "locks", "unlock": "locks", "services": "services"}
 """The module that registers each other command: naming one, only it is imported (the
 others cost ~0.1 s of a read-only command's start); `completion`, help and an unknown word
 get them all (test_cli_first_hour keeps this true)."""
@@ -192,13 +193,14 @@ def _extra_commands(command: str | None = None) -> list[Callable[[Commands], Non
         runs,
         schedules,
         serve,
+        services,
     )
     from bot.cli import eval as evaluation
 
     return [init.register, runs.register, history.register, hosts.register, serve.register,
             schedules.register, retention.register, mcp.register, evaluation.register,
             policy.register, completion.register, control.register, judge.register,
-            locks.register]
+            locks.register, services.register]
 
 
 def _add_demo(commands: Commands) -> None:
@@ -271,7 +273,8 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
                               params=parse_assignments(args.set),
                               limit=parse_limit(args.limit))
     # shown, never run: the request ends here, and so does its trace
-    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True)
+    tracing.request_ended(plan.planner.trace_root, status="planned", ok=True,
+                          service=plan.service)
     if args.format == "json":
         sys.stdout.write(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "yaml":
@@ -302,7 +305,9 @@ def _check(args: argparse.Namespace, console: Console) -> int:
 
         return check_store(args, console)
     args.config = given_config(args.config, args.config_flag)
-    org = load_org(args.config)  # every service file, each problem at its file:line
+    # every service file, each problem at its file:line; playbook checks only where the
+    # service's inputs changed since they passed (agents.config_cache)
+    org = load_org(args.config, cache=True)
     configs = list(org.services.values())
     if not org.split:
         config = configs[0]
@@ -337,7 +342,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     state = max(_report_state(console, config) for config in configs)
     _report_charts(console)
-    gates = max(_report_gates(console, config) for config in configs)
+    asked: dict[Any, Any] = {}
+    gates = max(_report_gates(console, config, asked) for config in configs)
     settings = Settings()
     gates = max(gates, _report_planner(console, configs, settings))
     redis = report_redis(console, settings, store_dir(configs[0]))
@@ -367,11 +373,12 @@ def _report_schedules(console: Console, config: Config, settings: Settings) -> i
     return 1 if findings else 0
 
 
-def _report_gates(console: Console, config: Config) -> int:
-    """Gates' filled URLs and queries, asked of their Prometheus; 1 if one is refused."""
+def _report_gates(console: Console, config: Config, asked: dict[Any, Any]) -> int:
+    """Gates' filled URLs and queries, asked of their Prometheus (each URL and query once
+    per check: ``asked``); 1 if one is refused."""
     from bot.cli.check_gates import gate_findings
 
-    problems, notes = gate_findings(config)
+    problems, notes = gate_findings(config, asked=asked)
     for line in problems:
         console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
     for line in notes:

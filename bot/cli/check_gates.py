@@ -24,8 +24,16 @@ from tools.yamlsrc import Located, load_yaml_file
 ASK_TIMEOUT = 3.0
 
 
-def gate_findings(config: Config, *, timeout: float = ASK_TIMEOUT) -> tuple[list[str], list[str]]:
-    """(problems, notes): one line each, problems as ``file:line path: what``."""
+Asked = dict[tuple[str, str], tuple[str | None, str | None]]
+"""What one Prometheus said of one query: an organisation's services share both, and are
+asked once per ``check`` (docs/services.md section 4)."""
+
+
+def gate_findings(config: Config, *, timeout: float = ASK_TIMEOUT, asked: Asked | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """(problems, notes): one line each, problems as ``file:line path: what``; ``asked``
+    remembers answers across the services of one check."""
+    asked = {} if asked is None else asked
     where = _Where(config.path)
     problems, notes = [], []
     for name, tool in config.catalog.tools.items():
@@ -38,7 +46,13 @@ def gate_findings(config: Config, *, timeout: float = ASK_TIMEOUT) -> tuple[list
                             f"{url!r}")
             continue
         if isinstance(tool.gate, PrometheusGate) and url is not None:
-            problem, note = _ask(url, tool, timeout)
+            assert isinstance(tool.gate, PrometheusGate)  # noqa: S101 - just checked
+            said = (url, tool.gate.query)
+            if said not in asked:
+                asked[said] = _ask(url, tool, timeout)
+            else:  # said once; a second service's note would only repeat it
+                asked[said] = (asked[said][0], None)
+            problem, note = asked[said]
             problems += [f"{where(name, 'query')}: {problem}"] if problem else []
             notes += [note] if note else []
     return problems, notes
@@ -82,10 +96,13 @@ class _Where:
     """``file:line tools.NAME.gate.FIELD`` from the config (or its tools file)."""
 
     def __init__(self, path: Path):
-        self.doc: Located = load_yaml_file(path)
-        tools = self.doc.data.get("tools") if isinstance(self.doc.data, dict) else None
-        if isinstance(tools, str):
-            self.doc = load_yaml_file(path.parent / tools)
+        self.path = path
+        self.doc: Located | None = None  # read only for a problem: 200 services are clean
 
     def __call__(self, tool: str, field: str) -> str:
+        if self.doc is None:
+            self.doc = load_yaml_file(self.path)
+            tools = self.doc.data.get("tools") if isinstance(self.doc.data, dict) else None
+            if isinstance(tools, str):
+                self.doc = load_yaml_file(self.path.parent / tools)
         return self.doc.where(("tools", tool, "gate", field))

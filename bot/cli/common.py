@@ -97,17 +97,24 @@ def given_config(positional: Path | None, flag: str | Path | None) -> Path:
     return find_config(str(given) if given is not None else None)
 
 
+def started_org(args: argparse.Namespace) -> Org:
+    """The organisation of the command line's ``--config`` (or the discovered one), as a
+    start loads it: without the playbook checks (``check`` and a reload run them) and with
+    the config cache in the state directory (docs/services.md section 4)."""
+    return load_org(find_config(getattr(args, "config", None)), playbooks=False, cache=True)
+
+
 def config_for(args: argparse.Namespace) -> Config:
     """The loaded config for the command line's ``--config`` (or the discovered one): its
     one service (ManyServices, one line, for a config of several: Slack and MCP serve one
     until their multi-service support lands)."""
-    return load_org(find_config(getattr(args, "config", None))).only()
+    return started_org(args).only()
 
 
 def service_config(args: argparse.Namespace) -> Config:
     """The config of the service ``--service`` (or $DECKHAND_SERVICE) names, else of the
     only one: ServiceNotChosen or WhichService, listing them, when neither says which."""
-    org = load_org(find_config(getattr(args, "config", None)))
+    org = started_org(args)
     name, given_by = given_service(args)
     known = sorted(org.services)
     if name is None and len(known) > 1:
@@ -140,10 +147,44 @@ def run_services(args: argparse.Namespace) -> tuple[Services, Org]:
     """For a command about a stored run, which names its own service: the organisation's
     store and clock (over its legacy, else first, service), and the org, whose
     ``service_of(run.service)`` gives the rules the run is judged by, never another's."""
-    org = load_org(find_config(getattr(args, "config", None)))
+    org = started_org(args)
     base = org.services.get(org.legacy or "") or next(iter(org.services.values()))
     return build_services(base, Settings()), org
 
+
+def split_scope(org: Org, words: list[str | None]) -> tuple[list[str], str | None]:
+    """A read command's ``[SERVICE] [ENV]``: (the services meant, in config order, and the
+    environment or None). The first word is a service if it names one (service and
+    environment names never collide under ``services:``); with two words, the first must.
+    DeckhandError, naming the services, otherwise."""
+    given = [w for w in words if w]
+    named = org.index.names.get(given[0].lower()) if given else None
+    if named is not None and (org.split or len(given) == 2
+                              or given[0] not in org.services[named].inventory.environments):
+        return [named], (given[1] if len(given) == 2 else None)
+    if len(given) == 2:
+        raise DeckhandError(f"{given[0]!r} is not a service of {org.path.name} (known: "
+                            f"{', '.join(org.services)}); give SERVICE ENVIRONMENT, or "
+                            f"one environment")
+    return list(org.services), (given[0] if given else None)
+
+
+
+def read_scope(args: argparse.Namespace, org: Org) -> tuple[list[str], str | None]:
+    """``split_scope`` of ``args.first``/``args.second``, narrowed to ``--service`` or
+    $DECKHAND_SERVICE when given (ServiceNotChosen when it is unknown, or another service
+    than the one named)."""
+    names, environment = split_scope(org, [args.first, getattr(args, "second", None)])
+    flag, given_by = given_service(args)
+    if flag is None:
+        return names, environment
+    if flag not in org.services:
+        raise ServiceNotChosen(f"{given_by} names unknown service {flag!r}; known services: "
+                               f"{', '.join(org.services)}")
+    if len(names) == 1 and names[0] != flag and org.split:
+        raise ServiceNotChosen(f"{given_by} says {flag}, the command line {names[0]}: "
+                               f"name one")
+    return [flag], environment
 
 def add_user_args(parser: argparse.ArgumentParser, *, who: str) -> None:
     """``--user`` and ``--confirm``: the terminal trusts its operator (see docs/start.md)."""
@@ -166,7 +207,7 @@ def services_for(args: argparse.Namespace) -> Services:
     """Services for every service of the config named on the command line (or by the
     environment), focused on ``--service``/$DECKHAND_SERVICE if given: a command that
     needs one service and has none to choose fails listing them (WhichService)."""
-    org = load_org(find_config(getattr(args, "config", None)))
+    org = started_org(args)
     name, given_by = given_service(args)
     if name is not None and name not in org.services:
         known = ", ".join(sorted(org.services))

@@ -24,19 +24,19 @@ def where_json(states: list[Where], observed: dict[str, Observed] | None,
     held = held or {}
     return [{"environment": s.environment, "version": s.version, "since": s.since,
              "by": s.by, "run_id": s.run_id,
-             "hosts": [_where_host(s, host, observed) for host in sorted(s.hosts)],
-             "lock": _lock_json(held.get(s.environment))}
+             "hosts": [where_host(s, host, observed) for host in sorted(s.hosts)],
+             "lock": lock_json(held.get(s.environment))}
             for s in states]
 
 
-def _lock_json(lock: ManualLock | None) -> dict[str, Any] | None:
+def lock_json(lock: ManualLock | None) -> dict[str, Any] | None:
     if lock is None:
         return None
     return {"holder": lock.holder, "reason": lock.reason, "since": lock.since,
             "until": lock.until, "via": lock.via}
 
 
-def _where_host(state: Where, host: str, observed: dict[str, Observed] | None
+def where_host(state: Where, host: str, observed: dict[str, Observed] | None
                 ) -> dict[str, Any]:
     live = state.hosts[host]
     out: dict[str, Any] = {"host": host, "version": live.version, "since": live.since,

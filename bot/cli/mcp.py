@@ -8,14 +8,18 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from agents.engine.reload import Adopt
+from agents.org import load_org
+from agents.plan.model import Plan
+from agents.run.record import Run
 from agents.services import Services, build_services
 from agents.settings import Settings
-from bot.cli.common import Commands, add_config_arg, config_for
+from bot.cli.common import Commands, add_config_arg, find_config
 from bot.cli.reload import reload_on_sighup
 from bot.logs import add_log_format_arg
 from bot.mcp.desk import DEFAULT_PLAN_TTL, Desk, PlanPoster
@@ -23,6 +27,7 @@ from bot.terminal.border import TerminalConsole
 
 if TYPE_CHECKING:  # the SDK loads only when `deckhand mcp` runs
     from bot.mcp.server import HttpAuth
+    from bot.slack.bot import Bot
 
 
 def register(commands: Commands) -> None:
@@ -51,13 +56,13 @@ def _mcp(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     err = TerminalConsole(stderr=True)
     auth = _http_auth(settings) if args.http else None
-    services = build_services(config_for(args), settings)
+    services = build_services(load_org(find_config(getattr(args, "config", None))), settings)
     poster, adopt = _slack_poster(services, settings)
     desk = Desk(services, poster=poster, plan_ttl=args.plan_ttl)
     server = build_server(desk, auth=auth)
     reloads = threading.Event()  # SIGHUP: the config reloaded (or refused), as serve does
     reload_on_sighup(services, actor=f"mcp {os.uname().nodename}-{os.getpid()}", stop=reloads,
-                     adopt=adopt, after=[server.add_request_tool])
+                     adopt=adopt, after=[server.add_request_tool, server.refresh_services])
     _announce(err, args, desk)
     try:
         serve(server, http=(args.host, args.port) if args.http else None)
@@ -90,7 +95,19 @@ def _slack_poster(services: Services, settings: Settings
     client = make_client(settings, services.redact)
     adopt = [lambda fresh: client.learn(fresh.redact)] \
         if isinstance(client, RedactingWebClient) else []
-    return Bot(services, client, Directory(client)), adopt
+    return ServicePoster(Bot(services, client, Directory(client))), adopt
+
+
+@dataclass(frozen=True)
+class ServicePoster:
+    """The Slack bot's ``post_plan`` under the plan's own service: its rules and changelog
+    on the post, never another service's (the bot serves the whole organisation)."""
+
+    bot: Bot
+
+    def post_plan(self, plan: Plan, run: Run, *, channel: str) -> Run:
+        own = self.bot.services.for_record(plan.service, what=f"plan {plan.id}")
+        return replace(self.bot, services=own).post_plan(plan, run, channel=channel)
 
 
 def _announce(err: Console, args: argparse.Namespace, desk: Desk) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -29,6 +30,7 @@ from agents.errors import AmbiguousId, NotFound, ServiceUnknown
 from agents.faces import Face
 from agents.history.archived import ArchiveNote, missing_run_text, read_archived
 from agents.ids import short_id
+from agents.org import Org
 from agents.plan.model import Plan
 from agents.policy.approvals import approvals_needed
 from agents.readiness import StoreProbe
@@ -39,6 +41,7 @@ from agents.run.unreplicated import replica_wait_line, unreplicated_note
 from agents.services import Services
 from agents.settings import Settings
 from agents.store import Locks, Plans, Runs
+from agents.store.audit import AuditEntry
 from bot.cli.audit_chain import handle as audit_chain_handle
 from bot.cli.common import (
     Commands,
@@ -47,6 +50,7 @@ from bot.cli.common import (
     add_user_args,
     confirmer,
     embedded_store_note,
+    run_services,
     service_of_run,
     services_for,
 )
@@ -64,6 +68,7 @@ from bot.healthcheck import advertise, withdraw
 from bot.logs import add_log_format_arg, announce
 from bot.terminal.console import Confirm, confirmation_problem
 from bot.terminal.render import paused_line, provenance_text, status_table, summary
+from tools.errors import DeckhandError
 
 if TYPE_CHECKING:
     from bot.metrics import Metrics
@@ -134,6 +139,9 @@ def register(commands: Commands) -> None:
                                       "name takes the lease back at once)")
     audit.add_argument("--format", default="jsonl", help="with export: jsonl")
     audit.add_argument("--run", dest="run_id")
+    audit.add_argument("--service", metavar="NAME",
+                       help="only entries about this service's runs, plans and locks "
+                            "(among the newest 10 × --limit)")
     audit.add_argument("--json", action="store_true",
                        help="JSON lines for scripts (fields in docs/json.md)")
     audit.add_argument("--limit", type=int, default=200)
@@ -359,24 +367,70 @@ def runs_table(runs: list[Run]) -> Table:
 
 def _audit(args: argparse.Namespace, console: Console) -> int:
     embedded_store_note()
-    services = services_for(args)
+    services, org = run_services(args)  # entries of every service: read-only
     store = services.store
     if args.what != "log":
         return audit_chain_handle(args, services, console)
     run_id = _audited_run(store.runs, args.run_id) if args.run_id else None
-    entries = store.audit.entries(run_id=run_id, limit=args.limit)
+    wanted = org.index.names.get(args.service.lower()) if args.service else None
+    if args.service and wanted is None:
+        raise DeckhandError(f"{args.service!r} is not a service of {org.path.name} (known: "
+                            f"{', '.join(org.services)})")
+    scan = args.limit * 10 if wanted else args.limit
+    entries = store.audit.entries(run_id=run_id, limit=scan)
+    named: list[str | None] = (audited_services(entries, store.runs, store.plans, org)
+                               if org.split or wanted else [None] * len(entries))
+    if wanted:
+        kept = [(e, n) for e, n in zip(entries, named, strict=True) if n == wanted][-args.limit:]
+        entries, named = [e for e, _ in kept], [n for _, n in kept]
     if args.json:
-        for entry in entries:
-            sys.stdout.write(entry.as_json() + "\n")
+        for entry, name in zip(entries, named, strict=True):
+            line = entry.as_json() if not org.split else json.dumps(
+                {**entry.__dict__, "service": name}, sort_keys=True)
+            sys.stdout.write(line + "\n")
         return 0
-    table = Table("when", "who", "action", "run", "details")
-    for entry in entries:
+    table = Table("when", "who", "action", *(["service"] if org.split else []), "run",
+                  "details")
+    for entry, name in zip(entries, named, strict=True):
         details = ", ".join(f"{k}={v}" for k, v in entry.details.items() if v is not None)
         table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(entry.at)),
                       Text(entry.actor), entry.action,
+                      *([Text(name or "-")] if org.split else []),
                       short_id(entry.run_id) if entry.run_id else "", Text(details))
     console.print(table)
     return 0
+
+
+def audited_services(entries: list[AuditEntry], runs: Runs, plans: Plans,
+                     org: Org) -> list[str | None]:
+    """The service each entry is about: its ``service`` detail (locks by hand), else its
+    run's, else its plan's (records name theirs; none: the legacy service). None when
+    neither record is left (trimmed by retention) or the entry is about no run or plan."""
+    by_run = {r.id: r.service for r in runs.by_id(
+        list(dict.fromkeys(e.run_id for e in entries if e.run_id)))}
+    plan_ids = list(dict.fromkeys(e.plan_id for e in entries
+                                  if e.plan_id and not (e.run_id and e.run_id in by_run)))
+    by_plan = {p.id: p.service for p in (_plan(plans, i) for i in plan_ids) if p is not None}
+    out: list[str | None] = []
+    for entry in entries:
+        if "service" in entry.details:
+            key = entry.details.get("service")
+        elif entry.run_id and entry.run_id in by_run:
+            key = by_run[entry.run_id]
+        elif entry.plan_id and entry.plan_id in by_plan:
+            key = by_plan[entry.plan_id]
+        else:
+            out.append(None)
+            continue
+        out.append(key if key is not None else org.legacy)
+    return out
+
+
+def _plan(plans: Plans, plan_id: str) -> Plan | None:
+    try:
+        return plans.get(plan_id)
+    except NotFound:
+        return None
 
 
 def _audited_run(runs: Runs, typed: str) -> str:

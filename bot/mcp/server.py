@@ -6,6 +6,9 @@ that approves, modifies, rejects or starts anything: those stay with humans. A r
 may be paused, resumed or stopped by its requester or approvers, as in Slack. ``judge_run``
 (a rollout's go/no-go between batches) is a human's decision too: it acts only for a user
 the HTTP bearer token verified, under the same rules as approving.
+
+Every tool that plans or reads a service's state takes an optional ``service``; its schema
+lists the organisation's services as an enum (``refresh_services``, again after a reload).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mcp.types import ToolAnnotations
 from pydantic import AnyHttpUrl, BaseModel, Field, ValidationError
 
 from agents.engine.control import Control
+from agents.plan.model import SERVICE_PATTERN
 from bot.mcp.auth import StaticTokens
 from bot.mcp.desk import Desk
 from bot.mcp.views import CatalogView, DeployRequest, PlanView, RunView, WhereReport
@@ -42,7 +46,9 @@ INSTRUCTIONS = (
     "with a request such as 'deploy v2.3.1'; if accepted, pass its plan_hash to "
     "`request_deploy`, which posts the plan for approval and returns a run id to follow "
     "with `run_status`. You cannot approve, edit or start a run yourself; if you requested "
-    "it (or may approve it) you may `pause_run`, `resume_run` or `stop_run` it.")
+    "it (or may approve it) you may `pause_run`, `resume_run` or `stop_run` it. When "
+    "deckhand serves several services, name the one you mean with `service` (or in the "
+    "request, 'deploy api v2.3.1'); a run or plan hash already knows its own.")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
@@ -59,6 +65,17 @@ Channel = Annotated[str | None, Field(default=None, pattern=CHANNEL,
                                       description="Slack channel for the approval post")]
 Request = Annotated[str, Field(min_length=1, max_length=500,
                                description="what to do, e.g. 'deploy v2.3.1 to staging'")]
+Service = Annotated[str | None, Field(
+    default=None, pattern=SERVICE_PATTERN,
+    description="which service of the organisation (needed when it has several and the "
+                "request names none)")]
+RunService = Annotated[str | None, Field(
+    default=None, pattern=SERVICE_PATTERN,
+    description="optional: the service you expect the run (or plan) to be of; refused if "
+                "it is another's")]
+SERVICE_TOOLS = ("catalog", "plan", "where", "run_status", "request_deploy", "pause_run",
+                 "resume_run", "stop_run", "judge_run")
+"""The tools taking ``service``: their schemas list the organisation's services."""
 
 
 @dataclass(frozen=True)
@@ -77,59 +94,70 @@ class DeskTools:
         self.desk = desk
         self.stdio_connection = secrets.token_hex(16)
 
-    async def catalog(self) -> CatalogView:
+    async def catalog(self, service: Service = None) -> CatalogView:
         """The tools a plan may use (parameters, where they run, whether they change hosts),
-        the environments with their hosts, and host groups."""
-        return await self._answer(self.desk.catalog)
+        the environments with their hosts, and host groups, of one service."""
+        return await self._answer(self.desk.catalog, service)
 
-    async def plan(self, ctx: Context, request: Request) -> PlanView:
+    async def plan(self, ctx: Context, request: Request, service: Service = None) -> PlanView:
         """Plan a request and validate it. Returns the plan with its hash and the
         environments and hosts it touches, or the refusal listing every problem."""
         return await self._answer(self.desk.plan, request, requester=requester_of(ctx),
-                                  connection=connection_of(ctx, self.stdio_connection))
+                                  connection=connection_of(ctx, self.stdio_connection),
+                                  service=service)
 
-    async def run_status(self, run_id: RunId) -> RunView:
+    async def run_status(self, run_id: RunId, service: RunService = None) -> RunView:
         """Where a run stands: status, approvals still needed and who may give them, steps."""
-        return await self._answer(self.desk.run_status, run_id)
+        return await self._answer(self.desk.run_status, run_id, service)
 
     async def judge_run(self, ctx: Context, run_id: RunId,
-                        decision: Literal["continue", "rollback"]) -> RunView:
+                        decision: Literal["continue", "rollback"],
+                        service: RunService = None) -> RunView:
         """Decide the go/no-go a run's rollout waits at between batches (see `run_status`'s
         go_no_go): continue starts the next batch, rollback undoes the hosts changed so far.
         Only for a user the bearer token verified, who may approve the run."""
         return await self._answer(self.desk.judge_run, run_id, decision,
-                                  user=requester_of(ctx), verified=http_user(ctx) is not None)
+                                  user=requester_of(ctx), verified=http_user(ctx) is not None,
+                                  service=service)
 
-    async def where(self) -> WhereReport:
-        """Per environment: its hosts, who holds its lock, runs in flight, the last success."""
-        return await self._answer(self.desk.where)
+    async def where(self, service: Service = None) -> WhereReport:
+        """Per environment of a service: its hosts, who holds its lock, runs in flight, the
+        last success."""
+        return await self._answer(self.desk.where, service)
 
     async def request_deploy(self, ctx: Context, plan_hash: PlanHash,
-                             channel: Channel = None) -> DeployRequest:
+                             channel: Channel = None,
+                             service: RunService = None) -> DeployRequest:
         """Ask humans to approve the plan `plan` returned with this hash: it is stored and
         posted for approval (in Slack when configured, else for `deckhand approve`). Returns
         the run id. Only plans you made with `plan` in the last minutes are accepted."""
         return await self._answer(self.desk.request_deploy, plan_hash, channel,
                                   requester=requester_of(ctx), client=client_name(ctx),
-                                  connection=connection_of(ctx, self.stdio_connection))
+                                  connection=connection_of(ctx, self.stdio_connection),
+                                  service=service)
 
-    async def pause_run(self, ctx: Context, run_id: RunId) -> RunView:
+    async def pause_run(self, ctx: Context, run_id: RunId,
+                        service: RunService = None) -> RunView:
         """Hold a running run before its next step or rollout batch: running commands
         finish, nothing new starts until `resume_run`; it rolls back if left paused past the
         policy's timeout. Only the run's requester or approvers may."""
-        return await self._steer(ctx, Control.PAUSE, run_id)
+        return await self._steer(ctx, Control.PAUSE, run_id, service)
 
-    async def resume_run(self, ctx: Context, run_id: RunId) -> RunView:
+    async def resume_run(self, ctx: Context, run_id: RunId,
+                         service: RunService = None) -> RunView:
         """Let a paused run carry on. Only the run's requester or approvers may."""
-        return await self._steer(ctx, Control.RESUME, run_id)
+        return await self._steer(ctx, Control.RESUME, run_id, service)
 
-    async def stop_run(self, ctx: Context, run_id: RunId) -> RunView:
+    async def stop_run(self, ctx: Context, run_id: RunId,
+                       service: RunService = None) -> RunView:
         """Stop a run: running commands are killed and every host it changed is rolled
         back. Only the run's requester or approvers may."""
-        return await self._steer(ctx, Control.STOP, run_id)
+        return await self._steer(ctx, Control.STOP, run_id, service)
 
-    async def _steer(self, ctx: Context, control: Control, run_id: str) -> RunView:
-        return await self._answer(self.desk.steer, control, run_id, requester=requester_of(ctx))
+    async def _steer(self, ctx: Context, control: Control, run_id: str,
+                     service: str | None) -> RunView:
+        return await self._answer(self.desk.steer, control, run_id, requester=requester_of(ctx),
+                                  service=service)
 
     async def _answer(self, fn: Callable[..., M], *args: Any, **kwargs: Any) -> M:
         """The MCP answers' door: every result and error passes the config's redactor."""
@@ -173,6 +201,16 @@ class DeskServer(MCPServer[Any]):
         self.add_tool(self.tools.request_deploy, annotations=hint)
         self.request_hint = hint
 
+    def refresh_services(self) -> None:
+        """List the organisation's services as the enum of every ``service`` argument (the
+        names in force: called again after a config reload). The desk checks the name too,
+        against the same names, so a stale listing can only be refused, never guessed."""
+        names = sorted(self.desk.services.names.names)
+        for name in SERVICE_TOOLS:
+            tool = self._tool_manager.get_tool(name)
+            if tool is not None:
+                tool.parameters = with_service_enum(tool.parameters, names)
+
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
         try:
@@ -199,10 +237,23 @@ class DeskServer(MCPServer[Any]):
             fields=fields, arguments=_shapes(arguments))
 
 
+def with_service_enum(schema: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """``schema`` with its ``service`` property's text branch listing ``names``."""
+    prop = schema.get("properties", {}).get("service")
+    if prop is None:
+        return schema
+    branches = [{**b, "enum": names} if b.get("type") == "string" else b
+                for b in prop.get("anyOf", [prop])]
+    fresh = {**prop, "anyOf": branches} if "anyOf" in prop else branches[0]
+    return {**schema, "properties": {**schema["properties"], "service": fresh}}
+
+
 EXPECTED = {
     PLAN_HASH: "the 64-character plan_hash that `plan` returned",
     RUN_ID: "a run id, like run-01j9z3k7w2abcd (`run_status`, `deckhand runs`)",
     CHANNEL: "a Slack channel name, like #deploys",
+    SERVICE_PATTERN: "a service's name, like api (see the tool's schema for this "
+                     "organisation's)",
 }
 """What a pattern-checked argument takes, in words (the regex alone says little)."""
 
@@ -280,6 +331,7 @@ def build_server(desk: Desk, *, auth: HttpAuth | None = None) -> DeskServer:
     server.add_tool(tools.judge_run, annotations=ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False,
         open_world_hint=False))
+    server.refresh_services()
     return server
 
 
@@ -294,8 +346,10 @@ def serve(server: MCPServer[Any], *, http: tuple[str, int] | None = None) -> Non
 
 def request_annotations(desk: Desk) -> ToolAnnotations:
     """request_deploy changes deckhand's state, not hosts — but what it asks for may, once a
-    human approves, so it is destructive exactly when tools.yml has mutating tools."""
-    mutating = any(t.mutates for t in desk.services.config.catalog.tools.values())
+    human approves, so it is destructive exactly when any service's tools.yml has mutating
+    tools."""
+    mutating = any(t.mutates for config in desk.services.org.services.values()
+                   for t in config.catalog.tools.values())
     return ToolAnnotations(read_only_hint=False, destructive_hint=mutating,
                            idempotent_hint=True, open_world_hint=desk.poster is not None)
 

@@ -43,8 +43,9 @@ class EnvironmentView(BaseModel):
 
 
 class CatalogView(BaseModel):
-    """The tools a plan may use and where they can run."""
+    """The tools a plan may use and where they can run, of one service."""
 
+    service: str = Field(description="the service these are of")
     tools: list[ToolView]
     environments: list[EnvironmentView]
     groups: dict[str, list[str]]
@@ -74,6 +75,7 @@ class RunView(BaseModel):
     """Where a run stands; approvals happen only in Slack or with `deckhand approve`."""
 
     run_id: str
+    service: str = Field(description="the service the run deploys")
     status: str
     goal: str
     plan_hash: str
@@ -138,4 +140,5 @@ class WhereView(BaseModel):
 
 
 class WhereReport(BaseModel):
+    service: str = Field(description="the service these environments are of")
     environments: list[WhereView]

@@ -29,7 +29,13 @@ from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, Verdict
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
-from bot.slack.home_blocks import MAX_ENVIRONMENTS, HomeData, home_view, in_progress
+from bot.slack.home_blocks import (
+    MAX_ENVIRONMENTS,
+    MAX_SCHEDULES,
+    HomeData,
+    home_view,
+    in_progress,
+)
 from tools.errors import DeckhandError
 
 log = logging.getLogger("deckhand.slack.home")
@@ -58,7 +64,7 @@ def home_data(bot: Bot, user: str) -> HomeData:
         active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
         environments=[label for _, _, label in environments],
-        schedules=_schedules(bot),
+        schedules=_schedules(bot, user, groups),
         **_environment_states(bot, environments),
         deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
             r, user=user, user_groups=groups, policy=policy(r.service),
@@ -116,14 +122,20 @@ def _involves(run: Run, user: str) -> bool:
     return run.requested_by == user or any(a.user == user for a in run.approvals)
 
 
-def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
-    """Each schedule, checked against its own service's config (one of a service this
-    process lacks is left out)."""
+def _schedules(bot: Bot, user: str, groups: list[str]
+               ) -> list[tuple[Schedule, datetime | None]]:
+    """Every service's schedules, the user's owned services' first; each of the first
+    ``MAX_SCHEDULES`` (those shown) checked against its own service's config, the rest only
+    counted: 200 services' schedules would be 200 plan checks a publish. One of a service
+    this process lacks is left out (it would not validate here)."""
     now = datetime.now(UTC)
     org = bot.services.org
-    return [(checked(s, org.service_of(s.service), plans=bot.store.plans),
-             None if s.paused else s.next_fire(now))
-            for s in bot.store.schedules.all() if _known(bot, s.service)]
+    owned = set(org.index.owned_by(user, groups))
+    known = [s for s in bot.store.schedules.all() if _known(bot, s.service)]
+    known.sort(key=lambda s: org.service_of(s.service).name not in owned)  # stable
+    return [(checked(s, org.service_of(s.service), plans=bot.store.plans)
+             if index < MAX_SCHEDULES else s, None if s.paused else s.next_fire(now))
+            for index, s in enumerate(known)]
 
 
 def publish_home(bot: Bot, user: str) -> None:

@@ -129,8 +129,9 @@ def test_slack_where_history_and_the_roll_back_button(world: SlackWorld) -> None
     assert "runs `v2.3.1`" in json.dumps(home[-1].payload)
     status, metrics = world.get("/metrics")
     assert status == 200
-    assert 'deckhand_deploys_per_day{environment="staging"} 0.1' in metrics
-    assert 'deckhand_change_failure_rate{environment="staging"} 0.33' in metrics
+    # service "": the legacy service, which Prometheus reads as no label at all
+    assert 'deckhand_deploys_per_day{environment="staging",service=""} 0.1' in metrics
+    assert 'deckhand_change_failure_rate{environment="staging",service=""} 0.33' in metrics
     assert world.standin.violations == []
 
 

@@ -257,14 +257,14 @@ def test_metrics_after_a_run(world: SlackWorld) -> None:
     world.standin.wait_for(lambda: _metric(world.get("/metrics")[1], "deckhand_queue_depth",
                                            state="in_progress") == 0.0, what="the queue ack")
     text = world.get("/metrics")[1]
-    assert _metric(text, "deckhand_runs_total", outcome="succeeded") == 1.0
+    assert _metric(text, "deckhand_runs_total", outcome="succeeded", service="") == 1.0
     for tool in {s.tool for s in plan.steps}:
         count = _metric(text, "deckhand_step_duration_seconds_count", tool=tool,
                         phase="plan", status="succeeded")
         assert count is not None and count >= 1, tool
     assert _metric(text, "deckhand_run_start_delay_seconds_count") == 1.0
     planner = plan.planner.name  # e.g. "playbook deploy_staging"
-    assert _metric(text, "deckhand_plans_total", planner=planner) == 1.0
+    assert _metric(text, "deckhand_plans_total", planner=planner, service="") == 1.0
     assert _metric(text, "deckhand_plan_latency_seconds_count", planner=planner) == 1.0
     assert _metric(text, "deckhand_queue_depth", state="waiting") == 0.0
     assert _metric(text, "deckhand_queue_depth", state="in_progress") == 0.0
@@ -366,7 +366,7 @@ def test_worker_process_serves_metrics_and_logs_json(sample_config: Config, stor
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
     finished = store.runs.get(run.id).status.value
-    assert _metric(text, "deckhand_runs_total", outcome=finished) == 1.0
+    assert _metric(text, "deckhand_runs_total", outcome=finished, service="") == 1.0
     assert _metric(text, "deckhand_redis_up") == 1.0
     lines = [json.loads(line) for line in stderr.read_text().splitlines() if line.strip()]
     assert lines and all({"ts", "level", "logger", "message", "run_id", "plan_id"} <= set(x)

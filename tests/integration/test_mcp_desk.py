@@ -264,7 +264,8 @@ def test_request_deploys_destructive_hint_follows_a_reloaded_tools_yml(
     assert hint() is True
     tools = {n: t.model_copy(update={"mutates": False})
              for n, t in services.config.catalog.tools.items()}
-    services.config = dataclasses.replace(services.config, catalog=Catalog(tools))
+    quiet = dataclasses.replace(services.config, catalog=Catalog(tools))
+    services.swap(build_services(quiet, store=services.store))  # as a reload does
     server.add_request_tool()
     assert hint() is False
     assert len([t for t in anyio.run(server.list_tools) if t.name == "request_deploy"]) == 1

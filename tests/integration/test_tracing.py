@@ -127,3 +127,20 @@ def test_a_request_that_never_runs_ends_its_trace_too(
                        what="the rejected request's root")
     assert [(r.status, r.status_message) for r in roots] == [(2, "rejected: rejected")]
     assert not otlp.named("deckhand.run")  # nothing executed
+
+
+def test_request_plan_and_run_spans_name_their_service(
+        sample_config: Config, redis_url: str, store: Store, otlp: Receiver) -> None:
+    """``deckhand.service`` (never the resource's ``service.name``, which names deckhand)."""
+    main = sample_config.path.parent.parent / "org.yml"
+    main.write_text(f"services:\n  api: {sample_config.path.parent.name}/deckhand.yml\n")
+    env = {**os.environ, "REDIS_URL": redis_url, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+           "PYTHONPATH": str(ROOT)}
+    done = _cli(["run", "status of staging", "--config", str(main)], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (executed,) = wait_until(lambda: otlp.named("deckhand.run"), what="the run's span")
+    (plan,) = otlp.named("deckhand.plan")
+    (request,) = wait_until(lambda: otlp.named("deckhand.request"), what="the trace's root")
+    assert [s.attributes.get("deckhand.service") for s in (request, plan, executed)] == [
+        "api", "api", "api"]
+    assert {s.service for s in otlp.spans} == {"deckhand"}  # the resource: deckhand itself

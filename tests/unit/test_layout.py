@@ -80,7 +80,7 @@ def test_only_bot_mcp_speaks_mcp_or_runs_an_event_loop() -> None:
 # import runs back up a layer (e.g. run/ never imports engine/, plan/ never imports policy/).
 AGENT_FLOORS = (
     ("errors", "faces", "ids", "logcontext", "tracing", "prompts", "readiness", "secret_files",
-     "state_dir"),
+     "state_dir", "config_cache"),
     ("plan", "schedules", "settings"),
     ("run", "requests"),
     ("history", "policy"),

@@ -306,7 +306,7 @@ def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFix
     assert "services/api.yml:" in out and "planner: `planner` is organisation-wide" in out
 
 
-@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"], ["mcp"]])
+@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"]])
 def test_slack_and_mcp_refuse_a_config_of_several_services_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         argv: list[str]) -> None:
@@ -320,7 +320,7 @@ def test_slack_and_mcp_refuse_a_config_of_several_services_in_one_line(
                      "(issue 40); `deckhand check` validates them all"], lines
 
 
-@pytest.mark.parametrize("argv", [["plan", "ship v1.2.3 to staging"], ["where"],
+@pytest.mark.parametrize("argv", [["plan", "ship v1.2.3 to staging"], ["hosts", "--json"],
                                   ["run", "--yes", "ship v1.2.3 to staging"]])
 def test_the_cli_asks_which_service_when_nothing_names_one(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
