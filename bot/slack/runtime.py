@@ -38,11 +38,10 @@ class BotRuntime:
         store = services.store
         self.metrics.watch_queue(store.queue)
         self.metrics.watch_plan_quality(runs=store.runs, plans=store.plans)
-        if len(services.org.services) == 1:  # DORA gauges have no service label yet
-            config = services.config            # (docs/services.md 2.6, step 6)
-            self.metrics.watch_history(store.history, list(config.inventory.environments),
-                                       undo_window=config.history.undo_window_hours * 3600,
-                                       service=config.key)
+        configs = list(services.org.services.values())  # DORA per (service, environment)
+        self.metrics.watch_org_history(
+            store.history, [(c.key, env) for c in configs for env in c.inventory.environments],
+            undo_window=max(c.history.undo_window_hours for c in configs) * 3600)
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
         self.metrics.watch_ssh(lambda: services.runners.setup_stats)
