@@ -306,10 +306,18 @@ def test_the_home_lists_owned_services_first(world: OrgWorld) -> None:
     bot = world.runtime.bot
     from bot.slack.home import home_data
 
+    world.deploy("web v1.9.0")
+    world.deploy("api v1.9.0")
+    world.new_run("Deploy v1.9.0 of web to production")
+    world.new_run("Deploy v1.9.0 of api to production")
     data = home_data(bot, "UWEB")
     assert data.environments[:2] == ["web/production", "web/staging"]
     assert data.environments[2:] == ["api/production", "api/staging"]
-    assert data.deployed["api/production"].version == "v1.0.0"
+    assert {label: w.version for label, w in data.deployed.items()} == {
+        f"{w.service}/{w.environment}": w.version for w in world.store.history.matrix()}
+    # each waiting plan is offered by its own service's owners' rule: web's to UWEB only
+    assert data.pending and {r.service for r in data.pending} == {"web"}
+    assert {r.service for r in home_data(bot, "UAPI").pending} == {"api"}
     world.signer.event({"type": "app_home_opened", "user": "UWEB", "channel": "DUWEB",
                         "tab": "home", "event_ts": str(time.time())}, event_id="EvHome1")
     view = wait_until(lambda: next((c for c in world.standin.of("views.publish")
