@@ -214,17 +214,24 @@ def test_both_productions_deploy_at_once_through_deploy(world: OrgWorld) -> None
 
 
 def test_a_rollback_of_one_service_leaves_the_other_alone(world: OrgWorld) -> None:
+    for name in ("api", "web"):  # each service live on a version of its own
+        world.deploy(f"{name} v1.0.1")
+        good = world.new_run(f"Deploy v1.0.1 of {name} to production")
+        world.approve(good, user=OWNERS[name])
+        assert world.finished(good).status is RunStatus.SUCCEEDED
     (world.root / "hosts" / "web-prod" / "broken").touch()  # web's smoke test fails
     world.deploy("web v1.1.0")
     web = world.new_run("Deploy v1.1.0 of web to production")
     world.approve(web, user="UWEB")
     assert world.finished(web).status is RunStatus.ROLLED_BACK
-    assert world.version("web-prod") == "v1.0.0"  # rolled back
-    assert world.version("api-prod") == "v1.0.0"  # untouched
+    assert world.version("web-prod") == "v1.0.1"  # rolled back
+    assert world.version("api-prod") == "v1.0.1"  # untouched
     (world.root / "hosts" / "web-prod" / "broken").unlink()
-    api = world.store.history.current("api", "production")
-    assert api.version == "v1.0.0" and api.run_id != web.id
-    assert world.store.history.current("web", "production").version == "v1.0.0"
+    api = wait_until(lambda: (w := world.store.history.current("api", "production")).version
+                     == "v1.0.1" and w, what="api's history on v1.0.1")
+    assert api.run_id != web.id
+    wait_until(lambda: world.store.history.current("web", "production").version == "v1.0.1",
+               what="web's history back on v1.0.1")
 
 
 def test_a_channel_default_names_the_service(world: OrgWorld) -> None:
