@@ -247,7 +247,8 @@ def test_a_channel_default_names_the_service(world: OrgWorld) -> None:
 def test_a_request_naming_no_service_asks_and_plans_on_the_askers_click(
         world: OrgWorld) -> None:
     before = {r.id for r in world.store.runs.recent(limit=100)}
-    world.deploy("v1.3.0", user="UALICE")
+    status, _, took = world.deploy("v1.3.0", user="UALICE")
+    assert status == 200 and took < 1.0  # acked before anything is read or asked
     question = wait_until(lambda: next((c for c in world.standin.of("chat.postEphemeral")
                                         if c.payload.get("user") == "UALICE"
                                         and "Which service" in c.text_of_blocks()), None),
