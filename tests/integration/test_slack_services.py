@@ -385,3 +385,12 @@ def test_a_mention_names_its_service_or_is_asked(world: OrgWorld) -> None:
     mention("deploy v1.8.1", "EvMention2")
     wait_until(lambda: "Which service is" in world.told("UFRAN"), what="the question")
     assert not [r for r in world.store.runs.recent(limit=100) if "v1.8.1" in r.goal]
+
+
+def test_a_schedule_added_in_a_channel_is_its_services(world: OrgWorld) -> None:
+    world.signer.command("/deckhand", 'schedule add "every day at 02:00" deploy v2.0.0',
+                         user="UAPI", channel="CAPI",
+                         response_url=f"{world.standin.url}/response/UAPI")
+    schedule = wait_until(lambda: next((s for s in world.store.schedules.all()
+                                        if "v2.0.0" in s.request), None), what="the schedule")
+    assert (schedule.service, schedule.channel) == ("api", "CAPI")
