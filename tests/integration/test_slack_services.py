@@ -7,6 +7,7 @@ unknown service is named with the known ones; an owner of api is refused on web'
 
 from __future__ import annotations
 
+import json
 import textwrap
 import time
 from collections.abc import Iterator
@@ -372,7 +373,20 @@ def test_the_workflow_step_takes_the_channels_service_and_has_nobody_to_ask(
     assert "which service? This organisation has api, web" in str(failed["error"])
     assert not [r for r in world.store.runs.recent(limit=100) if "v1.7.0" in r.goal]
     execute("FxOrg2", "CAPI")
-    assert world.new_run("Deploy v1.7.0 of api to production").service == "api"
+    run = world.new_run("Deploy v1.7.0 of api to production")
+    assert run.service == "api"
+    world.click(bk.ActionId.REJECT, bk.button_value(run), user="UAPI")  # the step ends too
+    world.signer.interaction({
+        "type": "view_submission", "user": {"id": "UAPI"}, "team": {"id": "T1"},
+        "api_app_id": "A1", "trigger_id": "t",
+        "view": {"id": "V1", "type": "modal", "callback_id": bk.ViewId.REJECT_SUBMIT,
+                 "private_metadata": json.dumps({"run": run.id, "v": 1, "channel": "CAPI"}),
+                 "state": {"values": {"reason": {"value": {"type": "plain_text_input",
+                                                           "value": "not today"}}}}}})
+    ended = wait_until(lambda: next((c.payload for c in world.standin.of(
+        "functions.completeError") if c.payload.get("function_execution_id") == "FxOrg2"),
+        None), what="the step failed with the rejection")
+    assert "rejected" in str(ended["error"])
 
 
 def test_a_mention_names_its_service_or_is_asked(world: OrgWorld) -> None:
