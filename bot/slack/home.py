@@ -125,17 +125,18 @@ def _involves(run: Run, user: str) -> bool:
 def _schedules(bot: Bot, user: str, groups: list[str]
                ) -> list[tuple[Schedule, datetime | None]]:
     """Every service's schedules, the user's owned services' first; each of the first
-    ``MAX_SCHEDULES`` (those shown) checked against its own service's config, the rest only
-    counted: 200 services' schedules would be 200 plan checks a publish. One of a service
-    this process lacks is left out (it would not validate here)."""
+    ``MAX_SCHEDULES`` (those shown) checked against its own service's config and given its
+    next fire time, the rest only counted: 200 services' schedules would be 200 plan checks
+    and cron walks a publish. One of a service this process lacks is left out (it would not
+    validate here)."""
     now = datetime.now(UTC)
     org = bot.services.org
     owned = set(org.index.owned_by(user, groups))
     known = [s for s in bot.store.schedules.all() if _known(bot, s.service)]
     known.sort(key=lambda s: org.service_of(s.service).name not in owned)  # stable
-    return [(checked(s, org.service_of(s.service), plans=bot.store.plans)
-             if index < MAX_SCHEDULES else s, None if s.paused else s.next_fire(now))
-            for index, s in enumerate(known)]
+    shown = [(checked(s, org.service_of(s.service), plans=bot.store.plans),
+              None if s.paused else s.next_fire(now)) for s in known[:MAX_SCHEDULES]]
+    return shown + [(s, None) for s in known[MAX_SCHEDULES:]]  # counted, never shown
 
 
 def publish_home(bot: Bot, user: str) -> None:
