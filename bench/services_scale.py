@@ -245,8 +245,7 @@ def measure(main: Path, redis_url: str, reps: int, acks: int) -> Figures:
     settings = Settings(SLACK_BOT_TOKEN=SecretStr("xoxb-bench"),
                         SLACK_SIGNING_SECRET=SecretStr(SECRET),
                         SLACK_API_URL=f"{standin.url}/api/")
-    config = org.services[service_name(0)]  # the faces serve one service until step 5
-    runtime = BotRuntime(build_services(config, settings, store=store), settings, workers=0)
+    runtime = BotRuntime(build_services(org, settings, store=store), settings, workers=0)
     port = free_port()
     runtime.start_http(host="127.0.0.1", port=port)
     try:

@@ -48,7 +48,7 @@ from agents.store import Store
 from agents.store.check import ACTIVE, StoreCheck
 from agents.store.checkpoints import CHECKPOINT, signing_key
 from tools.errors import DeckhandError
-from tools.inventory import LOCAL_HOST
+from tools.inventory import LOCAL_HOST, Host
 from tools.runners.base import CancelToken
 
 log = logging.getLogger("deckhand.worker")
@@ -280,7 +280,7 @@ class Worker:
             return
         retry = RetryKills(runs=self.store.runs, audit=self.store.audit,
                            feed=self.store.run_feed, runner_for=self.services.runners.for_host,
-                           hosts=lambda: self.services.config.inventory.hosts, actor=self.name)
+                           hosts=self._every_host, actor=self.name)
 
         def sweep() -> None:
             try:
@@ -291,6 +291,12 @@ class Worker:
         self._killing = threading.Thread(target=sweep, daemon=True, name="retry-kills")
         self._killing.start()
 
+    def _every_host(self) -> dict[str, Host]:
+        """Every service's hosts (names are one machine across services): a leftover
+        kill may be of any service's run."""
+        return {name: host for config in self.services.org.services.values()
+                for name, host in config.inventory.hosts.items()}
+
     def checkpoint(self) -> bool:
         """With a key (``DECKHAND_AUDIT_KEY_FILE``): sign the audit chain's head every
         ``audit.checkpoint_every`` seconds, one process at a time across replicas; a chain
@@ -298,7 +304,7 @@ class Worker:
         key = signing_key(self.services.settings.audit_key)
         if key is None:
             return False
-        locks, every = self.store.locks, self.services.config.audit.checkpoint_every
+        locks, every = self.store.locks, self.services.common.audit.checkpoint_every
         done = locks.job_done_at(CHECKPOINT_JOB)
         if done is not None and locks.clock() - done < every:
             return False
@@ -325,7 +331,7 @@ class Worker:
         history_days = None if None in kept else max(d for d in kept if d is not None)
         try:
             retention = Retention.configured(self.store, settings, history_days=history_days,
-                                             sink=self.services.config.audit.sink is not None)
+                                             sink=self.services.common.audit.sink is not None)
             report = run_exclusively(retention, locks=self.store.locks, audit=self.store.audit,
                                      owner=self.name, budget=SLICE)
         except RetentionError as exc:

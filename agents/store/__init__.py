@@ -1,6 +1,7 @@
 """Durable state in Redis, handed out as nouns over one connection (rq-style): ``runs``,
 ``plans``, ``queue``, ``leases``, ``locks``, ``audit``, ``feed`` (the audit sink's cursor),
-``dedupe``, ``schedules``, ``limits``, ``judgments``, ``history``, ``proposals``, ``trimming``,
+``dedupe``, ``schedules``, ``limits``, ``judgments``, ``history``, ``proposals``, ``asks``,
+``trimming``,
 ``health``, ``manual_locks`` (environments locked by a person), ``run_feed`` (what a run
 has to say, for its Slack thread) and ``viewers``. One
 module per kind of record; all of them go through ``_redis``: one
@@ -21,6 +22,7 @@ from typing import Any
 import redis
 
 from agents.store._redis import CAS_RETRIES, EMBEDDED, GROUP, Keys, RedisBase, Write
+from agents.store.asks import Ask, AskNotYours, Asks
 from agents.store.audit import AuditEntry, AuditLog, Dedupe
 from agents.store.connect import connect_client, safe_url
 from agents.store.feed import AuditFeed
@@ -62,6 +64,7 @@ class Store(RedisBase):
         self.locks = Locks(self)
         self.history = History(self)
         self.proposals = Proposals(self)
+        self.asks = Asks(self)
         self.trimming = Trimming(self, queue=self.queue)
         self.health = Health(self)
         self.schedules = ScheduleBook(self)
@@ -103,7 +106,8 @@ class Store(RedisBase):
         return store
 
 
-__all__ = ["CAS_RETRIES", "GROUP", "ApprovalCounts", "AuditEntry", "AuditFeed", "AuditLog",
+__all__ = ["CAS_RETRIES", "GROUP", "ApprovalCounts", "Ask", "AskNotYours", "Asks",
+           "AuditEntry", "AuditFeed", "AuditLog",
            "Change", "Dedupe", "FeedEntry", "Finding", "Health", "History", "HomeViewers",
            "Judgments", "Keys", "Leases",
            "LockInfo", "Locks", "LostOwnership", "ManualLock", "ManualLocks",

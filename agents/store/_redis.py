@@ -20,6 +20,7 @@ runs), ``queue`` (stream, group ``workers``; an entry is deleted when acknowledg
 ``history:done:RUN`` (recorded once), ``where:ENV`` (what each host serves),
 ``limits:ENV:USER`` (zset: runs USER approved lately, for ``policy.limits``),
 ``proposal:HASH:REQUESTER`` (validated plans not yet requested, with a TTL),
+``ask:ID`` (a request waiting for "which service?", with a TTL; see ``asks``),
 ``run:ID:feed`` (stream: what the run has to say) with ``run:ID:feed:state``,
 ``:relay`` and ``:done`` (its relay's cursor, lease and entries said), ``feeds:pending``
 (zset: runs a relay has not caught up with; see ``run_feed``), ``home:viewers`` (zset: who
@@ -310,6 +311,10 @@ class Keys:
 
     def proposal(self, plan_hash: str, requester: str) -> str:
         return self("proposal", plan_hash, requester)
+
+    def ask(self, ask_id: str) -> str:
+        """A request waiting for its sender to choose a service (``asks``, with a TTL)."""
+        return self("ask", ask_id)
 
     def job_lock(self, name: str) -> str:
         return self("joblock", name)

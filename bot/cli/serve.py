@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from agents.org import load_org
 from agents.services import build_services
 from agents.settings import Settings
-from bot.cli.common import Commands, add_config_arg, config_for
+from bot.cli.common import Commands, add_config_arg, find_config
 from bot.cli.drain import DRAIN_STORE_WAIT, TAKEN_OVER, leave_now, watch_store
 from bot.cli.health import warn_about_redis
 from bot.cli.reload import reload_on_sighup
@@ -70,7 +71,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError([Problem("environment", SINGLE_PROCESS)])
     if not args.http:  # a bad app token is one line, before workers or a scheduler log any
         _check_socket_token(settings)
-    services = build_services(config_for(args), settings)
+    # every service of the organisation: a request names its own (docs/services.md 2.7)
+    services = build_services(load_org(find_config(getattr(args, "config", None))), settings)
     warn_about_redis(services.store.health)
     _warn_about_pictures(console)
     from bot.slack.runtime import BotRuntime

@@ -255,11 +255,12 @@ def history_text(environment: str, deploys: list[Deploy]) -> str:
     return "\n".join(lines)
 
 
-def history_blocks(environment: str, deploys: list[Deploy], live: str | None) -> list[Block]:
+def history_blocks(environment: str, deploys: list[Deploy], live: str | None, *,
+                   service: str | None = None) -> list[Block]:
     """The history with a "Roll back to this version" button per earlier live version.
 
-    The button only asks for a plan (``roll back ENV to VERSION``): it is posted, approved,
-    locked and audited like any deploy.
+    The button only asks for a plan (``roll back ENV to VERSION``, for ``service`` when
+    set): it is posted, approved, locked and audited like any deploy.
     """
     blocks = [section(history_text(environment, deploys))]
     versions = [v for d in deploys if d.took_effect and not d.rollback_of_version
@@ -268,7 +269,8 @@ def history_blocks(environment: str, deploys: list[Deploy], live: str | None) ->
         blocks.append({"type": "actions", "elements": [{
             "type": "button", "action_id": ActionId.ROLLBACK_TO,
             "text": {"type": "plain_text", "text": trim(f"Roll back to {version}", 75)},
-            "value": json.dumps({"environment": environment, "version": version})}]})
+            "value": json.dumps({"environment": environment, "version": version,
+                                 **({"service": service} if service else {})})}]})
     return blocks
 
 

@@ -22,18 +22,21 @@ from agents.engine.control import Control
 from agents.engine.desk import RunDesk
 from agents.engine.manual_locking import said_in_chat
 from agents.engine.manual_locking import where_can_i_deploy as outlook
+from agents.errors import ServiceNotChosen, WhichService
 from agents.faces import Face
-from agents.ids import short_id
+from agents.ids import new_id, short_id
 from agents.plan.diff import PlanDiff
 from agents.plan.dryrun import verdict
 from agents.plan.model import Plan
 from agents.policy.approvals import approvals_needed
+from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, Verdict
 from agents.said import Said
 from agents.services import Services
-from agents.store import Store
+from agents.store import Ask, Store
 from bot.slack import blocks as bk
 from bot.slack.retries import at_once, patiently
+from bot.slack.service_blocks import which_blocks
 from bot.slack.thread import previous_diff
 from bot.slack.work import Tell, WorkQueue
 from tools.errors import DeckhandError
@@ -133,8 +136,22 @@ class Bot:
 
     @property
     def desk(self) -> RunDesk:
-        """The one door for the run verbs (``agents.engine.desk``)."""
-        return RunDesk(self.services)
+        """The one door for the run verbs (``agents.engine.desk``): each run is judged by
+        its own service's policy, whichever service this bundle is focused on."""
+        return RunDesk(self.services, rules=self.policy_of)
+
+    def desk_of(self, service: str | None) -> RunDesk:
+        """The desk focused on ``service`` (its catalog and inventory check a plan)."""
+        return RunDesk(self.of(service), rules=self.policy_of)
+
+    def of(self, service: str | None) -> Services:
+        """The services focused on the service a run or plan names (None: the legacy one);
+        ServiceUnknown, never another service's config, for one this process lacks."""
+        return self.services.for_record(service, what="this run")
+
+    def policy_of(self, service: str | None) -> Policy:
+        """The rules (every layer) of the service a run or plan names, as in force now."""
+        return self.services.org.service_of(service).policy
 
     @property
     def store(self) -> Store:
@@ -164,18 +181,74 @@ class Bot:
 
     # -- /deploy ----------------------------------------------------------------------------
 
+    def service_for(self, request: str, *, channel: str, service: str | None = None
+                    ) -> Services:
+        """The services focused on the service ``request`` names, else ``service`` (the
+        asker's choice), else ``channel``'s default, else the only one. Raised before
+        anything is planned: ServiceNotChosen (an unknown or second name, listing the
+        known ones), WhichService (nothing says which)."""
+        if service is not None:
+            return self.services.for_request(request, given=service, given_by="your choice")[0]
+        try:
+            return self.services.for_request(request)[0]
+        except WhichService:
+            default = self.services.org.channels.get(channel)
+            if default is None:
+                raise
+            return self.services.for_request(request, given=default,
+                                             given_by="this channel's default")[0]
+
+    def ask_which(self, which: WhichService, *, request: str, user: str, channel: str,
+                  break_glass: str | None = None, dry_run: bool = False) -> Ask:
+        """Keep ``request`` under ``ask:ID`` and ask ``user`` (privately) which service it
+        is for: a button each (their owned services first), or a menu when many."""
+        owned = self.services.org.index.owned_by(user, self.directory.groups_of(user))
+        names = [*[n for n in owned if n in which.names],
+                 *[n for n in which.names if n not in owned]]
+        ask = Ask(id=new_id("ask"), user=user, channel=channel, request=request,
+                  break_glass=break_glass, dry_run=dry_run, services=names)
+        self.store.asks.put(ask)
+        self.client.chat_postEphemeral(channel=channel, user=user,
+                                       text=f"Which service? ({', '.join(names[:20])})",
+                                       blocks=which_blocks(ask.id, request, names))
+        return ask
+
+    def choose(self, ask_id: str, service: str, *, user: str) -> Run | None:
+        """``user`` chose ``service`` for the request they were asked about: plan it for
+        that service now. AskNotYours (nothing taken) for anyone but the asker; NotFound
+        once chosen or expired."""
+        ask = self.store.asks.take(ask_id, user=user)
+        if service not in ask.services:
+            raise ServiceNotChosen(f"{service!r} was not offered for this request; known "
+                                   f"services: {', '.join(ask.services)}")
+        if ask.dry_run:
+            return self.dry_run(ask.request, user=user, channel=ask.channel, service=service)
+        return self.propose(ask.request, user=user, channel=ask.channel,
+                            break_glass=ask.break_glass, service=service)
+
     def propose(self, request: str, *, user: str, channel: str,
-                break_glass: str | None = None) -> Run:
-        """Plan ``request``, store it, and post it with Approve / Modify / Reject."""
-        plan = self.services.make_plan(request, requested_by=user, face="slack",
-                                          break_glass=break_glass)
-        if self.services.is_read_only(plan):  # nothing to approve: post it, then run it
-            return self.services.queue_read_only(plan, user=user, before_enqueue=lambda run:
-                                                 self.post_plan(plan, run, channel=channel,
-                                                                actions=False, note=READ_ONLY))
-        run = self.desk.propose(plan, user=user, face=Face.SLACK, break_glass=break_glass,
-                                request=request)
-        note = f"🚨 {bk.escape(self.services.break_glass_note(plan, break_glass))}" \
+                break_glass: str | None = None, service: str | None = None,
+                ask: bool = True) -> Run | None:
+        """Plan ``request`` for its service, store it, and post it with Approve / Modify /
+        Reject. When nothing says which service, nothing is planned: ``user`` is asked
+        (None is returned), or WhichService is raised when ``ask`` is False."""
+        try:
+            services = self.service_for(request, channel=channel, service=service)
+        except WhichService as which:
+            if not ask:
+                raise
+            self.ask_which(which, request=request, user=user, channel=channel,
+                           break_glass=break_glass)
+            return None
+        plan = services.make_plan(request, requested_by=user, face="slack",
+                                  break_glass=break_glass)
+        if services.is_read_only(plan):  # nothing to approve: post it, then run it
+            return services.queue_read_only(plan, user=user, before_enqueue=lambda run:
+                                            self.post_plan(plan, run, channel=channel,
+                                                           actions=False, note=READ_ONLY))
+        run = RunDesk(services, rules=self.policy_of).propose(
+            plan, user=user, face=Face.SLACK, break_glass=break_glass, request=request)
+        note = f"🚨 {bk.escape(services.break_glass_note(plan, break_glass))}" \
             if break_glass else None
         try:
             with patiently():  # the plan people will approve must land
@@ -193,16 +266,23 @@ class Bot:
         return PlanNotPosted(f"Slack refused the plan message ({error}), so run `{run.id}` "
                              f"was closed. Try again in a minute.")
 
-    def dry_run(self, request: str, *, user: str, channel: str) -> Run:
-        """Plan ``request``, post it without buttons, run its checks, reply with what they say."""
-        plan = self.services.make_plan(request, requested_by=user, face="slack")
-        blocks = bk.plan_blocks(plan, Run.for_plan(plan, self.services.targets(plan)),
-                                self.services.config.policy, actions=False,
+    def dry_run(self, request: str, *, user: str, channel: str,
+                service: str | None = None) -> Run | None:
+        """Plan ``request``, post it without buttons, run its checks, reply with what they
+        say (for its service: when nothing says which, ``user`` is asked and None returned)."""
+        try:
+            services = self.service_for(request, channel=channel, service=service)
+        except WhichService as which:
+            self.ask_which(which, request=request, user=user, channel=channel, dry_run=True)
+            return None
+        plan = services.make_plan(request, requested_by=user, face="slack")
+        blocks = bk.plan_blocks(plan, Run.for_plan(plan, services.targets(plan)),
+                                services.config.policy, actions=False,
                                 note="🧪 Dry run: each step runs its tool's check; nothing "
                                      "will change.")
         posted = self.client.chat_postMessage(channel=channel, blocks=blocks,
                                               text=f"Dry run: {plan.goal}")
-        run, dry = self.services.dry_run(plan, user=user)
+        run, dry = services.dry_run(plan, user=user)
         self.client.chat_postMessage(channel=channel, thread_ts=posted["ts"],
                                      blocks=bk.dry_run_blocks(dry.plan, run, dry.unchecked,
                                                               dry.nothing_to_check()),
@@ -213,9 +293,9 @@ class Bot:
     def post_plan(self, plan: Plan, run: Run, *, channel: str, actions: bool = True,
                   note: str | None = None, diff: PlanDiff | None = None) -> Run:
         """Post ``plan`` (with buttons unless ``actions`` is False) and remember where."""
-        changes = bk.escape("\n".join(self.services.changelog(plan)))
+        changes = bk.escape("\n".join(self.of(plan.service).changelog(plan)))
         note = "\n".join(part for part in (note, changes) if part) or None
-        blocks = bk.plan_blocks(plan, run, self.services.config.policy, actions=actions,
+        blocks = bk.plan_blocks(plan, run, self.policy_of(plan.service), actions=actions,
                                 note=note, diff=diff)
         reply = self.client.chat_postMessage(
             channel=channel, text=f"Plan: {bk.shown(plan.goal, 300)}", blocks=blocks)
@@ -226,16 +306,23 @@ class Bot:
 
     # -- locks by hand ----------------------------------------------------------------------
 
-    def lock_by_hand(self, words: list[str], *, user: str) -> str:
+    def in_channel(self, channel: str | None) -> Services:
+        """The services focused on ``channel``'s default service, if it has one (else as
+        they are: the only service, or WhichService listing them where one is needed)."""
+        default = self.services.org.channels.get(channel or "")
+        return self.services.focus(default) if default else self.services
+
+    def lock_by_hand(self, words: list[str], *, user: str, channel: str | None = None) -> str:
         """``lock ENV --reason …`` / ``unlock ENV`` as said in Slack: what to tell the channel
-        (escaped; ManualLockRefused says why not, audited)."""
-        said = said_in_chat(self.services, words, user=user,
+        (escaped; ManualLockRefused says why not, audited); in the channel's service."""
+        said = said_in_chat(self.in_channel(channel), words, user=user,
                             groups=self.directory.groups_of(user), face="slack")
         return bk.escape(said)
 
-    def where_can_i_deploy(self, user: str) -> str:
-        """``.wcid``: each environment open or why not, and whether ``user`` may approve."""
-        return bk.wcid_text(outlook(self.services, user=user,
+    def where_can_i_deploy(self, user: str, channel: str | None = None) -> str:
+        """``.wcid``: each environment open or why not, and whether ``user`` may approve
+        (of the channel's service)."""
+        return bk.wcid_text(outlook(self.in_channel(channel), user=user,
                                     groups=self.directory.groups_of(user)))
 
     def announce(self, channel: str, text: str) -> None:
@@ -255,7 +342,7 @@ class Bot:
                                 plan_hash=plan_hash)
         if origin and not run.meta.get("slack"):
             run = run.model_copy(update={"meta": {**run.meta, "slack": origin}})
-        needed = approvals_needed(run, self.services.config.policy)
+        needed = approvals_needed(run, self.policy_of(run.service))
         if run.status is RunStatus.AWAITING_APPROVAL:
             self.thread_reply(run, f"👍 {bk.mention(user, Face.SLACK)} approved — {needed} more "
                                    f"approval(s) needed.")
@@ -271,7 +358,7 @@ class Bot:
     def revise(self, run_id: str, plan: Plan, *, user: str) -> Run:
         """Post a new plan version in the thread; the old message loses its buttons."""
         old = self.store.runs.get(run_id)
-        run = self.desk.revise(run_id, plan, user=user, face=Face.SLACK,
+        run = self.desk_of(old.service).revise(run_id, plan, user=user, face=Face.SLACK,
                                groups=self.directory.groups_of(user))
         who = bk.mention(user, Face.SLACK)  # the click's user: resolved by Slack
         self.refresh_plan_message(old, actions=False,
@@ -281,7 +368,7 @@ class Bot:
         reply = self.client.chat_postMessage(
             channel=slack["channel"], thread_ts=slack["thread_ts"],
             text=f"Plan v{plan.version}: {bk.shown(plan.goal, 300)}",
-            blocks=bk.plan_blocks(plan, run, self.services.config.policy,
+            blocks=bk.plan_blocks(plan, run, self.policy_of(run.service),
                                   note=f"Version {plan.version}, modified by {who}",
                                   diff=self.diff_from_previous(run)))
         run = self.desk.posted(run_id, "slack", plan_ts=reply["ts"])
@@ -388,7 +475,7 @@ class Bot:
         plan = self.store.plans.get(run.plan_id, run.plan_version)
         self.client.chat_update(channel=slack["channel"], ts=slack["plan_ts"],
                                 text=f"Plan: {bk.shown(plan.goal, 300)}",
-                                blocks=bk.plan_blocks(plan, run, self.services.config.policy,
+                                blocks=bk.plan_blocks(plan, run, self.policy_of(run.service),
                                                       actions=actions, note=note,
                                                       diff=self.diff_from_previous(run)))
 

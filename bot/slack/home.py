@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
@@ -28,7 +29,13 @@ from agents.policy.rules import Policy
 from agents.run.record import Run, RunStatus, Verdict
 from agents.schedules.model import Schedule
 from bot.slack.bot import Bot
-from bot.slack.home_blocks import HomeData, home_view, in_progress
+from bot.slack.home_blocks import (
+    MAX_ENVIRONMENTS,
+    MAX_SCHEDULES,
+    HomeData,
+    home_view,
+    in_progress,
+)
 from tools.errors import DeckhandError
 
 log = logging.getLogger("deckhand.slack.home")
@@ -39,28 +46,69 @@ OPEN = [status for status in RunStatus if not status.terminal]
 
 
 def home_data(bot: Bot, user: str) -> HomeData:
-    """Read everything ``user``'s Home shows."""
-    store, policy = bot.store, bot.services.config.policy
+    """Read everything ``user``'s Home shows: each run judged by its own service's rules
+    (a run of a service this process lacks is left out: never shown under another's)."""
+    store, policy = bot.store, bot.policy_of
     now = store.clock()
     groups = bot.directory.groups_of(user)
-    runs = store.runs.mentioning(user, scan=RUN_SCAN)  # parses only records naming them
-    unfinished = store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # however old: an index, no scan
-    service = bot.services.config.key  # another service's runs are judged by its own rules
-    pending = [r for r in unfinished
-               if r.service == service and _may_approve(r, user, groups, policy, now)]
+    runs = [r for r in store.runs.mentioning(user, scan=RUN_SCAN)  # parses only theirs
+            if _known(bot, r.service)]
+    unfinished = [r for r in store.runs.recent(limit=RUN_SCAN, statuses=OPEN)  # an index
+                  if _known(bot, r.service)]
+    pending = [r for r in unfinished if _may_approve(r, user, groups, policy(r.service), now)]
+    environments = _environments(bot, user, groups)
     return HomeData(
         user=user, now=now, pending=pending,
         mine=[r for r in unfinished if r.status is RunStatus.AWAITING_APPROVAL
               and r.requested_by == user and r not in pending],
         active=[r for r in unfinished if in_progress(r)],
         recent=[r for r in runs if r.status.terminal and _involves(r, user)],
-        environments=sorted(bot.services.config.inventory.environments),
-        locks=store.locks.of(bot.services.config.key),
-        schedules=_schedules(bot),
-        deployed={w.environment: w for w in store.history.everywhere(bot.services.config.key)},
-        held=store.manual_locks.all(service=bot.services.config.key),
+        environments=[label for _, _, label in environments],
+        schedules=_schedules(bot, user, groups),
+        **_environment_states(bot, environments),
         deciding={r.id for r in unfinished if r.awaiting is not None and judgment_problem(
-            r, user=user, user_groups=groups, policy=policy, verdict=Verdict.ROLLBACK) is None})
+            r, user=user, user_groups=groups, policy=policy(r.service),
+            verdict=Verdict.ROLLBACK) is None})
+
+
+def _known(bot: Bot, service: str | None) -> bool:
+    try:
+        bot.services.org.service_of(service)
+    except DeckhandError:
+        return False
+    return True
+
+
+Scope = tuple[str | None, str, str]
+"""(service key, environment, label): ``production`` alone, ``api/production`` in an
+organisation of several services."""
+
+
+def _environments(bot: Bot, user: str, groups: list[str]) -> list[Scope]:
+    """Every environment, the services ``user`` (or a group of theirs) owns first."""
+    org = bot.services.org
+    owned = org.index.owned_by(user, groups)
+    names = [*owned, *[name for name in org.services if name not in owned]]
+    several = len(org.services) > 1
+    return [(org.services[name].key, env, f"{name}/{env}" if several else env)
+            for name in names for env in sorted(org.services[name].inventory.environments)]
+
+
+def _environment_states(bot: Bot, scopes: list[Scope]) -> dict[str, Any]:
+    """Locks, deployed versions and locks by hand of the environments the Home shows (the
+    first ``MAX_ENVIRONMENTS``: a large organisation's Home reads no more than it shows),
+    by label: one read of the locks, one MGET of what is deployed."""
+    shown = scopes[:MAX_ENVIRONMENTS]
+    label = {(key, env): name for key, env, name in shown}
+    services = list(dict.fromkeys(key for key, _, _ in shown))
+    store = bot.store
+    locks = {label[(i.service, i.environment)]: i for i in store.locks.all()
+             if (i.service, i.environment) in label}
+    deployed = {label[(w.service, w.environment)]: w for w in store.history.matrix(services)
+                if (w.service, w.environment) in label}
+    held = {label[(key, env)]: lock for key in services
+            for env, lock in store.manual_locks.all(service=key).items() if (key, env) in label}
+    return {"locks": locks, "deployed": deployed, "held": held}
 
 
 def _may_approve(run: Run, user: str, groups: list[str], policy: Policy, now: float) -> bool:
@@ -74,18 +122,26 @@ def _involves(run: Run, user: str) -> bool:
     return run.requested_by == user or any(a.user == user for a in run.approvals)
 
 
-def _schedules(bot: Bot) -> list[tuple[Schedule, datetime | None]]:
-    """The served service's schedules, each plan checked against its config: another
-    service's plan would not validate here, and 200 services' cost 200 checks a publish."""
+def _schedules(bot: Bot, user: str, groups: list[str]
+               ) -> list[tuple[Schedule, datetime | None]]:
+    """Every service's schedules, the user's owned services' first; each of the first
+    ``MAX_SCHEDULES`` (those shown) checked against its own service's config and given its
+    next fire time, the rest only counted: 200 services' schedules would be 200 plan checks
+    and cron walks a publish. One of a service this process lacks is left out (it would not
+    validate here)."""
     now = datetime.now(UTC)
-    config = bot.services.config
-    return [(checked(s, config, plans=bot.store.plans), None if s.paused else s.next_fire(now))
-            for s in bot.store.schedules.all() if s.service == config.key]
+    org = bot.services.org
+    owned = set(org.index.owned_by(user, groups))
+    known = [s for s in bot.store.schedules.all() if _known(bot, s.service)]
+    known.sort(key=lambda s: org.service_of(s.service).name not in owned)  # stable
+    shown = [(checked(s, org.service_of(s.service), plans=bot.store.plans),
+              None if s.paused else s.next_fire(now)) for s in known[:MAX_SCHEDULES]]
+    return shown + [(s, None) for s in known[MAX_SCHEDULES:]]  # counted, never shown
 
 
 def publish_home(bot: Bot, user: str) -> None:
     """Publish ``user``'s Home now (errors reach the caller)."""
-    view = home_view(home_data(bot, user), bot.services.config.policy)
+    view = home_view(home_data(bot, user), bot.policy_of)
     bot.client.views_publish(user_id=user, view=view)
 
 
@@ -179,9 +235,11 @@ class HomeTab:
         return list(dict.fromkeys([*self._viewers, *shared]))[:self.max_viewers]
 
     def _interested(self, changes: Iterable[Run], viewers: list[str]) -> set[str]:
-        policy = self.bot.services.config.policy
         out: set[str] = set()
         for run in changes:
+            if not _known(self.bot, run.service):
+                continue
+            policy = self.bot.policy_of(run.service)
             for user in viewers:
                 if user in out:
                     continue

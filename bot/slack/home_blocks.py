@@ -7,6 +7,7 @@ line pointing at the CLI, so the view stays within limits however busy the team 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,8 @@ from bot.slack import blocks as bk
 from bot.slack.judgment_blocks import judgment_blocks
 
 Block = bk.Block
+Rules = Callable[[str | None], Policy]
+"""The policy of a run's service (every layer): each run is shown under its own rules."""
 
 MAX_HOME_BLOCKS = 100
 MAX_PENDING = 12
@@ -51,6 +54,8 @@ class HomeData:
     recent: list[Run] = field(default_factory=list)
     """Finished runs this user requested or approved."""
     environments: list[str] = field(default_factory=list)
+    """Environment labels (``api/production`` in an organisation of several services, the
+    services the user owns first); ``locks``, ``deployed`` and ``held`` are keyed by them."""
     locks: dict[str, LockInfo] = field(default_factory=dict)
     schedules: list[tuple[Schedule, datetime | None]] | None = None
     """Each schedule with its next fire time (None while paused); None: not available."""
@@ -62,8 +67,10 @@ class HomeData:
     """Runs holding at a go/no-go this user may decide (they alone get its buttons)."""
 
 
-def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
-    """The ``home`` view for ``views.publish``."""
+def home_view(data: HomeData, rules: Policy | Rules) -> dict[str, Any]:
+    """The ``home`` view for ``views.publish``; ``rules``: each run's service's policy (or
+    one policy for every run)."""
+    policy: Rules = rules if callable(rules) else (lambda _service: rules)
     blocks: list[Block] = [
         bk.header("deckhand"),
         bk.context(f"Updated {_clock(data.now)} · `/deploy REQUEST` starts a deploy · "
@@ -72,7 +79,8 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
     blocks += _pending_blocks(data, policy)
     blocks += _hold_blocks(data)
     blocks += _titled("📝 Your plans waiting for approval",
-                      [_mine_line(r, policy, data.now) for r in data.mine], limit=MAX_PENDING,
+                      [_mine_line(r, policy(r.service), data.now) for r in data.mine],
+                      limit=MAX_PENDING,
                       empty="None of your plans is waiting.", hint="`deckhand runs`")
     blocks += _titled("🔄 In progress", [_active_line(r, data.now) for r in data.active],
                       limit=MAX_ACTIVE, empty="Nothing is running.", hint="`deckhand runs`")
@@ -91,14 +99,14 @@ def home_view(data: HomeData, policy: Policy) -> dict[str, Any]:
 # -- sections ----------------------------------------------------------------------------
 
 
-def _pending_blocks(data: HomeData, policy: Policy) -> list[Block]:
+def _pending_blocks(data: HomeData, policy: Rules) -> list[Block]:
     blocks: list[Block] = [{"type": "divider"},
                            bk.section(f"*🕐 Waiting for your approval* ({len(data.pending)})")]
     if not data.pending:
         return [*blocks, bk.context("Nothing needs your approval.")]
     for run in data.pending[:MAX_PENDING]:
-        blocks.append(bk.section(_pending_text(run, policy, data.now)))
-        blocks.append(_approve_only(run, policy))
+        blocks.append(bk.section(_pending_text(run, policy(run.service), data.now)))
+        blocks.append(_approve_only(run, policy(run.service)))
     hidden = len(data.pending) - MAX_PENDING
     if hidden > 0:
         blocks.append(bk.context(f"…and {hidden} more — see `/deckhand runs` or "

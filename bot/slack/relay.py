@@ -58,7 +58,7 @@ class ThreadRelay:
     """Carries runs' feeds into their Slack threads (one thread per run being said)."""
 
     def __init__(self, client: WebClient, *, feed: RunFeed, runs: Runs, plans: Plans,
-                 policy: Callable[[], Policy], name: str | None = None,
+                 policy: Callable[[str | None], Policy], name: str | None = None,
                  interval: float = 1.0, lease: float = 15.0, poll: float = 0.2,
                  max_runs: int = 32, trace_link: Callable[[], str | None] = lambda: None,
                  changed: Callable[[Run], None] = lambda run: None,

@@ -32,19 +32,20 @@ class BotRuntime:
                  metrics: Metrics | None = None):
         self.services, self.settings = services, settings
         self.metrics = metrics or Metrics()
-        services.planner = self.metrics.observe_planner(services.planner)
+        self._observe_planners(services)
         self.app, self.bot = build_app(services, settings, client=client)
         observe_slack(self.bot.client, self.metrics)
         store = services.store
         self.metrics.watch_queue(store.queue)
         self.metrics.watch_plan_quality(runs=store.runs, plans=store.plans)
-        self.metrics.watch_history(store.history, list(services.config.inventory.environments),
-                                   undo_window=services.config.history.undo_window_hours * 3600,
-                                   service=services.config.key)
+        configs = list(services.org.services.values())  # DORA per (service, environment)
+        self.metrics.watch_org_history(
+            store.history, [(c.key, env) for c in configs for env in c.inventory.environments],
+            undo_window=max(c.history.undo_window_hours for c in configs) * 3600)
         work = self.bot.work
         self.metrics.watch_work(work.depth, lambda: work.refused)
         self.metrics.watch_ssh(lambda: services.runners.setup_stats)
-        if services.config.audit.sink is not None:
+        if services.common.audit.sink is not None:
             self.metrics.watch_audit_sink(store.feed)
         self.workers = [Worker(services, services.store, name=f"{_host()}-embedded-{i}",
                                options=worker_options,
@@ -60,13 +61,19 @@ class BotRuntime:
         """Services a config reload built get what this runtime added to the first ones;
         Slack's door then redacts the new config's secrets as well as the old ones (a run
         still executing may print one the new file no longer lists)."""
-        fresh.planner = self.metrics.observe_planner(fresh.planner)
+        self._observe_planners(fresh)
         client = self.bot.client
         if isinstance(client, RedactingWebClient):
             before, after = client.redact, fresh.redact
             client.redact = (before.including(after) if isinstance(before, Redactor)
                              and isinstance(after, Redactor)
                              else lambda text: after(before(text)))
+
+    def _observe_planners(self, services: Services) -> None:
+        """Count every service's plans (tokens, latency): each service's planner wrapped."""
+        for name in services.org.services:
+            focused = services.focus(name)
+            focused.planner = self.metrics.observe_planner(focused.planner)
 
     def _listener_factories(self) -> list[ListenerFactory]:
         """The embedded workers' own listeners: metrics. What the thread says goes through
@@ -75,10 +82,11 @@ class BotRuntime:
 
     def _relay(self, interval: float) -> ThreadRelay:
         """Says every run's feed in its thread (any replica; one relay per run at a time).
-        The policy, trace link and Home are the current services' (a reload swaps them)."""
+        Each run's buttons follow its own service's policy, as in force now (a reload swaps
+        the organisation); the trace link and Home are the current services'."""
         store = self.services.store
         return ThreadRelay(self.bot.client, feed=store.run_feed, runs=store.runs,
-                           plans=store.plans, policy=lambda: self.services.config.policy,
+                           plans=store.plans, policy=self.bot.policy_of,
                            interval=interval,
                            trace_link=lambda: self.services.settings.trace_url,
                            changed=self.bot.changed, timeline=self.metrics.timeline_uploaded)

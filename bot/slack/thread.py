@@ -48,7 +48,7 @@ NOTIFY_ON = {EventKind.RUN_STARTED, EventKind.STEP_FINISHED, EventKind.ROLLBACK_
 class ThreadWriter:
     """One run's thread: performs its feed entries and keeps its status message current."""
 
-    def __init__(self, client: WebClient, *, plans: Plans, policy: Callable[[], Policy],
+    def __init__(self, client: WebClient, *, plans: Plans, policy: Callable[[str | None], Policy],
                  fields: dict[str, str], send: Send, remember: Remember,
                  patient: Send | None = None,
                  trace_link: str | None = None,
@@ -95,7 +95,7 @@ class ThreadWriter:
         if note and note != self.fields.get("plan_note_shown") and "plan_ts" in slack:
             wanted = json.loads(note)
             plan = self._plan(run)
-            blocks = bk.plan_blocks(plan, run, self.policy(), actions=wanted["actions"],
+            blocks = bk.plan_blocks(plan, run, self.policy(run.service), actions=wanted["actions"],
                                     note=wanted["note"], diff=previous_diff(self.plans, run))
             if self._update(send, slack, slack["plan_ts"], blocks,
                             f"Plan: {bk.shown(plan.goal, 300)}") is not None:
@@ -139,7 +139,7 @@ class ThreadWriter:
                 + ("It changes what runs on hosts, so it needs approval again."
                    if approval else "Only read-only steps changed: continuing."))
         diff = diff_plans(before, plan) if before is not None else None
-        blocks = bk.plan_blocks(plan, run, self.policy(), actions=approval, note=note,
+        blocks = bk.plan_blocks(plan, run, self.policy(run.service), actions=approval, note=note,
                                 diff=diff)
         self._reply(slack, blocks, f"Replanned: version {plan.version}", broadcast=approval)
 

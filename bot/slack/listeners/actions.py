@@ -4,6 +4,7 @@ a go/no-go's Continue and Roll back)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from bot.slack import blocks as bk
 from bot.slack.bot import Bot
 from bot.slack.judgment_blocks import ACTION as ACTIONS
 from bot.slack.judgment_blocks import LABEL, parse_judgment_value
+from bot.slack.service_blocks import CHOOSE, parse_choice
 from bot.slack.work import Tell
 
 
@@ -33,9 +35,22 @@ def register(app: App, bot: Bot) -> None:
     @app.action(bk.ActionId.ROLLBACK_TO)
     def rollback_to(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         request = rollback_request(action)  # an ordinary plan, approved like any other
+        service = json.loads(action["value"]).get("service")
         bot.work.submit("Roll back", lambda: bot.propose(request, user=body["user"]["id"],
-                                                         channel=body["channel"]["id"]),
+                                                         channel=body["channel"]["id"],
+                                                         service=service),
                         tell=bot.teller(body))
+        ack()
+
+    @app.action(re.compile(f"^{CHOOSE}(:.+|_menu)$"))
+    def choose_service(ack: Ack, body: dict[str, Any], action: dict[str, Any],
+                       respond: Respond) -> None:
+        """A which-service button or menu: plans the waiting request for the asker alone."""
+        value = action.get("value") or (action.get("selected_option") or {}).get("value", "")
+        ask_id, service = parse_choice(str(value))
+        user, tell = body["user"]["id"], bot.teller(body, respond)
+        bot.work.submit("Choose service", lambda: _choose(bot, respond, ask_id, service, user),
+                        tell=tell)
         ack()
 
     for action_id, (name, steer) in _STEERS.items():  # Stop, Pause, Resume: one shape
@@ -106,6 +121,13 @@ def _judge_listener(bot: Bot, verdict: Verdict) -> Callable[..., None]:
                         tell=bot.teller(body, respond))  # a refusal: privately, one line
         ack()
     return judge
+
+
+def _choose(bot: Bot, respond: Respond, ask_id: str, service: str, user: str) -> None:
+    """Plan the request ``ask_id`` for ``service`` (AskNotYours, told privately, for anyone
+    but its asker); the question becomes what was chosen."""
+    bot.choose(ask_id, service, user=user)
+    respond(text=f"Planned for *{bk.escape(service)}*.", replace_original=True)
 
 
 def _approve(bot: Bot, body: dict[str, Any], tell: Tell, run_id: str, version: int,

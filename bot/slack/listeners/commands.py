@@ -6,6 +6,7 @@ from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
+from agents.config import Config
 from agents.engine.manual_locking import LOCK_VERBS, NOOP_VERBS, WCID
 from agents.ids import short_id
 from bot.slack import blocks as bk
@@ -57,12 +58,14 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
     words = split_words(text)
     verb, args = (words[0].lower(), words[1:]) if words else ("help", [])
     if WCID.fullmatch(" ".join(text.split())):
-        return bot.where_can_i_deploy(user)
+        return bot.where_can_i_deploy(user, channel)
     if verb in LOCK_VERBS:
-        return ForEveryone(bot.lock_by_hand(words, user=user))
+        return ForEveryone(bot.lock_by_hand(words, user=user, channel=channel))
     if verb in NOOP_VERBS and args:  # a dry run: the plan and its checks follow in channel
         request = deploy_request(text.strip()[len(words[0]):].strip())
         run = bot.dry_run(request, user=user, channel=channel)
+        if run is None:
+            return "Which service? Choose it above; nothing was planned yet."
         return f"Dry run `{short_id(run.id)}`: {run.status.value} (nothing was changed)."
     if verb == "runs":
         return _runs_text(bot)
@@ -72,21 +75,36 @@ def answer(bot: Bot, text: str, *, user: str, channel: str) -> str | list[bk.Blo
                 f"{bk.escape(run.goal)}" + (f"\nwhy: {bk.escape(run.reason)}" if run.reason
                                             else ""))
     if verb == "where":
-        env = args[0] if args else None
-        svc, history = bot.services.config.key, bot.store.history
+        config, args = _service_arg(bot, args, channel)
+        env, svc, history = (args[0] if args else None), config.key, bot.store.history
         states = [history.current(svc, env)] if env else history.everywhere(svc)
         held = bot.store.manual_locks.all(service=svc)
         return bk.where_text(states, [lock for e, lock in held.items() if env in (None, e)])
     if verb == "history" and args:
-        svc, history = bot.services.config.key, bot.store.history
+        config, args = _service_arg(bot, args, channel)
+        if not args:
+            return "Usage: `/deckhand history [SERVICE] ENV`"
+        svc, history = config.key, bot.store.history
         live = history.current(svc, args[0]).version
-        return bk.history_blocks(args[0], history.recent(svc, args[0], limit=10), live)
+        return bk.history_blocks(args[0], history.recent(svc, args[0], limit=10), live,
+                                 service=svc)
     if verb == "cancel" and args:
         return _cancel_text(bot, args[0], user=user)
     if verb == "schedule":
         rest = text.strip()[len(words[0]):].strip()  # raw: the schedule parser quotes itself
         return schedule_reply(bot, rest, user=user, channel=channel)
     return help_text(bot, user)
+
+
+def _service_arg(bot: Bot, args: list[str], channel: str) -> tuple[Config, list[str]]:
+    """The service a read names first (``where api production``), else the channel's
+    default, else the only one (WhichService lists them); and the words after it."""
+    org = bot.services.org
+    named = bot.services.names.lookup(args[0]) if args else None
+    if named is not None:
+        return org.services[named], args[1:]
+    default = org.channels.get(channel)
+    return (org.services[default] if default else bot.services.config), args
 
 
 class ForEveryone(str):
@@ -109,16 +127,20 @@ def _cancel_text(bot: Bot, typed: str, *, user: str) -> str:
 
 
 def help_text(bot: Bot, user: str) -> str:
-    """What this user may do (approvals only for the environments they may approve)."""
-    policy = bot.services.config.policy
+    """What this user may do (approvals only for the environments they may approve, each
+    by its own service's rules: ``api/production`` when there are several services)."""
     groups = bot.directory.groups_of(user)
-    envs = sorted(bot.services.config.inventory.environments)
-    approvable = [e for e in envs if policy.may_approve(user, groups, [e])]
+    org = bot.services.org
+    several = len(org.services) > 1
+    approvable = [f"{name}/{env}" if several else env
+                  for name, config in org.services.items()
+                  for env in sorted(config.inventory.environments)
+                  if config.policy.may_approve(user, groups, [env])]
     lines = ["*deckhand* — deploys you can read before they run.",
              "• `/deploy REQUEST` — plan a deploy and post it for approval",
              "• `/deckhand runs` — recent runs · `/deckhand status RUN` — one run",
-             "• `/deckhand where [ENV]` — which version runs where · "
-             "`/deckhand history ENV` — the last deploys",
+             "• `/deckhand where [SERVICE] [ENV]` — which version runs where · "
+             "`/deckhand history [SERVICE] ENV` — the last deploys",
              "• `/deckhand cancel RUN` — cancel a run you requested"
              + (" or may approve" if approvable else ""),
              "• `/deckhand lock ENV --reason \"…\" [--for 2h]` · `/deckhand unlock ENV` — hold "
@@ -129,7 +151,11 @@ def help_text(bot: Bot, user: str) -> str:
         lines.append(f"• You can approve plans for: {', '.join(approvable)}")
     else:
         lines.append("• You cannot approve plans in any environment.")
-    examples = [p.examples[0] for p in bot.services.config.playbooks if p.examples]
+    if several:
+        lines.append(f"• Services: {', '.join(org.services)} — name one in a request "
+                     f"(`/deploy api v2.3.1`), or I ask which")
+    examples = [p.examples[0] for config in org.services.values()
+                for p in config.playbooks if p.examples][:10]
     if examples:
         lines.append("Requests I know: " + ", ".join(f"`{e}`" for e in examples))
     return "\n".join(lines)

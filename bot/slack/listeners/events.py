@@ -63,13 +63,13 @@ def _branch_deploy_word(bot: Bot, text: str, *, user: str, channel: str
     words = text.split(maxsplit=1)
     if WCID.fullmatch(" ".join(text.split())):
         return "@deckhand wcid", lambda: bot.ephemeral(
-            channel=channel, user=user, text=bot.where_can_i_deploy(user))
+            channel=channel, user=user, text=bot.where_can_i_deploy(user, channel))
     if words[0].lower() in NOOP_VERBS and len(words) > 1:
         request = deploy_request(words[1])
         return "@deckhand noop", lambda: bot.dry_run(request, user=user, channel=channel)
     if words[0].lower() in LOCK_VERBS:
         return "@deckhand lock", lambda: bot.announce(
-            channel, bot.lock_by_hand(split_words(text), user=user))
+            channel, bot.lock_by_hand(split_words(text), user=user, channel=channel))
     return None
 
 

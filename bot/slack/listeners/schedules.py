@@ -19,9 +19,10 @@ log = logging.getLogger("deckhand.slack.schedules")
 
 
 def schedule_reply(bot: Bot, text: str, *, user: str, channel: str) -> str:
-    """Run ``/deckhand schedule TEXT`` and return the ephemeral answer."""
+    """Run ``/deckhand schedule TEXT`` (in the channel's default service, if it has one)
+    and return the ephemeral answer."""
     reply = handle_schedule_command(text, user=user, user_groups=bot.directory.groups_of(user),
-                                    channel=channel, services=bot.services,
+                                    channel=channel, services=bot.in_channel(channel),
                                     now=datetime.now(UTC))
     _follow_up(bot, reply, user=user, channel=channel)
     described = [v.describe() for v in reply.schedules if v.describe() not in reply.text]

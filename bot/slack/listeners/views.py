@@ -48,7 +48,7 @@ def _replan(bot: Bot, body: dict[str, Any], plan: Plan, run_id: str, instruction
     user = body["user"]["id"]
     try:
         bot.check_may_steer(bot.store.runs.get(run_id), user, what="modify")
-        revised = bot.services.planner.modify(plan, instruction, requested_by=user)
+        revised = bot.of(plan.service).planner.modify(plan, instruction, requested_by=user)
         revised.requested_via = Face.SLACK  # the new requester: this click's user
         bot.revise(run_id, revised, user=user)
         text = f"Posted version {revised.version} in the thread."
@@ -71,7 +71,7 @@ def _submit_yaml(ack: Ack, bot: Bot, body: dict[str, Any], plan: Plan, run_id: s
     user = body["user"]["id"]
     try:
         revised = plan_from_yaml(plan, text, edited_by=user)
-        bot.services.check(revised)
+        bot.of(plan.service).check(revised)  # the plan's own service's tools and hosts
     except (ValueError, PlanInvalid) as exc:
         ack(response_action="errors", errors={"yaml": bk.trim(str(exc), 2000)})
         return

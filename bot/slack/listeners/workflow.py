@@ -79,9 +79,12 @@ def _start(bot: Bot, steps: Steps, request: str, user: str, channel: str,
     if not request.lower().startswith("deploy "):
         request = f"deploy {request}"
     try:
-        run = bot.propose(request, user=user, channel=channel)
+        run = bot.propose(request, user=user, channel=channel, ask=False)  # nobody to ask
     except DeckhandError as exc:
         fail(error=f"deckhand could not plan that: {exc}")
+        return
+    if run is None:  # not reached: propose raises WhichService when it may not ask
+        fail(error="deckhand could not plan that: name the service in the request")
         return
     steps.wait_for(run, complete, fail)
     _finish(bot, steps, bot.store.runs.get(run.id))  # it may have ended already
