@@ -9,6 +9,7 @@ import yaml
 
 from bot.slack.blocks import ActionId, ViewId
 from bot.slack.listeners import actions, schedules, views
+from bot.slack.service_blocks import CHOOSE, CHOOSE_MENU
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,11 +26,11 @@ class _Registry:
     and view ids they listen to (as registered, whether by decorator or from a table)."""
 
     def __init__(self) -> None:
-        self.actions: list[str] = []
+        self.actions: list[Any] = []
         self.views: list[str] = []
 
-    def action(self, action_id: str) -> Callable[[Any], Any]:
-        self.actions.append(str(action_id))
+    def action(self, action_id: Any) -> Callable[[Any], Any]:
+        self.actions.append(action_id if isinstance(action_id, re.Pattern) else str(action_id))
         return lambda listener: listener
 
     def view(self, view_id: str) -> Callable[[Any], Any]:
@@ -50,7 +51,12 @@ def test_manifest_matches_the_listeners() -> None:
     app = _Registry()
     for listeners in (actions, views, schedules):
         listeners.register(app, cast(Any, None))  # the bot is only captured, never called
-    assert sorted(app.actions) == sorted(ActionId), "every action id has exactly one listener"
+    named = [a for a in app.actions if isinstance(a, str)]
+    patterns = [a for a in app.actions if not isinstance(a, str)]  # the which-service choice
+    assert sorted(named) == sorted(ActionId), "every action id has exactly one listener"
+    assert all(p.fullmatch(f"{CHOOSE}:api") and p.fullmatch(CHOOSE_MENU)
+               and not any(p.fullmatch(a) for a in ActionId) for p in patterns), patterns
+    assert len(patterns) == 1
     assert sorted(app.views) == sorted(ViewId), "every modal has its submit listener"
     assert manifest["settings"]["interactivity"]["is_enabled"] == bool(app.actions + app.views)
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])

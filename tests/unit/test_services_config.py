@@ -306,20 +306,6 @@ def test_check_validates_every_service(tmp_path: Path, capsys: pytest.CaptureFix
     assert "services/api.yml:" in out and "planner: `planner` is organisation-wide" in out
 
 
-@pytest.mark.parametrize("argv", [["serve", "--http", "--single-process"]])
-def test_slack_and_mcp_refuse_a_config_of_several_services_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        argv: list[str]) -> None:
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    path = org_files(tmp_path)
-    assert main([*argv, "--config", str(path)]) == 2
-    out = capsys.readouterr()
-    lines = [line for line in (out.out + out.err).splitlines() if line.strip()]
-    assert lines == ["error: deckhand.yml has 2 services (api, docs): deckhand serves one "
-                     "service per config until multi-service support lands in a later step "
-                     "(issue 40); `deckhand check` validates them all"], lines
-
-
 @pytest.mark.parametrize("argv", [["plan", "ship v1.2.3 to staging"], ["hosts", "--json"],
                                   ["run", "--yes", "ship v1.2.3 to staging"]])
 def test_the_cli_asks_which_service_when_nothing_names_one(
