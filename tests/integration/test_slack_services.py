@@ -1,6 +1,6 @@
 """Services in Slack (docs/services.md 2.7, step 5): one bot serving an organisation of two
 services with the same environment names, driven by signed requests against the Slack
-stand-in and a real redis-server, each service on its own local hosts. Both productions
+stand-in and a real redis-server, each service's production a real sshd host. Both productions
 deploy at once through /deploy; a failure rolls one back and leaves the other alone; a
 channel's default service; a request naming none asks its sender, who alone may choose; an
 unknown service is named with the known ones; an owner of api is refused on web's plan."""
@@ -33,6 +33,7 @@ from tests.fixtures.polling import wait_until
 from tests.fixtures.sample import free_port
 from tests.fixtures.slack_standin import Signer, SlackStandin
 from tests.fixtures.slack_world import SECRET, button
+from tests.fixtures.sshd import SSHFleet
 
 SERVICE = """
 owners: {{users: [{owner}]}}
@@ -68,7 +69,8 @@ vars: {{held: "{root}/held-{name}", go: "{root}/go"}}
 inventory:
   hosts:
     {name}-staging: {{connection: local, vars: {{dir: "{root}/hosts/{name}-staging"}}}}
-    {name}-prod: {{connection: local, vars: {{dir: "{root}/hosts/{name}-prod"}}}}
+    {name}-prod: {{connection: ssh, address: 127.0.0.1, port: {port}, user: {user},
+                  key_file: "{key}", vars: {{dir: "{root}/hosts/{name}-prod"}}}}
   environments:
     staging: {{hosts: [{name}-staging]}}
     production: {{hosts: [{name}-prod], aliases: [prod]}}
@@ -102,17 +104,23 @@ playbooks:
 OWNERS = {"api": "UAPI", "web": "UWEB"}
 
 
-def write_org(root: Path) -> Path:
+PRODUCTION = {"api": "prod-1", "web": "prod-2"}
+"""Each service's production host: a real sshd of the session's fleet (staging stays local)."""
+
+
+def write_org(root: Path, fleet: SSHFleet) -> Path:
     (root / "services").mkdir(parents=True)
     for name, owner in OWNERS.items():
-        (root / "services" / f"{name}.yml").write_text(
-            SERVICE.format(name=name, owner=owner, root=root))
+        (root / "services" / f"{name}.yml").write_text(SERVICE.format(
+            name=name, owner=owner, root=root, port=fleet[PRODUCTION[name]].port,
+            user=fleet.user, key=fleet.user_key))
     path = root / "deckhand.yml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(textwrap.dedent(f"""\
         services:
           api: services/api.yml
           web: services/web.yml
-        channels: {CAPI: api}
+        channels: {{CAPI: api}}
+        inventory: {{known_hosts: "{fleet.known_hosts}"}}
         state_dir: state
         """))
     return path
@@ -167,11 +175,13 @@ class OrgWorld:
 
 
 @pytest.fixture(scope="module")
-def world(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OrgWorld]:
+def world(redis_url: str, tmp_path_factory: pytest.TempPathFactory,
+          sshd_fleet: SSHFleet) -> Iterator[OrgWorld]:
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     root = tmp_path_factory.mktemp("org")
-    org = load_org(write_org(root))
+    sshd_fleet.ensure_running()
+    org = load_org(write_org(root, sshd_fleet))
     store, standin = Store.connect(redis_url), SlackStandin()
     standin.user_groups = {"SOPS": ["UCAROL"]}
     settings = Settings(SLACK_BOT_TOKEN=SecretStr("xoxb-test-token"),
