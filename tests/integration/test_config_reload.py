@@ -411,7 +411,8 @@ def test_a_sighup_while_the_process_starts_is_a_reload_once_it_can_reload(
         config_file.write_text(textwrap.dedent(CONFIG).replace("users: [bob]", "users: [carol]"))
         reload_on_sighup(services, actor="starting", stop=stop_reloads)
         assert audited(store, "config_reloaded").actor == "starting"
-        assert _approvers(services) == ["carol"]
+        # the reload thread audits, then swaps: the new rules are in force a moment later
+        wait_until(lambda: _approvers(services) == ["carol"], what="the reloaded rules")
     finally:
         stop_reloads.set()
         signal.signal(signal.SIGHUP, before)
