@@ -224,12 +224,16 @@ class RunRecorder:
             self._try_flush()
 
     def _save(self, run: Run) -> None:
-        """The record and the feed entries kept so far (cleared once they landed)."""
+        """The record, the feed entries and the audit entries kept so far, in one MULTI
+        (each cleared once it landed): no status is readable before its audit entry, and a
+        worker killed between two writes cannot leave the one without the other."""
         also = [] if self.feed is None else self.feed.writes(
             run.id, self._said, pending=bool(run.meta.get("slack"))
             or run.requested_by.startswith("schedule:"))  # a schedule posts its thread soon
-        self.leases.save_as_owner(run, worker=self.worker, also=also)
+        audits = list(self._audits)
+        self.leases.save_as_owner(run, worker=self.worker, also=[*also, *audits])
         self._said = []
+        del self._audits[:len(audits)]
 
     def _write_hosts(self, run_id: str, changes: list[HostChange]) -> None:
         if self._lost:

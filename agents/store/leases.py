@@ -94,7 +94,7 @@ class Leases(Part):
             for write in also:
                 write(pipe)
 
-        self._write_as_owner(run.id, worker, write, watch_record=True)
+        self._write_as_owner(run.id, worker, write, watch_record=True, prepare=also)
 
     def record_hosts_as_owner(self, run_id: str, changes: Sequence[HostChange], *,
                               worker: str) -> None:
@@ -110,7 +110,7 @@ class Leases(Part):
 
     def _write_as_owner(self, run_id: str, worker: str,
                         write: Callable[[Pipeline, bytes | str | None], object], *,
-                        watch_record: bool = False) -> None:
+                        watch_record: bool = False, prepare: Sequence[Write] = ()) -> None:
         """``write`` in one MULTI while ``worker`` owns the run, given the stored record when
         ``watch_record``. Only the lease is watched for journal writes: a takeover changes
         it, and watching the record too would make every record write retry the journal
@@ -123,6 +123,11 @@ class Leases(Part):
             lapsed = owner is None and self._still_mine(stored, worker)
             if owner != worker.encode() and not lapsed:  # lapsed: the heartbeat re-takes it
                 raise LostOwnership(f"worker {worker} no longer owns run {run_id}")
+            state: dict[str, Any] = {}
+            for part in prepare:  # an audit entry reads (and watches) the chain's head
+                ready = getattr(part, "prepare", None)
+                if ready is not None:
+                    ready(pipe, state)
             pipe.multi()
             write(pipe, stored if watch_record else None)
             pipe.execute()
