@@ -133,6 +133,8 @@ class Bot:
     """Told about every run change (e.g. the App Home); must return quickly."""
     work: WorkQueue = field(default_factory=WorkQueue)
     """Where listeners hand off everything that calls the Web API (never Bolt's threads)."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set when the runtime stops: the bot's own watcher threads end with it."""
 
     @property
     def desk(self) -> RunDesk:

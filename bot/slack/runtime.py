@@ -163,6 +163,7 @@ class BotRuntime:
 
     def stop(self) -> None:
         self._stop.set()
+        self.bot.stopping.set()
         if self.bot.scheduler is not None:
             self.bot.scheduler.shutdown()
         if self._server is not None:

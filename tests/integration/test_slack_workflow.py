@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
+from agents.config import Config
 from agents.run.record import RunStatus
+from agents.store import Store
 from bot.slack import blocks as bk
-from tests.fixtures.slack_world import SlackWorld, button
+from tests.fixtures.slack_standin import SlackStandin
+from tests.fixtures.slack_world import SlackWorld, button, start_world
 
 
 def _execute(world: SlackWorld, execution: str, **inputs: str) -> Any:
@@ -52,3 +56,16 @@ def test_a_rejected_plan_fails_the_step_and_bad_inputs_fail_at_once(world: Slack
     assert "rejected" in _completion(world, "functions.completeError", "Fx2")["error"]
     _execute(world, "Fx3", request="", channel="CDEPLOY")
     assert "request" in _completion(world, "functions.completeError", "Fx3")["error"]
+
+
+def test_the_step_watcher_ends_with_the_bot(sample_config: Config, store: Store,
+                                           slack_standin: SlackStandin) -> None:
+    """Each bot's watcher of waiting steps is its own thread; stopping the bot ends it (it
+    used to poll the store every 2 s for the life of the process)."""
+    before = {t for t in threading.enumerate() if t.name == "workflow-steps"}
+    world = start_world(sample_config, store, slack_standin)
+    mine = [t for t in threading.enumerate() if t.name == "workflow-steps" and t not in before]
+    assert len(mine) == 1 and mine[0].is_alive()
+    world.runtime.stop()
+    mine[0].join(10)
+    assert not mine[0].is_alive()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,9 +90,9 @@ def _start(bot: Bot, steps: Steps, request: str, user: str, channel: str,
 
 
 def _watch(bot: Bot, steps: Steps) -> None:
-    """Complete this replica's waiting steps whose runs ended, wherever they ran."""
-    while True:
-        time.sleep(WATCH_EVERY)
+    """Complete this replica's waiting steps whose runs ended, wherever they ran (until the
+    bot stops)."""
+    while not bot.stopping.wait(WATCH_EVERY):
         for run_id in steps.waiting():
             try:
                 _finish(bot, steps, bot.store.runs.get(run_id))
