@@ -125,16 +125,14 @@ class Phrasing:
     def corrected(self, request: str) -> tuple[str, list[str]]:
         """``request`` (normalised) with each word that is a near miss of a verb or an
         environment read as that word, and what was read as what; unchanged words stay."""
-        known = [*VERBS, *self.environments, *self.aliases]
-        lowered = {word.lower() for word in known}
+        known = sorted({word.lower() for word in [*VERBS, *self.environments, *self.aliases]})
         notes: list[str] = []
 
         def fix(found: re.Match[str]) -> str:
             word = found.group(0)
-            if len(word) < 4 or word.lower() in lowered:
+            if len(word) < 4 or word.lower() in known:
                 return word
-            close = difflib.get_close_matches(word.lower(), sorted(lowered), n=2,
-                                              cutoff=_TYPO_CUTOFF)
+            close = difflib.get_close_matches(word.lower(), known, n=2, cutoff=_TYPO_CUTOFF)
             if len(close) != 1:  # none, or two equally plausible: leave it to the user
                 return word
             notes.append(f"read {word!r} as {close[0]!r}")
